@@ -1,0 +1,36 @@
+"""asap: find, explain and verify the fastest way to train a large language model on a given cluster.
+
+The importable API (the CLI is a thin face over it):
+
+    from asap import load_model, load_cluster, parse_strategy, TrainSpec, estimate
+"""
+
+from asap.errors import AsapError
+
+__version__ = "0.1.0"
+
+__all__ = ["AsapError", "__version__", "load_model", "load_cluster", "parse_strategy", "TrainSpec", "estimate"]
+
+
+def __getattr__(name):  # lazy: keep `import asap` cheap for the CLI
+    if name in ("load_model",):
+        from asap.spec.loader import load_model
+
+        return load_model
+    if name in ("load_cluster",):
+        from asap.spec.hardware import load_cluster
+
+        return load_cluster
+    if name in ("parse_strategy",):
+        from asap.spec.strategy import parse_strategy
+
+        return parse_strategy
+    if name == "TrainSpec":
+        from asap.spec.train import TrainSpec
+
+        return TrainSpec
+    if name == "estimate":
+        from asap.cost.estimate import estimate
+
+        return estimate
+    raise AttributeError(name)

@@ -1,0 +1,66 @@
+"""The ``asap`` command line: a thin face over the importable API.
+
+Each command lives in its own module and registers itself on ``app``. Every command takes ``--json`` and then
+prints exactly one JSON document on stdout; logs and progress go to stderr. Bad input exits 2 with one line
+on stderr naming the field and the problem.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from asap.errors import AsapError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="asap: find, explain and verify the fastest way to train an LLM on a cluster.")
+
+
+def _register_commands() -> None:
+    # imported for their side effect of adding commands to ``app``
+    from asap.cli import estimate as _estimate  # noqa: F401
+
+    for optional in ("diagnose", "run", "plan"):
+        try:
+            __import__(f"asap.cli.{optional}")
+        except ModuleNotFoundError as e:
+            if e.name != f"asap.cli.{optional}":
+                raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register_commands()
+    try:
+        app(args=argv, standalone_mode=False)
+    except AsapError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return _exit(2)
+    except click.exceptions.Exit as e:
+        return _exit(e.exit_code)
+    except click.ClickException as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        return _exit(2)
+    except click.exceptions.Abort:
+        print("error: aborted", file=sys.stderr)
+        return _exit(130)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return _exit(130)
+    except Exception as e:  # never a traceback: one line, and a non-zero exit
+        print(f"error: internal error ({type(e).__name__}: {e}); rerun with ASAP_DEBUG=1 for the traceback",
+              file=sys.stderr)
+        import os
+
+        if os.environ.get("ASAP_DEBUG"):
+            raise
+        return _exit(1)
+    return _exit(0)
+
+
+def _exit(code: int | None) -> int:
+    code = int(code or 0)
+    if __name__ != "__main__":
+        sys.exit(code)
+    return code

@@ -1,0 +1,32 @@
+"""Helpers shared by the CLI commands: JSON output, stderr console, option types."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+from rich.console import Console
+
+err_console = Console(stderr=True)
+out_console = Console()
+
+
+def _clean(obj: Any) -> Any:
+    """Make numpy scalars, tuples and non-finite floats JSON-safe."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def print_json(obj: Any) -> None:
+    """Exactly one JSON document on stdout."""
+    sys.stdout.write(json.dumps(_clean(obj), indent=2) + "\n")
+    sys.stdout.flush()

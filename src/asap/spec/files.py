@@ -1,0 +1,30 @@
+"""Reading YAML/JSON input files with one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from asap.errors import AsapError
+
+
+def read_mapping(path: Path, what: str) -> dict[str, Any]:
+    """Parse ``path`` as JSON (``.json``) or YAML (anything else) and require a mapping at the top."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise AsapError(what, f"cannot read {path}: {e.strerror}") from None
+    try:
+        data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise AsapError(what, f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise AsapError(what, f"{path} is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise AsapError(what, f"{path} must hold a mapping at the top level, got {type(data).__name__}")
+    return data

@@ -1,0 +1,343 @@
+"""Accelerators, their interconnects, and clusters.
+
+Every figure is a public, vendor-published number (dense, no structured sparsity), with its source beside it.
+Bandwidths are GB/s per device per direction. The few efficiency constants that turn peaks into achievable
+rates live per accelerator *family* (``FAMILIES``), each with its reason; none names a model or a run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from asap.errors import AsapError
+
+# ----------------------------------------------------------------------------------------------------------
+# Efficiency constants per family (the only tuned numbers in the cost model; see docs/cost_model.md).
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """Achievable fractions of peak for one accelerator family.
+
+    gemm_efficiency: fraction of peak a large, square bf16 GEMM reaches (cuBLAS/CANN/XLA on big shapes).
+    gemm_half_dim: a GEMM dimension at which that efficiency halves; the curve is d / (d + gemm_half_dim) per
+        dimension, which reproduces the roll-off of thin GEMMs (tensor parallelism splits n or k; small
+        micro-batches shrink m). Tile-quantisation of 128x128-class tensor-core tiles motivates ~100-200.
+    attention_efficiency: fraction of peak of fused (flash) attention, whose softmax and masking keep the
+        matrix units idle part of the time (FlashAttention-2 reaches ~70% on A100 forward, less backward).
+    fp8_gemm_efficiency: fraction of the *fp8* peak reached by fp8 GEMMs, lower than bf16 because of the
+        scaling/casting kernels and amax bookkeeping around each GEMM (Transformer Engine, torchao).
+    hbm_efficiency: fraction of the HBM peak a streaming elementwise kernel reaches.
+    net_efficiency: fraction of the link peak that NCCL/HCCL/ICI collectives reach as bus bandwidth.
+    collective_latency_s: fixed cost of one collective or point-to-point call (launch + first hop).
+    kernel_overhead_s: launch gap per kernel that the device cannot hide (the host-bound floor).
+    """
+
+    name: str
+    gemm_efficiency: float
+    gemm_half_dim: float
+    attention_efficiency: float
+    fp8_gemm_efficiency: float
+    hbm_efficiency: float
+    net_efficiency: float
+    collective_latency_s: float
+    kernel_overhead_s: float
+
+
+FAMILIES: dict[str, Family] = {
+    # NVIDIA: cuBLAS reaches ~80% of dense peak on large bf16 GEMMs on A100 and ~70-75% on H100-class parts,
+    # whose higher peak is harder to feed (power and clock limits). NCCL bus bandwidth ~80% of link peak.
+    "nvidia": Family("nvidia", 0.80, 96.0, 0.55, 0.60, 0.85, 0.80, 20e-6, 4e-6),
+    # AMD MI300: hipBLASLt reaches a smaller share of the (higher) peak; RCCL similar to NCCL.
+    "amd": Family("amd", 0.60, 128.0, 0.40, 0.50, 0.80, 0.75, 25e-6, 5e-6),
+    # TPU: the MXU is 128x128 (256x256 on v6e); XLA fuses elementwise work into the matmuls.
+    "tpu": Family("tpu", 0.80, 128.0, 0.55, 0.60, 0.85, 0.85, 15e-6, 2e-6),
+    # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE.
+    "ascend": Family("ascend", 0.70, 128.0, 0.45, 0.55, 0.80, 0.75, 30e-6, 6e-6),
+    # A CPU runs BLAS at a fair share of its vector peak; gloo over loopback is memory-copy bound.
+    "cpu": Family("cpu", 0.50, 32.0, 0.30, 0.50, 0.60, 0.50, 50e-6, 10e-6),
+}
+
+# ----------------------------------------------------------------------------------------------------------
+# The accelerator catalog
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    family: str
+    peak_tflops: dict[str, float]  # dense TFLOP/s by precision: bf16, fp16, fp8 (fp32 for CPUs)
+    hbm_gb: float
+    hbm_gbps: float
+    intra_node_gbps: float  # per device per direction, inside the scale-up domain (NVLink, ICI, HCCS)
+    inter_node_gbps: float  # per device per direction, across nodes (IB/RoCE NIC per device, TPU DCN)
+    devices_per_node: int  # default size of the scale-up domain a node (or TPU slice) offers
+    interconnect: str = "nvlink"  # nvlink | xgmi | ici | hccs | loopback
+    torus_dims: int = 0  # TPU ICI torus dimensionality (2 or 3); 0 for switched fabrics
+    source: str = ""
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak in FLOP/s for a precision; fp32 runs at the catalog's fp32 figure or at half of bf16."""
+        p = precision.lower()
+        if p in self.peak_tflops and self.peak_tflops[p]:
+            return self.peak_tflops[p] * 1e12
+        if p == "fp32":
+            return self.peak_tflops.get("bf16", 0.0) * 1e12 / 2
+        raise AsapError("precision", f"{precision} is not supported by {self.name} (has {', '.join(sorted(self.peak_tflops))})")
+
+    @property
+    def family_constants(self) -> Family:
+        return FAMILIES[self.family]
+
+
+def _acc(**kw) -> Accelerator:
+    return Accelerator(**kw)
+
+
+CATALOG: dict[str, Accelerator] = {
+    a.name: a
+    for a in [
+        # NVIDIA A100 datasheet (2021): 312 TF dense bf16/fp16; NVLink3 600 GB/s bidirectional; DGX A100 has
+        # 8x 200 Gb/s HDR InfiniBand (25 GB/s per GPU). 40 GB: 1555 GB/s HBM2; 80 GB: 2039 GB/s HBM2e.
+        _acc(name="a100-40gb", family="nvidia", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=40, hbm_gbps=1555,
+             intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, source="NVIDIA A100 datasheet; DGX A100 user guide"),
+        _acc(name="a100-80gb", family="nvidia", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=80, hbm_gbps=2039,
+             intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, source="NVIDIA A100 datasheet; DGX A100 user guide"),
+        # NVIDIA H100 SXM datasheet: 989 TF dense bf16, 1979 TF fp8; 80 GB HBM3 at 3.35 TB/s; NVLink4 900 GB/s
+        # bidirectional; DGX H100: 8x 400 Gb/s NDR ConnectX-7 (50 GB/s per GPU).
+        _acc(name="h100-sxm", family="nvidia", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
+             hbm_gbps=3350, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8,
+             source="NVIDIA H100 datasheet; DGX H100 user guide"),
+        # H800: H100 compute with NVLink cut to 400 GB/s bidirectional (DeepSeek-V3 report, sec. 3.1: 8x 400 Gb/s IB).
+        _acc(name="h800", family="nvidia", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
+             hbm_gbps=3350, intra_node_gbps=200, inter_node_gbps=50, devices_per_node=8,
+             source="DeepSeek-V3 technical report (arXiv:2412.19437) sec. 3.1; NVIDIA H800 product brief"),
+        # H200 SXM datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
+        _acc(name="h200", family="nvidia", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=141,
+             hbm_gbps=4800, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, source="NVIDIA H200 datasheet"),
+        # B200 (HGX B200 datasheet): 2.25 PF dense fp16/bf16, 4.5 PF fp8; 180 GB HBM3e at 8 TB/s; NVLink5 1.8 TB/s.
+        _acc(name="b200", family="nvidia", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500}, hbm_gb=180,
+             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=8,
+             source="NVIDIA HGX B200 datasheet; DGX B200 user guide"),
+        # GB200 NVL72 datasheet: 180 PF dense bf16 / 72 GPUs = 2.5 PF; 13.4 TB HBM3e / 72 = 186 GB at 8 TB/s;
+        # one 72-GPU NVLink domain; ConnectX-7 400 Gb/s per GPU.
+        _acc(name="gb200", family="nvidia", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=186,
+             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=72,
+             source="NVIDIA GB200 NVL72 datasheet"),
+        # GB300 NVL72: same dense bf16/fp8 as GB200, 288 GB HBM3e per GPU, ConnectX-8 800 Gb/s per GPU.
+        _acc(name="gb300", family="nvidia", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=288,
+             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=72,
+             source="NVIDIA GB300 NVL72 datasheet"),
+        # AMD Instinct MI300X datasheet: 1307 TF dense bf16, 2615 TF fp8; 192 GB HBM3 at 5.3 TB/s; 7 Infinity
+        # Fabric links x 64 GB/s per direction = 448 GB/s; 400 Gb/s NIC per GPU in reference platforms.
+        _acc(name="mi300x", family="amd", peak_tflops={"bf16": 1307, "fp16": 1307, "fp8": 2615}, hbm_gb=192,
+             hbm_gbps=5300, intra_node_gbps=448, inter_node_gbps=50, devices_per_node=8, interconnect="xgmi",
+             source="AMD Instinct MI300X datasheet"),
+        # TPUs (Google Cloud TPU system architecture docs; 'How to Scale Your Model' (JAX scaling book) table of
+        # TPU specs): ICI link bandwidth one-way per link; a slice is the ICI domain (devices_per_node).
+        # The per-device ICI figure below is one-way bandwidth of the links of one torus axis in both ring
+        # directions (2 links); DCN per chip is the host NIC share.
+        _acc(name="tpu-v4", family="tpu", peak_tflops={"bf16": 275, "fp16": 275}, hbm_gb=32, hbm_gbps=1200,
+             intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4096, interconnect="ici", torus_dims=3,
+             source="Google Cloud TPU v4 docs; JAX scaling book (ICI 4.5e10 B/s one-way per link)"),
+        _acc(name="tpu-v5e", family="tpu", peak_tflops={"bf16": 197, "fp16": 197}, hbm_gb=16, hbm_gbps=819,
+             intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=256, interconnect="ici", torus_dims=2,
+             source="Google Cloud TPU v5e docs; JAX scaling book (ICI 4.5e10 B/s one-way per link)"),
+        _acc(name="tpu-v5p", family="tpu", peak_tflops={"bf16": 459, "fp16": 459}, hbm_gb=95, hbm_gbps=2765,
+             intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=8960, interconnect="ici", torus_dims=3,
+             source="Google Cloud TPU v5p docs; JAX scaling book (ICI 9e10 B/s one-way per link)"),
+        _acc(name="tpu-v6e", family="tpu", peak_tflops={"bf16": 918, "fp16": 918}, hbm_gb=32, hbm_gbps=1640,
+             intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=256, interconnect="ici", torus_dims=2,
+             source="Google Cloud TPU v6e (Trillium) docs; JAX scaling book (ICI 9e10 B/s one-way per link)"),
+        # Huawei Ascend 910B (Atlas 800T A2): ~313 TF fp16, 64 GB HBM2e at 1.6 TB/s; HCCS 7 links x 56 GB/s
+        # = 392 GB/s bidirectional (196 per direction); 200 Gb/s RoCE per NPU.
+        _acc(name="ascend-910b", family="ascend", peak_tflops={"bf16": 313, "fp16": 313}, hbm_gb=64, hbm_gbps=1600,
+             intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, interconnect="hccs",
+             source="Huawei Atlas 800T A2 datasheet; Ascend 910B public specs"),
+        # Ascend 910C (two 910B-class dies; CloudMatrix 384 paper arXiv:2506.12708): ~780 TF bf16, 128 GB at
+        # 3.2 TB/s; UB/HCCS 392 GB/s per direction inside the node; 400 Gb/s RoCE per NPU.
+        _acc(name="ascend-910c", family="ascend", peak_tflops={"bf16": 780, "fp16": 780}, hbm_gb=128, hbm_gbps=3200,
+             intra_node_gbps=392, inter_node_gbps=50, devices_per_node=8, interconnect="hccs",
+             source="Huawei CloudMatrix384 paper (arXiv:2506.12708)"),
+        # This machine, for real runs: 2 x86 cores with AVX2 FMA at ~3 GHz ~ 2 x 32 fp32 FLOP/cycle x 3e9
+        # ~ 0.2 TF fp32 (bf16 is emulated on CPUs, so no faster); DRAM stream ~20 GB/s; gloo over loopback.
+        _acc(name="local-cpu", family="cpu", peak_tflops={"fp32": 0.2, "bf16": 0.2, "fp16": 0.2}, hbm_gb=24,
+             hbm_gbps=20, intra_node_gbps=5, inter_node_gbps=1, devices_per_node=8, interconnect="loopback",
+             source="nominal figures for a 2-core x86 host; asap.profile measures the real ridge point"),
+    ]
+}
+
+
+def get_accelerator(name: str) -> Accelerator:
+    key = str(name).lower().strip()
+    if key not in CATALOG:
+        raise AsapError("cluster.accelerator", f"unknown accelerator '{name}' (known: {', '.join(CATALOG)})")
+    return CATALOG[key]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Clusters
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cluster:
+    accelerator: Accelerator
+    devices_per_node: int
+    nodes: int
+    name: str = ""
+
+    @property
+    def num_devices(self) -> int:
+        return self.devices_per_node * self.nodes
+
+    @property
+    def hbm_gb(self) -> float:
+        return self.accelerator.hbm_gb
+
+    def with_devices(self, devices: int) -> "Cluster":
+        if devices <= 0:
+            raise AsapError("devices", f"must be positive, got {devices}")
+        if devices <= self.devices_per_node:
+            return replace(self, devices_per_node=devices, nodes=1)
+        if devices % self.devices_per_node:
+            raise AsapError("devices", f"{devices} is not a multiple of devices_per_node={self.devices_per_node}")
+        return replace(self, nodes=devices // self.devices_per_node)
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.accelerator
+        return {"accelerator": a.name, "devices_per_node": self.devices_per_node, "nodes": self.nodes,
+                "hbm_gb": a.hbm_gb, "intra_node_gbps": a.intra_node_gbps, "inter_node_gbps": a.inter_node_gbps}
+
+
+CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
+    "dgx-a100-1": {"accelerator": "a100-80gb", "devices_per_node": 8, "nodes": 1},
+    "dgx-a100-8": {"accelerator": "a100-80gb", "devices_per_node": 8, "nodes": 8},
+    "dgx-h100-1": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 1},
+    "dgx-h100-8": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 8},
+    "dgx-h100-64": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 64},
+    "h800-256": {"accelerator": "h800", "devices_per_node": 8, "nodes": 256},
+    "h200-8": {"accelerator": "h200", "devices_per_node": 8, "nodes": 8},
+    "b200-8": {"accelerator": "b200", "devices_per_node": 8, "nodes": 8},
+    "gb200-nvl72": {"accelerator": "gb200", "devices_per_node": 72, "nodes": 1},
+    "mi300x-8": {"accelerator": "mi300x", "devices_per_node": 8, "nodes": 8},
+    "tpu-v5p-256": {"accelerator": "tpu-v5p", "devices_per_node": 256, "nodes": 1},
+    "tpu-v5e-256": {"accelerator": "tpu-v5e", "devices_per_node": 256, "nodes": 1},
+    "tpu-v6e-256": {"accelerator": "tpu-v6e", "devices_per_node": 256, "nodes": 1},
+    "ascend-910b-64": {"accelerator": "ascend-910b", "devices_per_node": 8, "nodes": 64},
+    "ascend-910c-384": {"accelerator": "ascend-910c", "devices_per_node": 8, "nodes": 48},
+    "local-cpu": {"accelerator": "local-cpu", "devices_per_node": 4, "nodes": 1},
+}
+# every catalog accelerator is also a one-node cluster preset of its own name
+for _name, _acc_obj in CATALOG.items():
+    CLUSTER_PRESETS.setdefault(_name, {"accelerator": _name, "devices_per_node": _acc_obj.devices_per_node if _acc_obj.devices_per_node <= 256 else 256, "nodes": 1})
+
+
+def _positive_number(value: Any, field_name: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise AsapError(field_name, f"must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise AsapError(field_name, f"must be a positive number, got {value!r}")
+    return x
+
+
+def _positive_int(value: Any, field_name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise AsapError(field_name, f"must be a positive integer, got {value!r}")
+    try:
+        x = int(value)
+    except (TypeError, ValueError):
+        raise AsapError(field_name, f"must be a positive integer, got {value!r}") from None
+    if x <= 0 or (isinstance(value, float) and value != x):
+        raise AsapError(field_name, f"must be a positive integer, got {value!r}")
+    return x
+
+
+_CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "hbm_gb", "intra_node_gbps", "inter_node_gbps", "name"}
+_CUSTOM_ACC_KEYS = {"name", "family", "peak_tflops", "hbm_gb", "hbm_gbps", "intra_node_gbps", "inter_node_gbps",
+                    "devices_per_node", "interconnect"}
+
+
+def cluster_from_dict(d: Any, name: str = "") -> Cluster:
+    """Build a Cluster from the design.md cluster schema, naming the bad field on error."""
+    if not isinstance(d, dict):
+        raise AsapError("cluster", f"must be a mapping, got {type(d).__name__}")
+    unknown = set(d) - _CLUSTER_KEYS
+    if unknown:
+        raise AsapError(f"cluster.{sorted(unknown)[0]}", f"unknown field (allowed: {', '.join(sorted(_CLUSTER_KEYS))})")
+    if "accelerator" not in d:
+        raise AsapError("cluster.accelerator", "missing")
+    acc_raw = d["accelerator"]
+    if isinstance(acc_raw, str):
+        acc = get_accelerator(acc_raw)
+    elif isinstance(acc_raw, dict):
+        acc = _custom_accelerator(acc_raw)
+    else:
+        raise AsapError("cluster.accelerator", "must be a catalog name or a mapping")
+    overrides = {}
+    for key in ("hbm_gb", "intra_node_gbps", "inter_node_gbps"):
+        if key in d and d[key] is not None:
+            overrides[key] = _positive_number(d[key], f"cluster.{key}")
+    if overrides:
+        acc = replace(acc, **overrides)
+    dpn = _positive_int(d.get("devices_per_node", acc.devices_per_node), "cluster.devices_per_node")
+    nodes = _positive_int(d.get("nodes", 1), "cluster.nodes")
+    return Cluster(accelerator=acc, devices_per_node=dpn, nodes=nodes, name=str(d.get("name", name)))
+
+
+def _custom_accelerator(d: dict) -> Accelerator:
+    unknown = set(d) - _CUSTOM_ACC_KEYS
+    if unknown:
+        raise AsapError(f"cluster.accelerator.{sorted(unknown)[0]}", "unknown field")
+    peaks = d.get("peak_tflops")
+    if not isinstance(peaks, dict) or not peaks:
+        raise AsapError("cluster.accelerator.peak_tflops", "must be a mapping like {bf16: 989, fp16: 989, fp8: 1979}")
+    peak_tflops = {}
+    for k, v in peaks.items():
+        if str(k) not in ("bf16", "fp16", "fp8", "fp32"):
+            raise AsapError(f"cluster.accelerator.peak_tflops.{k}", "unknown precision (bf16, fp16, fp8, fp32)")
+        peak_tflops[str(k)] = _positive_number(v, f"cluster.accelerator.peak_tflops.{k}")
+    for key in ("hbm_gb", "hbm_gbps"):
+        if key not in d:
+            raise AsapError(f"cluster.accelerator.{key}", "missing")
+    family = str(d.get("family", "nvidia"))
+    if family not in FAMILIES:
+        raise AsapError("cluster.accelerator.family", f"unknown family '{family}' (known: {', '.join(FAMILIES)})")
+    return Accelerator(
+        name=str(d.get("name", "custom")), family=family, peak_tflops=peak_tflops,
+        hbm_gb=_positive_number(d["hbm_gb"], "cluster.accelerator.hbm_gb"),
+        hbm_gbps=_positive_number(d["hbm_gbps"], "cluster.accelerator.hbm_gbps"),
+        intra_node_gbps=_positive_number(d.get("intra_node_gbps", 300), "cluster.accelerator.intra_node_gbps"),
+        inter_node_gbps=_positive_number(d.get("inter_node_gbps", 25), "cluster.accelerator.inter_node_gbps"),
+        devices_per_node=_positive_int(d.get("devices_per_node", 8), "cluster.accelerator.devices_per_node"),
+        interconnect=str(d.get("interconnect", "nvlink")), source="user-supplied")
+
+
+def load_cluster(spec: str | dict | Cluster, nodes: int | None = None, devices: int | None = None) -> Cluster:
+    """A preset name, a catalog accelerator name, a YAML/JSON file path, or a mapping; then --nodes/--devices."""
+    from asap.spec.files import read_mapping
+
+    if isinstance(spec, Cluster):
+        cluster = spec
+    elif isinstance(spec, dict):
+        cluster = cluster_from_dict(spec)
+    else:
+        text = str(spec)
+        if text.lower() in CLUSTER_PRESETS:
+            cluster = cluster_from_dict(CLUSTER_PRESETS[text.lower()], name=text.lower())
+        elif Path(text).exists():
+            cluster = cluster_from_dict(read_mapping(Path(text), "cluster"), name=Path(text).stem)
+        else:
+            raise AsapError("cluster", f"'{text}' is neither a preset ({', '.join(sorted(CLUSTER_PRESETS))}) nor a file")
+    if nodes is not None:
+        cluster = replace(cluster, nodes=_positive_int(nodes, "nodes"))
+    if devices is not None:
+        cluster = cluster.with_devices(_positive_int(devices, "devices"))
+    return cluster

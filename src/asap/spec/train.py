@@ -1,0 +1,37 @@
+"""The training job: global batch (sequences), sequence length (tokens), precision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from asap.errors import AsapError
+
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    global_batch: int
+    seq_len: int
+    precision: str = "bf16"
+
+    def __post_init__(self):
+        for key in ("global_batch", "seq_len"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise AsapError(key.replace("_", "-"), f"must be a positive integer, got {v!r}")
+        if self.precision not in PRECISIONS:
+            raise AsapError("precision", f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainSpec":
+        if not isinstance(d, dict):
+            raise AsapError("train", "must be a mapping")
+        for key in ("global_batch", "seq_len"):
+            if key not in d:
+                raise AsapError(f"train.{key}", "missing")
+        return cls(int(d["global_batch"]), int(d["seq_len"]), str(d.get("precision", "bf16")))
