@@ -49,11 +49,16 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    # NVIDIA: cuBLAS reaches ~80% of dense peak on large bf16 GEMMs on A100 and ~70-75% on H100-class parts,
-    # whose higher peak is harder to feed (power and clock limits). NCCL bus bandwidth ~80% of link peak.
-    "nvidia": Family("nvidia", 0.80, 96.0, 0.55, 0.60, 0.85, 0.80, 20e-6, 4e-6),
-    # AMD MI300: hipBLASLt reaches a smaller share of the (higher) peak; RCCL similar to NCCL.
-    "amd": Family("amd", 0.60, 128.0, 0.40, 0.50, 0.80, 0.75, 25e-6, 5e-6),
+    # NVIDIA Ampere (A100): cuBLAS reaches ~80% of dense peak on large fp16/bf16 GEMMs; NCCL bus bandwidth
+    # ~80% of the NVLink/IB line rate (nccl-tests on DGX A100).
+    "ampere": Family("ampere", 0.80, 64.0, 0.55, 0.60, 0.85, 0.80, 20e-6, 4e-6),
+    # NVIDIA Hopper (H100/H800/H200): the higher peak is harder to feed (power/clock limits under load):
+    # large bf16 GEMMs reach ~70% of the datasheet peak; fp8 GEMMs a lower share of the fp8 peak.
+    "hopper": Family("hopper", 0.70, 64.0, 0.50, 0.55, 0.85, 0.80, 20e-6, 4e-6),
+    # NVIDIA Blackwell (B200/GB200/GB300): priors carried over from Hopper until calibrated.
+    "blackwell": Family("blackwell", 0.70, 128.0, 0.50, 0.55, 0.85, 0.80, 20e-6, 4e-6),
+    # AMD CDNA3 (MI300X): hipBLASLt reaches a smaller share of the (higher) peak; RCCL similar to NCCL.
+    "cdna3": Family("cdna3", 0.60, 128.0, 0.40, 0.50, 0.80, 0.75, 25e-6, 5e-6),
     # TPU: the MXU is 128x128 (256x256 on v6e); XLA fuses elementwise work into the matmuls.
     "tpu": Family("tpu", 0.80, 128.0, 0.55, 0.60, 0.85, 0.85, 15e-6, 2e-6),
     # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE.
@@ -104,38 +109,38 @@ CATALOG: dict[str, Accelerator] = {
     for a in [
         # NVIDIA A100 datasheet (2021): 312 TF dense bf16/fp16; NVLink3 600 GB/s bidirectional; DGX A100 has
         # 8x 200 Gb/s HDR InfiniBand (25 GB/s per GPU). 40 GB: 1555 GB/s HBM2; 80 GB: 2039 GB/s HBM2e.
-        _acc(name="a100-40gb", family="nvidia", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=40, hbm_gbps=1555,
+        _acc(name="a100-40gb", family="ampere", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=40, hbm_gbps=1555,
              intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, source="NVIDIA A100 datasheet; DGX A100 user guide"),
-        _acc(name="a100-80gb", family="nvidia", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=80, hbm_gbps=2039,
+        _acc(name="a100-80gb", family="ampere", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=80, hbm_gbps=2039,
              intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, source="NVIDIA A100 datasheet; DGX A100 user guide"),
         # NVIDIA H100 SXM datasheet: 989 TF dense bf16, 1979 TF fp8; 80 GB HBM3 at 3.35 TB/s; NVLink4 900 GB/s
         # bidirectional; DGX H100: 8x 400 Gb/s NDR ConnectX-7 (50 GB/s per GPU).
-        _acc(name="h100-sxm", family="nvidia", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
+        _acc(name="h100-sxm", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8,
              source="NVIDIA H100 datasheet; DGX H100 user guide"),
         # H800: H100 compute with NVLink cut to 400 GB/s bidirectional (DeepSeek-V3 report, sec. 3.1: 8x 400 Gb/s IB).
-        _acc(name="h800", family="nvidia", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
+        _acc(name="h800", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=200, inter_node_gbps=50, devices_per_node=8,
              source="DeepSeek-V3 technical report (arXiv:2412.19437) sec. 3.1; NVIDIA H800 product brief"),
         # H200 SXM datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
-        _acc(name="h200", family="nvidia", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=141,
+        _acc(name="h200", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=141,
              hbm_gbps=4800, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, source="NVIDIA H200 datasheet"),
         # B200 (HGX B200 datasheet): 2.25 PF dense fp16/bf16, 4.5 PF fp8; 180 GB HBM3e at 8 TB/s; NVLink5 1.8 TB/s.
-        _acc(name="b200", family="nvidia", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500}, hbm_gb=180,
+        _acc(name="b200", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500}, hbm_gb=180,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=8,
              source="NVIDIA HGX B200 datasheet; DGX B200 user guide"),
         # GB200 NVL72 datasheet: 180 PF dense bf16 / 72 GPUs = 2.5 PF; 13.4 TB HBM3e / 72 = 186 GB at 8 TB/s;
         # one 72-GPU NVLink domain; ConnectX-7 400 Gb/s per GPU.
-        _acc(name="gb200", family="nvidia", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=186,
+        _acc(name="gb200", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=186,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=72,
              source="NVIDIA GB200 NVL72 datasheet"),
         # GB300 NVL72: same dense bf16/fp8 as GB200, 288 GB HBM3e per GPU, ConnectX-8 800 Gb/s per GPU.
-        _acc(name="gb300", family="nvidia", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=288,
+        _acc(name="gb300", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=288,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=72,
              source="NVIDIA GB300 NVL72 datasheet"),
         # AMD Instinct MI300X datasheet: 1307 TF dense bf16, 2615 TF fp8; 192 GB HBM3 at 5.3 TB/s; 7 Infinity
         # Fabric links x 64 GB/s per direction = 448 GB/s; 400 Gb/s NIC per GPU in reference platforms.
-        _acc(name="mi300x", family="amd", peak_tflops={"bf16": 1307, "fp16": 1307, "fp8": 2615}, hbm_gb=192,
+        _acc(name="mi300x", family="cdna3", peak_tflops={"bf16": 1307, "fp16": 1307, "fp8": 2615}, hbm_gb=192,
              hbm_gbps=5300, intra_node_gbps=448, inter_node_gbps=50, devices_per_node=8, interconnect="xgmi",
              source="AMD Instinct MI300X datasheet"),
         # TPUs (Google Cloud TPU system architecture docs; 'How to Scale Your Model' (JAX scaling book) table of
@@ -307,7 +312,7 @@ def _custom_accelerator(d: dict) -> Accelerator:
     for key in ("hbm_gb", "hbm_gbps"):
         if key not in d:
             raise AsapError(f"cluster.accelerator.{key}", "missing")
-    family = str(d.get("family", "nvidia"))
+    family = str(d.get("family", "hopper"))
     if family not in FAMILIES:
         raise AsapError("cluster.accelerator.family", f"unknown family '{family}' (known: {', '.join(FAMILIES)})")
     return Accelerator(

@@ -8,6 +8,10 @@ Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   Megatron-Core and torchtitan default for large runs), sp=1 when tp>1, etp=tp when that placement is
   legal else 1, schedule = interleaved when vpp>1 else 1f1b.
 
+Layer split: Megatron-Core places uneven layer counts on the first and last stages
+(--decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-pipeline-split), so layers need not
+divide pp*vpp; every (virtual) stage needs at least one layer, the embedding and the loss counting as one each.
+
 Placement rules (Megatron-Core "MoE parallel folding", arXiv:2504.14960): attention layers use the grid
 tp x cp x dp x pp; expert layers regroup the same tp*cp*dp devices of a stage as etp x ep x edp, so
 (tp*cp*dp) must be divisible by etp*ep, and the expert-data-parallel size is edp = tp*cp*dp / (etp*ep).
@@ -146,8 +150,9 @@ def check_strategy(s: Strategy, model, train, devices: int, field: str = "strate
             raise AsapError(f"{field}.vpp", "virtual pipeline stages require pp > 1")
         if s.schedule not in ("interleaved", "zb"):
             raise AsapError(f"{field}.schedule", f"vpp={s.vpp} needs schedule=interleaved, got {s.schedule}")
-        if model.num_layers % (s.pp * s.vpp):
-            raise AsapError(f"{field}.vpp", f"num_layers={model.num_layers} is not divisible by pp*vpp={s.pp * s.vpp}")
+        if s.pp * s.vpp > model.num_layers + 2:
+            raise AsapError(f"{field}.vpp", f"pp*vpp={s.pp * s.vpp} virtual stages exceed num_layers+2={model.num_layers + 2} "
+                                           "(each needs a layer; the embedding and the loss may count as one each)")
     elif s.schedule == "interleaved":
         raise AsapError(f"{field}.schedule", "interleaved needs vpp > 1")
     if train.global_batch % (s.dp * s.mbs):

@@ -1,0 +1,86 @@
+"""Fit the efficiency constants of one accelerator family to the calibration cases that use it.
+
+    python benchmarks/calibrate.py ampere hopper [--cases FILE] [--holdout 0.3]
+
+Prints the fitted constants, the per-case errors, and (with --holdout) the error on cases left out of the fit,
+so that the accuracy on runs the model never saw is visible. The constants in asap/spec/hardware.py are
+rounded from this fit; nothing here names a model or a case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import replace
+
+import numpy as np
+from scipy.optimize import minimize
+
+from asap.spec import hardware
+from asap.validate import load_cases, validate_case
+
+PARAMS = ("gemm_efficiency", "gemm_half_dim", "attention_efficiency", "fp8_gemm_efficiency", "hbm_efficiency",
+          "net_efficiency", "kernel_overhead_s")
+BOUNDS = {"gemm_efficiency": (0.4, 0.95), "gemm_half_dim": (8.0, 1024.0), "attention_efficiency": (0.1, 0.85),
+          "fp8_gemm_efficiency": (0.3, 0.9), "hbm_efficiency": (0.5, 0.95), "net_efficiency": (0.4, 1.0),
+          "kernel_overhead_s": (1e-6, 4e-5)}
+
+
+def family_of(case) -> str:
+    return hardware.get_accelerator(case["cluster"]["accelerator"]).family
+
+
+def errors(cases) -> np.ndarray:
+    return np.array([validate_case(c).error for c in cases])
+
+
+def objective(x, family, cases, params):
+    lo = np.array([BOUNDS[p][0] for p in params])
+    hi = np.array([BOUNDS[p][1] for p in params])
+    x = np.clip(x, lo, hi)
+    hardware.FAMILIES[family] = replace(hardware.FAMILIES[family], **dict(zip(params, x)))
+    e = np.abs(errors(cases))
+    return e.mean() + 2.0 * np.maximum(e - 0.30, 0).sum() / len(e)
+
+
+def fit(family, cases, params):
+    x0 = np.array([getattr(hardware.FAMILIES[family], p) for p in params])
+    res = minimize(objective, x0, args=(family, cases, params), method="Nelder-Mead",
+                   options={"maxiter": 600, "xatol": 1e-3, "fatol": 1e-4})
+    objective(res.x, family, cases, params)
+    return hardware.FAMILIES[family]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("families", nargs="+")
+    ap.add_argument("--cases")
+    ap.add_argument("--holdout", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--params", default=",".join(PARAMS), help="the constants to fit; the others keep their values")
+    ap.add_argument("--bound", action="append", default=[], help="name=lo:hi to narrow a constant's range")
+    args = ap.parse_args()
+    for b in args.bound:
+        name, rng = b.split("=")
+        lo, hi = rng.split(":")
+        BOUNDS[name] = (float(lo), float(hi))
+    cases = load_cases(args.cases)
+    for fam in args.families:
+        mine = [c for c in cases if family_of(c) == fam]
+        random.Random(args.seed).shuffle(mine)
+        n_out = int(round(args.holdout * len(mine)))
+        held, used = mine[:n_out], mine[n_out:]
+        f = fit(fam, used, [p for p in args.params.split(",") if p])
+        print(f"{fam}: " + ", ".join(f"{p}={getattr(f, p):.4g}" for p in PARAMS))
+        for c, e in zip(used, errors(used)):
+            print(f"  fit   {c['id']:55s} {e:+.1%}")
+        if held:
+            eh = errors(held)
+            for c, e in zip(held, eh):
+                print(f"  held  {c['id']:55s} {e:+.1%}")
+            print(f"  held-out MAPE {np.abs(eh).mean():.1%}")
+        print(f"  fit MAPE {np.abs(errors(used)).mean():.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Communication of one training step: what each parallel dimension sends, over which tier, and how much of it
+the frameworks hide behind compute.
+
+Rank order (Megatron-Core ``order='tp-cp-ep-dp-pp'``): tp is innermost (stride 1), cp has stride tp, dp stride
+tp*cp, pp stride tp*cp*dp. Expert layers fold the stage's tp*cp*dp devices into etp (stride 1), ep (stride
+etp), edp (stride etp*ep).
+
+Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per activation:
+- TP (Shoeybi et al. 2019; with SP, Korthikanti 2022 sec. 4.2.2): a dense layer does two all-reduces of
+  T h ab in forward and two in backward (with SP an all-gather + reduce-scatter pair costs the same); full
+  recompute repeats the forward pair. An MoE layer keeps the attention pair (and the shared-expert pair); the
+  routed experts exchange tokens by all-to-all instead. Not overlapped (Megatron's default).
+- EP (Lepikhin et al. 2020, GShard): dispatch and combine of T_sp tokens to top_k experts each, forward and
+  backward, as the cheaper of a flat all-to-all and a hierarchical (node-deduplicated) exchange (and again under full recompute); etp > 1 adds an all-gather/reduce-scatter of the
+  routed tokens inside the etp group. Not overlapped.
+- CP (ring attention, Liu et al. 2023; Megatron-Core context parallel): cp-1 ring steps each passing the local
+  K,V chunk (T kv_width/tp ab); backward passes K,V and their gradients (2x). Overlapped with the attention
+  kernel of the same step, so only the excess is exposed.
+- PP (Narayanan et al. 2021): one activation (forward) and one gradient (backward) message of T_sp h ab per
+  micro-batch and virtual stage; 1F1B waits on them, interleaved 1F1B overlaps all but the warm-up ones.
+- DP, once per step: zero 0 all-reduces fp32 gradients (4 B/param); zero 1/2 reduce-scatter them and
+  all-gather the updated bf16 weights (2 B/param); zero 3 gathers bf16 weights for forward and again for
+  backward and reduce-scatters fp32 gradients for every micro-batch. The gradient reduction overlaps the
+  backward of the last micro-batch and the weight gather the forward of the first (Megatron-Core
+  overlap_grad_reduce / overlap_param_gather); ZeRO-3 prefetches one layer ahead, leaving one layer's
+  gather exposed per micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from asap.cost.batch import StrategyBatch
+from asap.cost.collectives import all_gather_s, all_reduce_s, expert_dispatch_s, p2p_s, reduce_scatter_s
+from asap.cost.roofline import act_bytes
+from asap.spec.hardware import Cluster
+from asap.spec.model import ModelSpec
+from asap.spec.train import TrainSpec
+
+
+@dataclass
+class LayerComm:
+    """Seconds per layer per micro-batch (forward + backward, + recompute where it repeats)."""
+
+    tp_dense_s: np.ndarray
+    tp_moe_s: np.ndarray
+    ep_s: np.ndarray
+    cp_fwd_s: np.ndarray  # one forward ring pass; backward is 2x
+    pp_msg_s: np.ndarray  # one p2p message between stages
+
+
+def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> LayerComm:
+    ab = act_bytes(train.precision)
+    h = model.hidden_size
+    T = S.mbs * train.seq_len / S.cp
+    T_sp = T / np.where(S.sp > 0, S.tp, 1)
+    passes = np.where(S.recompute == 2, 3, 2)  # forward, backward, and the recomputed forward
+    tp_pair = all_reduce_s(cluster, T * h * ab, S.tp, 1)
+    tp_dense = 2 * passes * tp_pair
+    if model.moe is not None:
+        mo = model.moe
+        shared_pairs = 1 if mo.shared_experts else 0
+        tp_moe = (1 + shared_pairs) * passes * tp_pair
+        a2a = expert_dispatch_s(cluster, T_sp, mo.top_k, h * ab, S.ep, S.etp)
+        etp_gather = all_reduce_s(cluster, T_sp * mo.top_k * S.etp * h * ab, S.etp, 1)
+        ep = passes * (2 * a2a + etp_gather)
+    else:
+        tp_moe = np.zeros_like(tp_dense)
+        ep = np.zeros_like(tp_dense)
+    if model.mla is not None:
+        m = model.mla
+        kv_width = model.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+    else:
+        kv_width = 2 * model.num_kv_heads * model.head_dim
+    kv_chunk = T * kv_width / S.tp * ab
+    cp_spans = S.tp * S.cp > cluster.devices_per_node
+    cp_fwd = np.where(S.cp > 1, (S.cp - 1) * p2p_s(cluster, kv_chunk, cp_spans), 0.0)
+    pp_spans = S.tp * S.cp * S.dp >= cluster.devices_per_node
+    pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
+    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, pp_msg_s=pp_msg)
+
+
+@dataclass
+class DataParallelComm:
+    grad_sync_s: np.ndarray  # per step (zero 0-2) or per micro-batch (zero 3): gradient all-reduce / reduce-scatter
+    param_gather_s: np.ndarray  # per step (zero 1-2) or per micro-batch (zero 3, forward + backward)
+
+
+def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params) -> DataParallelComm:
+    """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp)."""
+    d = S.dp * S.cp
+    edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
+    grad_dense = np.where(S.zero == 0, all_reduce_s(cluster, 4.0 * dense_params, d, S.tp),
+                          reduce_scatter_s(cluster, 4.0 * dense_params, d, S.tp))
+    grad_expert = np.where(S.zero == 0, all_reduce_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep),
+                           reduce_scatter_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep))
+    gather = all_gather_s(cluster, 2.0 * dense_params, d, S.tp) + all_gather_s(cluster, 2.0 * expert_params, edp,
+                                                                                S.etp * S.ep)
+    gather = np.where(S.zero == 0, 0.0, np.where(S.zero >= 3, 2 * gather, gather))
+    return DataParallelComm(grad_sync_s=grad_dense + grad_expert, param_gather_s=gather)

@@ -1,0 +1,260 @@
+"""The composed estimate: step time, throughput, MFU, peak memory and the breakdown of one training step.
+
+Per micro-batch, a pipeline stage spends on each of its layers
+    t_layer = forward + backward compute + recompute + TP and EP communication + exposed CP communication
+and the first stage adds the embedding, the last the LM head, the loss and the MTP modules.
+With m micro-batches, the heaviest stage t_max, the mean stage t_avg and v virtual stages, the pipelined
+part of the step is (Narayanan et al. 2021, sec. 2.2, generalised to uneven stages)
+    T_pipe = m t_max + (pp - 1) t_avg / v            (1F1B, interleaved 1F1B; GPipe has the same bubble)
+    T_pipe = m t_max + (pp - 1) t_avg / (3 v)        (ZB-H1, Qi et al. 2023: about a third of 1F1B's bubble)
+and the step adds the exposed pipeline messages, the exposed data-parallel traffic and the optimizer:
+    step = T_pipe + pp_exposed + dp_exposed + optimizer.
+
+MFU counts model FLOPs only (no recompute), against the dense bf16/fp16 peak of the device (also for fp8
+runs, so MFU stays comparable across precisions):
+    model FLOPs per token = 6 N_matmul + 6 L s n_heads (d_qk + d_v) / 2 * 2
+where N_matmul counts the parameters each token multiplies (active experts, the LM head, MTP modules; not
+the embedding lookup) and the attention term is PaLM's 12 L H Q T (Chowdhery et al. 2022, App. B) written
+for separate key and value head sizes (without causal savings, as published MFUs count it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from asap.cost.batch import StrategyBatch
+from asap.cost.communication import data_parallel_comm, layer_comm
+from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
+from asap.cost.memory import layers_per_stage, memory, stage_params
+from asap.cost.roofline import elementwise_time_s
+from asap.spec.hardware import Cluster
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import Strategy, check_strategy, resolve_strategy
+from asap.spec.train import TrainSpec
+
+ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
+BREAKDOWN_KEYS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    n = model.num_active_params(include_mtp=True) - model.embedding_params()
+    if model.tie_embeddings:
+        n += model.embedding_params()  # the tied head still multiplies
+    if model.mla is not None:
+        d_qk = model.mla.qk_nope_head_dim + model.mla.qk_rope_head_dim
+        d_v = model.mla.v_head_dim
+    else:
+        d_qk = d_v = model.head_dim
+    layers = model.num_layers + model.mtp_layers
+    attention = 6.0 * layers * seq_len * model.num_attention_heads * (d_qk + d_v)
+    return 6.0 * n + attention
+
+
+@dataclass
+class BatchEstimate:
+    """Arrays over a StrategyBatch: what ``plan`` ranks."""
+
+    step_time_s: np.ndarray
+    peak_memory_gb: np.ndarray
+    fits: np.ndarray
+    breakdown_s: dict[str, np.ndarray]
+    exposed_s: dict[str, np.ndarray]
+    memory_gb: dict[str, np.ndarray]
+    memory_bound_s: np.ndarray
+    imbalance_s: np.ndarray
+
+
+def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> BatchEstimate:
+    acc = cluster.accelerator
+    lc = layer_compute(model, acc, train, S)
+    cm = layer_comm(model, cluster, train, S)
+    m = (train.global_batch // (S.dp * S.mbs)).astype(float)
+    pp = S.pp.astype(float)
+    vpp = S.vpp.astype(float)
+    lps = layers_per_stage(model, S)
+
+    # ---- one layer, one micro-batch: compute (fwd + bwd + recompute) and in-layer communication ---------
+    def layer(mlp_fwd, tp_comm, ep_comm):
+        fwd = lc.attn_fwd_s + mlp_fwd
+        bwd = lc.attn_bwd_s() + mlp_fwd * BWD_GEMM
+        recompute = np.select([S.recompute == 2, S.recompute == 1], [fwd, lc.attn_core_fwd_s + lc.memory_bound_fwd_s], 0.0)
+        cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
+                      + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * 2.5)
+                      + np.where(S.recompute == 2, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
+        cp_total = cm.cp_fwd_s * np.where(S.recompute == 2, 4, 3)
+        return dict(compute=fwd + bwd + recompute, tp=tp_comm, ep=ep_comm, cp=cp_exposed, cp_total=cp_total,
+                    mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))
+
+    dense = layer(lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0)
+    moe = layer(lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s) if model.moe is not None else dense
+    head = lc.head_fwd_s * (1 + BWD_GEMM) * (1 + model.mtp_layers)
+    embed = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
+
+    # ---- stages -------------------------------------------------------------------------------------------
+    n_dense = model.num_dense_layers
+    n_dense_first = np.minimum(lps, n_dense)
+    n_moe_first = lps - n_dense_first
+    keys = ("compute", "tp", "ep", "cp", "cp_total", "mem")
+
+    def combine(n_d, n_m, extra_compute):
+        out = {k: n_d * dense[k] + n_m * moe[k] for k in keys}
+        out["compute"] = out["compute"] + extra_compute
+        return out
+
+    first = combine(n_dense_first, n_moe_first, embed)
+    last = combine(0.0 if model.moe is not None else lps, lps if model.moe is not None else 0.0,
+                   head + model.mtp_layers * moe["compute"])
+    for k in ("tp", "ep", "cp", "cp_total"):
+        last[k] = last[k] + model.mtp_layers * moe[k]
+    whole = combine(float(n_dense), float(model.num_moe_layers), embed + head + model.mtp_layers * moe["compute"])
+    for k in ("tp", "ep", "cp", "cp_total"):
+        whole[k] = whole[k] + model.mtp_layers * moe[k]
+
+    def total(st):
+        return st["compute"] + st["tp"] + st["ep"] + st["cp"]
+
+    single = pp == 1
+    t_first, t_last = total(first), total(last)
+    use_last = t_last >= t_first
+    stage = {k: np.where(single, whole[k], np.where(use_last, last[k], first[k])) for k in keys}
+    t_max = total(stage)
+    t_avg = total(whole) / pp
+    bubble_units = np.where(S.schedule == 2, 1.0 / 3.0, 1.0)
+    bubble = np.where(single, 0.0, (pp - 1) * t_avg / vpp * bubble_units)
+    imbalance = np.where(single, 0.0, m * (t_max - t_avg))
+
+    # ---- pipeline messages ----------------------------------------------------------------------------
+    pp_total = 2 * m * vpp * cm.pp_msg_s
+    pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * cm.pp_msg_s, pp_total)
+
+    # ---- data parallel and optimizer ------------------------------------------------------------------
+    first_dense, first_expert, last_dense, last_expert = stage_params(model, S)
+    dense_params = np.where(use_last | single, last_dense, first_dense)
+    expert_params = np.where(use_last | single, last_expert, first_expert)
+    if model.moe is None:
+        expert_params = np.zeros_like(dense_params)
+    dpc = data_parallel_comm(cluster, S, dense_params, expert_params)
+    fwd_share = 1.0 / (1.0 + BWD_GEMM)
+    micro_compute = stage["compute"]
+    zero3 = S.zero >= 3
+    per_mb = dpc.grad_sync_s + dpc.param_gather_s
+    dp_total = np.where(zero3, m * per_mb, dpc.grad_sync_s + dpc.param_gather_s)
+    first_layer_gather = dpc.param_gather_s / np.maximum(lps, 1)
+    dp_exposed = np.where(
+        zero3,
+        m * (np.maximum(0.0, per_mb - micro_compute) + first_layer_gather),
+        np.maximum(0.0, dpc.grad_sync_s - micro_compute * (1 - fwd_share))
+        + np.maximum(0.0, dpc.param_gather_s - micro_compute * fwd_share),
+    )
+    shard_d = np.where(S.zero >= 1, S.dp * S.cp, 1)
+    edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
+    shard_e = np.where(S.zero >= 1, edp, 1)
+    optimizer = elementwise_time_s(acc, ADAM_BYTES_PER_PARAM * (dense_params / shard_d + expert_params / shard_e),
+                                   kernels=20)
+
+    exposed = {
+        "compute": m * stage["compute"],
+        "tp_comm": m * stage["tp"],
+        "cp_comm": m * stage["cp"],
+        "ep_comm": m * stage["ep"],
+        "pp_comm": pp_exposed,
+        "dp_comm": dp_exposed,
+        "bubble": bubble,
+        "optimizer": optimizer,
+    }
+    breakdown = dict(exposed)
+    breakdown.update(cp_comm=m * stage["cp_total"], pp_comm=pp_total, dp_comm=dp_total)
+    step = sum(exposed.values())
+    mem = memory(model, acc, train, S)
+    return BatchEstimate(
+        step_time_s=step, peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
+        breakdown_s=breakdown, exposed_s=exposed,
+        memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
+                   "activations": mem.activations_gb, "allowance": mem.allowance_gb},
+        memory_bound_s=m * stage["mem"], imbalance_s=imbalance)
+
+
+# --------------------------------------------------------------------------------------------------------
+# One strategy: the design.md estimate object
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Estimate:
+    strategy: Strategy
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_device: float
+    model_tflops_per_device: float
+    mfu: float
+    peak_memory_gb: float
+    fits: bool
+    breakdown_s: dict[str, float]
+    exposed_s: dict[str, float]
+    memory_gb: dict[str, float]
+    bottleneck: str
+    evidence: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy.to_dict(),
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "model_tflops_per_device": self.model_tflops_per_device,
+            "mfu": self.mfu,
+            "peak_memory_gb": self.peak_memory_gb,
+            "fits": self.fits,
+            "breakdown_s": self.breakdown_s,
+            "exposed_s": self.exposed_s,
+            "memory_gb": self.memory_gb,
+            "bottleneck": self.bottleneck,
+            "evidence": self.evidence,
+        }
+
+
+def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_s: float,
+                    step_time_s: float) -> tuple[str, list[str]]:
+    """The largest share of the step, in design.md's vocabulary, with the figures that made it so."""
+    comm = sum(exposed[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
+    compute = exposed["compute"] + exposed["optimizer"]
+    bubble = exposed["bubble"]
+    shares = {"compute": compute, "communication": comm, "pipeline_bubble": bubble, "imbalance": imbalance_s}
+    name = max(shares, key=shares.get)
+    if name == "compute" and memory_bound_s > 0.5 * compute:
+        name = "memory"
+    evidence = [f"{k} {v / step_time_s:.0%} of the step" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]
+    evidence.append(f"memory-bound kernels {memory_bound_s / max(compute, 1e-12):.0%} of compute time")
+    return name, evidence
+
+
+def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
+                        be: BatchEstimate, i: int) -> Estimate:
+    step = float(be.step_time_s[i])
+    devices = cluster.num_devices
+    tokens = train.tokens_per_step
+    mft = model_flops_per_token(model, train.seq_len) * tokens / step / devices
+    peak = cluster.accelerator.peak_flops("fp32" if train.precision == "fp32" else "bf16")
+    exposed = {k: float(v[i]) for k, v in be.exposed_s.items()}
+    bottleneck, evidence = name_bottleneck(exposed, float(be.memory_bound_s[i]), float(be.imbalance_s[i]), step)
+    return Estimate(
+        strategy=S.strategy(i), step_time_s=step, tokens_per_s=tokens / step,
+        tokens_per_s_per_device=tokens / step / devices, model_tflops_per_device=mft / 1e12, mfu=mft / peak,
+        peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
+        breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
+        memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
+        bottleneck=bottleneck, evidence=evidence)
+
+
+def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy | str | dict | None) -> Estimate:
+    """Price one strategy (a Strategy, or ``key=value`` text/mapping completed with the documented defaults)."""
+    if isinstance(strategy, Strategy):
+        check_strategy(strategy, model, train, cluster.num_devices)
+    else:
+        strategy = resolve_strategy(strategy, model, train, cluster.num_devices)
+    S = StrategyBatch.from_strategies([strategy])
+    be = estimate_batch(model, cluster, train, S)
+    return estimate_from_batch(model, cluster, train, S, be, 0)

@@ -1,0 +1,209 @@
+"""Peak device memory: model states, activations of the in-flight micro-batches, and an allowance.
+
+Model states per parameter under mixed-precision Adam (Rajbhandari et al. 2020, ZeRO, sec. 3.1, K = 12):
+half-precision weights 2 B, fp32 gradients 4 B (Megatron accumulates fp32 main grads for bf16 runs; FSDP2 in
+torchtitan reduces in fp32), fp32 master weights + Adam m and v 12 B. ZeRO-1 shards the 12 B over the data-
+parallel group d, ZeRO-2 also the gradients, ZeRO-3 everything:
+    zero0: 2 + 4 + 12        zero1: 2 + 4 + 12/d        zero2: 2 + (4 + 12)/d        zero3: (2 + 4 + 12)/d
+d is dp*cp for dense parameters (context-parallel ranks hold the same weights) and the expert-data-parallel
+size edp for expert parameters (Megatron-Core parallel folding). fp8 runs keep a 1 B fp8 copy of each weight.
+
+Activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation Recomputation", sec. 4,
+eq. 1-2: 34 s b h + 5 a s^2 b bytes for GPT with 2-byte activations), generalised term by term:
+    replicated unless sequence-parallel: 2 layer-norm inputs, QKV input, MLP input (ab h each) -> 4 ab h
+                     (Korthikanti's two 1-byte dropout masks are gone: modern LLM pretraining runs without
+                     dropout, as the Llama, Qwen, DeepSeek and Mixtral configs set it to 0)
+    tensor-parallel: Q, K, V and the attention output -> ab (qkv_width + out_width) / tp
+                     MLP: first linear output(s) and the second linear's input -> ab (1|2) ffn + ab ffn / tp
+    fp8 (Transformer Engine): the inputs of fp8 GEMMs (QKV, MLP, out-projection and fc2 inputs) are 1 B.
+    attention scores: 0, because flash attention stores only the output and the log-sum-exp
+For GPT (gelu, ffn = 4h, MHA) this is (8 + 24/tp) s b h: Korthikanti's eq. 2 without the attention-score
+term (5as/h) and without dropout masks (2).
+Selective recompute (Megatron-Core --recompute-modules core_attn/layernorm/moe_act; torchtitan op-level SAC)
+keeps the GEMM outputs (Q, K, V, the attention output, fc1 outputs) and the layer and mid-layer inputs, and
+recomputes norms, activation functions and the attention kernel: 20 s b h / tp for GPT instead of 32.
+Full recompute keeps only each layer's input (2 s b h / tp with SP) plus one layer's activations while it
+is recomputed; MoE layers store the routed token copies, their expert activations, and the router logits.
+
+In-flight micro-batches on the first stage (Narayanan 2021 sec. 2.2; Korthikanti sec. 4.2.3): 1F1B keeps
+min(m, pp) micro-batches of its L/pp layers; interleaved 1F1B keeps L/pp * pp * (1 + (pp-1)/(pp*vpp)) layer-
+micro-batches; GPipe all m. The last stage also holds the fp32 logits of one micro-batch.
+
+Allowance: 5% of the total for allocator fragmentation plus a fixed 1 GB for the CUDA/driver context,
+NCCL buffers and GEMM workspaces (0.25 GB on CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from asap.cost.batch import StrategyBatch
+from asap.cost.roofline import act_bytes
+from asap.spec.hardware import Accelerator
+from asap.spec.model import ModelSpec
+from asap.spec.train import TrainSpec
+
+GB = float(2**30)  # memory is reported in GiB, as nvidia-smi and torch.cuda do; "80 GB" HBM is 80 GiB
+FRAGMENTATION = 0.05
+FIXED_ALLOWANCE_GB = {"cpu": 0.25}
+DEFAULT_FIXED_ALLOWANCE_GB = 1.0
+
+
+@dataclass
+class MemoryBreakdown:
+    weights_gb: np.ndarray  # half-precision weights (and fp8 copies)
+    grads_gb: np.ndarray
+    optimizer_gb: np.ndarray  # master weights + Adam moments
+    activations_gb: np.ndarray
+    allowance_gb: np.ndarray
+    peak_gb: np.ndarray
+
+
+def layers_per_stage(model: ModelSpec, S: StrategyBatch):
+    """Layers on the most loaded pipeline stage (uniform split; uneven splits are the pipeline ILP's job)."""
+    return np.ceil(model.num_layers / S.pp)
+
+
+def state_bytes_per_param(precision: str, zero, shard):
+    """Bytes per parameter for weights, gradients and optimizer states under ZeRO stage ``zero``."""
+    w = 4.0 if precision == "fp32" else 2.0
+    g = 4.0
+    o = 8.0 if precision == "fp32" else 12.0
+    if precision == "fp8":
+        w = w + 1.0
+    shard = np.maximum(shard, 1)
+    w_b = np.where(zero >= 3, w / shard, w)
+    g_b = np.where(zero >= 2, g / shard, g)
+    o_b = np.where(zero >= 1, o / shard, o)
+    return w_b, g_b, o_b
+
+
+def stage_params(model: ModelSpec, S: StrategyBatch):
+    """(dense params, expert params) per device on the first and the last stage of the pipeline.
+
+    Dense parameters (attention, dense MLPs, shared experts, router, norms, embeddings) are split by tp;
+    routed experts by ep * etp. The first stage carries the embedding and the leading dense layers, the last
+    the LM head (unless tied and pp = 1) and the MTP modules.
+    """
+    tp = S.tp.astype(float)
+    lps = layers_per_stage(model, S)
+    attn = model.attention_params() + 2 * model.hidden_size
+    dense_layer = model.dense_layer_params()
+    emb = model.embedding_params()
+    head = model.head_params() if not model.tie_embeddings else 0
+    head = np.where((S.pp > 1) & (model.tie_embeddings), model.embedding_params(), head)
+    if model.moe is None:
+        first_dense = lps * dense_layer + emb
+        last_dense = lps * dense_layer + head + model.mtp_layers * model.mtp_module_params()
+        zeros = np.zeros_like(lps)
+        return first_dense / tp, zeros, last_dense / tp, zeros
+    mo = model.moe
+    moe_dense = attn + model.hidden_size * mo.num_experts + mo.shared_experts * model.expert_params()
+    moe_expert = mo.num_experts * model.expert_params()
+    n_dense_first = np.minimum(lps, mo.first_dense_layers)
+    n_moe_first = lps - n_dense_first
+    first_dense = n_dense_first * dense_layer + n_moe_first * moe_dense + emb
+    first_expert = n_moe_first * moe_expert
+    mtp_dense = model.mtp_layers * (moe_dense + 2 * model.hidden_size ** 2 + 2 * model.hidden_size)
+    last_dense = lps * moe_dense + head + mtp_dense
+    last_expert = (lps + model.mtp_layers) * moe_expert
+    ee = (S.ep * S.etp).astype(float)
+    return first_dense / tp, first_expert / ee, last_dense / tp, last_expert / ee
+
+
+def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool, selective=False):
+    """Stored activation bytes of one layer for one micro-batch on one device, without recompute, or under
+    selective recompute (only GEMM outputs and the layer inputs are kept)."""
+    ab = act_bytes(train.precision)
+    h = model.hidden_size
+    tp = S.tp.astype(float)
+    T = S.mbs * train.seq_len / S.cp
+    sp_div = np.where(S.sp > 0, tp, 1.0)
+    nh = model.num_attention_heads
+    if model.mla is not None:
+        m = model.mla
+        qkv_width = nh * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim)
+        out_width = nh * m.v_head_dim
+        replicated_extra = ab * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
+    else:
+        qkv_width = (nh + 2 * model.num_kv_heads) * model.head_dim
+        out_width = nh * model.head_dim
+        replicated_extra = 0.0
+    mult = 2.0 if model.gated else 1.0
+    gemm_in = 1.0 if train.precision == "fp8" else ab  # fp8 GEMMs save their inputs in fp8 (Transformer Engine)
+    if selective:  # layer input + mid-layer residual; Q, K, V; attention output; fc1 output(s)
+        per_token = (2 * ab * h / sp_div + (ab * qkv_width + gemm_in * out_width) / tp + replicated_extra)
+        ffn_bytes = ab * mult
+    else:  # 2 norm inputs, QKV and MLP inputs; Q, K, V, attention output; fc1 out, fc2 in
+        per_token = ((2 * ab + 2 * gemm_in) * h / sp_div
+                     + (ab * qkv_width + gemm_in * out_width) / tp + replicated_extra)
+        ffn_bytes = ab * mult + gemm_in
+    if not moe:
+        return T * (per_token + ffn_bytes * model.ffn_hidden_size / tp)
+    mo = model.moe
+    etp = S.etp.astype(float)
+    rows = T * mo.top_k * etp / tp  # routed copies this device stores
+    routed = rows * ((ab + gemm_in) * h + ffn_bytes * mo.expert_ffn_hidden_size / etp)
+    shared = T * ffn_bytes * mo.shared_experts * mo.expert_ffn_hidden_size / tp
+    router = 4.0 * T / sp_div * mo.num_experts
+    return T * per_token + routed + shared + router
+
+
+def in_flight_layer_microbatches(model: ModelSpec, train: TrainSpec, S: StrategyBatch):
+    """Layer-micro-batches whose activations the first stage holds at its peak."""
+    lps = layers_per_stage(model, S)
+    m = train.global_batch // (S.dp * S.mbs)
+    pp = S.pp.astype(float)
+    vpp = S.vpp.astype(float)
+    one_f_one_b = lps * np.minimum(m, pp)
+    interleaved = np.minimum(lps * pp * (1 + (pp - 1) / (pp * vpp)), lps * m)
+    gpipe = lps * m
+    # schedule codes: 1f1b 0, interleaved 1, zb 2, gpipe 3
+    out = np.select([S.schedule == 1, S.schedule == 3], [interleaved, gpipe], one_f_one_b)
+    return np.where(S.pp > 1, out, lps)
+
+
+def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch) -> MemoryBreakdown:
+    first_dense, first_expert, last_dense, last_expert = stage_params(model, S)
+    dense_shard = S.dp * S.cp
+    edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
+    wd, gd, od = state_bytes_per_param(train.precision, S.zero, dense_shard)
+    we, ge, oe = state_bytes_per_param(train.precision, S.zero, edp)
+
+    def states(dense, expert):
+        return dense * wd + expert * we, dense * gd + expert * ge, dense * od + expert * oe
+
+    w1, g1, o1 = states(first_dense, first_expert)
+    w2, g2, o2 = states(last_dense, last_expert)
+
+    # ZeRO-3 gathers a layer's full weights for compute (and prefetches the next): two layers in flight
+    lps = layers_per_stage(model, S)
+    layer_w_bytes = 2.0 * (last_dense + last_expert) / np.maximum(lps + model.mtp_layers, 1)
+    gathered = np.where(S.zero >= 3, 2 * layer_w_bytes, 0.0)
+
+    is_moe = model.moe is not None
+    a_layer = activation_bytes_per_layer(model, train, S, moe=is_moe)
+    a_selective = activation_bytes_per_layer(model, train, S, moe=is_moe, selective=True)
+    ab = act_bytes(train.precision)
+    T = S.mbs * train.seq_len / S.cp
+    layer_input = ab * model.hidden_size * T / np.where(S.sp > 0, S.tp, 1)
+    stored = np.select([S.recompute == 2, S.recompute == 1], [layer_input, a_selective], a_layer)
+    working = np.where(S.recompute == 2, a_layer, 0.0)  # one layer re-materialised during backward
+    acts_first = in_flight_layer_microbatches(model, train, S) * stored + working
+    logits = T * model.vocab_size / S.tp * (ab + 4.0)
+    acts_last = lps * stored + working + logits * (1 + model.mtp_layers)
+    acts_last = np.where(S.pp > 1, acts_last, acts_first + logits * (1 + model.mtp_layers))
+
+    total_first = w1 + g1 + o1 + gathered + acts_first
+    total_last = w2 + g2 + o2 + gathered + acts_last
+    use_last = total_last >= total_first
+    fixed = FIXED_ALLOWANCE_GB.get(acc.family, DEFAULT_FIXED_ALLOWANCE_GB) * GB
+    pick = lambda a, b: np.where(use_last, b, a)  # noqa: E731
+    body = pick(total_first, total_last)
+    allowance = FRAGMENTATION * body + fixed
+    return MemoryBreakdown(
+        weights_gb=pick(w1, w2) / GB + gathered / GB, grads_gb=pick(g1, g2) / GB, optimizer_gb=pick(o1, o2) / GB,
+        activations_gb=pick(acts_first, acts_last) / GB, allowance_gb=allowance / GB,
+        peak_gb=(body + allowance) / GB)

@@ -1,0 +1,61 @@
+"""Roofline timing of one operator on one device (Williams, Waterman, Patterson, CACM 2009).
+
+time = max(FLOPs / achievable FLOP/s, bytes / achievable bytes/s) + a launch gap per kernel.
+
+Achievable FLOP/s of a GEMM (m x k) @ (k x n) falls for thin shapes: tensor cores work on fixed tiles, so a
+dimension d fills them with efficiency ~ d / (d + d_half) (a saturating curve; d_half is the family's
+``gemm_half_dim``). The efficiency of the whole GEMM is the product over its three dimensions times the
+family's large-GEMM efficiency. All functions accept numpy arrays and broadcast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from asap.spec.hardware import Accelerator
+
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+
+
+def act_bytes(precision: str) -> int:
+    """Bytes per activation element: fp8 training keeps activations in bf16 (Transformer Engine, torchao)."""
+    return 4 if precision == "fp32" else 2
+
+
+def gemm_efficiency(acc: Accelerator, m, n, k):
+    fam = acc.family_constants
+    d0 = fam.gemm_half_dim
+    shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
+    return fam.gemm_efficiency * shape
+
+
+def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0):
+    """``count`` GEMMs of (m, k) x (k, n): 2mnk FLOPs each, operands and result read/written once."""
+    fam = acc.family_constants
+    m = np.maximum(m, 1.0)
+    n = np.maximum(n, 1.0)
+    k = np.maximum(k, 1.0)
+    flops = 2.0 * m * n * k
+    if precision == "fp8":
+        peak = acc.peak_flops("fp8") * fam.fp8_gemm_efficiency / fam.gemm_efficiency
+        elem = 1.0
+    else:
+        peak = acc.peak_flops(precision)
+        elem = BYTES[precision]
+    rate = peak * gemm_efficiency(acc, m, n, k)
+    bytes_moved = elem * (m * k + k * n) + act_bytes(precision) * m * n
+    t = np.maximum(flops / rate, bytes_moved / (acc.hbm_gbps * 1e9 * fam.hbm_efficiency))
+    return count * (t + fam.kernel_overhead_s)
+
+
+def attention_time_s(acc: Accelerator, precision: str, flops, count=1.0):
+    """Fused (flash) attention: compute-bound at the family's attention efficiency, in bf16 even for fp8 runs."""
+    fam = acc.family_constants
+    p = "fp32" if precision == "fp32" else "bf16"
+    return count * (flops / (acc.peak_flops(p) * fam.attention_efficiency) + fam.kernel_overhead_s)
+
+
+def elementwise_time_s(acc: Accelerator, bytes_moved, kernels=1.0):
+    """Memory-bound kernels (norms, activations, residual adds, permutes, the loss): bytes over HBM bandwidth."""
+    fam = acc.family_constants
+    return bytes_moved / (acc.hbm_gbps * 1e9 * fam.hbm_efficiency) + kernels * fam.kernel_overhead_s

@@ -1,0 +1,90 @@
+"""``asap validate``: predicted against published step times of real training runs.
+
+The calibration cases ship with the package (``asap/data/calibration_runs.json``, the same file as
+``shared/reference/calibration_runs.json``; each case names its source). Knobs a case leaves open are filled by
+the best completion (``asap.search.complete``), as ``plan --fix`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+from asap.errors import AsapError
+from asap.search.complete import best_completion
+from asap.spec.hardware import cluster_from_dict
+from asap.spec.model import model_from_dict
+from asap.spec.strategy import parse_strategy
+from asap.spec.train import TrainSpec
+
+
+def load_cases(path: str | Path | None = None) -> list[dict[str, Any]]:
+    if path is None:
+        text = resources.files("asap").joinpath("data/calibration_runs.json").read_text()
+        where = "calibration_runs.json"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise AsapError("cases", f"cannot read {path}: {e.strerror}") from None
+        where = str(path)
+    try:
+        cases = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise AsapError("cases", f"{where} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    if not isinstance(cases, list) or not cases:
+        raise AsapError("cases", f"{where} must hold a non-empty list of cases")
+    return cases
+
+
+@dataclass
+class CaseResult:
+    id: str
+    published_step_time_s: float
+    predicted_step_time_s: float
+    error: float  # (predicted - published) / published
+    strategy: dict[str, Any]
+    fits: bool
+    peak_memory_gb: float
+    mfu: float
+    bottleneck: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def validate_case(case: dict[str, Any], index: int = 0) -> CaseResult:
+    where = f"cases[{index}]"
+    cid = str(case.get("id", where))
+    try:
+        model = model_from_dict(case["model"], where=f"{cid}.model")
+        cluster = cluster_from_dict(case["cluster"])
+        train = TrainSpec.from_dict(case["train"])
+        fixed = parse_strategy(case.get("strategy") or {}, field=f"{cid}.strategy")
+        published = float(case["published"]["step_time_s"])
+    except KeyError as e:
+        raise AsapError(f"{cid}", f"missing field {e}") from None
+    comp = best_completion(model, cluster, train, fixed, allow_oom=True)
+    est = comp.best
+    return CaseResult(id=cid, published_step_time_s=published, predicted_step_time_s=est.step_time_s,
+                      error=est.step_time_s / published - 1.0, strategy=est.strategy.to_dict(), fits=est.fits,
+                      peak_memory_gb=est.peak_memory_gb, mfu=est.mfu, bottleneck=est.bottleneck)
+
+
+def validate(cases: list[dict[str, Any]], progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    results = []
+    for i, case in enumerate(cases):
+        results.append(validate_case(case, i))
+        if progress:
+            progress(i + 1)
+    errors = [abs(r.error) for r in results]
+    return {
+        "cases": [r.to_dict() for r in results],
+        "mape": sum(errors) / len(errors),
+        "max_abs_error": max(errors),
+        "worst_case": results[errors.index(max(errors))].id,
+        "n": len(results),
+    }
