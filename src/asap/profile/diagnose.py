@@ -1,0 +1,396 @@
+"""The diagnosis: step-time breakdown per rank, the expensive operators on a roofline, stragglers, jitter, and
+the one bottleneck that explains most of the step, with the figures that made it so.
+
+Every figure is a per-step average over the profiled step windows (``ProfilerStep#N``), then a mean over ranks.
+docs/diagnose.md gives each formula.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from asap.profile.devices import Roofline, infer_accelerator, roofline_for
+from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
+from asap.profile.windows import US, window_figures, window_index
+
+BOTTLENECKS = ("compute", "memory", "communication", "host", "pipeline_bubble", "imbalance")
+DEFAULT_STRAGGLER_THRESHOLD = 0.10  # a rank is a straggler 10% of the median step beyond the median
+DEFAULT_JITTER_THRESHOLD = 0.10  # step-time coefficient of variation above which jitter is flagged
+
+
+@dataclass
+class RankFigures:
+    """One rank's (one device timeline's) per-step averages."""
+
+    label: str
+    source: str
+    rank: int | None
+    device: str
+    steps_source: str
+    n_steps: int
+    step_time_s: float
+    busy_s: float
+    compute_s: float
+    communication_s: float
+    overlap_s: float
+    exposed_communication_s: float
+    exposed_p2p_s: float
+    idle_s: float
+    busy_fraction: float
+    work_s: float  # step time outside exposed communication: the rank's own compute and host time
+    step_time_cv: float | None
+    steps: list[dict]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class OpRow:
+    name: str
+    time_s: float
+    share: float
+    calls: float
+    flops: float | None
+    bytes: float | None
+    intensity: float | None
+    bound: str
+    bound_from: str
+    precision: str | None
+    tflops_per_s: float | None
+    flop_utilization: float | None
+    bandwidth_gbps: float | None
+    bandwidth_utilization: float | None
+
+
+@dataclass
+class Diagnosis:
+    step_time_s: float
+    compute_s: float
+    communication_s: float
+    overlap_s: float
+    exposed_communication_s: float
+    exposed_p2p_s: float
+    idle_s: float
+    busy_fraction: float
+    bottleneck: str
+    evidence: list[str]
+    scores_s: dict[str, float]
+    top_ops: list[OpRow]
+    ranks: list[RankFigures]
+    stragglers: list[dict]
+    slowest_rank: dict | None
+    imbalance_s: float
+    jitter: dict
+    steps_source: str
+    n_steps: int
+    roofline: Roofline
+    traces: list[str]
+    notes: list[str]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["roofline"] = self.roofline.to_dict()
+        return d
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Per rank
+# ----------------------------------------------------------------------------------------------------------
+
+
+def rank_figures(tl: Timeline) -> RankFigures:
+    """Averages over the rank's step windows of the union-of-intervals figures (windows.window_figures)."""
+    wf = window_figures(tl.windows_us, tl.compute, tl.comm, tl.p2p)
+    steps = [{"name": name, "step_time_s": float(wf.step_time_s[i]), "compute_s": float(wf.compute_s[i]),
+              "communication_s": float(wf.communication_s[i]),
+              "exposed_communication_s": float(wf.exposed_communication_s[i]), "idle_s": float(wf.idle_s[i])}
+             for i, name in enumerate(tl.window_names)]
+    mean = {k: float(np.mean(getattr(wf, k))) for k in ("step_time_s", "busy_s", "compute_s", "communication_s",
+                                                         "overlap_s", "exposed_communication_s", "exposed_p2p_s",
+                                                         "idle_s")}
+    step = mean["step_time_s"]
+    return RankFigures(
+        label=tl.label, source=tl.source, rank=tl.rank, device=tl.device_name or tl.device_kind,
+        steps_source=tl.windows_source, n_steps=len(steps), busy_fraction=mean["busy_s"] / step if step > 0 else 0.0,
+        work_s=step - mean["exposed_communication_s"], step_time_cv=_cv(wf.step_time_s), steps=steps,
+        notes=list(tl.notes), **mean)
+
+
+def _cv(values) -> float | None:
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2 or np.mean(v) <= 0:
+        return None
+    return float(np.std(v) / np.mean(v))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Operators on the roofline
+# ----------------------------------------------------------------------------------------------------------
+
+
+class _Group:
+    __slots__ = ("time", "calls", "flops", "bytes", "costed", "comm", "kernel", "precisions")
+
+    def __init__(self):
+        self.time = 0.0
+        self.calls = 0.0
+        self.flops = 0.0
+        self.bytes = 0.0
+        self.costed = False
+        self.comm = False
+        self.kernel = ""
+        self.precisions: Counter = Counter()
+
+
+def operator_table(timelines: list[Timeline], roofline: Roofline) -> list[OpRow]:
+    """Every operator name's per-step, per-rank device time, FLOPs, bytes, intensity and bound, slowest first.
+
+    Calls count in the step window where they start; times are device time (GPU: its kernels' durations;
+    CPU: its self time).
+    """
+    groups: dict[str, _Group] = defaultdict(_Group)
+    n_ranks = len(timelines)
+    for tl in timelines:
+        n_windows = max(len(tl.window_names), 1)
+        weight = 1.0 / (n_windows * n_ranks)
+        starts = np.array([op.start_us for op in tl.ops], dtype=np.float64)
+        inside = window_index(starts, tl.windows_us) >= 0
+        for op, ok in zip(tl.ops, inside.tolist()):
+            if not ok or op.time_us <= 0 and not op.flops:
+                continue
+            g = groups[op.name]
+            g.time += op.time_us * US * weight
+            g.calls += weight
+            if op.flops is not None or op.bytes is not None:
+                g.costed = True
+                g.flops += (op.flops or 0.0) * weight
+                g.bytes += (op.bytes or 0.0) * weight
+            g.comm = g.comm or op.is_comm
+            if op.kernel and not g.kernel:
+                g.kernel = op.kernel
+            if op.precision:
+                g.precisions[op.precision] += op.time_us
+    total = sum(g.time for g in groups.values()) or 1.0
+    rows = [_row(name, g, total, roofline) for name, g in groups.items()]
+    rows.sort(key=lambda r: r.time_s, reverse=True)
+    return rows
+
+
+def _row(name: str, g: _Group, total_s: float, roofline: Roofline) -> OpRow:
+    precision = g.precisions.most_common(1)[0][0] if g.precisions else None
+    flops = g.flops if g.costed and not g.comm else None
+    nbytes = g.bytes if g.costed and g.bytes > 0 else None
+    intensity = flops / nbytes if flops is not None and nbytes else None
+    if g.comm:
+        bound, source = "communication", "name"
+    elif intensity is not None:
+        bound, source = ("compute" if intensity >= roofline.ridge(precision) else "memory"), "shapes"
+    elif flops == 0 and nbytes:
+        bound, source = "memory", "shapes"
+    else:
+        bound, source = ("compute" if is_matrix(name) or is_matrix(g.kernel) else "memory"), "name"
+    rate = flops / g.time if flops and g.time > 0 else None
+    bw = nbytes / g.time if nbytes and g.time > 0 else None
+    return OpRow(
+        name=name, time_s=g.time, share=g.time / total_s, calls=g.calls, flops=flops, bytes=nbytes,
+        intensity=intensity, bound=bound, bound_from=source, precision=precision,
+        tflops_per_s=rate / 1e12 if rate else None,
+        flop_utilization=rate / roofline.peak(precision) if rate else None,
+        bandwidth_gbps=bw / 1e9 if bw else None,
+        bandwidth_utilization=bw / roofline.bytes_per_s if bw and not g.comm else None)
+
+
+def bound_fractions(rows: list[OpRow]) -> tuple[float, float]:
+    """Shares of non-communication operator time that are compute-bound and memory-bound."""
+    comp = sum(r.time_s for r in rows if r.bound == "compute")
+    mem = sum(r.time_s for r in rows if r.bound == "memory")
+    if comp + mem <= 0:
+        return 1.0, 0.0
+    return comp / (comp + mem), mem / (comp + mem)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Across ranks: imbalance, stragglers, jitter
+# ----------------------------------------------------------------------------------------------------------
+
+
+def imbalance_s(ranks: list[RankFigures]) -> float:
+    """How long the average rank waits each step for the slowest: max over ranks of own work less the mean.
+
+    In synchronous training that wait shows up inside the faster ranks' collectives, so it cannot exceed
+    their exposed communication.
+    """
+    if len(ranks) < 2:
+        return 0.0
+    work = np.array([r.work_s for r in ranks])
+    wait = float(work.max() - work.mean())
+    return min(wait, float(np.mean([r.exposed_communication_s for r in ranks])) + float(np.mean([r.idle_s for r in ranks])))
+
+
+def slowest_rank(ranks: list[RankFigures]) -> dict | None:
+    """The rank the others wait on: the most own work (step less exposed communication), then step time."""
+    if not ranks:
+        return None
+    r = max(ranks, key=lambda x: (round(x.work_s, 9), x.step_time_s))
+    return {"label": r.label, "rank": r.rank, "source": r.source, "work_s": r.work_s, "step_time_s": r.step_time_s}
+
+
+def stragglers(ranks: list[RankFigures], threshold: float) -> list[dict]:
+    """Ranks whose step time, or own work time, exceeds the median over ranks by more than threshold x the
+    median step time."""
+    if len(ranks) < 2:
+        return []
+    med_step = float(np.median([r.step_time_s for r in ranks]))
+    med_work = float(np.median([r.work_s for r in ranks]))
+    out = []
+    for r in ranks:
+        over_step = (r.step_time_s - med_step) / med_step if med_step > 0 else 0.0
+        over_work = (r.work_s - med_work) / med_step if med_step > 0 else 0.0
+        if over_step > threshold or over_work > threshold:
+            out.append({"label": r.label, "rank": r.rank, "source": r.source, "step_time_s": r.step_time_s,
+                        "work_s": r.work_s, "step_time_over_median": over_step, "work_over_median": over_work,
+                        "threshold": threshold})
+    return out
+
+
+def jitter(ranks: list[RankFigures], threshold: float) -> dict:
+    """Coefficient of variation (std/mean) of step time across steps (per rank), across ranks (of their mean
+    step times) and over all rank x step values; flagged where it exceeds threshold, saying where."""
+    per_rank = [r.step_time_cv for r in ranks if r.step_time_cv is not None]
+    across_steps = float(np.mean(per_rank)) if per_rank else None
+    across_ranks = _cv([r.step_time_s for r in ranks]) if len(ranks) > 1 else None
+    everything = _cv([s["step_time_s"] for r in ranks for s in r.steps])
+    where = []
+    for r in ranks:
+        if r.step_time_cv is not None and r.step_time_cv > threshold:
+            times = np.array([s["step_time_s"] for s in r.steps])
+            worst = r.steps[int(np.argmax(times))]
+            where.append(f"{r.label}: step time CV {r.step_time_cv:.2f} over {len(times)} steps; {worst['name']} "
+                         f"took {worst['step_time_s']:.4g} s, {worst['step_time_s'] / np.median(times):.2f}x the median")
+    if across_ranks is not None and across_ranks > threshold:
+        worst = max(ranks, key=lambda r: r.step_time_s)
+        where.append(f"across ranks: CV {across_ranks:.2f} of mean step times; {worst.label} is slowest at "
+                     f"{worst.step_time_s:.4g} s")
+    return {"cv_across_steps": across_steps, "cv_across_ranks": across_ranks, "cv_all": everything,
+            "threshold": threshold, "flagged": bool(where), "where": where}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The bottleneck
+# ----------------------------------------------------------------------------------------------------------
+
+
+def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imbalance: float) -> dict[str, float]:
+    """Seconds per step each bottleneck class accounts for; the largest names the bottleneck.
+
+    compute/memory: compute time split by the time share of compute- and memory-bound operators;
+    pipeline_bubble: point-to-point time no compute hides; communication: the rest of the exposed
+    communication; host: device idle; imbalance: the wait for the slowest rank, taken out of the exposed
+    communication (where it shows) and then out of idle.
+    """
+    exposed_collective = max(fig["exposed_communication_s"] - fig["exposed_p2p_s"], 0.0)
+    from_comm = min(imbalance, exposed_collective)
+    from_idle = min(imbalance - from_comm, fig["idle_s"])
+    return {
+        "compute": fig["compute_s"] * compute_share,
+        "memory": fig["compute_s"] * memory_share,
+        "communication": exposed_collective - from_comm,
+        "host": fig["idle_s"] - from_idle,
+        "pipeline_bubble": fig["exposed_p2p_s"],
+        "imbalance": from_comm + from_idle,
+    }
+
+
+def _evidence(bottleneck: str, scores: dict, fig: dict, rows: list[OpRow], ranks: list[RankFigures],
+              roofline: Roofline, slow: dict | None, n_steps: int) -> list[str]:
+    step = fig["step_time_s"] or 1.0
+    ev = [
+        f"{bottleneck}: {scores[bottleneck]:.4g} s of the {fig['step_time_s']:.4g} s step "
+        f"({scores[bottleneck] / step:.0%}), the largest of " +
+        ", ".join(f"{k} {v:.3g} s" for k, v in sorted(scores.items(), key=lambda kv: -kv[1])),
+        f"averaged over {n_steps} step windows on {len(ranks)} rank(s): device busy {fig['busy_fraction']:.0%}; "
+        f"compute {fig['compute_s']:.4g} s, communication {fig['communication_s']:.4g} s "
+        f"({fig['overlap_s']:.4g} s overlapped with compute, {fig['exposed_communication_s']:.4g} s exposed), "
+        f"idle {fig['idle_s']:.4g} s",
+    ]
+    if bottleneck in ("compute", "memory"):
+        picked = [r for r in rows if r.bound == bottleneck][:3]
+        for r in picked:
+            detail = (f"intensity {r.intensity:.3g} FLOP/B vs ridge {roofline.ridge(r.precision):.3g}"
+                      if r.intensity is not None else f"bound from its name ({r.bound_from})")
+            util = f", {r.flop_utilization:.0%} of peak FLOP/s" if r.flop_utilization else ""
+            util += f", {r.bandwidth_utilization:.0%} of memory bandwidth" if r.bandwidth_utilization else ""
+            ev.append(f"{r.name}: {r.time_s:.4g} s per step ({r.share:.0%} of op time), {detail}{util}")
+    elif bottleneck == "communication":
+        for r in [r for r in rows if r.bound == "communication"][:3]:
+            size = f", {r.bytes / 1e6:.3g} MB per step" if r.bytes else ""
+            ev.append(f"{r.name}: {r.time_s:.4g} s per step ({r.share:.0%} of op time){size}")
+    elif bottleneck == "host":
+        ev.append(f"the device idles {fig['idle_s'] / step:.0%} of the step: launch overhead, input pipeline or "
+                  "Python between operators")
+    elif bottleneck == "pipeline_bubble":
+        ev.append(f"point-to-point transfers exposed {fig['exposed_p2p_s']:.4g} s per step: stages wait for "
+                  "their neighbours' activations or gradients")
+    elif bottleneck == "imbalance" and slow:
+        ev.append(f"slowest rank {slow['label']}: {slow['work_s']:.4g} s of own work per step; the others wait "
+                  f"{scores['imbalance']:.4g} s on average")
+    return ev
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Composition
+# ----------------------------------------------------------------------------------------------------------
+
+
+def choose_roofline(timelines: list[Timeline], accelerator: str | None) -> tuple[Roofline, list[str]]:
+    if accelerator:
+        return roofline_for(accelerator), []
+    tl = timelines[0]
+    name, note = infer_accelerator(tl.device_kind, tl.device_name, tl.device_memory_bytes)
+    return roofline_for(name), [note] if note else []
+
+
+def _mean_figures(ranks: list[RankFigures]) -> dict:
+    keys = ("step_time_s", "busy_s", "compute_s", "communication_s", "overlap_s", "exposed_communication_s",
+            "exposed_p2p_s", "idle_s")
+    fig = {k: float(np.mean([getattr(r, k) for r in ranks])) for k in keys}
+    fig["busy_fraction"] = fig["busy_s"] / fig["step_time_s"] if fig["step_time_s"] > 0 else 0.0
+    return fig
+
+
+def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None, top: int = 10,
+                       straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
+                       jitter_threshold: float = DEFAULT_JITTER_THRESHOLD) -> Diagnosis:
+    roofline, notes = choose_roofline(timelines, accelerator)
+    ranks = [rank_figures(tl) for tl in timelines]
+    fig = _mean_figures(ranks)
+    rows = operator_table(timelines, roofline)
+    compute_share, memory_share = bound_fractions(rows)
+    imbalance = imbalance_s(ranks)
+    scores = bottleneck_scores(fig, compute_share, memory_share, imbalance)
+    bottleneck = max(BOTTLENECKS, key=lambda k: scores[k])
+    slow = slowest_rank(ranks)
+    n_steps = sum(r.n_steps for r in ranks)
+    for tl in timelines:
+        notes.extend(f"{tl.label}: {n}" for n in tl.notes)
+    sources = sorted({r.steps_source for r in ranks})
+    return Diagnosis(
+        step_time_s=fig["step_time_s"], compute_s=fig["compute_s"], communication_s=fig["communication_s"],
+        overlap_s=fig["overlap_s"], exposed_communication_s=fig["exposed_communication_s"],
+        exposed_p2p_s=fig["exposed_p2p_s"], idle_s=fig["idle_s"], busy_fraction=fig["busy_fraction"],
+        bottleneck=bottleneck, evidence=_evidence(bottleneck, scores, fig, rows, ranks, roofline, slow, n_steps),
+        scores_s=scores, top_ops=rows[:top], ranks=ranks, stragglers=stragglers(ranks, straggler_threshold),
+        slowest_rank=slow, imbalance_s=imbalance, jitter=jitter(ranks, jitter_threshold),
+        steps_source="+".join(sources), n_steps=n_steps, roofline=roofline,
+        traces=sorted({tl.source for tl in timelines}), notes=notes)
+
+
+def diagnose(traces: list[str | Path], accelerator: str | None = None, top: int = 10,
+             straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
+             jitter_threshold: float = DEFAULT_JITTER_THRESHOLD) -> Diagnosis:
+    """Diagnose one job from its traces (one file, or a folder of them, per rank)."""
+    timelines = [tl for path in expand_paths(list(traces)) for tl in load_timelines(path)]
+    return diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold)

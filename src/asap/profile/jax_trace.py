@@ -1,0 +1,150 @@
+"""JAX profiler traces (``jax.profiler.start_trace(..., create_perfetto_trace=True)``) -> timelines.
+
+The trace has a ``/host:CPU`` process (Python, the runtime, and on the CPU backend the XLA ops themselves,
+each tagged ``hlo_op`` and ``device_ordinal``) and one ``/device:GPU:N`` / ``/device:TPU:N`` process per
+accelerator, whose stream (GPU) or 'XLA Ops' (TPU) threads hold the device work.
+
+Steps are ``jax.profiler.StepTraceAnnotation(name, step_num=i)`` spans (or ``ProfilerStep#N`` ones).
+
+XLA:CPU's "devices" (``--xla_force_host_platform_device_count``) are a fiction over the same cores: one
+device's all-reduce waits while another's matmul runs on the cores they share. So a CPU trace is analysed as
+one timeline, the host, over the union of all its devices' ops. Accelerator devices each get a timeline.
+
+JAX traces carry no operand shapes (TPU traces may carry ``flops``/``bytes_accessed``, used when present), so
+an op's bound otherwise comes from its name (dot/gemm/convolution -> compute, else memory).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from asap.profile.trace import (OpInstance, Timeline, is_comm_kernel, is_p2p, self_times, short_kernel_name,
+                                trim_windows, windows_array)
+from asap.profile.windows import Intervals
+
+# derived lines of device processes that repeat the ops at a coarser grain (they would make a device look
+# busy for a whole module or step)
+_DERIVED_LINES = re.compile(r"^(Steps|XLA Modules|XLA TraceMe|TensorFlow|Framework|Source code|Launch Stats|"
+                            r"Host Offload|SparseCore|Async XLA Ops)", re.IGNORECASE)
+
+
+def timelines_from_jax(doc: dict, source: str) -> list[Timeline]:
+    process_names: dict = {}
+    thread_names: dict = {}
+    xs: list[dict] = []
+    for e in doc["traceEvents"]:
+        if not isinstance(e, dict):
+            continue
+        ph = e.get("ph")
+        if ph == "X":
+            xs.append(e)
+        elif ph == "M":
+            args = e.get("args") or {}
+            if e.get("name") == "process_name":
+                process_names[e.get("pid")] = str(args.get("name", ""))
+            elif e.get("name") == "thread_name":
+                thread_names[(e.get("pid"), e.get("tid"))] = str(args.get("name", ""))
+    notes: list[str] = []
+    windows = trim_windows(_steps(xs, process_names), notes)
+    device_pids = sorted(p for p, n in process_names.items() if n.startswith("/device:"))
+    device_events: dict = defaultdict(list)
+    for e in xs:
+        if e.get("pid") in device_pids:
+            device_events[e.get("pid")].append(e)
+    device_pids = [p for p in device_pids if device_events[p]]
+    if device_pids:
+        return [_device_timeline(source, pid, process_names[pid], _device_ops(device_events[pid], pid, thread_names),
+                                 windows, list(notes), len(device_pids)) for pid in device_pids]
+    host_ops = [e for e in xs if "hlo_op" in (e.get("args") or {})]
+    ordinals = {str((e.get("args") or {}).get("device_ordinal")) for e in host_ops}
+    if len(ordinals) > 1:
+        notes.append(f"XLA:CPU ran {len(ordinals)} devices on the host's cores: analysed as one device, the host")
+    return [_device_timeline(source, None, "/host:CPU", host_ops, windows, notes, 1)]
+
+
+def _steps(xs: list[dict], process_names: dict) -> list[tuple[str, float, float]]:
+    out = []
+    for e in xs:
+        args = e.get("args") or {}
+        name = str(e.get("name", ""))
+        if "step_num" in args and not process_names.get(e.get("pid"), "").startswith("/device:"):
+            out.append((f"{name}#{args['step_num']}", float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+        elif name.startswith("ProfilerStep#"):
+            out.append((name, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+    return out
+
+
+def _device_ops(events: list[dict], pid, thread_names: dict) -> list[dict]:
+    """The op-level events of one device: its 'XLA Ops' line when it has one (TPU), else its streams."""
+    by_line: dict = defaultdict(list)
+    for e in events:
+        by_line[thread_names.get((pid, e.get("tid")), "")].append(e)
+    ops_lines = [n for n in by_line if n.lower().startswith("xla ops")]
+    if ops_lines:
+        return [e for n in ops_lines for e in by_line[n]]
+    return [e for n, evs in by_line.items() if not _DERIVED_LINES.match(n) for e in evs]
+
+
+def _op_name(e: dict) -> str:
+    return str(e.get("name", ""))
+
+
+def _device_timeline(source, pid, process_name, events, windows, notes, n_devices) -> Timeline:
+    kind = "tpu" if "TPU" in process_name else "gpu" if "GPU" in process_name else "cpu"
+    starts = np.array([float(e["ts"]) for e in events], dtype=np.float64)
+    ends = starts + np.array([float(e.get("dur", 0.0) or 0.0) for e in events], dtype=np.float64)
+    names = [_op_name(e) for e in events]
+    hlo = [str((e.get("args") or {}).get("hlo_op", "")) for e in events]
+    comm = np.array([is_comm_kernel(n) or is_comm_kernel(h) for n, h in zip(names, hlo)], dtype=bool)
+    pp = comm & np.array([is_p2p(n) or is_p2p(h) for n, h in zip(names, hlo)], dtype=bool)
+    compute = Intervals.union_of(starts[~comm], ends[~comm])
+    comm_set = Intervals.union_of(starts[comm], ends[comm])
+    p2p = Intervals.union_of(starts[pp], ends[pp])
+    ops = _instances(events, names, starts, ends, comm, pp)
+    source_kind = "StepTraceAnnotation"
+    if not windows:
+        if len(events):
+            notes.append("no step markers (StepTraceAnnotation / ProfilerStep#N): the whole trace is one window")
+            windows = [("whole trace", float(starts.min()), float(ends.max()))]
+        else:
+            notes.append("no XLA ops in the trace")
+            windows = [("whole trace", 0.0, 0.0)]
+        source_kind = "whole_trace"
+    elif windows[0][0].startswith("ProfilerStep#"):
+        source_kind = "ProfilerStep"
+    device_id = process_name.rsplit(":", 1)[-1] if pid is not None else None
+    label = source.rsplit("/", 1)[-1] if n_devices == 1 else f"{source.rsplit('/', 1)[-1]} {process_name}"
+    return Timeline(label=label, source=source, rank=int(device_id) if device_id and device_id.isdigit() else None,
+                    framework="jax", device_kind=kind, device_name=process_name, device_memory_bytes=None,
+                    windows_us=windows_array(windows), window_names=[w[0] for w in windows],
+                    windows_source=source_kind, compute=compute, comm=comm_set, p2p=p2p, ops=ops, notes=notes)
+
+
+def _instances(events, names, starts, ends, comm, pp) -> list[OpInstance]:
+    """Ops with their self time per thread (a while loop's body ops are not counted twice)."""
+    by_thread: dict = defaultdict(list)
+    for k, e in enumerate(events):
+        by_thread[(e.get("pid"), e.get("tid"))].append(k)
+    self_us = np.zeros(len(events))
+    for idx in by_thread.values():
+        ix = np.array(idx)
+        self_us[ix] = self_times(starts[ix], ends[ix])[0]
+    out = []
+    for k, e in enumerate(events):
+        args = e.get("args") or {}
+        flops = _number(args.get("flops", args.get("model_flops")))
+        nbytes = _number(args.get("bytes_accessed"))
+        out.append(OpInstance(short_kernel_name(names[k]), float(starts[k]), float(self_us[k]), flops, nbytes, None,
+                              bool(comm[k]), bool(pp[k]), names[k]))
+    return out
+
+
+def _number(v) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if x >= 0 else None

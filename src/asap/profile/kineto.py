@@ -1,0 +1,286 @@
+"""PyTorch profiler (Kineto) Chrome traces -> timelines.
+
+GPU traces (CUDA or ROCm): the device timeline is the kernels, memcpys and memsets on all streams of the
+device. Each one is tied back to the CPU operator that launched it (kernel --correlation--> runtime launch
+--time containment on the launching thread--> innermost operator), which gives the operator's recorded
+shapes and so its FLOPs and bytes. Containment is used rather than 'External id' because older Kineto
+versions number kernels and operators independently.
+
+CPU-only traces (gloo): there are no kernels; the CPU operators *are* the device work, on every thread, and
+the collectives are the gloo/c10d operators (gloo runs them on its own threads). Nested operators count once:
+an operator's own time is its duration less its children's.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+
+import numpy as np
+
+from asap.profile.ops import comm_bytes, op_cost
+from asap.profile.trace import (OpInstance, Timeline, is_comm_kernel, is_comm_op, is_p2p, self_times,
+                                short_kernel_name, trim_windows, windows_array)
+from asap.profile.windows import Intervals
+
+DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "hip_runtime", "runtime"}
+OP_CATS = {"cpu_op", "Operator"}
+ANNOTATION_CATS = {"user_annotation", "User Annotation"}
+STEP_PREFIX = "ProfilerStep#"
+
+
+class _Thread:
+    """One CPU thread's operators, sorted by start (outer first on ties), with each one's parent."""
+
+    __slots__ = ("starts", "ends", "names", "args", "parent", "self_us", "start_list", "end_list")
+
+    def __init__(self, rows: list[tuple[float, float, str, dict]]):
+        rows.sort(key=lambda r: (r[0], -r[1]))
+        self.starts = np.fromiter((r[0] for r in rows), dtype=np.float64, count=len(rows))
+        self.ends = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+        self.names = [r[2] for r in rows]
+        self.args = [r[3] for r in rows]
+        self.self_us, self.parent = self_times(self.starts, self.ends)
+        self.start_list = self.starts.tolist()
+        self.end_list = self.ends.tolist()
+
+    def enclosing(self, t: float) -> int:
+        """Index of the innermost operator running at time t on this thread, or -1."""
+        i = bisect_right(self.start_list, t) - 1
+        while i >= 0 and self.end_list[i] < t:
+            i = int(self.parent[i])
+        return i
+
+
+def _span(e: dict) -> tuple[float, float] | None:
+    try:
+        ts = float(e["ts"])
+        return ts, ts + float(e.get("dur", 0.0) or 0.0)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
+    """One timeline per GPU with a real share of the trace's device work, or one CPU timeline."""
+    device_rows: list[tuple[int, float, float, str, int | None]] = []  # pid, start, end, name, correlation
+    thread_rows: dict[tuple, list] = defaultdict(list)
+    launches: dict[int, tuple[tuple, float]] = {}
+    steps: list[tuple[str, float, float]] = []
+    for e in doc["traceEvents"]:
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        cat = e.get("cat")
+        if cat in DEVICE_CATS:
+            span = _span(e)
+            if span:
+                args = e.get("args") or {}
+                device_rows.append((e.get("pid"), span[0], span[1], str(e.get("name", "")), args.get("correlation")))
+        elif cat in RUNTIME_CATS:
+            corr = (e.get("args") or {}).get("correlation")
+            if corr is not None:
+                launches[corr] = ((e.get("pid"), e.get("tid")), float(e.get("ts", 0.0)))
+        elif cat in OP_CATS or cat in ANNOTATION_CATS:
+            name = str(e.get("name", ""))
+            span = _span(e)
+            if span is None:
+                continue
+            if name.startswith(STEP_PREFIX):
+                steps.append((name, span[0], span[1]))
+            elif cat in OP_CATS or is_comm_op(name):
+                thread_rows[(e.get("pid"), e.get("tid"))].append((span[0], span[1], name, e.get("args") or {}))
+    notes: list[str] = []
+    windows = trim_windows(steps, notes)
+    rank = _rank(doc)
+    label = f"rank {rank}" if rank is not None else source.rsplit("/", 1)[-1]
+    if device_rows:
+        return _gpu_timelines(doc, source, rank, label, device_rows, thread_rows, launches, windows, notes)
+    return [_cpu_timeline(source, rank, label, thread_rows, windows, notes)]
+
+
+def _rank(doc: dict) -> int | None:
+    info = doc.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return info["rank"]
+    return None
+
+
+def _device_properties(doc: dict, device: int) -> tuple[str | None, float | None]:
+    props = doc.get("deviceProperties")
+    if not isinstance(props, list):
+        return None, None
+    for p in props:
+        if isinstance(p, dict) and p.get("id") == device:
+            return p.get("name"), p.get("totalGlobalMem")
+    first = next((p for p in props if isinstance(p, dict)), None)
+    return (first.get("name"), first.get("totalGlobalMem")) if first else (None, None)
+
+
+def _whole_trace_window(starts, ends, notes: list[str]) -> list[tuple[str, float, float]]:
+    notes.append("no ProfilerStep#N markers: the whole trace is taken as one step window")
+    return [("whole trace", float(np.min(starts)), float(np.max(ends)))]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU traces
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _gpu_timelines(doc, source, rank, label, device_rows, thread_rows, launches, windows, notes) -> list[Timeline]:
+    busy_by_device: dict = defaultdict(float)
+    for pid, s, e, _, _ in device_rows:
+        busy_by_device[pid] += e - s
+    busiest = max(busy_by_device.values())
+    devices = sorted(d for d, t in busy_by_device.items() if t >= 0.1 * busiest)
+    if len(busy_by_device) > len(devices):
+        notes.append(f"device activity on {len(busy_by_device)} devices; analysed: {devices} "
+                     "(the others had under a tenth of the busiest one's)")
+    threads = {key: _Thread(rows) for key, rows in thread_rows.items() if rows}
+    out = []
+    for device in devices:
+        rows = [r for r in device_rows if r[0] == device]
+        dev_notes = list(notes)
+        dev_windows = windows or _whole_trace_window([r[1] for r in rows], [r[2] for r in rows], dev_notes)
+        compute, comm, p2p, ops = _gpu_device(rows, threads, launches)
+        name, memory = _device_properties(doc, device)
+        dev_label = label if len(devices) == 1 else f"{label} gpu {device}"
+        out.append(Timeline(
+            label=dev_label, source=source, rank=rank, framework="pytorch", device_kind="gpu", device_name=name,
+            device_memory_bytes=memory, windows_us=windows_array(dev_windows),
+            window_names=[w[0] for w in dev_windows], windows_source="ProfilerStep" if windows else "whole_trace",
+            compute=compute, comm=comm, p2p=p2p, ops=ops, notes=dev_notes))
+    return out
+
+
+def _launcher(corr, threads, launches) -> tuple[_Thread | None, int]:
+    hit = launches.get(corr) if corr is not None else None
+    if hit is None:
+        return None, -1
+    thread = threads.get(hit[0])
+    if thread is None:
+        return None, -1
+    return thread, thread.enclosing(hit[1])
+
+
+def _chain_is_p2p(thread: _Thread, i: int) -> bool:
+    """Point-to-point if the launching op, its collective name, or an op up to three levels above says so."""
+    for _ in range(4):
+        if i < 0:
+            return False
+        args = thread.args[i]
+        if is_p2p(thread.names[i]) or is_p2p(str(args.get("Collective name", ""))):
+            return True
+        i = int(thread.parent[i])
+    return False
+
+
+def _gpu_device(rows, threads, launches) -> tuple[Intervals, Intervals, Intervals, list[OpInstance]]:
+    """Compute/communication interval sets of one device and its operator calls with their device time."""
+    starts = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+    ends = np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows))
+    is_comm = np.zeros(len(rows), dtype=bool)
+    is_pp = np.zeros(len(rows), dtype=bool)
+    instances: dict[tuple, OpInstance] = {}
+    for k, (_, s, e, name, corr) in enumerate(rows):
+        comm = is_comm_kernel(name)
+        thread, i = _launcher(corr, threads, launches)
+        if comm:
+            is_comm[k] = True
+            p2p = thread is not None and _chain_is_p2p(thread, i)
+            is_pp[k] = p2p
+            key = (id(thread), i, "comm")
+        else:
+            key = (id(thread), i) if thread is not None and i >= 0 else ("kernel", k)
+        inst = instances.get(key)
+        if inst is None:
+            inst = _new_instance(name, s, thread, i, comm, bool(is_pp[k]))
+            instances[key] = inst
+        inst.time_us += e - s
+        inst.start_us = min(inst.start_us, s)
+    compute = Intervals.union_of(starts[~is_comm], ends[~is_comm])
+    comm_set = Intervals.union_of(starts[is_comm], ends[is_comm])
+    p2p_set = Intervals.union_of(starts[is_pp], ends[is_pp])
+    return compute, comm_set, p2p_set, list(instances.values())
+
+
+def _new_instance(kernel: str, start: float, thread: _Thread | None, i: int, comm: bool, p2p: bool) -> OpInstance:
+    if comm:
+        nbytes = comm_bytes(thread.args[i]) if thread is not None and i >= 0 else None
+        return OpInstance(short_kernel_name(kernel), start, 0.0, None, nbytes, None, True, p2p, kernel)
+    if thread is None or i < 0:
+        return OpInstance(short_kernel_name(kernel), start, 0.0, kernel=kernel)
+    flops, nbytes, precision = op_cost(thread.names[i], thread.args[i])
+    return OpInstance(thread.names[i], start, 0.0, flops, nbytes, precision, False, False, kernel)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CPU-only traces
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _cpu_timeline(source, rank, label, thread_rows, windows, notes) -> Timeline:
+    """Operators on every thread are the work; gloo/c10d operators are the communication.
+
+    Per thread, time inside a communication op is communication even when a compute op encloses it (a
+    backward hook that waits on an all-reduce); across threads, compute on one and gloo's transfer on another
+    overlap.
+    """
+    threads = [_Thread(rows) for rows in thread_rows.values() if rows]
+    compute_parts, comm_s, comm_e, p2p_s, p2p_e = [], [], [], [], []
+    ops: list[OpInstance] = []
+    all_s, all_e = [], []
+    for th in threads:
+        comm_mask = np.array([is_comm_op(n) for n in th.names], dtype=bool)
+        pp_mask = comm_mask & np.array([is_p2p(n) for n in th.names], dtype=bool)
+        work = Intervals.union_of(th.starts[~comm_mask], th.ends[~comm_mask])
+        talk = Intervals.union_of(th.starts[comm_mask], th.ends[comm_mask])
+        compute_parts.append(work.minus(talk))
+        comm_s.append(th.starts[comm_mask]); comm_e.append(th.ends[comm_mask])
+        p2p_s.append(th.starts[pp_mask]); p2p_e.append(th.ends[pp_mask])
+        all_s.append(th.starts); all_e.append(th.ends)
+        ops.extend(_cpu_instances(th, comm_mask, pp_mask))
+    compute = Intervals.empty()
+    for part in compute_parts:
+        compute = compute | part
+    comm = Intervals.union_of(_cat(comm_s), _cat(comm_e))
+    p2p = Intervals.union_of(_cat(p2p_s), _cat(p2p_e))
+    if not windows:
+        if not threads:
+            notes.append("no operators in the trace")
+            windows = [("whole trace", 0.0, 0.0)]
+        else:
+            windows = _whole_trace_window(_cat(all_s), _cat(all_e), notes)
+        source_kind = "whole_trace"
+    else:
+        source_kind = "ProfilerStep"
+    return Timeline(label=label, source=source, rank=rank, framework="pytorch", device_kind="cpu",
+                    device_name=None, device_memory_bytes=None, windows_us=windows_array(windows),
+                    window_names=[w[0] for w in windows], windows_source=source_kind, compute=compute, comm=comm,
+                    p2p=p2p, ops=ops, notes=notes)
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def _cpu_instances(th: _Thread, comm_mask: np.ndarray, pp_mask: np.ndarray) -> list[OpInstance]:
+    """One instance per operator with its self time; work counted where the arithmetic happens.
+
+    A composite op (matmul, linear) whose children carry their own FLOPs or bytes keeps only its self time:
+    the work belongs to the mm/addmm below it.
+    """
+    costs = [op_cost(n, a) if not c else (None, comm_bytes(a), None)
+             for n, a, c in zip(th.names, th.args, comm_mask.tolist())]
+    costed_child = np.zeros(len(costs), dtype=bool)
+    for i, p in enumerate(th.parent.tolist()):
+        f, b, _ = costs[i]
+        if p >= 0 and ((f or 0) > 0 or (b or 0) > 0):
+            costed_child[p] = True
+    out = []
+    for i, name in enumerate(th.names):
+        f, b, prec = costs[i]
+        if costed_child[i] and not comm_mask[i]:
+            f, b = None, None
+        out.append(OpInstance(name, th.start_list[i], float(th.self_us[i]), f, b, prec, bool(comm_mask[i]),
+                              bool(pp_mask[i])))
+    return out
