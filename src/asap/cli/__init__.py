@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 
 from asap.errors import AsapError
@@ -33,21 +32,12 @@ def _register_commands() -> None:
 def main(argv: list[str] | None = None) -> int:
     _register_commands()
     try:
-        app(args=argv, standalone_mode=False)
-    except AsapError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return _exit(2)
-    except click.exceptions.Exit as e:
-        return _exit(e.exit_code)
-    except click.ClickException as e:
-        print(f"error: {e.format_message()}", file=sys.stderr)
-        return _exit(2)
-    except click.exceptions.Abort:
-        print("error: aborted", file=sys.stderr)
-        return _exit(130)
+        return _run(argv)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return _exit(130)
+    except SystemExit:
+        raise
     except Exception as e:  # never a traceback: one line, and a non-zero exit
         print(f"error: internal error ({type(e).__name__}: {e}); rerun with ASAP_DEBUG=1 for the traceback",
               file=sys.stderr)
@@ -56,11 +46,30 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("ASAP_DEBUG"):
             raise
         return _exit(1)
+
+
+def _run(argv: list[str] | None) -> int:
+    try:
+        rv = app(args=argv, standalone_mode=False)
+        if isinstance(rv, int) and rv:
+            return _exit(rv)
+    except AsapError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return _exit(2)
+    except typer.Exit as e:
+        return _exit(getattr(e, "exit_code", 0))
+    except typer.Abort:
+        print("error: aborted", file=sys.stderr)
+        return _exit(130)
+    except Exception as e:
+        # usage errors (missing option, bad value) from Typer's bundled Click: one line, exit 2
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            print(f"error: {e.format_message()}", file=sys.stderr)
+            return _exit(e.exit_code or 2)
+        raise
     return _exit(0)
 
 
 def _exit(code: int | None) -> int:
-    code = int(code or 0)
-    if __name__ != "__main__":
-        sys.exit(code)
-    return code
+    """Exit the process: ``main`` is both the console script and what ``python -c`` callers run."""
+    sys.exit(int(code or 0))

@@ -29,6 +29,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.communication import data_parallel_comm, layer_comm
 from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
 from asap.cost.memory import layers_per_stage, memory, stage_params
+from asap.cost.pipeline import bubble_s
 from asap.cost.roofline import elementwise_time_s
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
@@ -122,8 +123,7 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     stage = {k: np.where(single, whole[k], np.where(use_last, last[k], first[k])) for k in keys}
     t_max = total(stage)
     t_avg = total(whole) / pp
-    bubble_units = np.where(S.schedule == 2, 1.0 / 3.0, 1.0)
-    bubble = np.where(single, 0.0, (pp - 1) * t_avg / vpp * bubble_units)
+    bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg)
     imbalance = np.where(single, 0.0, m * (t_max - t_avg))
 
     # ---- pipeline messages ----------------------------------------------------------------------------
@@ -222,9 +222,13 @@ def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_
     comm = sum(exposed[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
     compute = exposed["compute"] + exposed["optimizer"]
     bubble = exposed["bubble"]
-    shares = {"compute": compute, "communication": comm, "pipeline_bubble": bubble, "imbalance": imbalance_s}
+    # imbalance (the heaviest stage's excess over the mean) is time spent inside the critical stage's compute
+    # and communication; count it apart so no second counts twice
+    balanced_compute = max(compute - imbalance_s, 0.0)
+    shares = {"compute": balanced_compute, "communication": comm, "pipeline_bubble": bubble,
+              "imbalance": imbalance_s}
     name = max(shares, key=shares.get)
-    if name == "compute" and memory_bound_s > 0.5 * compute:
+    if name == "compute" and memory_bound_s > 0.5 * compute:  # mostly low-intensity kernels: HBM-bound
         name = "memory"
     evidence = [f"{k} {v / step_time_s:.0%} of the step" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]
     evidence.append(f"memory-bound kernels {memory_bound_s / max(compute, 1e-12):.0%} of compute time")

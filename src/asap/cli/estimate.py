@@ -1,0 +1,155 @@
+"""``asap estimate``, ``asap validate`` and ``asap presets``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from asap.cli import app
+from asap.cli.common import err_console, out_console, print_json
+
+ModelOpt = typer.Option(..., "--model", "-m", help="Preset name, native model file (YAML/JSON) or HF config.json.")
+ClusterOpt = typer.Option(..., "--cluster", "-c", help="Cluster preset, accelerator name, or cluster file.")
+NodesOpt = typer.Option(None, "--nodes", help="Override the cluster's node count.")
+DevicesOpt = typer.Option(None, "--devices", help="Override the cluster's device count.")
+BatchOpt = typer.Option(..., "--global-batch", "-b", help="Global batch in sequences.")
+SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
+PrecisionOpt = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp32")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+
+
+def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[int], global_batch: int,
+             seq_len: int, precision: str):
+    """The three inputs every planning command shares, validated with one-line errors."""
+    from asap.spec.hardware import load_cluster
+    from asap.spec.loader import load_model
+    from asap.spec.train import TrainSpec
+
+    m = load_model(model)
+    c = load_cluster(cluster, nodes=nodes, devices=devices)
+    t = TrainSpec(global_batch, seq_len, precision)
+    c.accelerator.peak_flops("bf16" if precision == "fp8" else precision)
+    if precision == "fp8":
+        c.accelerator.peak_flops("fp8")
+    return m, c, t
+
+
+def estimate_table(est) -> Table:
+    table = Table(title=f"step {est.step_time_s:.3f} s · {est.tokens_per_s_per_device:,.0f} tok/s/device · "
+                        f"MFU {est.mfu:.1%} · {est.peak_memory_gb:.1f} GiB {'fits' if est.fits else 'DOES NOT FIT'}")
+    table.add_column("part")
+    table.add_column("total s", justify="right")
+    table.add_column("exposed s", justify="right")
+    table.add_column("share", justify="right")
+    for k, v in est.breakdown_s.items():
+        exp = est.exposed_s.get(k, 0.0)
+        table.add_row(k, f"{v:.3f}", f"{exp:.3f}", f"{exp / est.step_time_s:.1%}")
+    return table
+
+
+@app.command()
+def estimate(
+    model: str = ModelOpt,
+    cluster: str = ClusterOpt,
+    global_batch: int = BatchOpt,
+    seq_len: int = SeqOpt,
+    strategy: str = typer.Option("", "--strategy", "-S", help="key=value,... (dp tp pp vpp cp ep etp mbs recompute zero sp schedule)"),
+    precision: str = PrecisionOpt,
+    nodes: Optional[int] = NodesOpt,
+    devices: Optional[int] = DevicesOpt,
+    explain: bool = typer.Option(False, "--explain", help="Show memory terms and the evidence for the bottleneck."),
+    json_out: bool = JsonOpt,
+):
+    """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
+    from asap.cost.estimate import estimate as run_estimate
+
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision)
+    est = run_estimate(m, c, t, strategy)
+    if json_out:
+        print_json(est.to_dict())
+        return
+    out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name} · {est.strategy}")
+    out_console.print(estimate_table(est))
+    out_console.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    if explain:
+        mem = Table(title="peak memory per device (GiB)")
+        mem.add_column("term")
+        mem.add_column("GiB", justify="right")
+        for k, v in est.memory_gb.items():
+            mem.add_row(k, f"{v:.2f}")
+        out_console.print(mem)
+        for line in est.evidence:
+            out_console.print(f"  · {line}")
+
+
+@app.command()
+def validate(
+    cases: Optional[str] = typer.Option(None, "--cases", help="A calibration-case file (default: the shipped cases)."),
+    json_out: bool = JsonOpt,
+):
+    """Compare predicted with published step times of real training runs; print each error and the MAPE."""
+    from asap.validate import load_cases, validate as run_validate
+
+    case_list = load_cases(cases)
+    with Progress(console=err_console, transient=True, disable=json_out) as progress:
+        task = progress.add_task("validating", total=len(case_list))
+        result = run_validate(case_list, progress=lambda n: progress.update(task, completed=n))
+    if json_out:
+        print_json(result)
+        return
+    out_console.print(validation_table(result))
+    out_console.print(f"MAPE {result['mape']:.1%} over {result['n']} cases; worst {result['worst_case']} "
+                      f"({result['max_abs_error']:.1%})")
+
+
+def validation_table(result) -> Table:
+    table = Table(title="published vs predicted step time")
+    for col, just in (("case", "left"), ("published s", "right"), ("predicted s", "right"), ("error", "right"),
+                      ("strategy (best completion)", "left")):
+        table.add_column(col, justify=just)
+    for r in result["cases"]:
+        s = r["strategy"]
+        shape = (f"tp{s['tp']} pp{s['pp']} vpp{s['vpp']} cp{s['cp']} ep{s['ep']} dp{s['dp']} mbs{s['mbs']} "
+                 f"{s['recompute']} z{s['zero']}")
+        table.add_row(r["id"], f"{r['published_step_time_s']:.3f}", f"{r['predicted_step_time_s']:.3f}",
+                      f"{r['error']:+.1%}", shape)
+    return table
+
+
+@app.command()
+def presets(json_out: bool = JsonOpt):
+    """List model presets (with parameter counts) and cluster presets."""
+    from asap.spec.hardware import CATALOG, CLUSTER_PRESETS
+    from asap.spec.loader import load_model
+    from asap.spec.presets import MODEL_PRESETS
+
+    models = []
+    for name, (_, published, with_mtp, source) in MODEL_PRESETS.items():
+        m = load_model(name)
+        models.append({"name": name, "params": m.num_params(include_mtp=with_mtp),
+                       "active_params": m.num_active_params(), "published_params": published or None,
+                       "source": source})
+    clusters = [{"name": k, **v} for k, v in CLUSTER_PRESETS.items()]
+    accelerators = [{"name": a.name, "family": a.family, "peak_tflops": a.peak_tflops, "hbm_gb": a.hbm_gb,
+                     "hbm_gbps": a.hbm_gbps, "intra_node_gbps": a.intra_node_gbps,
+                     "inter_node_gbps": a.inter_node_gbps, "source": a.source} for a in CATALOG.values()]
+    if json_out:
+        print_json({"models": models, "clusters": clusters, "accelerators": accelerators})
+        return
+    table = Table(title="model presets")
+    table.add_column("name")
+    table.add_column("params", justify="right")
+    table.add_column("active", justify="right")
+    for m in models:
+        table.add_row(m["name"], f"{m['params'] / 1e9:,.2f} B", f"{m['active_params'] / 1e9:,.2f} B")
+    out_console.print(table)
+    table = Table(title="cluster presets")
+    table.add_column("name")
+    table.add_column("accelerator")
+    table.add_column("devices", justify="right")
+    for c in clusters:
+        table.add_row(c["name"], c["accelerator"], str(c["devices_per_node"] * c["nodes"]))
+    out_console.print(table)
