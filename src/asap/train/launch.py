@@ -1,0 +1,325 @@
+"""Launch the reference trainer under torchrun and collect what every rank measured.
+
+``launch([RunConfig, ...])`` writes the worker's JSON config, runs ``python -m torch.distributed.run
+--standalone --nproc-per-node N -m asap.train.worker --config FILE`` (N = the product of the degrees), and
+turns the per-rank files into one ``RunResult`` per config: the global loss of every step, the median step
+time after warm-up (each step's time is its slowest rank's), tokens/s, the peak memory of the busiest rank
+(peak RSS on CPU, ``max_memory_allocated`` on CUDA) and, with a profile directory, one trace per rank.
+
+A run that crashes, runs out of memory or hangs raises ``RunFailed`` with a one-line reason; a strategy
+the trainer cannot run raises ``AsapError`` before anything is launched (``check_supported``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from asap.errors import AsapError
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import Strategy, parse_strategy, resolve_strategy
+from asap.spec.train import TrainSpec
+
+RUN_PRECISIONS = ("fp32", "bf16")
+
+
+class RunFailed(RuntimeError):
+    """A launched run that did not finish: ``kind`` is oom, crash or timeout; ``reason`` is one line."""
+
+    def __init__(self, kind: str, reason: str, log_tail: str = ""):
+        self.kind, self.reason, self.log_tail = kind, reason, log_tail
+        super().__init__(reason)
+
+
+@dataclass
+class RunConfig:
+    model: ModelSpec
+    strategy: Strategy
+    global_batch: int
+    seq_len: int
+    steps: int = 5
+    precision: str = "fp32"
+    seed: int = 0
+    data: str | None = None
+    lr: float = 1e-3
+    profile_dir: str | None = None
+
+    @property
+    def train(self) -> TrainSpec:
+        return TrainSpec(self.global_batch, self.seq_len, self.precision)
+
+    def job(self) -> dict[str, Any]:
+        return {"model": self.model.to_dict(), "strategy": self.strategy.to_dict(), "global_batch": self.global_batch,
+                "seq_len": self.seq_len, "steps": self.steps, "precision": self.precision, "seed": self.seed,
+                "data": self.data, "lr": self.lr, "profile_dir": self.profile_dir}
+
+
+@dataclass
+class RunResult:
+    strategy: dict[str, Any]
+    step_time_s: float
+    tokens_per_s: float
+    losses: list[float]
+    peak_memory_gb: float
+    traces: list[str] = field(default_factory=list)
+    step_times_s: list[float] = field(default_factory=list)
+    peak_memory_gb_per_rank: list[float] = field(default_factory=list)
+    aux_losses: list[float | None] = field(default_factory=list)
+    model: str = ""
+    global_batch: int = 0
+    seq_len: int = 0
+    steps: int = 0
+    precision: str = "fp32"
+    nproc: int = 1
+    device: str = "cpu"
+    backend: str = "gloo"
+    wall_time_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Strategy resolution and the trainer's own limits
+# ------------------------------------------------------------------------------------------------------------
+
+
+def resolve_run_strategy(text: str | dict | None, model: ModelSpec, train: TrainSpec, field_name: str = "strategy") -> Strategy:
+    """Like ``resolve_strategy``, with the device count taken from the strategy itself: omitted dp is the
+    smallest that the expert folding allows (1 for dense models; ep / gcd(ep, tp*cp) for MoE), and omitted
+    etp is 1 for MoE models (the reference trainer has no expert tensor parallelism)."""
+    partial = parse_strategy(text, field_name)
+    if model.moe is not None and "etp" not in partial:
+        partial["etp"] = 1
+    tp, pp, cp = partial.get("tp", 1), partial.get("pp", 1), partial.get("cp", 1)
+    if "dp" not in partial:
+        folded = partial.get("ep", 1) * partial.get("etp", 1)
+        partial["dp"] = folded // math.gcd(folded, tp * cp)
+    devices = partial["dp"] * tp * pp * cp
+    return resolve_strategy(partial, model, train, devices, field_name)
+
+
+def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type: str = "cpu",
+                    field_name: str = "strategy") -> None:
+    """Raise AsapError (one line) for what the reference trainer cannot run, before anything is launched."""
+    f = field_name
+    if train.precision not in RUN_PRECISIONS:
+        raise AsapError("precision", f"real runs support {' and '.join(RUN_PRECISIONS)}, got {train.precision}")
+    rope_dim = model.mla.qk_rope_head_dim if model.mla is not None else model.head_dim
+    if rope_dim % 2:
+        raise AsapError("model.head_dim", f"rotary embeddings need an even head dimension, got {rope_dim}")
+    if s.cp > 1 and device_type != "cuda":
+        raise AsapError(f"{f}.cp", f"cp={s.cp}: context parallelism runs on CUDA only (torch's ring attention has "
+                                   "no CPU kernel) and this run is on the CPU")
+    if s.cp > 1 and s.pp > 1:
+        raise AsapError(f"{f}.cp", "cp > 1 with pp > 1 is not implemented by the reference trainer")
+    if s.etp > 1:
+        raise AsapError(f"{f}.etp", f"etp={s.etp}: expert tensor parallelism is not implemented by the reference "
+                                    "trainer; use etp=1 (experts are folded over tp*cp*dp by ep)")
+    if model.mla is not None and s.tp > 1:
+        raise AsapError(f"{f}.tp", "MLA attention with tp > 1 is not implemented by the reference trainer")
+    if model.tie_embeddings and (s.tp > 1 or s.pp > 1):
+        raise AsapError(f"{f}.tp" if s.tp > 1 else f"{f}.pp",
+                        f"{model.name} ties its embeddings, which the reference trainer runs with tp=1 and pp=1 only")
+    if s.tp > 1 and (s.sp or model.moe is not None) and train.seq_len % s.tp:
+        raise AsapError(f"{f}.tp", f"seq_len={train.seq_len} is not divisible by tp={s.tp} "
+                                   "(sequence parallelism and the MoE token split shard the sequence)")
+    if s.cp > 1 and s.tp > 1 and train.seq_len % (2 * s.cp * s.tp):
+        raise AsapError(f"{f}.cp", f"seq_len={train.seq_len} is not divisible by 2*cp*tp={2 * s.cp * s.tp}")
+    m = s.micro_batches(train.global_batch)
+    if s.pp > 1:
+        if s.pp * s.vpp > model.num_layers:
+            raise AsapError(f"{f}.pp", f"pp*vpp={s.pp * s.vpp} stages exceed num_layers={model.num_layers}")
+        if s.schedule == "1f1b" and m < s.pp:
+            raise AsapError(f"{f}.schedule", f"1f1b needs at least pp={s.pp} micro-batches per step, got "
+                                             f"{m} (global batch {train.global_batch} / (dp*mbs))")
+        if s.schedule in ("interleaved", "zb") and m % s.pp:
+            raise AsapError(f"{f}.schedule", f"{s.schedule} needs the micro-batches ({m}) divisible by pp={s.pp}")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Launching
+# ------------------------------------------------------------------------------------------------------------
+
+
+def detect_device(requested: str = "auto", nproc: int = 1) -> str:
+    if requested not in ("auto", "cpu", "cuda"):
+        raise AsapError("device", f"must be auto, cpu or cuda, got {requested!r}")
+    if requested == "cpu":
+        return "cpu"
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested == "cuda" and n == 0:
+        raise AsapError("device", "cuda was asked for but no GPU is visible")
+    if n == 0:
+        return "cpu"
+    if n < nproc:
+        raise AsapError("strategy", f"the strategy needs {nproc} GPUs and this machine has {n} "
+                                    "(pass --device cpu to run it on CPU processes)")
+    return "cuda"
+
+
+def torchrun_command(nproc: int, config_path: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            "-m", "asap.train.worker", "--config", config_path]
+
+
+def _child_env(device: str, nproc: int) -> dict[str, str]:
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])  # the folder that holds the asap package
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    if "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc)) if device == "cpu" else "1"
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path, n: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _failure_from_files(out: Path, log_path: Path, rc: int) -> RunFailed:
+    errs = sorted(out.glob("error_job*_rank*.txt"), key=lambda p: p.stat().st_mtime)
+    tail = _tail(log_path)
+    if errs:
+        # the first rank to fail names the cause; others often only see their peers vanish
+        first = errs[0].read_text(errors="replace").splitlines()[0]
+        kind, _, reason = first.partition("\t")
+        rank = errs[0].stem.rsplit("rank", 1)[-1]
+        return RunFailed(kind or "crash", f"rank {rank}: {reason or first}", tail)
+    if rc in (-9, 137) or "Signal 9" in tail or "SIGKILL" in tail:
+        return RunFailed("oom", f"a worker was killed (signal 9), most likely out of memory (exit {rc})", tail)
+    last = next((l.strip() for l in reversed(tail.splitlines()) if l.strip()), "")
+    return RunFailed("crash", f"torchrun exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)
+
+
+def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float | None = None,
+           echo: IO[str] | None = None, workdir: str | None = None, pg_timeout_s: float = 300.0) -> list[RunResult]:
+    """Run every config (same world size) in one torchrun launch; one RunResult per config."""
+    if not configs:
+        return []
+    nproc = configs[0].strategy.devices
+    if any(c.strategy.devices != nproc for c in configs):
+        raise AsapError("strategy", "configs launched together must use the same number of processes")
+    dev = detect_device(device, nproc)
+    for c in configs:
+        check_supported(c.model, c.strategy, c.train, dev)
+    tmp = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="asap-run-")
+        workdir = tmp.name
+    out = Path(workdir)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in list(out.glob("job*_rank*.json")) + list(out.glob("error_job*_rank*.txt")):
+        old.unlink()
+    cfg_path = out / "config.json"
+    cfg_path.write_text(json.dumps({"device": dev, "out_dir": str(out), "pg_timeout_s": pg_timeout_s,
+                                    "jobs": [c.job() for c in configs]}, indent=1))
+    log_path = out / "torchrun.log"
+    t0 = time.perf_counter()
+    try:
+        rc, timed_out = _run_logged(torchrun_command(nproc, str(cfg_path)), _child_env(dev, nproc), log_path,
+                                    timeout_s, echo)
+        wall = time.perf_counter() - t0
+        if timed_out:
+            raise RunFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the run was killed", _tail(log_path))
+        if rc != 0:
+            raise _failure_from_files(out, log_path, rc)
+        return [_collect(out, j, c, nproc, dev, wall / len(configs)) for j, c in enumerate(configs)]
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _run_logged(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: float | None,
+                echo: IO[str] | None) -> tuple[int, bool]:
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True, text=True, errors="replace")
+
+        def pump():
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                logf.write(line)
+                logf.flush()
+                if echo is not None:
+                    echo.write(line)
+                    echo.flush()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        reader.join(timeout=5)
+        return proc.returncode, timed_out
+
+
+def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: float) -> RunResult:
+    ranks = []
+    for r in range(nproc):
+        p = out / f"job{j}_rank{r}.json"
+        if not p.exists():
+            raise RunFailed("crash", f"rank {r} wrote no result for job {j}")
+        ranks.append(json.loads(p.read_text()))
+    per_step = [max(rk["step_times_s"][i] for rk in ranks) for i in range(c.steps)]
+    warm = 1 if c.steps > 1 else 0
+    step_time = statistics.median(per_step[warm:])
+    mem = [rk["peak_memory_gb"] for rk in ranks]
+    traces = [rk["trace"] for rk in ranks if rk.get("trace")]
+    return RunResult(strategy=c.strategy.to_dict(), step_time_s=step_time,
+                     tokens_per_s=c.global_batch * c.seq_len / step_time if step_time > 0 else 0.0,
+                     losses=ranks[0]["losses"], peak_memory_gb=max(mem), traces=traces, step_times_s=per_step,
+                     peak_memory_gb_per_rank=mem, aux_losses=ranks[0].get("aux_losses", []), model=c.model.name,
+                     global_batch=c.global_batch, seq_len=c.seq_len, steps=c.steps, precision=c.precision,
+                     nproc=nproc, device=device, backend=ranks[0].get("backend", ""), wall_time_s=wall)
+
+
+def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, seq_len: int, steps: int = 5, *,
+        precision: str = "fp32", profile_dir: str | None = None, seed: int = 0, data: str | None = None,
+        lr: float = 1e-3, device: str = "auto", timeout_s: float | None = None, echo: IO[str] | None = None,
+        workdir: str | None = None) -> RunResult:
+    """One real run (the Python face of ``asap run``)."""
+    train = TrainSpec(global_batch, seq_len, precision)
+    s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, model, train)
+    if steps < 1:
+        raise AsapError("steps", f"must be >= 1, got {steps}")
+    cfg = RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
+                    precision=precision, seed=seed, data=data, lr=lr,
+                    profile_dir=str(Path(profile_dir).resolve()) if profile_dir else None)
+    return launch([cfg], device=device, timeout_s=timeout_s, echo=echo, workdir=workdir)[0]

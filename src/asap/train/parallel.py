@@ -1,0 +1,447 @@
+"""Parallelize ``asap.train.model.Transformer`` with PyTorch's own distributed APIs (torchtitan style).
+
+* ``ParallelDims``: the degrees and the device meshes they derive. The dense grid is (pp, dp, cp, tp); the
+  expert grid regroups the same devices of each pipeline stage as (pp, edp, ep, etp) -- Megatron-Core's
+  "MoE parallel folding" (arXiv:2504.14960), so ep may be folded over dp, cp and tp.
+* ``apply_tp``: tensor (+ sequence) parallelism with DTensor ``parallelize_module``.
+* ``apply_ep``: expert parallelism: each rank keeps num_experts/ep experts; tokens travel by
+  ``all_to_all_single`` inside the expert group (``asap.train.model.MoE._dispatch_combine``).
+* ``apply_ac``: activation checkpointing: ``full`` wraps every block with ``checkpoint_wrapper``;
+  ``selective`` recomputes only the core attention (Korthikanti et al. 2022, Megatron's definition).
+* ``apply_dp``: data parallelism: zero=0 DDP, zero=1 DDP + a ZeRO-1 sharded optimizer, zero=2 FSDP2
+  ``fully_shard(reshard_after_forward=False)``, zero=3 FSDP2 ``fully_shard``. torch's DDP takes neither
+  DTensor parameters nor several forwards before one backward (pipeline schedules), so with tp > 1 or
+  pp > 1 and zero <= 1 the gradients are all-reduced over the data-parallel group after the backward
+  instead (flattened per dtype, as Megatron-Core's own DDP does with its buffers).
+* ``pipeline_split`` / ``build_schedule``: ``torch.distributed.pipelining`` stages and schedules (GPipe,
+  1F1B, interleaved 1F1B with vpp stages per rank, interleaved zero-bubble).
+* ``finalize_grads``: what the wrappers above leave to do after a backward: reduce tensor-parallel partial
+  gradients, the manual data-parallel all-reduce, and the expert gradients over the expert-data-parallel
+  group (experts are never wrapped by DDP/FSDP: their replicas live on the edp group, not on dp).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from asap.train.model import MoE, Transformer, cross_entropy
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Parallel dims and meshes
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParallelDims:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sp: bool = False
+    zero: int = 1
+    world_mesh: Any = field(default=None, repr=False)
+    expert_mesh: Any = field(default=None, repr=False)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def edp(self) -> int:
+        return self.dp * self.cp * self.tp // (self.ep * self.etp)
+
+    @classmethod
+    def from_strategy(cls, s) -> "ParallelDims":
+        return cls(dp=s.dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.etp, sp=bool(s.sp), zero=s.zero)
+
+    def build_meshes(self, device_type: str) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.world_mesh = init_device_mesh(device_type, (self.pp, self.dp, self.cp, self.tp),
+                                           mesh_dim_names=("pp", "dp", "cp", "tp"))
+        if self.cp > 1:
+            self.world_mesh["dp", "cp"]._flatten("dp_cp")
+        self.expert_mesh = init_device_mesh(device_type, (self.pp, self.edp, self.ep, self.etp),
+                                            mesh_dim_names=("pp", "edp", "ep", "etp"))
+
+    # sub-meshes
+    @property
+    def tp_mesh(self):
+        return self.world_mesh["tp"]
+
+    @property
+    def pp_mesh(self):
+        return self.world_mesh["pp"]
+
+    @property
+    def cp_mesh(self):
+        return self.world_mesh["cp"]
+
+    @property
+    def dp_mesh(self):
+        """The mesh gradients of dense parameters are averaged over: dp, or dp x cp flattened."""
+        return self.world_mesh["dp_cp"] if self.cp > 1 else self.world_mesh["dp"]
+
+    @property
+    def dp_size(self) -> int:
+        return self.dp * self.cp
+
+    def rank_in(self, name: str) -> int:
+        mesh = self.expert_mesh if name in ("edp", "ep", "etp") else self.world_mesh
+        return mesh.get_local_rank(name)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Tensor and sequence parallelism
+# ------------------------------------------------------------------------------------------------------------
+
+
+def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
+    from torch.distributed.tensor import Replicate, Shard, distribute_module
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+
+    sp = sequence_parallel
+    seq = Shard(1) if sp else Replicate()
+    top: dict[str, Any] = {}
+    if model.tok_embeddings is not None:
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
+    if model.norm is not None and sp:
+        top["norm"] = SequenceParallel()
+    if model.output is not None:
+        top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate(), use_local_output=True)
+    if top:
+        parallelize_module(model, tp_mesh, top)
+
+    for block in model.layers.values():
+        plan: dict[str, Any] = {
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=seq),
+        }
+        if sp:
+            plan["attention_norm"] = SequenceParallel()
+            plan["attention"] = PrepareModuleInput(input_layouts=(Shard(1), None),
+                                                   desired_input_layouts=(Replicate(), None))
+            plan["ffn_norm"] = SequenceParallel()
+        if block.feed_forward is not None:
+            plan["feed_forward.w1"] = ColwiseParallel()
+            plan["feed_forward.w2"] = RowwiseParallel(output_layouts=seq)
+            if block.feed_forward.w3 is not None:
+                plan["feed_forward.w3"] = ColwiseParallel()
+            if sp:
+                plan["feed_forward"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        else:
+            moe: MoE = block.moe
+            if sp:
+                plan["moe"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),),
+                                                 use_local_output=True)
+            moe.tp_mesh = tp_mesh
+            moe.sequence_parallel = sp
+            # router and shared experts run replicated on each rank's own tokens (DTensor: their weight
+            # gradients come out Partial and are summed over tp)
+            distribute_module(moe.router, tp_mesh)
+            if moe.shared_experts is not None:
+                distribute_module(moe.shared_experts, tp_mesh)
+        parallelize_module(block, tp_mesh, plan)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Expert parallelism
+# ------------------------------------------------------------------------------------------------------------
+
+
+def apply_ep(model: Transformer, dims: ParallelDims) -> None:
+    """Keep this rank's slice of each MoE layer's experts and hand it the expert-parallel group."""
+    for moe in model.moe_layers():
+        if dims.ep > 1:
+            ex = moe.experts
+            n_local = moe.n_experts // dims.ep
+            first = dims.rank_in("ep") * n_local
+            with torch.no_grad():
+                for name in ("w1", "w2", "w3"):
+                    p = getattr(ex, name)
+                    if p is not None:
+                        setattr(ex, name, nn.Parameter(p[first:first + n_local].clone()))
+            ex.first_expert = first
+            moe.ep_group = dims.expert_mesh["ep"].get_group()
+        moe.ep_size = dims.ep
+
+
+def expert_params(module: nn.Module) -> list[nn.Parameter]:
+    from asap.train.model import GroupedExperts
+
+    return [p for m in module.modules() if isinstance(m, GroupedExperts) for p in m.parameters()]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Activation checkpointing
+# ------------------------------------------------------------------------------------------------------------
+
+
+def apply_ac(model: Transformer, mode: str) -> None:
+    if mode == "none":
+        return
+    if mode == "selective":
+        for block in model.layers.values():
+            block.attention.recompute_core = True
+        return
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for name, block in list(model.layers.items()):
+        model.layers[name] = checkpoint_wrapper(block, preserve_rng_state=False)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Data parallelism (DDP, ZeRO-1, FSDP2)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def apply_fsdp(model: Transformer, dp_mesh, reshard_after_forward: bool, param_dtype: torch.dtype | None) -> None:
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else MixedPrecisionPolicy()
+    experts = set(expert_params(model))
+    kw: dict[str, Any] = dict(mesh=dp_mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp)
+    if experts:
+        if "ignored_params" not in inspect.signature(fully_shard).parameters:
+            raise RuntimeError("this torch's fully_shard has no ignored_params: MoE with zero>=2 needs torch >= 2.7")
+    for block in model.layers.values():
+        ign = set(expert_params(block))
+        fully_shard(block, **kw, **({"ignored_params": ign} if ign else {}))
+    fully_shard(model, **kw, **({"ignored_params": experts} if experts else {}))
+
+
+def apply_ddp(model: nn.Module, dp_mesh, device: torch.device) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    experts = {id(p) for p in expert_params(model)}
+    ignore = [n for n, p in model.named_parameters() if id(p) in experts]
+    if ignore:
+        DDP._set_params_and_buffers_to_ignore_for_model(model, ignore)
+    kw: dict[str, Any] = dict(process_group=dp_mesh.get_group(), broadcast_buffers=False, bucket_cap_mb=100)
+    if device.type == "cuda":
+        kw["device_ids"] = [device.index]
+    return DDP(model, **kw)
+
+
+def has_dtensor_params(module: nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in module.parameters())
+
+
+def apply_dp(model: Transformer, dims: ParallelDims, device: torch.device, param_dtype: torch.dtype | None):
+    """Wrap one model part for data parallelism; returns (module to call, whether grads need a manual
+    data-parallel all-reduce after the backward)."""
+    if dims.zero >= 2:
+        apply_fsdp(model, dims.dp_mesh, reshard_after_forward=dims.zero == 3, param_dtype=param_dtype)
+        return model, False
+    if dims.dp_size == 1:
+        return model, False
+    if dims.pp > 1 or has_dtensor_params(model):
+        # torch's DDP reducer takes neither DTensor parameters nor several forwards before a backward (the
+        # GPipe and interleaved schedules): all-reduce the gradients after the backward instead
+        return model, True
+    return apply_ddp(model, dims.dp_mesh, device), False
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t._local_tensor if isinstance(t, DTensor) else t
+
+
+class ShardedOptimizer(torch.optim.Optimizer):
+    """ZeRO-1 for parameters that torch's ZeroRedundancyOptimizer cannot broadcast (DTensors): each rank of
+    ``group`` owns the optimizer state of a size-balanced share of the parameters, steps it, and broadcasts
+    the updated values (their local shards) to the other ranks."""
+
+    def __init__(self, params, group, optimizer_class=torch.optim.AdamW, **defaults):
+        params = list(params)
+        self.group = group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        loads = [0] * self.world
+        self.owner: list[int] = []
+        for p in params:  # greedy: largest first would reorder; keep order, least-loaded rank
+            r = loads.index(min(loads))
+            self.owner.append(r)
+            loads[r] += p.numel()
+        self.all_params = params
+        mine = [p for p, r in zip(params, self.owner) if r == self.rank]
+        self.local = optimizer_class(mine or [torch.nn.Parameter(torch.zeros(0))], **defaults)
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.local.step()
+        for p, r in zip(self.all_params, self.owner):
+            dist.broadcast(_local(p.data), src=dist.get_global_rank(self.group, r), group=self.group)
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.all_params:
+            p.grad = None
+
+
+class _Optimizers:
+    """Several optimizers stepped as one (dense parameters and expert parameters shard over different groups)."""
+
+    def __init__(self, opts):
+        self.opts = [o for o in opts if o is not None]
+
+    def step(self):
+        for o in self.opts:
+            o.step()
+
+    def zero_grad(self):
+        for o in self.opts:
+            o.zero_grad(set_to_none=True)
+
+
+def build_optimizer(parts: list[nn.Module], dims: ParallelDims, lr: float, weight_decay: float = 0.1):
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    kw = dict(lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    experts = {id(p) for m in parts for p in expert_params(m)}
+    dense = [p for m in parts for p in m.parameters() if id(p) not in experts]
+    moe = [p for m in parts for p in m.parameters() if id(p) in experts]
+    opts = []
+
+    def one(params, group, size):
+        if not params:
+            return None
+        if dims.zero == 1 and size > 1:
+            if any(type(p) is not nn.Parameter and not isinstance(p, nn.Parameter) for p in params) or \
+                    has_dtensor_params(_Holder(params)):
+                return ShardedOptimizer(params, group, **kw)
+            return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=group, **kw)
+        return torch.optim.AdamW(params, **kw)
+
+    opts.append(one(dense, dims.dp_mesh.get_group() if dims.dp_size > 1 else None, dims.dp_size))
+    opts.append(one(moe, dims.expert_mesh["edp"].get_group() if dims.edp > 1 else None, dims.edp))
+    return _Optimizers(opts)
+
+
+class _Holder(nn.Module):
+    def __init__(self, params):
+        super().__init__()
+        self._ps = nn.ParameterList(params)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# After the backward
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _all_reduce_flat(grads: list[torch.Tensor], group, op, scale: float | None) -> None:
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for gs in by_dtype.values():
+        flat = _flatten_dense_tensors(gs)
+        dist.all_reduce(flat, op=op, group=group)
+        if scale is not None:
+            flat.mul_(scale)
+        for g, f in zip(gs, _unflatten_dense_tensors(flat, gs)):
+            g.copy_(f)
+
+
+@torch.no_grad()
+def finalize_grads(parts: list[nn.Module], dims: ParallelDims, manual_dp: bool) -> None:
+    from torch.distributed.tensor import DTensor
+
+    experts = {id(p) for m in parts for p in expert_params(m)}
+    dense_local: list[torch.Tensor] = []
+    for m in parts:
+        for p in m.parameters():
+            if id(p) in experts or p.grad is None:
+                continue
+            if isinstance(p, DTensor) and isinstance(p.grad, DTensor) and p.grad.placements != p.placements:
+                p.grad = p.grad.redistribute(placements=p.placements)  # tp partial sums
+            dense_local.append(_local(p.grad))
+    if manual_dp and dims.dp_size > 1 and dense_local:
+        _all_reduce_flat(dense_local, dims.dp_mesh.get_group(), dist.ReduceOp.SUM, 1.0 / dims.dp_size)
+    # experts: each token's gradient reached exactly one replica; sum the replicas, average over the
+    # dp x cp copies of the loss
+    eparams = [p for m in parts for p in expert_params(m)]
+    if eparams:
+        for p in eparams:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        group = dims.expert_mesh["edp"].get_group() if dims.edp > 1 else None
+        if group is not None:
+            _all_reduce_flat([p.grad for p in eparams], group, dist.ReduceOp.SUM, 1.0 / dims.dp_size)
+        elif dims.dp_size > 1:
+            for p in eparams:
+                p.grad.mul_(1.0 / dims.dp_size)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Pipeline parallelism
+# ------------------------------------------------------------------------------------------------------------
+
+
+def stage_layer_ranges(n_layers: int, n_stages: int) -> list[range]:
+    """Layers per stage as even as possible, earlier stages taking the remainder."""
+    base, extra = divmod(n_layers, n_stages)
+    out, start = [], 0
+    for s in range(n_stages):
+        n = base + (1 if s < extra else 0)
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def stage_ids(pp_rank: int, pp: int, vpp: int) -> list[int]:
+    """Loop-style placement: rank r holds stages r, r+pp, r+2pp, ... (what the interleaved schedules expect)."""
+    return [pp_rank + v * pp for v in range(vpp)]
+
+
+def pipeline_split(model: Transformer, pp_rank: int, pp: int, vpp: int) -> list[tuple[int, Transformer]]:
+    n_stages = pp * vpp
+    ranges = stage_layer_ranges(model.args.n_layers, n_stages)
+    parts = []
+    for sid in stage_ids(pp_rank, pp, vpp):
+        part = copy.deepcopy(model)
+        keep = {str(i) for i in ranges[sid]}
+        for name in list(part.layers.keys()):
+            if name not in keep:
+                del part.layers[name]
+        if sid != 0:
+            part.tok_embeddings = None
+        if sid != n_stages - 1:
+            part.norm = None
+            part.output = None
+        parts.append((sid, part))
+    return parts
+
+
+def build_schedule(stages: list, schedule: str, n_microbatches: int):
+    from torch.distributed import pipelining as P
+
+    def loss_fn(pred, target):
+        return cross_entropy(pred, target)
+
+    if schedule == "gpipe":
+        return P.ScheduleGPipe(stages[0], n_microbatches, loss_fn=loss_fn)
+    if schedule == "1f1b":
+        return P.Schedule1F1B(stages[0], n_microbatches, loss_fn=loss_fn)
+    if schedule == "interleaved":
+        return P.ScheduleInterleaved1F1B(stages, n_microbatches, loss_fn=loss_fn)
+    if schedule == "zb":
+        return P.ScheduleInterleavedZeroBubble(stages, n_microbatches, loss_fn=loss_fn)
+    raise ValueError(f"unknown schedule {schedule}")

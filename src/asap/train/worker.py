@@ -1,0 +1,229 @@
+"""The torchrun entry point: ``python -m torch.distributed.run ... -m asap.train.worker --config FILE``.
+
+FILE is JSON: ``{"device": "cpu"|"cuda", "out_dir": DIR, "pg_timeout_s": S, "jobs": [job, ...]}`` where a job
+is ``{model (native mapping), strategy (every key), global_batch, seq_len, steps, precision, seed, data, lr,
+profile_dir}``. Every job needs the same world size; they run one after the other in the same processes
+(tests share one launch between several strategies). Each rank writes ``job{j}_rank{r}.json`` into DIR:
+``{rank, losses, step_times_s, peak_memory_gb, trace, aux_losses}``; on an exception it writes
+``error_job{j}_rank{r}.txt`` (``kind<TAB>one-line reason``) and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from asap.spec.loader import load_model
+from asap.spec.strategy import Strategy
+from asap.train.data import local_rows, make_source
+from asap.train.model import AUX_LOSS_COEFF, build_model, cross_entropy
+from asap.train.parallel import (ParallelDims, apply_ac, apply_dp, apply_ep, apply_tp, build_optimizer,
+                                 build_schedule, finalize_grads, pipeline_split)
+
+
+def log(msg: str) -> None:
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"[asap.train] {msg}", file=sys.stderr, flush=True)
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # Linux reports KiB
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _profiler(profile_dir: str | None, steps: int, device: torch.device, rank: int):
+    if not profile_dir:
+        return None, None
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    Path(profile_dir).mkdir(parents=True, exist_ok=True)
+    path = str(Path(profile_dir) / f"trace_rank{rank}.json")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    warm = 1 if steps > 1 else 0
+    prof = profile(activities=acts, schedule=schedule(wait=0, warmup=warm, active=steps - warm, repeat=1),
+                   record_shapes=True, on_trace_ready=lambda p: p.export_chrome_trace(path))
+    return prof, path
+
+
+def run_job(job: dict, device: torch.device) -> dict:
+    spec = load_model(job["model"])
+    s = Strategy(**job["strategy"])
+    gb, seq, steps = int(job["global_batch"]), int(job["seq_len"]), int(job["steps"])
+    precision, seed, lr = job.get("precision", "fp32"), int(job.get("seed", 0)), float(job.get("lr", 1e-3))
+    bf16 = precision == "bf16"
+    rank = dist.get_rank()
+
+    dims = ParallelDims.from_strategy(s)
+    dims.build_meshes(device.type)
+    pp_rank, dp_rank = dims.rank_in("pp"), dims.rank_in("dp")
+    tp_rank = dims.rank_in("tp")
+    local_batch = gb // s.dp
+    n_micro = local_batch // s.mbs
+
+    torch.manual_seed(seed)
+    model = build_model(spec, seq, seed)
+    stage_parts = pipeline_split(model, pp_rank, s.pp, s.vpp) if s.pp > 1 else [(0, model)]
+    parts, wrapped, manual_dp = [], [], False
+    for _, part in stage_parts:
+        part.to(device)
+        apply_ep(part, dims)
+        for moe in part.moe_layers():  # the pipeline schedule divides gradients by the micro-batches itself
+            moe.aux_loss_scale = AUX_LOSS_COEFF if s.pp > 1 else AUX_LOSS_COEFF / n_micro
+        if s.tp > 1:
+            apply_tp(part, dims.tp_mesh, bool(s.sp))
+        apply_ac(part, s.recompute)
+        w, manual = apply_dp(part, dims, device, torch.bfloat16 if bf16 else None)
+        parts.append(part)
+        wrapped.append(w)
+        manual_dp = manual_dp or manual
+    optimizer = build_optimizer(parts, dims, lr)
+
+    n_stages = s.pp * s.vpp
+    schedule = None
+    has_first = has_last = True
+    if s.pp > 1:
+        from torch.distributed.pipelining import PipelineStage
+
+        stages = [PipelineStage(w, sid, n_stages, device, group=dims.pp_mesh.get_group())
+                  for (sid, _), w in zip(stage_parts, wrapped)]
+        schedule = build_schedule(stages, s.schedule, n_micro)
+        sids = [sid for sid, _ in stage_parts]
+        has_first, has_last = 0 in sids, (n_stages - 1) in sids
+
+    data = make_source(spec.vocab_size, seed, job.get("data"))
+    autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
+    prof, trace = _profiler(job.get("profile_dir"), steps, device, rank)
+    is_ddp = [type(w).__name__ == "DistributedDataParallel" for w in wrapped]
+
+    def cp_context(buffers_with_dims):
+        if s.cp == 1:
+            return contextlib.nullcontext()
+        from torch.distributed.tensor.experimental import context_parallel
+
+        bufs = [b for b, _ in buffers_with_dims] + [p.rope for p in parts]
+        dims_ = [d for _, d in buffers_with_dims] + [0] * len(parts)
+        return context_parallel(dims.cp_mesh, buffers=bufs, buffer_seq_dims=dims_,
+                                no_restore_buffers={b for b, _ in buffers_with_dims})
+
+    losses, step_times, aux = [], [], []
+    if prof is not None:
+        prof.start()
+    for step in range(steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        batch = local_rows(data.batch(step, gb, seq), dp_rank, s.dp).to(device)
+        inputs, labels = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        if schedule is not None:
+            mb_losses: list[torch.Tensor] = []
+            with autocast:
+                if has_first:
+                    schedule.step(inputs, target=labels, losses=mb_losses)
+                else:
+                    schedule.step(target=labels, losses=mb_losses)
+            local_loss = torch.stack([l.detach().float() for l in mb_losses]).mean() if has_last else None
+        else:
+            total = torch.zeros((), device=device)
+            for i in range(n_micro):
+                x = inputs[i * s.mbs:(i + 1) * s.mbs].clone()
+                y = labels[i * s.mbs:(i + 1) * s.mbs].clone()
+                sync_ctx = (wrapped[0].no_sync() if is_ddp[0] and i < n_micro - 1 else contextlib.nullcontext())
+                with sync_ctx, cp_context([(x, 1), (y, 1)]), autocast:
+                    loss = cross_entropy(wrapped[0](x), y)
+                    (loss / n_micro).backward()
+                total += loss.detach().float()
+            local_loss = total / n_micro
+        finalize_grads(parts, dims, manual_dp)
+        optimizer.step()
+        optimizer.zero_grad()
+        _sync(device)
+        step_times.append(time.perf_counter() - t0)
+
+        # the global loss: mean over the ranks that computed one (last stage, first tp rank; every cp rank)
+        counted = has_last and tp_rank == 0 and local_loss is not None
+        red = torch.stack([local_loss if counted else torch.zeros((), device=device),
+                           torch.ones((), device=device) if counted else torch.zeros((), device=device)]).float()
+        dist.all_reduce(red)
+        losses.append(float(red[0] / red[1]))
+        moe_aux = [m.last_aux_loss for p in parts for m in p.moe_layers() if m.last_aux_loss is not None]
+        aux.append(sum(moe_aux) / len(moe_aux) if moe_aux else None)
+        log(f"step {step + 1}/{steps} loss {losses[-1]:.5f} time {step_times[-1]:.3f}s")
+        if prof is not None:
+            prof.step()
+    if prof is not None:
+        prof.stop()
+    result = {"rank": rank, "losses": losses, "step_times_s": step_times, "peak_memory_gb": peak_memory_gb(device),
+              "trace": trace if trace and Path(trace).exists() else None, "aux_losses": aux,
+              "device": str(device), "backend": dist.get_backend()}
+    dist.barrier()
+    return result
+
+
+def _error_kind(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, getattr(torch, "OutOfMemoryError", ())) or "out of memory" in text.lower():
+        return "oom"
+    return "crash"
+
+
+def _reason(e: BaseException) -> str:
+    """One line: the innermost exception of the chain (wrappers such as the pipeline stage's only say
+    "failed to run forward")."""
+    seen = e
+    while (seen.__cause__ or seen.__context__) is not None and len(str(seen).strip().splitlines()) != 1:
+        seen = seen.__cause__ or seen.__context__
+    lines = [l.strip() for l in str(seen).strip().splitlines() if l.strip()]
+    return f"{type(seen).__name__}: {lines[0][:300] if lines else ''}".strip().rstrip(":")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="asap.train.worker")
+    ap.add_argument("--config", required=True)
+    args = ap.parse_args(argv)
+    cfg = json.loads(Path(args.config).read_text())
+    out = Path(cfg["out_dir"])
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    timeout = timedelta(seconds=float(cfg.get("pg_timeout_s", 600)))
+    if cfg.get("device", "cpu") == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("cpu:gloo,cuda:nccl", timeout=timeout, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=timeout)
+    job_index = 0
+    try:
+        for job_index, job in enumerate(cfg["jobs"]):
+            log(f"job {job_index + 1}/{len(cfg['jobs'])}: {job['strategy']}")
+            res = run_job(job, device)
+            (out / f"job{job_index}_rank{rank}.json").write_text(json.dumps(res))
+    except BaseException as e:  # noqa: BLE001 - report every failure to the launcher, then exit non-zero
+        reason = _reason(e)
+        (out / f"error_job{job_index}_rank{rank}.txt").write_text(f"{_error_kind(e)}\t{reason}\n{traceback.format_exc()}")
+        traceback.print_exc()
+        return 1
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
