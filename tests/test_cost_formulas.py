@@ -1,0 +1,115 @@
+"""The cost model against numbers derived by hand from the papers."""
+
+import numpy as np
+import pytest
+
+from asap.cost.batch import StrategyBatch
+from asap.cost.estimate import estimate, model_flops_per_token
+from asap.cost.memory import activation_bytes_per_layer, state_bytes_per_param
+from asap.cost.pipeline import bubble_fraction
+from asap.spec.hardware import load_cluster
+from asap.spec.loader import load_model
+from asap.spec.strategy import resolve_strategy
+from asap.spec.train import TrainSpec
+
+GPT3 = load_model("gpt3-175b")
+
+
+def batch(model, train, devices, text):
+    return StrategyBatch.from_strategies([resolve_strategy(text, model, train, devices)])
+
+
+def test_model_flops_per_token_is_6n_plus_attention():
+    """Narayanan et al. 2021 eq. 3 without recompute: 72 L h^2 (1 + s/6h + V/(12 h L)) per token (their 96 is
+    72 x 4/3 for the recomputed forward) = 72 L h^2 + 12 L s h + 6 V h."""
+    L, h, V, s = 96, 12288, 50257, 2048
+    by_hand = 72 * L * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+    assert model_flops_per_token(GPT3, s) == pytest.approx(by_hand, rel=1e-3)
+    # Kaplan/Chinchilla 6N per token for short sequences
+    assert model_flops_per_token(GPT3, 1) == pytest.approx(6 * GPT3.num_params(), rel=1e-3)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_korthikanti_activation_bytes_per_layer(tp):
+    """Korthikanti et al. 2022 sec. 4: s b h (10 + 24/t) with TP only and 34 s b h / t with SP, minus the two
+    1-byte dropout masks (2 s b h, or 2 s b h / t with SP) that dropout-free training does not store; with
+    selective recompute 20 s b h / t; with full recompute the layer input."""
+    train = TrainSpec(global_batch=8, seq_len=2048, precision="bf16")
+    s, b, h = 2048, 1, GPT3.hidden_size
+    sbh = s * b * h
+    no_sp = batch(GPT3, train, tp, f"tp={tp},sp=0")
+    assert activation_bytes_per_layer(GPT3, train, no_sp, moe=False)[0] == pytest.approx(sbh * (8 + 24 / tp))
+    if tp > 1:
+        sp = batch(GPT3, train, tp, f"tp={tp},sp=1")
+        assert activation_bytes_per_layer(GPT3, train, sp, moe=False)[0] == pytest.approx(sbh * 32 / tp)
+        assert activation_bytes_per_layer(GPT3, train, sp, moe=False, selective=True)[0] == pytest.approx(sbh * 20 / tp)
+
+
+def test_zero_bytes_per_param_follow_the_zero_paper():
+    """Rajbhandari et al. 2020 sec. 3.1 with fp32 gradients: 2 + 4 + 12 bytes, sharded stage by stage."""
+    zero = np.array([0, 1, 2, 3])
+    w, g, o = state_bytes_per_param("bf16", zero, 8)
+    assert list(w + g + o) == pytest.approx([18, 6 + 12 / 8, 2 + 16 / 8, 18 / 8])
+
+
+@pytest.mark.parametrize("m, pp, vpp, expected", [(8, 4, 1, 3 / 8), (64, 8, 1, 7 / 64), (16, 4, 2, 3 / 32),
+                                                  (32, 8, 4, 7 / 128)])
+def test_pipeline_bubble_fraction(m, pp, vpp, expected):
+    """Narayanan et al. 2021 sec. 2.2: (p-1)/m for 1F1B, (p-1)/(v m) for interleaved 1F1B."""
+    schedule = "interleaved" if vpp > 1 else "1f1b"
+    assert bubble_fraction(m, pp, vpp, schedule) == pytest.approx(expected)
+    assert bubble_fraction(m, pp, 1, "zb") == pytest.approx((pp - 1) / m / 3)
+
+
+def test_estimate_bubble_matches_closed_form_on_even_stages():
+    """With the embedding and head negligible, the estimate's bubble is (pp-1)/m of the compute."""
+    model = load_model(dict(name="even", num_layers=32, hidden_size=4096, ffn_hidden_size=16384,
+                            num_attention_heads=32, vocab_size=64, activation="gelu"))
+    cluster = load_cluster("a100-80gb", nodes=1)
+    train = TrainSpec(global_batch=32, seq_len=2048)
+    est = estimate(model, cluster, train, "tp=1,pp=8,mbs=1")
+    m = 32
+    assert est.exposed_s["bubble"] / est.exposed_s["compute"] == pytest.approx(7 / m, rel=0.03)
+
+
+def test_estimate_object_has_the_contract_fields_and_adds_up():
+    est = estimate(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192),
+                   "tp=4,pp=4,vpp=5,mbs=1,recompute=selective")
+    d = est.to_dict()
+    for key in ("strategy", "step_time_s", "tokens_per_s", "tokens_per_s_per_device", "model_tflops_per_device",
+                "mfu", "peak_memory_gb", "fits", "breakdown_s", "exposed_s", "bottleneck"):
+        assert key in d
+    assert set(d["strategy"]) == {"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp",
+                                  "schedule"}
+    for key in ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer"):
+        assert key in d["breakdown_s"] and d["breakdown_s"][key] >= d["exposed_s"][key] - 1e-12
+    assert sum(d["exposed_s"].values()) == pytest.approx(d["step_time_s"])
+    assert d["tokens_per_s"] == pytest.approx(256 * 8192 / d["step_time_s"])
+    assert d["bottleneck"] in ("compute", "memory", "communication", "host", "pipeline_bubble", "imbalance")
+    assert 0.2 < d["mfu"] < 0.7
+
+
+def test_hierarchical_dispatch_beats_flat_across_nodes():
+    from asap.cost.collectives import all_to_all_s, expert_dispatch_s
+
+    cluster = load_cluster("h800", nodes=8)
+    tokens, k, tb = 4096, 8, 7168 * 2
+    flat = all_to_all_s(cluster, tokens * k * tb, 64, 1)
+    best = expert_dispatch_s(cluster, tokens, k, tb, 64, 1)
+    # 8 nodes, top-8: a token reaches 7 (1 - (7/8)^8) = 4.6 remote nodes on average instead of 7 remote copies
+    remote = 7 * (1 - (7 / 8) ** 8)
+    assert best == pytest.approx(flat * remote / 7, rel=0.05)
+    # inside one node the flat exchange is the only one
+    assert expert_dispatch_s(cluster, tokens, k, tb, 8, 1) == pytest.approx(all_to_all_s(cluster, tokens * k * tb, 8, 1))
+
+
+def test_fp8_is_faster_and_context_parallel_splits_attention():
+    model, cluster = load_model("llama3-8b"), load_cluster("h100-sxm", nodes=1)
+    bf16 = estimate(model, cluster, TrainSpec(64, 8192, "bf16"), "dp=8,recompute=full")
+    fp8 = estimate(model, cluster, TrainSpec(64, 8192, "fp8"), "dp=8,recompute=full")
+    assert fp8.step_time_s < bf16.step_time_s
+    long = TrainSpec(8, 65536, "bf16")
+    cp1 = estimate(model, cluster, long, "dp=8,cp=1,recompute=full")
+    cp8 = estimate(model, cluster, long, "dp=1,cp=8,recompute=full")
+    assert cp8.memory_gb["activations"] == pytest.approx(cp1.memory_gb["activations"] / 8, rel=0.05)
+    assert cp8.breakdown_s["cp_comm"] > 0 and cp1.breakdown_s["cp_comm"] == 0
