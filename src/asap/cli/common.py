@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 
 err_console = Console(stderr=True)
-out_console = Console()
+# wide enough for the tables when stdout is a file or a pipe (Rich would otherwise wrap at 80 columns)
+out_console = Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def _clean(obj: Any) -> Any:

@@ -88,6 +88,7 @@ def estimate(
 @app.command()
 def validate(
     cases: Optional[str] = typer.Option(None, "--cases", help="A calibration-case file (default: the shipped cases)."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown (docs/accuracy.md)."),
     json_out: bool = JsonOpt,
 ):
     """Compare predicted with published step times of real training runs; print each error and the MAPE."""
@@ -100,9 +101,28 @@ def validate(
     if json_out:
         print_json(result)
         return
+    if markdown:
+        print(validation_markdown(result))
+        return
     out_console.print(validation_table(result))
     out_console.print(f"MAPE {result['mape']:.1%} over {result['n']} cases; worst {result['worst_case']} "
                       f"({result['max_abs_error']:.1%})")
+
+
+def _shape(s) -> str:
+    return (f"tp{s['tp']} pp{s['pp']} vpp{s['vpp']} cp{s['cp']} ep{s['ep']} dp{s['dp']} mbs{s['mbs']} "
+            f"{s['recompute']} z{s['zero']}")
+
+
+def validation_markdown(result) -> str:
+    lines = ["| case | published s | predicted s | error | strategy (best completion) |", "|---|---:|---:|---:|---|"]
+    for r in result["cases"]:
+        lines.append(f"| {r['id']} | {r['published_step_time_s']:.3f} | {r['predicted_step_time_s']:.3f} | "
+                     f"{r['error']:+.1%} | {_shape(r['strategy'])} |")
+    lines.append("")
+    lines.append(f"MAPE {result['mape']:.1%} over {result['n']} cases; worst {result['worst_case']} "
+                 f"({result['max_abs_error']:.1%}).")
+    return "\n".join(lines)
 
 
 def validation_table(result) -> Table:
@@ -111,11 +131,8 @@ def validation_table(result) -> Table:
                       ("strategy (best completion)", "left")):
         table.add_column(col, justify=just)
     for r in result["cases"]:
-        s = r["strategy"]
-        shape = (f"tp{s['tp']} pp{s['pp']} vpp{s['vpp']} cp{s['cp']} ep{s['ep']} dp{s['dp']} mbs{s['mbs']} "
-                 f"{s['recompute']} z{s['zero']}")
         table.add_row(r["id"], f"{r['published_step_time_s']:.3f}", f"{r['predicted_step_time_s']:.3f}",
-                      f"{r['error']:+.1%}", shape)
+                      f"{r['error']:+.1%}", _shape(r["strategy"]))
     return table
 
 
