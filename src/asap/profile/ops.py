@@ -201,17 +201,23 @@ def _conv_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> i
     return max((size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1, 1)
 
 
-def _conv_params(args: dict, spatial: int) -> tuple[list[int], list[int], list[int]]:
+# backend convolutions take (padding, stride, dilation); the generic ones (stride, padding, dilation)
+_PADDING_FIRST = ("mkldnn_convolution", "cudnn_convolution", "miopen_convolution")
+
+
+def _conv_params(base: str, args: dict, spatial: int) -> tuple[list[int], list[int], list[int]]:
     """stride, padding, dilation from the recorded concrete inputs ('[2, 2]' strings), else 1, 0, 1."""
     concrete = args.get("Concrete Inputs") or []
     found = []
-    for c in concrete[3:]:
+    for c in concrete[2:]:
         if isinstance(c, str) and c.startswith("["):
             try:
                 vals = [int(x) for x in c.strip("[]").split(",") if x.strip()]
             except ValueError:
                 continue
             found.append(vals if len(vals) == spatial else [vals[0]] * spatial if vals else [1] * spatial)
+    if base in _PADDING_FIRST and len(found) >= 2:
+        found[0], found[1] = found[1], found[0]
     stride = found[0] if len(found) > 0 else [1] * spatial
     pad = found[1] if len(found) > 1 else [0] * spatial
     dil = found[2] if len(found) > 2 else [1] * spatial
@@ -231,7 +237,7 @@ def _conv_cost(base: str, tensors: list, args: dict) -> tuple[float, float] | No
         spatial = len(x) - 2
         if spatial < 1 or len(w) != len(x):
             return None
-        stride, pad, dil = _conv_params(args, spatial)
+        stride, pad, dil = _conv_params(base, args, spatial)
         out = [_conv_out(x[2 + i], w[2 + i], stride[i], pad[i], dil[i]) for i in range(spatial)]
         out_numel = x[0] * w[0] * _numel(out)
         flops = 2.0 * x[0] * w[0] * _numel(w[1:]) * _numel(out)

@@ -1,0 +1,91 @@
+"""``asap diagnose TRACE...``: read profiler traces (one per rank) and name the bottleneck."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from asap.cli import app
+from asap.cli.common import out_console, print_json
+from asap.errors import AsapError
+
+
+@app.command()
+def diagnose(
+    traces: List[Path] = typer.Argument(..., help="Trace files (.json / .json.gz, Kineto or JAX), or folders of "
+                                                   "them; one per rank of one job."),
+    accelerator: Optional[str] = typer.Option(None, "--accelerator", help="Catalog accelerator for the roofline "
+                                              "(default: from the trace's device properties, else local-cpu)."),
+    top: int = typer.Option(10, "--top", help="How many operators to list."),
+    straggler_threshold: float = typer.Option(0.10, "--straggler-threshold",
+                                              help="A rank is a straggler when its step time (or own work time) "
+                                                   "exceeds the median over ranks by this fraction of the median "
+                                                   "step."),
+    jitter_threshold: float = typer.Option(0.10, "--jitter-threshold",
+                                           help="Step-time coefficient of variation above which jitter is flagged."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    """Step time, busy/compute/communication/idle, top operators on a roofline, stragglers and the bottleneck."""
+    from asap.profile.diagnose import diagnose as run_diagnosis
+
+    if top < 1:
+        raise AsapError("top", f"must be at least 1, got {top}")
+    for name, value in (("straggler-threshold", straggler_threshold), ("jitter-threshold", jitter_threshold)):
+        if not value > 0:
+            raise AsapError(name, f"must be positive, got {value}")
+    result = run_diagnosis(traces, accelerator=accelerator, top=top, straggler_threshold=straggler_threshold,
+                           jitter_threshold=jitter_threshold)
+    for note in result.notes:  # one line each, unwrapped: logs go to stderr
+        sys.stderr.write(f"note: {note}\n")
+    if as_json:
+        print_json(result.to_dict())
+        return
+    _print_tables(result)
+
+
+def _fmt(x, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _print_tables(d) -> None:
+    summary = Table(title=f"diagnosis: {d.bottleneck}", show_header=False)
+    for label, value in (("step time (s)", d.step_time_s), ("compute (s)", d.compute_s),
+                         ("communication (s)", d.communication_s), ("overlapped (s)", d.overlap_s),
+                         ("exposed communication (s)", d.exposed_communication_s), ("idle (s)", d.idle_s),
+                         ("busy fraction", d.busy_fraction), ("steps x ranks", d.n_steps),
+                         ("roofline", f"{d.roofline.accelerator} (ridge {d.roofline.ridge('bf16'):.3g} FLOP/B bf16)")):
+        summary.add_row(label, _fmt(value))
+    out_console.print(summary)
+    ops = Table(title="top operators (per step)")
+    ops.add_column("operator", min_width=28, overflow="fold")
+    for col in ("time (s)", "share", "GFLOP", "MB", "FLOP/B", "bound", "% peak"):
+        ops.add_column(col)
+    for r in d.top_ops:
+        ops.add_row(r.name[:60], _fmt(r.time_s), f"{r.share:.0%}", _fmt(r.flops / 1e9 if r.flops else None, 3),
+                    _fmt(r.bytes / 1e6 if r.bytes else None, 3), _fmt(r.intensity, 3), r.bound,
+                    f"{r.flop_utilization:.0%}" if r.flop_utilization else "-")
+    out_console.print(ops)
+    if len(d.ranks) > 1:
+        ranks = Table(title="ranks")
+        for col in ("rank", "step (s)", "compute (s)", "exposed comm (s)", "idle (s)", "own work (s)", "step CV"):
+            ranks.add_column(col)
+        for r in d.ranks:
+            ranks.add_row(r.label, _fmt(r.step_time_s), _fmt(r.compute_s), _fmt(r.exposed_communication_s),
+                          _fmt(r.idle_s), _fmt(r.work_s), _fmt(r.step_time_cv, 2))
+        out_console.print(ranks)
+        if d.slowest_rank:
+            out_console.print(f"slowest rank: {d.slowest_rank['label']}", markup=False)
+        if d.stragglers:
+            out_console.print("stragglers: " + ", ".join(s["label"] for s in d.stragglers), markup=False)
+    for line in d.evidence:
+        out_console.print(f"- {line}", markup=False, highlight=False)
+    for line in d.jitter["where"]:
+        out_console.print(f"jitter: {line}", markup=False, highlight=False)
