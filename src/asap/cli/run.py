@@ -1,0 +1,69 @@
+"""``asap run``: a real training run of the reference trainer under torchrun (CPU/gloo or CUDA/NCCL)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from asap.cli import app
+from asap.cli.common import print_json
+from asap.errors import AsapError
+
+
+@app.command("run")
+def run_command(
+    model: str = typer.Option(..., "--model", help="A preset name, a native model file or a Hugging Face config.json."),
+    strategy: str = typer.Option("", "--strategy", help="key=value pairs: dp, tp, pp, vpp, cp, ep, etp, mbs, recompute, "
+                                                       "zero, sp, schedule. dp left out: 1 (dense) or the least "
+                                                       "that expert folding allows; nproc = dp*tp*pp*cp."),
+    global_batch: int = typer.Option(..., "--global-batch", help="Sequences per step."),
+    seq_len: int = typer.Option(..., "--seq-len", help="Tokens per sequence."),
+    steps: int = typer.Option(5, "--steps", help="Training steps (the first is warm-up when there are several)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 or bf16 (default: fp32 on CPU, bf16 on CUDA)."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Write a PyTorch profiler trace per rank into DIR."),
+    device: str = typer.Option("auto", "--device", help="auto (CUDA when there are GPUs), cpu or cuda."),
+    data: Optional[str] = typer.Option(None, "--data", help="A text file (one byte per token) instead of the seeded synthetic stream."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the weights and the data."),
+    lr: float = typer.Option(1e-3, "--lr", help="AdamW learning rate."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill the run after this many seconds."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo the workers' output to stderr."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+) -> None:
+    """Train MODEL for a few steps under STRATEGY on torch.distributed and report what was measured."""
+    from asap.spec.loader import load_model
+    from asap.spec.train import TrainSpec
+    from asap.train.launch import RUN_PRECISIONS, RunFailed, check_supported, detect_device, resolve_run_strategy
+    from asap.train.launch import run as run_training
+
+    if precision is not None and precision not in RUN_PRECISIONS:
+        raise AsapError("precision", f"must be fp32 or bf16, got {precision!r}")
+    if steps < 1:
+        raise AsapError("steps", f"must be >= 1, got {steps}")
+    if timeout is not None and timeout <= 0:
+        raise AsapError("timeout", f"must be positive, got {timeout}")
+    spec = load_model(model)
+    train = TrainSpec(global_batch, seq_len, precision or "fp32")
+    s = resolve_run_strategy(strategy, spec, train)
+    dev = detect_device(device, s.devices)
+    prec = precision or ("bf16" if dev == "cuda" else "fp32")
+    train = TrainSpec(global_batch, seq_len, prec)
+    check_supported(spec, s, train, dev)
+    print(f"[asap run] {spec.name}: {s} on {s.devices} {dev} process(es), {steps} steps, {prec}", file=sys.stderr)
+    try:
+        res = run_training(spec, s, global_batch, seq_len, steps, precision=prec, profile_dir=profile, seed=seed,
+                           data=data, lr=lr, device=dev, timeout_s=timeout, echo=sys.stderr if verbose else None)
+    except RunFailed as e:
+        print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)
+        if verbose and e.log_tail:
+            print(e.log_tail, file=sys.stderr)
+        raise typer.Exit(1)
+    if json_out:
+        print_json(res.to_dict())
+        return
+    print(f"step time {res.step_time_s:.4f} s (median after warm-up), {res.tokens_per_s:,.0f} tokens/s, "
+          f"peak memory {res.peak_memory_gb:.2f} GB")
+    print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
+    for t in res.traces:
+        print(f"trace: {t}")

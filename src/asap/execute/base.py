@@ -1,0 +1,131 @@
+"""The executor interface of the closed loop: ``run(strategy) -> Measurement | Failure``.
+
+An executor turns one parallel strategy into one trial: ``sim`` prices it with the cost model, ``torch`` runs
+the reference trainer under torchrun, ``command`` runs any launcher from a template (Megatron-LM, torchtitan,
+a Slurm job...). Whatever happens -- a strategy the model cannot take, a crash, an out-of-memory, a hang,
+output with no step time in it -- ``run`` returns a ``Failure`` with a one-line reason; it never raises, so
+a tuner that calls it never crashes.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from asap.errors import AsapError
+from asap.spec.strategy import Strategy, parse_strategy
+
+# why a trial failed
+FAILURE_KINDS = ("invalid", "oom", "crash", "timeout", "no_result", "internal")
+
+
+@dataclass
+class Measurement:
+    """A trial that produced a step time (measured, or predicted when ``predicted``)."""
+
+    strategy: dict[str, Any]
+    step_time_s: float
+    tokens_per_s: float | None = None
+    peak_memory_gb: float | None = None
+    losses: list[float] = field(default_factory=list)
+    traces: list[str] = field(default_factory=list)
+    executor: str = ""
+    predicted: bool = False
+    wall_time_s: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    status = "ok"
+    ok = True
+    reason = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": None, "strategy": self.strategy, "executor": self.executor,
+                "step_time_s": self.step_time_s, "measured_step_time_s": None if self.predicted else self.step_time_s,
+                "predicted": self.predicted, "tokens_per_s": self.tokens_per_s, "peak_memory_gb": self.peak_memory_gb,
+                "losses": self.losses, "traces": self.traces, "wall_time_s": self.wall_time_s, "details": self.details}
+
+
+@dataclass
+class Failure:
+    """A trial that produced no step time; ``kind`` is one of FAILURE_KINDS, ``reason`` one line."""
+
+    strategy: dict[str, Any]
+    reason: str
+    kind: str = "crash"
+    executor: str = ""
+    log_tail: str = ""
+    wall_time_s: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    status = "failed"
+    ok = False
+    step_time_s = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason, "kind": self.kind, "strategy": self.strategy,
+                "executor": self.executor, "step_time_s": None, "measured_step_time_s": None,
+                "wall_time_s": self.wall_time_s, "log_tail": self.log_tail, "details": self.details}
+
+
+Result = Measurement | Failure
+
+
+def strategy_dict(strategy: Strategy | str | dict | None) -> dict[str, Any]:
+    """The strategy as a mapping, for reports, even when it does not parse."""
+    if isinstance(strategy, Strategy):
+        return strategy.to_dict()
+    try:
+        return parse_strategy(strategy)
+    except AsapError:
+        return {"text": str(strategy)}
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class Executor(ABC):
+    """Subclasses implement ``_run``; ``run`` turns every exception into a Failure."""
+
+    name = "executor"
+
+    def run(self, strategy: Strategy | str | dict) -> Result:
+        t0 = time.perf_counter()
+        try:
+            res = self._run(strategy)
+        except AsapError as e:
+            res = Failure(strategy_dict(strategy), one_line(str(e)), kind="invalid")
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001 - an executor's bug is a failed trial, not a crashed tuner
+            res = Failure(strategy_dict(strategy), one_line(f"internal error: {type(e).__name__}: {e}"),
+                          kind="internal", log_tail=traceback.format_exc()[-4000:])
+        res.executor = self.name
+        if res.wall_time_s is None:
+            res.wall_time_s = time.perf_counter() - t0
+        return res
+
+    @abstractmethod
+    def _run(self, strategy: Strategy | str | dict) -> Result:
+        ...
+
+
+def make_executor(kind: str, **kwargs) -> Executor:
+    """``sim`` (model, cluster, train), ``torch`` (model, train, steps, ...) or ``command`` (template, ...)."""
+    if kind == "sim":
+        from asap.execute.sim import SimExecutor
+
+        return SimExecutor(**kwargs)
+    if kind == "torch":
+        from asap.execute.torch_exec import TorchExecutor
+
+        return TorchExecutor(**kwargs)
+    if kind == "command":
+        from asap.execute.command import CommandExecutor
+
+        return CommandExecutor(**kwargs)
+    raise AsapError("executor", f"must be sim, torch or command, got {kind!r}")

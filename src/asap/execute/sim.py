@@ -1,0 +1,31 @@
+"""The ``sim`` executor: the cost model stands in for the cluster (``asap.cost.estimate.estimate``)."""
+
+from __future__ import annotations
+
+from asap.execute.base import Executor, Failure, Measurement, Result
+from asap.spec.hardware import Cluster
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import Strategy, resolve_strategy
+from asap.spec.train import TrainSpec
+
+
+class SimExecutor(Executor):
+    """A predicted step time for every strategy; one that does not fit in memory is a failed trial (oom)."""
+
+    name = "sim"
+
+    def __init__(self, model: ModelSpec, cluster: Cluster, train: TrainSpec):
+        self.model, self.cluster, self.train = model, cluster, train
+
+    def _run(self, strategy: Strategy | str | dict) -> Result:
+        from asap.cost.estimate import estimate  # the cost model is an optional layer for this module
+
+        s = strategy if isinstance(strategy, Strategy) else resolve_strategy(strategy, self.model, self.train,
+                                                                               self.cluster.num_devices)
+        est = estimate(self.model, self.cluster, self.train, s)
+        details = est.to_dict()
+        if not est.fits:
+            return Failure(s.to_dict(), f"does not fit: predicted peak memory {est.peak_memory_gb:.1f} GB per device "
+                                        f"> {self.cluster.hbm_gb:g} GB", kind="oom", details=details)
+        return Measurement(s.to_dict(), est.step_time_s, tokens_per_s=est.tokens_per_s,
+                           peak_memory_gb=est.peak_memory_gb, predicted=True, details=details)

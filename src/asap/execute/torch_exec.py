@@ -1,0 +1,43 @@
+"""The ``torch`` executor: a real run of the reference trainer (``asap.train``) through the launcher that
+``asap run`` uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from asap.execute.base import Executor, Failure, Measurement, Result
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import Strategy
+from asap.spec.train import TrainSpec
+
+
+class TorchExecutor(Executor):
+    name = "torch"
+
+    def __init__(self, model: ModelSpec, train: TrainSpec, steps: int = 5, *, precision: str | None = None,
+                 device: str = "auto", profile_dir: str | None = None, timeout_s: float | None = 1800.0,
+                 seed: int = 0, data: str | None = None, lr: float = 1e-3):
+        from asap.train.launch import RUN_PRECISIONS
+
+        self.model, self.train, self.steps = model, train, steps
+        # the cost model's precisions fp16/fp8 have no counterpart in the reference trainer: bf16 stands in
+        self.precision = precision or (train.precision if train.precision in RUN_PRECISIONS else "bf16")
+        self.device, self.profile_dir, self.timeout_s = device, profile_dir, timeout_s
+        self.seed, self.data, self.lr = seed, data, lr
+        self.trials = 0
+
+    def _run(self, strategy: Strategy | str | dict) -> Result:
+        from asap.train.launch import RunFailed, resolve_run_strategy, run
+
+        train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
+        s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, self.model, train)
+        self.trials += 1
+        prof = str(Path(self.profile_dir) / f"trial{self.trials}") if self.profile_dir else None
+        try:
+            r = run(self.model, s, train.global_batch, train.seq_len, self.steps, precision=self.precision,
+                    profile_dir=prof, seed=self.seed, data=self.data, lr=self.lr, device=self.device,
+                    timeout_s=self.timeout_s)
+        except RunFailed as e:
+            return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
+        return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
+                           losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=r.to_dict())
