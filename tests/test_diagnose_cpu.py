@@ -24,27 +24,46 @@ import torch, torch.distributed as dist, torch.multiprocessing as mp
 from torch.profiler import ProfilerActivity, profile, schedule
 
 
-def work(rank, world, out, port, n_mm, mm_per_step, n_allreduce):
+def step(mode, rank, a, b, grad, mm_per_step, extra_mm_per_rank):
+    if mode == "allreduce":  # data parallel: matmuls, then an all-reduce of the gradient
+        for _ in range(mm_per_step + extra_mm_per_rank * rank):
+            torch.relu(a @ b)
+        dist.all_reduce(grad)
+    else:  # two pipeline stages: stage 0 forward, send, stage 1 forward+backward, send back, stage 0 backward
+        if rank == 0:
+            for _ in range(mm_per_step):
+                a @ b
+            dist.send(grad, 1)
+            dist.recv(grad, 1)
+            for _ in range(mm_per_step):
+                a @ b
+        else:
+            dist.recv(grad, 0)
+            for _ in range(2 * mm_per_step):
+                a @ b
+            dist.send(grad, 0)
+
+
+def work(rank, world, out, port, mode, n_mm, mm_per_step, extra_mm_per_rank, n_grad):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    a, b, grad = torch.randn(n_mm, n_mm), torch.randn(n_mm, n_mm), torch.randn(n_allreduce)
+    a, b, grad = torch.randn(n_mm, n_mm), torch.randn(n_mm, n_mm), torch.randn(n_grad)
     dist.all_reduce(grad)  # connect before profiling
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(f"{out}/rank{rank}.json.gz")) as prof:
         for _ in range(4):
-            for _ in range(mm_per_step):
-                torch.relu(a @ b)
-            dist.all_reduce(grad)
+            step(mode, rank, a, b, grad, mm_per_step, extra_mm_per_rank)
             prof.step()
     dist.barrier()
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    out, port, n_mm, mm_per_step, n_allreduce = sys.argv[1], *map(int, sys.argv[2:6])
-    mp.spawn(work, args=(2, out, port, n_mm, mm_per_step, n_allreduce), nprocs=2)
+    out, port, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    n_mm, mm_per_step, extra_mm_per_rank, n_grad = map(int, sys.argv[4:8])
+    mp.spawn(work, args=(2, out, port, mode, n_mm, mm_per_step, extra_mm_per_rank, n_grad), nprocs=2)
 '''
 
 
@@ -54,22 +73,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def record_gloo_job(out: Path, n_mm: int, mm_per_step: int, n_allreduce: int) -> list[Path]:
+def record_gloo_job(out: Path, n_mm: int, mm_per_step: int, n_grad: int, mode: str = "allreduce",
+                    extra_mm_per_rank: int = 0) -> list[Path]:
     script = out / "job.py"
     script.write_text(GLOO_JOB)
-    subprocess.run([sys.executable, str(script), str(out), str(_free_port()), str(n_mm), str(mm_per_step),
-                    str(n_allreduce)], check=True, timeout=180, capture_output=True)
+    subprocess.run([sys.executable, str(script), str(out), str(_free_port()), mode, str(n_mm), str(mm_per_step),
+                    str(extra_mm_per_rank), str(n_grad)], check=True, timeout=180, capture_output=True)
     return [out / "rank0.json.gz", out / "rank1.json.gz"]
 
 
 @pytest.fixture(scope="module")
 def compute_bound(tmp_path_factory) -> list[Path]:
-    return record_gloo_job(tmp_path_factory.mktemp("compute"), n_mm=768, mm_per_step=2, n_allreduce=1024)
+    return record_gloo_job(tmp_path_factory.mktemp("compute"), n_mm=768, mm_per_step=2, n_grad=1024)
 
 
 @pytest.fixture(scope="module")
 def communication_bound(tmp_path_factory) -> list[Path]:
-    return record_gloo_job(tmp_path_factory.mktemp("comm"), n_mm=32, mm_per_step=1, n_allreduce=8 * 2**20)
+    return record_gloo_job(tmp_path_factory.mktemp("comm"), n_mm=32, mm_per_step=1, n_grad=8 * 2**20)
 
 
 def _steps(path: Path) -> list[float]:
@@ -114,6 +134,28 @@ def test_cli_reports_both_ranks(compute_bound):
     proc = subprocess.run([sys.executable, "-c", "from asap.cli import main; main()", "diagnose",
                            *map(str, compute_bound)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "compute" in proc.stdout and "aten::mm" in proc.stdout
+
+
+def test_pipeline_stages_waiting_on_each_other(tmp_path):
+    """Two stages that send activations and gradients to each other: each waits in recv while the other works."""
+    ranks = record_gloo_job(tmp_path, n_mm=512, mm_per_step=3, n_grad=512 * 512, mode="pipeline")
+    d = diagnose(ranks)
+    assert d.bottleneck == "pipeline_bubble", d.evidence
+    assert d.exposed_p2p_s > 0.3 * d.step_time_s
+    assert {op.name for op in d.top_ops if op.bound == "communication"} >= {"gloo:send", "gloo:recv"}
+
+
+def test_uneven_ranks_name_the_slowest(tmp_path):
+    """Rank 1 does four times rank 0's matmuls before the all-reduce: rank 0 waits for it every step."""
+    ranks = record_gloo_job(tmp_path, n_mm=512, mm_per_step=1, n_grad=1024, extra_mm_per_rank=3)
+    d = diagnose(ranks, straggler_threshold=0.10)
+    assert d.slowest_rank["rank"] == 1
+    assert [s["rank"] for s in d.stragglers] == [1]
+    fast, slow = sorted(d.ranks, key=lambda r: r.rank)
+    assert slow.compute_s > 2 * fast.compute_s
+    assert fast.exposed_communication_s > slow.exposed_communication_s
+    assert d.imbalance_s == pytest.approx((slow.work_s - fast.work_s) / 2, rel=1e-6)
+    assert d.scores_s["imbalance"] > d.scores_s["communication"]
 
 
 FLOP_PROBE = r'''

@@ -264,23 +264,26 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _cpu_instances(th: _Thread, comm_mask: np.ndarray, pp_mask: np.ndarray) -> list[OpInstance]:
-    """One instance per operator with its self time; work counted where the arithmetic happens.
+    """One instance per operator with its self time and its self work.
 
-    A composite op (matmul, linear) whose children carry their own FLOPs or bytes keeps only its self time:
-    the work belongs to the mm/addmm below it.
+    Like self time, self work is the op's FLOPs and bytes less those of its direct children: a composite op
+    (matmul, linear, conv2d) keeps nothing beyond the mm/addmm/convolution it calls, and addmm keeps its
+    product but not the bias copy it delegates.
     """
     costs = [op_cost(n, a) if not c else (None, comm_bytes(a), None)
              for n, a, c in zip(th.names, th.args, comm_mask.tolist())]
-    costed_child = np.zeros(len(costs), dtype=bool)
+    child_flops = np.zeros(len(costs))
+    child_bytes = np.zeros(len(costs))
     for i, p in enumerate(th.parent.tolist()):
-        f, b, _ = costs[i]
-        if p >= 0 and ((f or 0) > 0 or (b or 0) > 0):
-            costed_child[p] = True
+        if p >= 0 and not comm_mask[i]:
+            child_flops[p] += costs[i][0] or 0.0
+            child_bytes[p] += costs[i][1] or 0.0
     out = []
     for i, name in enumerate(th.names):
         f, b, prec = costs[i]
-        if costed_child[i] and not comm_mask[i]:
-            f, b = None, None
+        if not comm_mask[i]:
+            f = max(f - child_flops[i], 0.0) if f is not None else None
+            b = max(b - child_bytes[i], 0.0) if b is not None else None
         out.append(OpInstance(name, th.start_list[i], float(th.self_us[i]), f, b, prec, bool(comm_mask[i]),
                               bool(pp_mask[i])))
     return out
