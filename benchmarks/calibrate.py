@@ -20,10 +20,10 @@ from asap.spec import hardware
 from asap.validate import load_cases, validate_case
 
 PARAMS = ("gemm_efficiency", "gemm_half_dim", "attention_efficiency", "fp8_gemm_efficiency", "hbm_efficiency",
-          "net_efficiency", "kernel_overhead_s")
+          "net_efficiency", "kernel_overhead_s", "tp_overlap", "overlap_tax")
 BOUNDS = {"gemm_efficiency": (0.4, 0.95), "gemm_half_dim": (8.0, 1024.0), "attention_efficiency": (0.1, 0.85),
           "fp8_gemm_efficiency": (0.3, 0.9), "hbm_efficiency": (0.5, 0.95), "net_efficiency": (0.4, 1.0),
-          "kernel_overhead_s": (1e-6, 4e-5)}
+          "kernel_overhead_s": (1e-6, 4e-5), "tp_overlap": (0.0, 0.9), "overlap_tax": (0.0, 0.5)}
 
 
 def family_of(case) -> str:

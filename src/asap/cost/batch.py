@@ -60,3 +60,35 @@ class StrategyBatch:
     @property
     def devices(self) -> np.ndarray:
         return self.dp * self.tp * self.pp * self.cp
+
+
+def unique_rows(S: StrategyBatch, keys: tuple[str, ...]) -> tuple[StrategyBatch, np.ndarray]:
+    """The distinct combinations of ``keys`` in S (other columns from a representative row) and, for every row
+    of S, the index of its combination: terms that depend on a few knobs are computed once per combination."""
+    code = np.zeros(len(S), dtype=np.int64)
+    for k in keys:
+        col = getattr(S, k)
+        code = code * (int(col.max()) + 1 if len(col) else 1) + col
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return S.take(first), inverse.reshape(-1)
+
+
+def expand(value, inverse: np.ndarray):
+    """Map a per-combination result (array, dataclass or dict of arrays) back onto the rows of the batch."""
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        return value[inverse]
+    if isinstance(value, dict):
+        return {k: expand(v, inverse) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(expand(v, inverse) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return type(value)(**{f: expand(getattr(value, f), inverse) for f in value.__dataclass_fields__})
+    return value
+
+
+def by_unique(S: StrategyBatch, keys: tuple[str, ...], fn):
+    """``fn(S)`` evaluated once per distinct combination of ``keys`` and broadcast back to every row."""
+    if len(S) < 64:
+        return fn(S)
+    sub, inverse = unique_rows(S, keys)
+    return expand(fn(sub), inverse)

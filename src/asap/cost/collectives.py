@@ -13,7 +13,8 @@ Times (Thakur, Rabenseifner, Gropp 2005; NCCL's busbw convention), for a buffer 
   all-reduce      2 (g-1)/g * S / busbw      reduce-scatter / all-gather   (g-1)/g * S / busbw
   all-to-all      S (g-k)/g / inter  against  S (k-1)/g / intra, whichever is slower (they run concurrently)
   point-to-point  S / bw
-each plus a latency of log2(g) hops of the family's ``collective_latency_s``.
+each plus a launch latency (``collective_latency_s``) and the hops of its algorithm (``hop_latency_s``):
+g-1 for ring all-gather / reduce-scatter / all-to-all, 2 log2 g for tree all-reduce.
 All functions broadcast over numpy arrays.
 """
 
@@ -44,13 +45,16 @@ def bus_bandwidth_Bps(cluster: Cluster, group, stride):
     return eff * np.where(spans, np.minimum(intra, k * inter), intra)
 
 
-def _latency_s(cluster: Cluster, group):
-    return cluster.accelerator.family_constants.collective_latency_s * np.maximum(1.0, np.log2(np.maximum(group, 1)))
+def _latency_s(cluster: Cluster, group, ring: bool = True):
+    fam = cluster.accelerator.family_constants
+    g = np.maximum(group, 1)
+    hops = (g - 1) if ring else 2 * np.log2(g)
+    return fam.collective_latency_s + hops * fam.hop_latency_s
 
 
 def all_reduce_s(cluster: Cluster, size_bytes, group, stride):
     g = np.maximum(group, 1)
-    t = 2.0 * (g - 1) / g * size_bytes / bus_bandwidth_Bps(cluster, g, stride) + _latency_s(cluster, g)
+    t = 2.0 * (g - 1) / g * size_bytes / bus_bandwidth_Bps(cluster, g, stride) + _latency_s(cluster, g, ring=False)
     return np.where(g > 1, t, 0.0)
 
 

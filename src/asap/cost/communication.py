@@ -19,7 +19,8 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
 - PP (Narayanan et al. 2021): one activation (forward) and one gradient (backward) message of T_sp h ab per
   micro-batch and virtual stage; 1F1B waits on them, interleaved 1F1B overlaps all but the warm-up ones.
 - DP, once per step: zero 0 all-reduces fp32 gradients (4 B/param); zero 1/2 reduce-scatter them and
-  all-gather the updated bf16 weights (2 B/param); zero 3 gathers bf16 weights for forward and again for
+  all-gather the updated bf16 weights (2 B/param), zero 2 reduce-scattering after every micro-batch since it
+  keeps only its gradient shard; zero 3 gathers bf16 weights for forward and again for
   backward and reduce-scatters fp32 gradients for every micro-batch. The gradient reduction overlaps the
   backward of the last micro-batch and the weight gather the forward of the first (Megatron-Core
   overlap_grad_reduce / overlap_param_gather); ZeRO-3 prefetches one layer ahead, leaving one layer's

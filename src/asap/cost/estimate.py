@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch
+from asap.cost.batch import StrategyBatch, by_unique
 from asap.cost.communication import data_parallel_comm, layer_comm
 from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
 from asap.cost.memory import layers_per_stage, memory, stage_params
@@ -37,6 +37,8 @@ from asap.spec.strategy import Strategy, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
+COMPUTE_KEYS = ("tp", "cp", "mbs", "sp", "ep", "etp")
+COMM_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "recompute", "pp")
 BREAKDOWN_KEYS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 
 
@@ -70,8 +72,9 @@ class BatchEstimate:
 
 def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> BatchEstimate:
     acc = cluster.accelerator
-    lc = layer_compute(model, acc, train, S)
-    cm = layer_comm(model, cluster, train, S)
+    # each term is computed once per distinct combination of the knobs it depends on
+    lc = by_unique(S, COMPUTE_KEYS, lambda s: layer_compute(model, acc, train, s))
+    cm = by_unique(S, COMM_KEYS, lambda s: layer_comm(model, cluster, train, s))
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     pp = S.pp.astype(float)
     vpp = S.vpp.astype(float)
@@ -120,7 +123,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     single = pp == 1
     t_first, t_last = total(first), total(last)
     use_last = t_last >= t_first
-    stage = {k: np.where(single, whole[k], np.where(use_last, last[k], first[k])) for k in keys}
+    pick = np.where(single, 2, np.where(use_last, 1, 0))  # which stage is the critical one
+    stage = {k: np.choose(pick, (first[k], last[k], whole[k])) if np.ndim(first[k]) else first[k] for k in keys}
     t_max = total(stage)
     t_avg = total(whole) / pp
     bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg)
@@ -131,22 +135,27 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * cm.pp_msg_s, pp_total)
 
     # ---- data parallel and optimizer ------------------------------------------------------------------
-    first_dense, first_expert, last_dense, last_expert = stage_params(model, S)
+    first_dense, first_expert, last_dense, last_expert = by_unique(S, ("tp", "pp", "ep", "etp"),
+                                                                   lambda s: stage_params(model, s))
     dense_params = np.where(use_last | single, last_dense, first_dense)
     expert_params = np.where(use_last | single, last_expert, first_expert)
     if model.moe is None:
         expert_params = np.zeros_like(dense_params)
-    dpc = data_parallel_comm(cluster, S, dense_params, expert_params)
+    dpc = data_parallel_comm(cluster, S, dense_params, expert_params)  # elementwise over rows: already cheap
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
     micro_compute = stage["compute"]
     zero3 = S.zero >= 3
-    per_mb = dpc.grad_sync_s + dpc.param_gather_s
-    dp_total = np.where(zero3, m * per_mb, dpc.grad_sync_s + dpc.param_gather_s)
+    # ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every micro-batch's backward
+    # (DeepSpeed ZeRO-2 with gradient accumulation); ZeRO-3 also gathers weights per micro-batch
+    grad_rounds = np.where(S.zero >= 2, m, 1.0)
+    gather_rounds = np.where(zero3, m, 1.0)
+    dp_total = grad_rounds * dpc.grad_sync_s + gather_rounds * dpc.param_gather_s
     first_layer_gather = dpc.param_gather_s / np.maximum(lps, 1)
+    bwd_window = micro_compute * (1 - fwd_share)
     dp_exposed = np.where(
         zero3,
-        m * (np.maximum(0.0, per_mb - micro_compute) + first_layer_gather),
-        np.maximum(0.0, dpc.grad_sync_s - micro_compute * (1 - fwd_share))
+        m * (np.maximum(0.0, dpc.grad_sync_s + dpc.param_gather_s - micro_compute) + first_layer_gather),
+        grad_rounds * np.maximum(0.0, dpc.grad_sync_s - bwd_window)
         + np.maximum(0.0, dpc.param_gather_s - micro_compute * fwd_share),
     )
     shard_d = np.where(S.zero >= 1, S.dp * S.cp, 1)
@@ -155,9 +164,13 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     optimizer = elementwise_time_s(acc, ADAM_BYTES_PER_PARAM * (dense_params / shard_d + expert_params / shard_e),
                                    kernels=20)
 
+    # overlapped communication still slows the computation it hides behind (SMs and HBM it occupies)
+    tax = acc.family_constants.overlap_tax
+    tp_hidden = m * stage["tp"] * acc.family_constants.tp_overlap
+    hidden = (dp_total - dp_exposed) + m * (stage["cp_total"] - stage["cp"]) + tp_hidden
     exposed = {
-        "compute": m * stage["compute"],
-        "tp_comm": m * stage["tp"],
+        "compute": m * stage["compute"] + tax * hidden,
+        "tp_comm": m * stage["tp"] - tp_hidden,
         "cp_comm": m * stage["cp"],
         "ep_comm": m * stage["ep"],
         "pp_comm": pp_exposed,
@@ -166,7 +179,7 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
         "optimizer": optimizer,
     }
     breakdown = dict(exposed)
-    breakdown.update(cp_comm=m * stage["cp_total"], pp_comm=pp_total, dp_comm=dp_total)
+    breakdown.update(tp_comm=m * stage["tp"], cp_comm=m * stage["cp_total"], pp_comm=pp_total, dp_comm=dp_total)
     step = sum(exposed.values())
     mem = memory(model, acc, train, S)
     return BatchEstimate(

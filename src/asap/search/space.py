@@ -76,12 +76,13 @@ def legal_mask(model: ModelSpec, train: TrainSpec, devices: int, S: StrategyBatc
 
 
 def canonical_mask(S: StrategyBatch, fixed: dict[str, Any]) -> np.ndarray:
-    """Drop redundant spellings of the same run: a schedule choice without a pipeline, sp off when tp > 1
-    (unless the caller asked), zb only with vpp = 1, and ZeRO-2 where it is no different from ZeRO-1 here."""
+    """Drop redundant or dominated spellings of the same run: a schedule choice without a pipeline, sp off when
+    tp > 1 (unless the caller asked), GPipe (1F1B's time with more memory) and etp above tp."""
     keep = np.ones(len(S), dtype=bool)
     if "schedule" not in fixed:
         keep &= ~((S.pp == 1) & (S.schedule != SCHEDULE_CODE["1f1b"]))
         keep &= ~((S.vpp > 1) & (S.schedule != SCHEDULE_CODE["interleaved"]))
+        keep &= S.schedule != SCHEDULE_CODE["gpipe"]
     if "sp" not in fixed:
         keep &= S.sp == (S.tp > 1)
     if "etp" not in fixed:
@@ -89,29 +90,68 @@ def canonical_mask(S: StrategyBatch, fixed: dict[str, Any]) -> np.ndarray:
     return keep
 
 
+def _cross(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Cartesian product of two column sets (every row of a with every row of b)."""
+    na = len(next(iter(a.values())))
+    nb = len(next(iter(b.values())))
+    out = {k: np.repeat(v, nb) for k, v in a.items()}
+    out.update({k: np.tile(v, na) for k, v in b.items()})
+    return out
+
+
+def _grid(**values) -> dict[str, np.ndarray]:
+    grids = np.meshgrid(*[np.asarray(v, dtype=np.int64) for v in values.values()], indexing="ij")
+    return {k: g.ravel() for k, g in zip(values, grids)}
+
+
+def _where(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
 def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, train: TrainSpec,
                     fixed: dict[str, Any] | None = None) -> StrategyBatch:
-    """Every legal strategy with the ``fixed`` keys pinned; empty batch if none."""
+    """Every legal strategy with the ``fixed`` keys pinned; empty batch if none.
+
+    Built by joining per-concern grids and pruning after each join (mesh shape, then micro-batch, then the
+    pipeline schedule, then expert placement, then recompute/ZeRO), so the full product never materialises.
+    """
     fixed = dict(fixed or {})
     for k in fixed:
         if k not in KEYS:
             raise AsapError(f"fix.{k}", f"unknown key (known: {', '.join(KEYS)})")
-    cands = candidate_values(model, devices, devices_per_node, train, fixed)
-    order = ["tp", "pp", "cp", "vpp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule"]
-    # tp, pp, cp first and prune by the device count before the full product
-    tpg, ppg, cpg = np.meshgrid(cands["tp"], cands["pp"], cands["cp"], indexing="ij")
-    tpg, ppg, cpg = tpg.ravel(), ppg.ravel(), cpg.ravel()
-    shape_ok = devices % (tpg * ppg * cpg) == 0
-    if "dp" in fixed:
-        shape_ok &= tpg * ppg * cpg * int(fixed["dp"]) == devices
-    tpg, ppg, cpg = tpg[shape_ok], ppg[shape_ok], cpg[shape_ok]
-    rest = [np.asarray(cands[k]) for k in order[3:]]
-    grids = np.meshgrid(np.arange(len(tpg)), *[np.arange(len(r)) for r in rest], indexing="ij")
-    idx = [g.ravel() for g in grids]
-    cols = {"tp": tpg[idx[0]], "pp": ppg[idx[0]], "cp": cpg[idx[0]]}
-    for k, r, ix in zip(order[3:], rest, idx[1:]):
-        cols[k] = r[ix]
+    c = candidate_values(model, devices, devices_per_node, train, fixed)
+    gb = train.global_batch
+    cols = _grid(tp=c["tp"], pp=c["pp"], cp=c["cp"])
+    cols = _where(cols, devices % (cols["tp"] * cols["pp"] * cols["cp"]) == 0)
     cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
-    S = StrategyBatch(**{k: np.asarray(v, dtype=np.int64) for k, v in cols.items()})
-    keep = legal_mask(model, train, devices, S) & canonical_mask(S, fixed)
-    return S.take(np.nonzero(keep)[0])
+    if "dp" in fixed:
+        cols = _where(cols, cols["dp"] == int(fixed["dp"]))
+    sp = _grid(sp=c["sp"])
+    cols = _cross(cols, sp)
+    if "sp" not in fixed:
+        cols = _where(cols, cols["sp"] == (cols["tp"] > 1))
+    cols = _cross(cols, _grid(mbs=c["mbs"]))
+    cols = _where(cols, gb % (cols["dp"] * cols["mbs"]) == 0)
+    cols = _cross(cols, _grid(vpp=c["vpp"], schedule=c["schedule"]))
+    m = gb // (cols["dp"] * cols["mbs"])
+    pipe_ok = np.where(cols["vpp"] > 1,
+                       (cols["pp"] > 1) & (cols["pp"] * cols["vpp"] <= model.num_layers + 2) & (m % cols["pp"] == 0)
+                       & np.isin(cols["schedule"], (SCHEDULE_CODE["interleaved"], SCHEDULE_CODE["zb"])),
+                       cols["schedule"] != SCHEDULE_CODE["interleaved"])
+    if "schedule" not in fixed:
+        pipe_ok &= ~((cols["pp"] == 1) & (cols["schedule"] != SCHEDULE_CODE["1f1b"]))
+        pipe_ok &= ~((cols["vpp"] > 1) & (cols["schedule"] != SCHEDULE_CODE["interleaved"]))
+        pipe_ok &= cols["schedule"] != SCHEDULE_CODE["gpipe"]
+    cols = _where(cols, pipe_ok)
+    cols = _cross(cols, _grid(ep=c["ep"], etp=c["etp"]))
+    if model.moe is not None:
+        e_ok = ((model.moe.num_experts % cols["ep"] == 0)
+                & ((cols["tp"] * cols["cp"] * cols["dp"]) % (cols["etp"] * cols["ep"]) == 0)
+                & (model.moe.expert_ffn_hidden_size % cols["etp"] == 0))
+        if "etp" not in fixed:
+            e_ok &= cols["etp"] <= cols["tp"]
+        cols = _where(cols, e_ok)
+    cols = _cross(cols, _grid(recompute=c["recompute"], zero=c["zero"]))
+    S = StrategyBatch(**{k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()})
+    keep = legal_mask(model, train, devices, S)
+    return S.take(np.nonzero(keep)[0]) if not keep.all() else S

@@ -1,0 +1,40 @@
+"""TPU meshes: a strategy as MaxText's ``ici_*`` / ``dcn_*`` parallelism values.
+
+MaxText builds its device mesh from named axes (MaxText ``configs/base.yml``: data, stage, fsdp, context,
+tensor, expert, ...), ICI axes inside a slice and DCN axes across slices. asap's knobs map as
+  pp -> stage (``*_pipeline_parallelism``), dp -> data (zero 0) or fsdp (zero >= 1, sharded states),
+  cp -> context, tp -> tensor, ep -> expert (MaxText's expert axis doubles as a batch axis for dense layers,
+  so it is carved out of dp).
+The slowest-changing axes cross DCN: pipeline stages first, then data/fsdp; tensor, context and expert stay
+on ICI. A strategy that would put tp, cp or ep across slices has no mesh (``None``).
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from asap.spec.hardware import Cluster
+from asap.spec.strategy import Strategy
+
+
+def tpu_mesh(cluster: Cluster, s: Strategy) -> dict[str, int] | None:
+    if cluster.accelerator.interconnect != "ici":
+        return None
+    if s.dp % s.ep:
+        return None
+    batch_axis = "fsdp" if s.zero >= 1 else "data"
+    axes = {"pipeline": s.pp, batch_axis: s.dp // s.ep, "context": s.cp, "tensor": s.tp, "expert": s.ep}
+    slices = cluster.nodes
+    dcn = {name: 1 for name in axes}
+    for name in ("pipeline", batch_axis):  # outermost axes cross the data-centre network
+        take = gcd(axes[name], slices)
+        dcn[name] = take
+        slices //= take
+    if slices != 1:
+        return None
+    mesh = {}
+    for name, size in axes.items():
+        mesh[f"ici_{name}_parallelism"] = size // dcn[name]
+    for name in axes:
+        mesh[f"dcn_{name}_parallelism"] = dcn[name]
+    return mesh

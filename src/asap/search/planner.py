@@ -1,0 +1,116 @@
+"""``asap plan``: every legal configuration priced at once, pruned by memory, ranked by step time.
+
+1. enumerate the legal space (``search.space``) with the ``--fix`` keys pinned;
+2. price peak memory for all of it (vectorized) and drop what does not fit (unless ``include_oom``);
+3. price the step time of the rest in chunks (a progress callback per chunk);
+4. return the fastest N, and the Pareto front of step time against peak memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from asap.cost.batch import StrategyBatch
+from asap.cost.estimate import Estimate, estimate_batch, estimate_from_batch
+from asap.cost.memory import memory
+from asap.errors import AsapError
+from asap.search.mesh import tpu_mesh
+from asap.search.space import enumerate_space
+from asap.spec.hardware import Cluster
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import check_strategy, complete_strategy
+from asap.spec.train import TrainSpec
+
+CHUNK = 131072
+
+
+@dataclass
+class PlanResult:
+    candidates: list[Estimate]
+    pareto: list[Estimate]
+    searched: int
+    fitting: int
+    search_time_s: float
+    meshes: list[dict[str, int] | None] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        cands = []
+        for est, mesh in zip(self.candidates, self.meshes or [None] * len(self.candidates)):
+            d = est.to_dict()
+            if mesh is not None:
+                d["mesh"] = mesh
+            cands.append(d)
+        return {
+            "candidates": cands,
+            "searched": self.searched,
+            "fitting": self.fitting,
+            "search_time_s": self.search_time_s,
+            "pareto": [{"strategy": e.strategy.to_dict(), "step_time_s": e.step_time_s,
+                        "peak_memory_gb": e.peak_memory_gb} for e in self.pareto],
+        }
+
+
+def explain_empty_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any]) -> AsapError:
+    """Why no legal strategy exists: the first rule the pinned keys break, named like ``estimate`` names it."""
+    try:
+        s = complete_strategy(fixed, cluster.num_devices, field="fix")
+        check_strategy(s, model, train, cluster.num_devices, field="fix")
+    except AsapError as e:
+        return e
+    return AsapError("fix", f"no legal strategy keeps {fixed} for {model.name} on {cluster.num_devices} devices "
+                            f"with global batch {train.global_batch}")
+
+
+def pareto_front(step_s: np.ndarray, mem_gb: np.ndarray) -> np.ndarray:
+    """Indices of the configurations no other beats on both step time and peak memory, fastest first."""
+    order = np.lexsort((mem_gb, step_s))
+    best_mem = np.minimum.accumulate(mem_gb[order])
+    prev = np.concatenate(([np.inf], best_mem[:-1]))
+    return order[mem_gb[order] < prev]
+
+
+def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
+         include_oom: bool = False, progress: Callable[[int, int], None] | None = None) -> PlanResult:
+    t0 = time.perf_counter()
+    fixed = dict(fixed or {})
+    S = enumerate_space(model, cluster.num_devices, cluster.devices_per_node, train, fixed)
+    if len(S) == 0:
+        raise explain_empty_space(model, cluster, train, fixed)
+    searched = len(S)
+    peak = np.concatenate([memory(model, cluster.accelerator, train, S.take(slice(i, i + CHUNK))).peak_gb
+                           for i in range(0, searched, CHUNK)])
+    fits = peak <= cluster.hbm_gb
+    n_fit = int(fits.sum())
+    if n_fit == 0 and not include_oom:
+        i = int(np.argmin(peak))
+        raise AsapError("fix" if fixed else "cluster",
+                        f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {searched}); the smallest "
+                        f"needs {peak[i]:.1f} GiB ({S.strategy(i)})")
+    keep = np.arange(searched) if include_oom else np.nonzero(fits)[0]
+    S = S.take(keep)
+    steps, mems = [], []
+    for i in range(0, len(S), CHUNK):
+        be = estimate_batch(model, cluster, train, S.take(slice(i, i + CHUNK)))
+        steps.append(be.step_time_s)
+        mems.append(be.peak_memory_gb)
+        if progress:
+            progress(min(i + CHUNK, len(S)), len(S))
+    step = np.concatenate(steps)
+    mem = np.concatenate(mems)
+    order = np.argsort(step, kind="stable")[:top]
+    front = pareto_front(step, mem)
+
+    def full(idx: np.ndarray) -> list[Estimate]:
+        sub = S.take(idx)
+        be = estimate_batch(model, cluster, train, sub)
+        return [estimate_from_batch(model, cluster, train, sub, be, j) for j in range(len(sub))]
+
+    candidates = full(order)
+    pareto = full(front)
+    meshes = [tpu_mesh(cluster, e.strategy) for e in candidates]
+    return PlanResult(candidates=candidates, pareto=pareto, searched=searched, fitting=n_fit,
+                      search_time_s=time.perf_counter() - t0, meshes=meshes)
