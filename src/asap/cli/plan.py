@@ -59,3 +59,11 @@ def plan(
         if mesh:
             out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
             break
+    for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits), 1):
+        if split and "layers_per_stage" in split:
+            b = split["bubble_s"]
+            uni = split.get("uniform") or {}
+            out_console.print(f"#{i} stage split (ILP, {split['solver']}): layers {split['layers_per_stage']}, "
+                              f"recompute {['y' if r else '-' for r in split['recompute_per_stage']]}; pipeline "
+                              f"{split['pipeline_time_s']:.3f} s vs uniform {uni.get('pipeline_time_s', float('nan')):.3f} s; "
+                              f"bubble ideal {b['ideal']:.3f} s, imbalance {b['imbalance']:.3f} s, recompute {b['recompute']:.3f} s")

@@ -56,6 +56,24 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return 6.0 * n + attention
 
 
+def layer_parts(lc, cm, mlp_fwd, tp_comm, ep_comm, recompute) -> dict[str, Any]:
+    """One layer, one micro-batch: compute (forward + backward + recompute) and in-layer communication.
+
+    ``recompute`` is the RECOMPUTE_CODE per row: full redoes the forward; selective redoes the attention kernel
+    and the memory-bound kernels. CP's ring hides behind the attention kernel of the same pass."""
+    fwd = lc.attn_fwd_s + mlp_fwd
+    bwd = lc.attn_bwd_s() + mlp_fwd * BWD_GEMM
+    full = recompute == 2
+    extra = np.select([full, recompute == 1], [fwd, lc.attn_core_fwd_s + lc.memory_bound_fwd_s], 0.0)
+    cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
+                  + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * 2.5)
+                  + np.where(full, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
+    cp_total = cm.cp_fwd_s * np.where(full, 4, 3)
+    # TP and EP traffic repeats in a recomputed forward (passes: 3 instead of 2, see layer_comm)
+    return dict(compute=fwd + bwd + extra, tp=tp_comm, ep=ep_comm, cp=cp_exposed, cp_total=cp_total,
+                mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))
+
+
 @dataclass
 class BatchEstimate:
     """Arrays over a StrategyBatch: what ``plan`` ranks."""
@@ -80,20 +98,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     vpp = S.vpp.astype(float)
     lps = layers_per_stage(model, S)
 
-    # ---- one layer, one micro-batch: compute (fwd + bwd + recompute) and in-layer communication ---------
-    def layer(mlp_fwd, tp_comm, ep_comm):
-        fwd = lc.attn_fwd_s + mlp_fwd
-        bwd = lc.attn_bwd_s() + mlp_fwd * BWD_GEMM
-        recompute = np.select([S.recompute == 2, S.recompute == 1], [fwd, lc.attn_core_fwd_s + lc.memory_bound_fwd_s], 0.0)
-        cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
-                      + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * 2.5)
-                      + np.where(S.recompute == 2, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
-        cp_total = cm.cp_fwd_s * np.where(S.recompute == 2, 4, 3)
-        return dict(compute=fwd + bwd + recompute, tp=tp_comm, ep=ep_comm, cp=cp_exposed, cp_total=cp_total,
-                    mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))
-
-    dense = layer(lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0)
-    moe = layer(lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s) if model.moe is not None else dense
+    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute)
+    moe = layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute) if model.moe is not None else dense
     head = lc.head_fwd_s * (1 + BWD_GEMM) * (1 + model.mtp_layers)
     embed = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
 

@@ -20,6 +20,7 @@ from asap.cost.memory import memory
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import enumerate_space
+from asap.search.stages import build_problem, solve_split, uniform_split
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import check_strategy, complete_strategy
@@ -36,13 +37,17 @@ class PlanResult:
     fitting: int
     search_time_s: float
     meshes: list[dict[str, int] | None] = field(default_factory=list)
+    stage_splits: list[dict[str, Any] | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         cands = []
-        for est, mesh in zip(self.candidates, self.meshes or [None] * len(self.candidates)):
+        n = len(self.candidates)
+        for est, mesh, split in zip(self.candidates, self.meshes or [None] * n, self.stage_splits or [None] * n):
             d = est.to_dict()
             if mesh is not None:
                 d["mesh"] = mesh
+            if split is not None:
+                d["stage_split"] = split
             cands.append(d)
         return {
             "candidates": cands,
@@ -74,7 +79,10 @@ def pareto_front(step_s: np.ndarray, mem_gb: np.ndarray) -> np.ndarray:
 
 
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
-         include_oom: bool = False, progress: Callable[[int, int], None] | None = None) -> PlanResult:
+         include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
+         ilp_candidates: int = 2, ilp_time_limit_s: float = 0.5) -> PlanResult:
+    """Rank the space; for the first ``ilp_candidates`` candidates with pp > 1, place layers on stages by the
+    pipeline-stage ILP (``search.stages``) within ``ilp_time_limit_s`` each."""
     t0 = time.perf_counter()
     fixed = dict(fixed or {})
     S = enumerate_space(model, cluster.num_devices, cluster.devices_per_node, train, fixed)
@@ -112,5 +120,29 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     candidates = full(order)
     pareto = full(front)
     meshes = [tpu_mesh(cluster, e.strategy) for e in candidates]
+    splits: list[dict[str, Any] | None] = []
+    for e in candidates:
+        if e.strategy.pp > 1 and sum(s is not None for s in splits) < ilp_candidates:
+            splits.append(stage_split(model, cluster, train, e.strategy, ilp_time_limit_s))
+        else:
+            splits.append(None)
     return PlanResult(candidates=candidates, pareto=pareto, searched=searched, fitting=n_fit,
-                      search_time_s=time.perf_counter() - t0, meshes=meshes)
+                      search_time_s=time.perf_counter() - t0, meshes=meshes, stage_splits=splits)
+
+
+def stage_split(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy, time_limit_s: float) -> dict[str, Any]:
+    """The ILP's layer placement for one strategy, with the uniform split it is measured against."""
+    prob = build_problem(model, cluster, train, strategy)
+    try:
+        uniform = uniform_split(prob)
+    except AsapError:
+        uniform = None
+    try:
+        best = solve_split(prob, time_limit_s=time_limit_s)
+    except AsapError as e:
+        return {"error": str(e), "uniform": uniform.to_dict() if uniform else None}
+    out = best.to_dict()
+    out["uniform"] = uniform.to_dict() if uniform else None
+    if uniform is not None:
+        out["speedup_over_uniform"] = uniform.pipeline_time_s / best.pipeline_time_s
+    return out

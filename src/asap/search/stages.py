@@ -1,0 +1,480 @@
+"""The pipeline-stage ILP: which layers go on which (virtual) stage, and which stages recompute.
+
+As the MoE training report does (analytical estimation plus integer linear programming), the model is a chain
+of heterogeneous units — the embedding, leading dense layers, MoE layers, MTP modules, the LM head and loss —
+each with a time per micro-batch (forward + backward, with the strategy's recompute or with full recompute),
+stored activation bytes per micro-batch under either mode, and model-state bytes. Units are cut into
+pp * vpp contiguous virtual stages; virtual stage j runs on device j mod pp (Megatron-Core's interleaved order).
+
+Variables (all binary): b[l, j] = 1 if unit l sits in a virtual stage <= j (a monotone prefix, which makes
+every stage a contiguous run), x[l, j] = b[l, j] - b[l, j-1] (unit l in stage j), r[j] = 1 if stage j runs full
+recompute, z[l, j] = x[l, j] r[j] (linearised). T_max is continuous.
+
+    minimise   m * T_max + (pp - 1) / (pp * vpp) * sum_d T_d          (1F1B / interleaved closed form)
+    subject to T_d = sum_{j on d} sum_l (t_l x[l, j] + dt_l z[l, j]) <= T_max         for each device d
+               sum_{j on d} sum_l (w_l x[l, j] + f_d (a_l x[l, j] - da_l z[l, j])) <= HBM   for each device d
+               every stage holds at least one unit; the embedding is in stage 0, the head in the last
+where t_l is the unit's time, dt_l the extra time of full recompute, a_l its stored activations, da_l what full
+recompute saves, w_l its model states, and f_d the micro-batches device d keeps in flight (1F1B: min(m, pp-d);
+interleaved: ((pp-d-1)*2 + (vpp-1)*pp + 1)/vpp chunks' worth). Solved by HiGHS (highspy) under a
+time limit (highspy), started from the better of the uniform split (Megatron's default: equal layer
+counts) and a balanced greedy split, so it never returns worse than either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from scipy.sparse import coo_matrix
+
+from asap.cost.batch import StrategyBatch
+from asap.cost.communication import layer_comm
+from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
+from asap.cost.estimate import layer_parts
+from asap.cost.memory import FIXED_ALLOWANCE_GB, DEFAULT_FIXED_ALLOWANCE_GB, FRAGMENTATION, GB, \
+    activation_bytes_per_layer, state_bytes_per_param
+from asap.cost.roofline import act_bytes
+from asap.errors import AsapError
+from asap.spec.hardware import Cluster
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import Strategy
+from asap.spec.train import TrainSpec
+
+
+@dataclass
+class Unit:
+    name: str  # embedding | dense | moe | mtp | head
+    time_s: float  # forward + backward (+ the strategy's own recompute) per micro-batch
+    recompute_extra_s: float  # added by full recompute
+    act_bytes: float  # stored per micro-batch without full recompute
+    act_saved_bytes: float  # what full recompute saves per micro-batch
+    state_bytes: float  # weights, gradients and optimizer states on one device
+    once: bool = False  # activations live for one micro-batch only (the logits: loss and backward follow at once)
+
+
+@dataclass
+class StageProblem:
+    units: list[Unit]
+    pp: int
+    vpp: int
+    micro_batches: int
+    hbm_bytes: float
+    base_recompute: str
+
+    @property
+    def stages(self) -> int:
+        return self.pp * self.vpp
+
+    def in_flight(self, device: int) -> float:
+        """Micro-batches' worth of activations device ``device`` holds at its peak."""
+        pp, vpp, m = self.pp, self.vpp, self.micro_batches
+        if vpp == 1:
+            return float(min(m, pp - device))
+        chunks = min(m * vpp, (pp - device - 1) * 2 + (vpp - 1) * pp + 1)
+        return chunks / vpp
+
+
+@dataclass
+class StageSplit:
+    """A placement: units per virtual stage, recompute per stage, and its priced figures."""
+
+    boundaries: list[int]  # number of units in each virtual stage, in order
+    recompute: list[bool]
+    device_time_s: list[float]
+    device_memory_gb: list[float]
+    pipeline_time_s: float
+    ideal_bubble_s: float
+    imbalance_s: float
+    recompute_s: float
+    fits: bool
+    layers_per_stage: list[int] = field(default_factory=list)  # transformer layers only
+    solver: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "units_per_stage": self.boundaries,
+            "layers_per_stage": self.layers_per_stage,
+            "recompute_per_stage": self.recompute,
+            "pipeline_time_s": self.pipeline_time_s,
+            "bubble_s": {"ideal": self.ideal_bubble_s, "imbalance": self.imbalance_s, "recompute": self.recompute_s},
+            "device_time_s": self.device_time_s,
+            "device_memory_gb": self.device_memory_gb,
+            "fits": self.fits,
+            "solver": self.solver,
+        }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Building the units from the cost model
+# ------------------------------------------------------------------------------------------------------------
+
+
+def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strategy) -> StageProblem:
+    if s.pp < 2:
+        raise AsapError("strategy.pp", "the stage split needs pp > 1")
+    acc = cluster.accelerator
+    base = StrategyBatch.from_strategies([s])
+    full = StrategyBatch.from_strategies([replace(s, recompute="full")])
+    parts = {}
+    for key, S in (("base", base), ("full", full)):
+        lc = layer_compute(model, acc, train, S)
+        cm = layer_comm(model, cluster, train, S)
+        parts[key] = (lc, cm, S)
+
+    def unit_time(kind: str, key: str) -> float:
+        lc, cm, S = parts[key]
+        if kind == "dense":
+            p = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute)
+        else:
+            p = layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute)
+        return float((p["compute"] + p["tp"] + p["ep"] + p["cp"])[0])
+
+    def unit_acts(kind: str) -> tuple[float, float]:
+        moe = kind != "dense"
+        a = float(activation_bytes_per_layer(model, train, base, moe=moe, selective=s.recompute == "selective")[0])
+        ab = act_bytes(train.precision)
+        kept = ab * model.hidden_size * s.mbs * train.seq_len / s.cp / (s.tp if s.sp else 1)
+        return a, max(a - kept, 0.0)
+
+    w, g, o = state_bytes_per_param(train.precision, np.array([s.zero]), np.array([s.dp * s.cp]))
+    dense_state = float((w + g + o)[0])
+    w, g, o = state_bytes_per_param(train.precision, np.array([s.zero]), np.array([max(s.edp, 1)]))
+    expert_state = float((w + g + o)[0])
+
+    def states(kind: str) -> float:
+        if kind == "dense":
+            return model.dense_layer_params() / s.tp * dense_state
+        mo = model.moe
+        dense_part = (model.attention_params() + 2 * model.hidden_size + model.hidden_size * mo.num_experts
+                      + mo.shared_experts * model.expert_params())
+        return dense_part / s.tp * dense_state + mo.num_experts * model.expert_params() / (s.ep * s.etp) * expert_state
+
+    units: list[Unit] = []
+    lc_b = parts["base"][0]
+    emb_t = float((lc_b.embed_fwd_s * (1 + BWD_ELEMENTWISE))[0])
+    units.append(Unit("embedding", emb_t, 0.0, 0.0, 0.0, model.embedding_params() / s.tp * dense_state))
+    for i in range(model.num_layers):
+        kind = "dense" if (model.moe is None or i < model.moe.first_dense_layers) else "moe"
+        t_base, t_full = unit_time(kind, "base"), unit_time(kind, "full")
+        a, saved = unit_acts(kind)
+        units.append(Unit(kind, t_base, max(t_full - t_base, 0.0), a, saved, states(kind)))
+    for _ in range(model.mtp_layers):
+        kind = "moe" if model.moe is not None else "dense"
+        t_base, t_full = unit_time(kind, "base"), unit_time(kind, "full")
+        a, saved = unit_acts(kind)
+        proj = 2 * model.hidden_size ** 2 / s.tp * dense_state
+        units.append(Unit("mtp", t_base, max(t_full - t_base, 0.0), a, saved, states(kind) + proj))
+    head_t = float((lc_b.head_fwd_s * (1 + BWD_GEMM))[0]) * (1 + model.mtp_layers)
+    T = s.mbs * train.seq_len / s.cp
+    logits = T * model.vocab_size / s.tp * (act_bytes(train.precision) + 4.0) * (1 + model.mtp_layers)
+    head_params = model.head_params() if not model.tie_embeddings else model.embedding_params()
+    units.append(Unit("head", head_t, 0.0, logits, 0.0, head_params / s.tp * dense_state, once=True))
+    fixed = FIXED_ALLOWANCE_GB.get(acc.family, DEFAULT_FIXED_ALLOWANCE_GB) * GB
+    hbm = cluster.hbm_gb * GB / (1 + FRAGMENTATION) - fixed
+    m = s.micro_batches(train.global_batch)
+    return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=m, hbm_bytes=hbm,
+                        base_recompute=s.recompute)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Pricing a given split (shared by the ILP, the uniform split and the brute force)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def price_split(prob: StageProblem, counts: list[int], recompute: list[bool]) -> StageSplit:
+    pp, S = prob.pp, prob.stages
+    assert len(counts) == S and sum(counts) == len(prob.units)
+    dev_t = [0.0] * pp
+    dev_mem = [0.0] * pp
+    rc_s = 0.0
+    start = 0
+    for j, n in enumerate(counts):
+        d = j % pp
+        f = prob.in_flight(d)
+        for u in prob.units[start:start + n]:
+            extra = u.recompute_extra_s if recompute[j] else 0.0
+            dev_t[d] += u.time_s + extra
+            rc_s += extra
+            held = 1.0 if u.once else f
+            dev_mem[d] += u.state_bytes + held * (u.act_bytes - (u.act_saved_bytes if recompute[j] else 0.0))
+        start += n
+    m = prob.micro_batches
+    t_max = max(dev_t)
+    t_avg = sum(dev_t) / pp
+    ideal = (pp - 1) * t_avg / prob.vpp
+    total = m * t_max + ideal
+    layers = []
+    start = 0
+    for n in counts:
+        layers.append(sum(1 for u in prob.units[start:start + n] if u.name in ("dense", "moe")))
+        start += n
+    return StageSplit(boundaries=list(counts), recompute=list(recompute), device_time_s=dev_t,
+                      device_memory_gb=[x / GB for x in dev_mem], pipeline_time_s=total, ideal_bubble_s=ideal,
+                      imbalance_s=m * (t_max - t_avg), recompute_s=m * rc_s / pp,
+                      fits=all(x <= prob.hbm_bytes for x in dev_mem), layers_per_stage=layers)
+
+
+def uniform_split(prob: StageProblem) -> StageSplit:
+    """Megatron's default: transformer layers divided evenly (remainder to the middle stages), the embedding
+    with the first stage, MTP and the head with the last; the strategy's recompute everywhere."""
+    S = prob.stages
+    n_layers = sum(1 for u in prob.units if u.name in ("dense", "moe"))
+    per, extra = divmod(n_layers, S)
+    counts = [per] * S
+    for i in range(extra):  # spread the remainder over the middle stages first
+        counts[(S // 2 + (i + 1) // 2 * (-1) ** i) % S] += 1
+    counts[0] += 1  # embedding
+    counts[-1] += sum(1 for u in prob.units if u.name in ("mtp", "head"))
+    if min(counts) < 1:
+        raise AsapError("strategy.pp", f"{S} virtual stages for {len(prob.units)} units leave a stage empty")
+    full = prob.base_recompute == "full"
+    return price_split(prob, counts, [full] * S)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The ILP
+# ------------------------------------------------------------------------------------------------------------
+
+
+def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_choice: bool = True) -> StageSplit:
+    """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible."""
+    U, S, pp = len(prob.units), prob.stages, prob.pp
+    if S > U:
+        raise AsapError("strategy.pp", f"pp*vpp = {S} stages exceed the {U} units of the model")
+    nb = U * S  # b[l, j]
+    nz = U * S  # z[l, j]
+    nr = S
+    n = nb + nz + nr + 1
+    ib = lambda l, j: l * S + j  # noqa: E731
+    iz = lambda l, j: nb + l * S + j  # noqa: E731
+    ir = lambda j: nb + nz + j  # noqa: E731
+    it = n - 1
+    t = np.array([u.time_s for u in prob.units])
+    dt = np.array([u.recompute_extra_s for u in prob.units])
+    a = np.array([u.act_bytes for u in prob.units])
+    da = np.array([u.act_saved_bytes for u in prob.units])
+    w = np.array([u.state_bytes for u in prob.units])
+    scale_t = max(t.sum(), 1e-12)
+    scale_m = max(prob.hbm_bytes, 1.0)
+
+    # x[l, j] = b[l, j] - b[l, j-1] as a linear expression: list of (index, coeff)
+    def x_terms(l, j):
+        terms = [(ib(l, j), 1.0)]
+        if j > 0:
+            terms.append((ib(l, j - 1), -1.0))
+        return terms
+
+    rows, lo, hi = [], [], []
+
+    def add(terms, lb, ub):
+        rows.append(terms)
+        lo.append(lb)
+        hi.append(ub)
+
+    for l in range(U):
+        for j in range(S - 1):
+            add([(ib(l, j), 1.0), (ib(l, j + 1), -1.0)], -np.inf, 0.0)  # b[l, j] <= b[l, j+1]
+        add([(ib(l, S - 1), 1.0)], 1.0, 1.0)  # every unit placed
+    for l in range(U - 1):
+        for j in range(S):
+            add([(ib(l + 1, j), 1.0), (ib(l, j), -1.0)], -np.inf, 0.0)  # prefix: b[l+1, j] <= b[l, j]
+    for j in range(S):
+        add([term for l in range(U) for term in x_terms(l, j)], 1.0, np.inf)  # no empty stage
+    add([(ib(0, 0), 1.0)], 1.0, 1.0)  # embedding in stage 0
+    if S > 1:
+        add([(ib(U - 1, S - 2), 1.0)], 0.0, 0.0)  # head in the last stage
+    for l in range(U):
+        for j in range(S):
+            add([(iz(l, j), 1.0)] + [(i, -c) for i, c in x_terms(l, j)], -np.inf, 0.0)  # z <= x
+            add([(iz(l, j), 1.0), (ir(j), -1.0)], -np.inf, 0.0)  # z <= r
+            add([(iz(l, j), 1.0), (ir(j), -1.0)] + [(i, -c) for i, c in x_terms(l, j)], -1.0, np.inf)  # z >= x+r-1
+    for d in range(pp):
+        time_terms, mem_terms = [], []
+        f = prob.in_flight(d)
+        for j in range(d, S, pp):
+            for l in range(U):
+                held = 1.0 if prob.units[l].once else f
+                for i, c in x_terms(l, j):
+                    time_terms.append((i, c * t[l] / scale_t))
+                    mem_terms.append((i, c * (w[l] + held * a[l]) / scale_m))
+                time_terms.append((iz(l, j), dt[l] / scale_t))
+                mem_terms.append((iz(l, j), -held * da[l] / scale_m))
+        add(time_terms + [(it, -1.0)], -np.inf, 0.0)  # T_d <= T_max
+        add(mem_terms, -np.inf, 1.0)  # memory
+    r_idx = [r_i for r_i, terms in enumerate(rows) for _ in terms]
+    c_idx = [i for terms in rows for i, _ in terms]
+    vals = [c for terms in rows for _, c in terms]
+    A = coo_matrix((vals, (r_idx, c_idx)), shape=(len(rows), n))  # duplicates are summed
+    # objective: m T_max + (pp-1)/(pp vpp) * sum of all device time
+    c = np.zeros(n)
+    c[it] = prob.micro_batches
+    k = (pp - 1) / (pp * prob.vpp)
+    for l in range(U):
+        for j in range(S):
+            for i, cc in x_terms(l, j):
+                c[i] += k * cc * t[l] / scale_t
+            c[iz(l, j)] += k * dt[l] / scale_t
+    lb = np.zeros(n)
+    ub = np.ones(n)
+    ub[it] = np.inf
+    if not allow_recompute_choice or prob.base_recompute == "full":  # recompute fixed to the strategy's
+        for j in range(S):
+            lb[ir(j)] = ub[ir(j)] = 1.0 if prob.base_recompute == "full" else 0.0
+    start = heuristic_split(prob, allow_recompute_choice)
+    x0 = None
+    if start is not None and start.fits:
+        ub[it] = max(start.device_time_s) / scale_t * (1 + 1e-9)  # never worse than the heuristic
+        x0 = _encode(prob, start, scale_t, n, ib, iz, ir, it)
+    x, status = _solve_highs(c, A.tocsc(), np.array(lo), np.array(hi), lb, ub, integer=np.arange(n - 1),
+                             x0=x0, time_limit_s=time_limit_s)
+    if x is None:
+        if start is not None and start.fits:
+            start.solver = "heuristic (HiGHS found nothing better: " + status + ")"
+            return start
+        raise AsapError("strategy", f"no split of {U} units over {S} stages fits in {prob.hbm_bytes / GB:.1f} GiB "
+                                    f"({status})")
+    counts = []
+    for j in range(S):
+        counts.append(int(round(sum(x[ib(l, j)] - (x[ib(l, j - 1)] if j else 0.0) for l in range(U)))))
+    recompute = [bool(round(x[ir(j)])) for j in range(S)]
+    split = price_split(prob, counts, recompute)
+    split.solver = f"HiGHS: {status}"
+    if start is not None and start.fits and start.pipeline_time_s < split.pipeline_time_s:
+        start.solver = f"heuristic (HiGHS: {status})"
+        return start
+    return split
+
+
+def _encode(prob: StageProblem, split: StageSplit, scale_t: float, n: int, ib, iz, ir, it) -> np.ndarray:
+    """A split as a MIP start for the ILP's variables."""
+    x0 = np.zeros(n)
+    U, S = len(prob.units), prob.stages
+    stage_of = np.repeat(np.arange(S), split.boundaries)
+    for l in range(U):
+        for j in range(S):
+            x0[ib(l, j)] = 1.0 if stage_of[l] <= j else 0.0
+            x0[iz(l, j)] = 1.0 if (stage_of[l] == j and split.recompute[j]) else 0.0
+    for j in range(S):
+        x0[ir(j)] = 1.0 if split.recompute[j] else 0.0
+    x0[it] = max(split.device_time_s) / scale_t
+    return x0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """HiGHS prints its banner from C++ on file descriptor 1; keep stdout clean for --json."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        try:  # flush C stdio buffers while they still point at stderr
+            import ctypes
+
+            ctypes.CDLL(None).fflush(None)
+        except (OSError, AttributeError):
+            pass
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _solve_highs(c, A, row_lo, row_hi, lb, ub, integer, x0, time_limit_s):
+    import highspy
+
+    with _stdout_to_stderr():
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(time_limit_s))
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
+        lp.col_cost_, lp.col_lower_, lp.col_upper_ = c, lb, ub
+        lp.row_lower_, lp.row_upper_ = row_lo, row_hi
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+        kinds = [highspy.HighsVarType.kContinuous] * A.shape[1]
+        for i in integer:
+            kinds[i] = highspy.HighsVarType.kInteger
+        lp.integrality_ = kinds
+        h.passModel(lp)
+        if x0 is not None:
+            sol = highspy.HighsSolution()
+            sol.col_value = list(x0)
+            sol.value_valid = True
+            h.setSolution(sol)
+        h.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        info = h.getInfo()
+        if info.primal_solution_status != 2:  # kSolutionStatusFeasible
+            return None, status
+        return np.array(h.getSolution().col_value), status
+
+
+def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> StageSplit | None:
+    """A good feasible split to start the ILP from: the uniform split and balanced splits (stage time capped
+    by bisection, greedy contiguous fill), with and without full recompute; the fastest that fits."""
+    U, S = len(prob.units), prob.stages
+    options = []
+    try:
+        options.append(uniform_split(prob))
+    except AsapError:
+        pass
+    modes = [prob.base_recompute == "full"]
+    if allow_recompute_choice and prob.base_recompute != "full":
+        modes.append(True)
+    for rc in modes:
+        times = [u.time_s + (u.recompute_extra_s if rc else 0.0) for u in prob.units]
+        lo, hi = max(times), sum(times)
+        for _ in range(40):
+            cap = (lo + hi) / 2
+            counts = _greedy_counts(times, cap, S)
+            if counts is None:
+                lo = cap
+            else:
+                hi = cap
+        counts = _greedy_counts(times, hi, S)
+        if counts is not None:
+            options.append(price_split(prob, counts, [rc] * S))
+    fitting = [o for o in options if o.fits]
+    pool = fitting or options
+    return min(pool, key=lambda o: o.pipeline_time_s) if pool else None
+
+
+def _greedy_counts(times: list[float], cap: float, stages: int) -> list[int] | None:
+    """Fill stages left to right up to ``cap`` while leaving a unit for every later stage."""
+    U = len(times)
+    counts, i = [], 0
+    for j in range(stages):
+        left = stages - j - 1
+        n, acc = 0, 0.0
+        while i + n < U - left and (n == 0 or acc + times[i + n] <= cap):
+            acc += times[i + n]
+            n += 1
+        if n == 0 or (j == stages - 1 and i + n < U):
+            return None
+        counts.append(n)
+        i += n
+    return counts if i == U else None
+
+
+def brute_force_split(prob: StageProblem, allow_recompute_choice: bool = True) -> StageSplit | None:
+    """Every contiguous split and recompute choice (small problems only): the ILP's reference."""
+    U, S = len(prob.units), prob.stages
+    best = None
+    rc_choices = ([False, True] if allow_recompute_choice and prob.base_recompute != "full"
+                  else [prob.base_recompute == "full"])
+    for cuts in itertools.combinations(range(1, U), S - 1):
+        edges = (0,) + cuts + (U,)
+        counts = [edges[i + 1] - edges[i] for i in range(S)]
+        for rc in itertools.product(rc_choices, repeat=S):
+            split = price_split(prob, counts, list(rc))
+            if split.fits and (best is None or split.pipeline_time_s < best.pipeline_time_s - 1e-12):
+                best = split
+    return best
