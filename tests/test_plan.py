@@ -1,0 +1,88 @@
+"""The planner: acceptance on the calibration cases, the JSON contract, and one-line errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import assert_one_line_error
+from asap.search.planner import pareto_front, plan
+from asap.search.space import enumerate_space, legal_mask
+from asap.spec.hardware import cluster_from_dict, load_cluster
+from asap.spec.loader import load_model
+from asap.spec.model import model_from_dict
+from asap.spec.strategy import check_strategy, parse_strategy
+from asap.spec.train import TrainSpec
+from asap.validate import load_cases
+
+CASES = load_cases()
+
+
+def case_inputs(case):
+    return (model_from_dict(case["model"]), cluster_from_dict(case["cluster"]), TrainSpec.from_dict(case["train"]),
+            parse_strategy(case["strategy"]))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_fix_completes_and_free_plan_is_never_slower(case):
+    model, cluster, train, fixed = case_inputs(case)
+    fixed_plan = plan(model, cluster, train, fixed, top=1, ilp_candidates=0)
+    best_fixed = fixed_plan.candidates[0]
+    assert best_fixed.fits
+    for k, v in fixed.items():
+        assert best_fixed.strategy.to_dict()[k] == v
+    free = plan(model, cluster, train, {}, top=1, ilp_candidates=0).candidates[0]
+    assert free.fits and free.step_time_s <= best_fixed.step_time_s + 1e-9
+
+
+def test_space_agrees_with_the_scalar_legality_rules():
+    """Every enumerated strategy passes check_strategy; the vectorized mask rejects what it rejects."""
+    model, train = load_model("qwen3-30b-a3b"), TrainSpec(64, 4096)
+    S = enumerate_space(model, 32, 8, train, {})
+    assert len(S) > 1000
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(S), 300, replace=False):
+        check_strategy(S.strategy(int(i)), model, train, 32)
+    assert legal_mask(model, train, 32, S).all()
+
+
+def test_pareto_front_is_non_dominated():
+    step = np.array([1.0, 2.0, 3.0, 1.5, 2.5])
+    mem = np.array([9.0, 5.0, 4.0, 9.5, 6.0])
+    front = list(pareto_front(step, mem))
+    assert front == [0, 1, 2]
+
+
+def test_plan_json_contract(cli):
+    p = cli("plan", "--model", "llama3-70b", "--cluster", "dgx-h100-8", "--global-batch", "256", "--seq-len", "8192",
+            "--fix", "pp=4", "--top", "3", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert len(d["candidates"]) == 3 and d["searched"] > 100 and d["search_time_s"] > 0
+    steps = [c["step_time_s"] for c in d["candidates"]]
+    assert steps == sorted(steps)
+    assert all(c["fits"] and c["strategy"]["pp"] == 4 for c in d["candidates"])
+    split = d["candidates"][0]["stage_split"]
+    assert sum(split["layers_per_stage"]) == 80
+    assert split["pipeline_time_s"] <= split["uniform"]["pipeline_time_s"] + 1e-9
+    assert d["pareto"]
+
+
+def test_tpu_plan_shows_maxtext_mesh(cli):
+    p = cli("plan", "--model", "llama3-8b", "--cluster", "tpu-v5p-256", "--global-batch", "256", "--seq-len", "8192",
+            "--top", "2", "--json")
+    d = json.loads(p.stdout)
+    mesh = d["candidates"][0]["mesh"]
+    product = np.prod([v for k, v in mesh.items() if k.startswith("ici_")])
+    assert product == 256
+    assert {"ici_fsdp_parallelism", "ici_tensor_parallelism"} & set(mesh) or "ici_data_parallelism" in mesh
+
+
+def test_plan_bad_inputs(cli):
+    job = ["--model", "llama3-70b", "--cluster", "dgx-h100-8", "--global-batch", "256", "--seq-len", "8192"]
+    assert_one_line_error(cli("plan", *job, "--fix", "tp=3"), "fix.dp", "not divisible")
+    assert_one_line_error(cli("plan", *job, "--fix", "tp=16"), "fix.tp", "num_kv_heads")
+    small = ["--model", "llama3-70b", "--cluster", "dgx-h100-1", "--global-batch", "256", "--seq-len", "8192"]
+    assert_one_line_error(cli("plan", *small), "no strategy fits in 80 GiB", "smallest needs")
+    assert_one_line_error(cli("plan", *job, "--fix", "recompute=none,tp=1,pp=1,cp=1,zero=0"),
+                          "no strategy fits", "smallest needs")
