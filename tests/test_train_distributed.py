@@ -1,7 +1,8 @@
 """Real runs of the reference trainer on CPU processes (gloo), several strategies per torchrun launch.
 
 The acceptance set: tiny-dense under dp=4, dp=2+tp=2, pp=2+dp=2, zero=3 dp=4, pp=2+vpp=2+tp=2; tiny-moe under
-dp=4, ep=2 folded over dp=4 (and over dp=2 alone), ep=4. All start from the same weights and see the same
+dp=4, ep=2 folded over dp=4 (and over dp=2 alone), ep=4, and tp=2 with ep=2 and expert tensor parallelism
+etp=2 (Megatron-Core's default etp=tp). All start from the same weights and see the same
 batches, so in fp32 their first-step losses must agree (the test allows 1e-3 relative), and so must the
 later steps' (the same optimizer on the same gradients, up to reduction order).
 """
@@ -21,7 +22,7 @@ from asap.train.launch import RunConfig, launch, resolve_run_strategy  # noqa: E
 
 GB, SEQ, STEPS = 8, 32, 3
 DENSE = ["dp=4", "dp=2,tp=2", "pp=2,dp=2", "dp=4,zero=3", "pp=2,vpp=2,tp=2"]
-MOE4 = ["dp=4", "dp=4,ep=2", "ep=4"]
+MOE4 = ["dp=4", "dp=4,ep=2", "ep=4", "tp=2,ep=2,dp=2"]
 WALL: dict[str, float] = {}
 
 
@@ -80,6 +81,7 @@ def test_moe_strategies_train_and_agree(moe):
     _check_runs(moe, {"dp=2,ep=2": 2})
     ref = moe["dp=4"].losses
     assert moe["ep=4"].strategy["dp"] == 4  # ep folded over dp
+    assert moe["tp=2,ep=2,dp=2"].strategy["etp"] == 2
     for name, r in moe.items():
         assert _rel(r.losses[0], ref[0]) < 1e-3, f"{name}: first-step loss {r.losses[0]} vs dp=4 {ref[0]}"
         # the load-balancing loss of each rank sees the same tokens under ep, so later steps agree too

@@ -85,19 +85,21 @@ def test_run_strategy_defaults():
     assert resolve_run_strategy("tp=2", dense, t).devices == 2
     s = resolve_run_strategy("ep=4", moe, t)
     assert (s.dp, s.ep, s.etp) == (4, 4, 1)
-    s = resolve_run_strategy("tp=2,ep=4", moe, t)
-    assert (s.dp, s.tp, s.ep, s.edp) == (2, 2, 4, 1)
+    s = resolve_run_strategy("tp=2,ep=4", moe, t)  # etp defaults to tp (Megatron-Core): ep*etp = 8 devices
+    assert (s.dp, s.tp, s.ep, s.etp, s.edp) == (4, 2, 4, 2, 1)
+    s = resolve_run_strategy("tp=2,ep=4,etp=1", moe, t)
+    assert (s.dp, s.tp, s.ep, s.etp, s.edp) == (2, 2, 4, 1, 1)
 
 
 @pytest.mark.parametrize("model,strategy,device,match", [
     ("tiny-dense", "cp=2", "cpu", "CUDA only"),
-    ("tiny-moe", "tp=2,dp=2,etp=2", "cpu", "expert tensor parallelism"),
+    ("tiny-moe", "tp=2", "cpu", "seq_len=31 is not divisible by tp=2"),
     ("mla", "tp=2", "cpu", "MLA"),
     ("tiny-dense", "pp=4,dp=2", "cpu", "1f1b needs at least pp=4 micro-batches"),
 ])
 def test_unsupported_strategies_are_refused_up_front(model, strategy, device, match):
     spec = model_from_dict(TINY_MLA) if model == "mla" else load_model(model)
-    t = TrainSpec(8 if "pp=4" not in strategy else 4, 32, "fp32")
+    t = TrainSpec(8 if "pp=4" not in strategy else 4, 31 if strategy == "tp=2" else 32, "fp32")
     with pytest.raises(AsapError, match=match):
         check_supported(spec, resolve_run_strategy(strategy, spec, t), t, device)
 

@@ -46,6 +46,10 @@ def run_command(
     spec = load_model(model)
     train = TrainSpec(global_batch, seq_len, precision or "fp32")
     s = resolve_run_strategy(strategy, spec, train)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise AsapError("run", "real runs need PyTorch (pip install torch)") from None
     dev = detect_device(device, s.devices)
     prec = precision or ("bf16" if dev == "cuda" else "fp32")
     train = TrainSpec(global_batch, seq_len, prec)

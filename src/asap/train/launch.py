@@ -97,14 +97,12 @@ class RunResult:
 
 def resolve_run_strategy(text: str | dict | None, model: ModelSpec, train: TrainSpec, field_name: str = "strategy") -> Strategy:
     """Like ``resolve_strategy``, with the device count taken from the strategy itself: omitted dp is the
-    smallest that the expert folding allows (1 for dense models; ep / gcd(ep, tp*cp) for MoE), and omitted
-    etp is 1 for MoE models (the reference trainer has no expert tensor parallelism)."""
+    smallest that the expert folding allows -- 1 for dense models, ep*etp / gcd(ep*etp, tp*cp) for MoE
+    (etp defaulting to tp, Megatron-Core's default)."""
     partial = parse_strategy(text, field_name)
-    if model.moe is not None and "etp" not in partial:
-        partial["etp"] = 1
     tp, pp, cp = partial.get("tp", 1), partial.get("pp", 1), partial.get("cp", 1)
     if "dp" not in partial:
-        folded = partial.get("ep", 1) * partial.get("etp", 1)
+        folded = partial.get("ep", 1) * partial.get("etp", tp) if model.moe is not None else 1
         partial["dp"] = folded // math.gcd(folded, tp * cp)
     devices = partial["dp"] * tp * pp * cp
     return resolve_strategy(partial, model, train, devices, field_name)
@@ -124,9 +122,6 @@ def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type
                                    "no CPU kernel) and this run is on the CPU")
     if s.cp > 1 and s.pp > 1:
         raise AsapError(f"{f}.cp", "cp > 1 with pp > 1 is not implemented by the reference trainer")
-    if s.etp > 1:
-        raise AsapError(f"{f}.etp", f"etp={s.etp}: expert tensor parallelism is not implemented by the reference "
-                                    "trainer; use etp=1 (experts are folded over tp*cp*dp by ep)")
     if model.mla is not None and s.tp > 1:
         raise AsapError(f"{f}.tp", "MLA attention with tp > 1 is not implemented by the reference trainer")
     if model.tie_embeddings and (s.tp > 1 or s.pp > 1):
@@ -210,6 +205,13 @@ def _tail(path: Path, n: int = 40) -> str:
 def _failure_from_files(out: Path, log_path: Path, rc: int) -> RunFailed:
     errs = sorted(out.glob("error_job*_rank*.txt"), key=lambda p: p.stat().st_mtime)
     tail = _tail(log_path)
+    # ranks that only saw a peer vanish say so; the cause is elsewhere (another rank's error, or a kill)
+    secondary = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted",
+                 "ProcessGroupNCCL's watchdog", "Socket Timeout")
+    primary = [p for p in errs if not any(k in p.read_text(errors="replace").splitlines()[0] for k in secondary)]
+    if not primary and (rc in (-9, 137) or "Signal 9" in tail or "SIGKILL" in tail):
+        errs = []
+    errs = primary or errs
     if errs:
         # the first rank to fail names the cause; others often only see their peers vanish
         first = errs[0].read_text(errors="replace").splitlines()[0]

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -245,6 +246,22 @@ class GroupedExperts(nn.Module):
         return torch.cat(outs, dim=0)
 
 
+def _a2a(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:
+    """all_to_all_single with autograd (its backward is the reverse all-to-all)."""
+    from torch.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
+
+    return wait_tensor(all_to_all_single_autograd(x, out_splits, in_splits, group))
+
+
+def _expert_major(counts: torch.Tensor, device) -> torch.Tensor:
+    """Tokens laid out [source, expert] (``counts[s, e]`` of each) -> the permutation that groups them by
+    expert, keeping source order inside each expert."""
+    n_src, n_exp = counts.shape
+    seg_expert = torch.arange(n_exp, device=device).repeat(n_src)
+    tok_expert = torch.repeat_interleave(seg_expert, counts.reshape(-1))
+    return torch.argsort(tok_expert, stable=True)
+
+
 class _AuxLossGrad(torch.autograd.Function):
     """Attach a load-balancing loss to an activation: identity forward; backward also sends ``scale`` into
     the auxiliary loss (Megatron-Core's MoEAuxLossAutoScaler), so pipeline stages need no extra plumbing."""
@@ -276,6 +293,8 @@ class MoE(nn.Module):
         self.sequence_parallel = False  # input already split over tp along the sequence
         self.ep_group = None  # expert-parallel process group (token all-to-all)
         self.ep_size = 1
+        self.etp_group = None  # expert-tensor-parallel group (each holds a slice of every local expert)
+        self.etp_size = 1
         self.aux_loss_scale = AUX_LOSS_COEFF
         self.last_aux_loss: float | None = None
 
@@ -286,7 +305,7 @@ class MoE(nn.Module):
         order = torch.argsort(flat, stable=True)
         xs = x[order // self.top_k]
         counts = torch.bincount(flat, minlength=self.n_experts)
-        if self.ep_size == 1:
+        if self.ep_size == 1 and self.etp_size == 1:
             ys = self.experts(xs, counts.tolist())
         else:
             ys = self._dispatch_combine(xs, counts)
@@ -295,25 +314,40 @@ class MoE(nn.Module):
 
     def _dispatch_combine(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Expert parallelism: all-to-all the sorted tokens to the ranks holding their experts, run the
-        local experts, all-to-all the results back (Megatron-Core's alltoall token dispatcher)."""
-        import torch.distributed as dist
-        from torch.distributed._functional_collectives import all_to_all_single_autograd, wait_tensor
-
+        local experts (through expert tensor parallelism when etp > 1), all-to-all the results back
+        (Megatron-Core's alltoall token dispatcher)."""
         ep, n_local = self.ep_size, self.experts.num_local
+        if ep == 1:
+            return self._expert_compute(xs, counts)
         recv_counts = torch.empty_like(counts)
         dist.all_to_all_single(recv_counts, counts, group=self.ep_group)  # [src rank, local expert]
         send_splits = counts.view(ep, n_local).sum(1).tolist()
         recv = recv_counts.view(ep, n_local)
         recv_splits = recv.sum(1).tolist()
-        got = wait_tensor(all_to_all_single_autograd(xs, recv_splits, send_splits, self.ep_group))
-        # received: source-rank major, expert minor -> regroup expert major for the grouped computation
-        seg_expert = torch.arange(n_local, device=xs.device).repeat(ep)
-        seg_len = recv.reshape(-1)
-        tok_expert = torch.repeat_interleave(seg_expert, seg_len)
-        perm = torch.argsort(tok_expert, stable=True)
-        out = self.experts(got[perm], recv.sum(0).tolist())
+        got = _a2a(xs, recv_splits, send_splits, self.ep_group)
+        # received: source-rank major, expert minor -> expert major for the grouped computation
+        perm = _expert_major(recv, xs.device)
+        out = self._expert_compute(got[perm], recv.sum(0))
         back = torch.empty_like(out).index_copy(0, perm, out)
-        return wait_tensor(all_to_all_single_autograd(back, send_splits, recv_splits, self.ep_group))
+        return _a2a(back, send_splits, recv_splits, self.ep_group)
+
+    def _expert_compute(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """x: tokens grouped by local expert (``counts`` each). With etp > 1 the experts' hidden dimension is
+        split over the etp group: gather the group's tokens, run this rank's slice, and send every partial
+        output back to its token's rank, which sums them (all-gather and reduce-scatter by all-to-all)."""
+        if self.etp_size == 1:
+            return self.experts(x, counts.tolist())
+        etp, n_local, n_mine = self.etp_size, self.experts.num_local, x.shape[0]
+        peers = [torch.empty_like(counts) for _ in range(etp)]
+        dist.all_gather(peers, counts, group=self.etp_group)
+        cnt = torch.stack(peers)  # [peer, local expert]
+        n_each = cnt.sum(1).tolist()
+        gathered = _a2a(torch.cat([x] * etp), n_each, [n_mine] * etp, self.etp_group)
+        perm = _expert_major(cnt, x.device)
+        out = self.experts(gathered[perm], cnt.sum(0).tolist())
+        back = torch.empty_like(out).index_copy(0, perm, out)
+        partial = _a2a(back, [n_mine] * etp, n_each, self.etp_group)
+        return partial.view(etp, n_mine, -1).sum(0)
 
     def _local_forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (tokens, dim) that are this rank's own (distinct from every other rank's)."""

@@ -4,8 +4,9 @@
   expert grid regroups the same devices of each pipeline stage as (pp, edp, ep, etp) -- Megatron-Core's
   "MoE parallel folding" (arXiv:2504.14960), so ep may be folded over dp, cp and tp.
 * ``apply_tp``: tensor (+ sequence) parallelism with DTensor ``parallelize_module``.
-* ``apply_ep``: expert parallelism: each rank keeps num_experts/ep experts; tokens travel by
-  ``all_to_all_single`` inside the expert group (``asap.train.model.MoE._dispatch_combine``).
+* ``apply_ep``: expert parallelism: each rank keeps num_experts/ep experts (and, with etp > 1, a 1/etp
+  slice of each one's hidden dimension); tokens travel by ``all_to_all_single`` inside the expert group,
+  and inside the expert-tensor group (``asap.train.model.MoE._dispatch_combine``).
 * ``apply_ac``: activation checkpointing: ``full`` wraps every block with ``checkpoint_wrapper``;
   ``selective`` recomputes only the core attention (Korthikanti et al. 2022, Megatron's definition).
 * ``apply_dp``: data parallelism: zero=0 DDP, zero=1 DDP + a ZeRO-1 sharded optimizer, zero=2 FSDP2
@@ -163,20 +164,29 @@ def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
 
 
 def apply_ep(model: Transformer, dims: ParallelDims) -> None:
-    """Keep this rank's slice of each MoE layer's experts and hand it the expert-parallel group."""
+    """Keep this rank's share of each MoE layer's experts -- num_experts/ep of them, and of each its
+    1/etp slice of the hidden dimension -- and hand the layer its expert-parallel groups."""
     for moe in model.moe_layers():
-        if dims.ep > 1:
-            ex = moe.experts
+        ex = moe.experts
+        if dims.ep > 1 or dims.etp > 1:
             n_local = moe.n_experts // dims.ep
             first = dims.rank_in("ep") * n_local
+            f = ex.w1.shape[2] // dims.etp
+            f0 = dims.rank_in("etp") * f
             with torch.no_grad():
                 for name in ("w1", "w2", "w3"):
                     p = getattr(ex, name)
-                    if p is not None:
-                        setattr(ex, name, nn.Parameter(p[first:first + n_local].clone()))
+                    if p is None:
+                        continue
+                    p = p[first:first + n_local]
+                    p = p[:, f0:f0 + f, :] if name == "w2" else p[:, :, f0:f0 + f]
+                    setattr(ex, name, nn.Parameter(p.clone()))
             ex.first_expert = first
+        if dims.ep > 1:
             moe.ep_group = dims.expert_mesh["ep"].get_group()
-        moe.ep_size = dims.ep
+        if dims.etp > 1:
+            moe.etp_group = dims.expert_mesh["etp"].get_group()
+        moe.ep_size, moe.etp_size = dims.ep, dims.etp
 
 
 def expert_params(module: nn.Module) -> list[nn.Parameter]:
