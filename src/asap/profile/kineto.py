@@ -53,14 +53,6 @@ class _Thread:
         return i
 
 
-def _span(e: dict) -> tuple[float, float] | None:
-    try:
-        ts = float(e["ts"])
-        return ts, ts + float(e.get("dur", 0.0) or 0.0)
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
     """One timeline per GPU with a real share of the trace's device work, or one CPU timeline."""
     device_rows: list[tuple[int, float, float, str, int | None]] = []  # pid, start, end, name, correlation
@@ -71,24 +63,26 @@ def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         cat = e.get("cat")
-        if cat in DEVICE_CATS:
-            span = _span(e)
-            if span:
-                args = e.get("args") or {}
-                device_rows.append((e.get("pid"), span[0], span[1], str(e.get("name", "")), args.get("correlation")))
-        elif cat in RUNTIME_CATS:
+        if cat in RUNTIME_CATS:
             corr = (e.get("args") or {}).get("correlation")
             if corr is not None:
                 launches[corr] = ((e.get("pid"), e.get("tid")), float(e.get("ts", 0.0)))
-        elif cat in OP_CATS or cat in ANNOTATION_CATS:
-            name = str(e.get("name", ""))
-            span = _span(e)
-            if span is None:
-                continue
-            if name.startswith(STEP_PREFIX):
-                steps.append((name, span[0], span[1]))
-            elif cat in OP_CATS or is_comm_op(name):
-                thread_rows[(e.get("pid"), e.get("tid"))].append((span[0], span[1], name, e.get("args") or {}))
+            continue
+        if cat not in DEVICE_CATS and cat not in OP_CATS and cat not in ANNOTATION_CATS:
+            continue
+        try:
+            start = float(e["ts"])
+            end = start + float(e.get("dur") or 0.0)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if cat in DEVICE_CATS:
+            device_rows.append((e.get("pid"), start, end, str(e.get("name", "")), (e.get("args") or {}).get("correlation")))
+            continue
+        name = str(e.get("name", ""))
+        if name.startswith(STEP_PREFIX):
+            steps.append((name, start, end))
+        elif cat in OP_CATS or is_comm_op(name):
+            thread_rows[(e.get("pid"), e.get("tid"))].append((start, end, name, e.get("args") or {}))
     notes: list[str] = []
     windows = trim_windows(steps, notes)
     rank = _rank(doc)
