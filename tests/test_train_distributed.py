@@ -4,7 +4,9 @@ The acceptance set: tiny-dense under dp=4, dp=2+tp=2, pp=2+dp=2, zero=3 dp=4, pp
 dp=4, ep=2 folded over dp=4 (and over dp=2 alone), ep=4, and tp=2 with ep=2 and expert tensor parallelism
 etp=2 (Megatron-Core's default etp=tp). All start from the same weights and see the same
 batches, so in fp32 their first-step losses must agree (the test allows 1e-3 relative), and so must the
-later steps' (the same optimizer on the same gradients, up to reduction order).
+later steps' (the same optimizer on the same gradients, up to reduction order). A few more combinations
+(GPipe, zero-bubble, ZeRO-2, full and selective recomputation, expert tensor parallelism without tp) must
+agree as well.
 """
 
 from __future__ import annotations
@@ -26,13 +28,22 @@ MOE4 = ["dp=4", "dp=4,ep=2", "ep=4", "tp=2,ep=2,dp=2"]
 WALL: dict[str, float] = {}
 
 
-def _launch(model: str, strategies: list[str], tmp_path_factory) -> dict[str, object]:
-    spec = load_model(model)
+# more schedules, ZeRO stages, recomputation and folding, in one launch of mixed models
+EXTRA = [("tiny-dense", "pp=2,dp=2,schedule=gpipe,zero=0"), ("tiny-dense", "pp=2,vpp=2,dp=2,schedule=zb,zero=2"),
+         ("tiny-dense", "dp=2,tp=2,sp=0,zero=0,recompute=full"), ("tiny-dense", "pp=2,tp=2,mbs=2,recompute=selective"),
+         ("tiny-moe", "dp=4,etp=2,zero=2,recompute=full")]
+
+
+def _launch(model: str | list[str], strategies: list[str], tmp_path_factory) -> dict[str, object]:
+    models = model if isinstance(model, list) else [model] * len(strategies)
     train = TrainSpec(GB, SEQ, "fp32")
-    configs = [RunConfig(spec, resolve_run_strategy(s, spec, train), GB, SEQ, steps=STEPS) for s in strategies]
+    configs = []
+    for m, s in zip(models, strategies):
+        spec = load_model(m)
+        configs.append(RunConfig(spec, resolve_run_strategy(s, spec, train), GB, SEQ, steps=STEPS))
     t0 = time.perf_counter()
-    results = launch(configs, device="cpu", timeout_s=600, workdir=str(tmp_path_factory.mktemp(model)))
-    WALL[f"{model}: {', '.join(strategies)}"] = time.perf_counter() - t0
+    results = launch(configs, device="cpu", timeout_s=600, workdir=str(tmp_path_factory.mktemp("run")))
+    WALL[", ".join(f"{m}: {s}" for m, s in zip(models, strategies))] = time.perf_counter() - t0
     return dict(zip(strategies, results))
 
 
@@ -92,6 +103,19 @@ def test_moe_strategies_train_and_agree(moe):
     print("\nfirst-step losses:", {k: v.losses[0] for k, v in moe.items()})
 
 
-def test_report_wall_times(dense, moe):
+@pytest.fixture(scope="module")
+def extra(tmp_path_factory):
+    return _launch([m for m, _ in EXTRA], [s for _, s in EXTRA], tmp_path_factory)
+
+
+def test_more_combinations_agree(extra, dense, moe):
+    _check_runs(extra)
+    for model, name in EXTRA:
+        ref = (dense if model == "tiny-dense" else moe)["dp=4"].losses
+        for a, b in zip(extra[name].losses, ref):
+            assert _rel(a, b) < 1e-3, f"{model} {name}: losses {extra[name].losses} vs dp=4 {ref}"
+
+
+def test_report_wall_times(dense, moe, extra):
     for k, v in WALL.items():
         print(f"\nlaunch wall time {v:.1f} s: {k}")

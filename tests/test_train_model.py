@@ -96,6 +96,7 @@ def test_run_strategy_defaults():
     ("tiny-moe", "tp=2", "cpu", "seq_len=31 is not divisible by tp=2"),
     ("mla", "tp=2", "cpu", "MLA"),
     ("tiny-dense", "pp=4,dp=2", "cpu", "1f1b needs at least pp=4 micro-batches"),
+    ("tiny-dense", "pp=2,dp=2,zero=3,schedule=zb", "cpu", "zero=3 with schedule=zb"),
 ])
 def test_unsupported_strategies_are_refused_up_front(model, strategy, device, match):
     spec = model_from_dict(TINY_MLA) if model == "mla" else load_model(model)

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -139,6 +139,9 @@ def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type
         if s.schedule == "1f1b" and m < s.pp:
             raise AsapError(f"{f}.schedule", f"1f1b needs at least pp={s.pp} micro-batches per step, got "
                                              f"{m} (global batch {train.global_batch} / (dp*mbs))")
+        if s.schedule == "zb" and s.zero == 3:
+            raise AsapError(f"{f}.zero", "zero=3 with schedule=zb is refused: torch's zero-bubble schedule computes weight "
+                                         "gradients after FSDP has resharded (wrong gradients); use zero=2 or another schedule")
         if s.schedule in ("interleaved", "zb") and m % s.pp:
             raise AsapError(f"{f}.schedule", f"{s.schedule} needs the micro-batches ({m}) divisible by pp={s.pp}")
 

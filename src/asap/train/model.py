@@ -337,7 +337,7 @@ class MoE(nn.Module):
         output back to its token's rank, which sums them (all-gather and reduce-scatter by all-to-all)."""
         if self.etp_size == 1:
             return self.experts(x, counts.tolist())
-        etp, n_local, n_mine = self.etp_size, self.experts.num_local, x.shape[0]
+        etp, n_mine = self.etp_size, x.shape[0]
         peers = [torch.empty_like(counts) for _ in range(etp)]
         dist.all_gather(peers, counts, group=self.etp_group)
         cnt = torch.stack(peers)  # [peer, local expert]

@@ -320,34 +320,28 @@ class _Optimizers:
             o.zero_grad(set_to_none=True)
 
 
-def build_optimizer(parts: list[nn.Module], dims: ParallelDims, lr: float, weight_decay: float = 0.1):
+def build_optimizer(parts: list[nn.Module], dims: ParallelDims, lr: float, weight_decay: float = 0.1) -> _Optimizers:
+    """AdamW; with zero=1 its state is sharded over the data-parallel group (dense parameters) and over the
+    expert-data-parallel group (routed experts, whose replicas live there)."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
+    from torch.distributed.tensor import DTensor
 
     kw = dict(lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     experts = {id(p) for m in parts for p in expert_params(m)}
     dense = [p for m in parts for p in m.parameters() if id(p) not in experts]
     moe = [p for m in parts for p in m.parameters() if id(p) in experts]
-    opts = []
 
-    def one(params, group, size):
+    def one(params, mesh_dim: str, size: int):
         if not params:
             return None
-        if dims.zero == 1 and size > 1:
-            if any(type(p) is not nn.Parameter and not isinstance(p, nn.Parameter) for p in params) or \
-                    has_dtensor_params(_Holder(params)):
-                return ShardedOptimizer(params, group, **kw)
-            return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=group, **kw)
-        return torch.optim.AdamW(params, **kw)
+        if dims.zero != 1 or size == 1:
+            return torch.optim.AdamW(params, **kw)
+        group = (dims.dp_mesh if mesh_dim == "dp" else dims.expert_mesh["edp"]).get_group()
+        if any(isinstance(p, DTensor) for p in params):  # torch's ZeRO cannot broadcast DTensors
+            return ShardedOptimizer(params, group, **kw)
+        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=group, **kw)
 
-    opts.append(one(dense, dims.dp_mesh.get_group() if dims.dp_size > 1 else None, dims.dp_size))
-    opts.append(one(moe, dims.expert_mesh["edp"].get_group() if dims.edp > 1 else None, dims.edp))
-    return _Optimizers(opts)
-
-
-class _Holder(nn.Module):
-    def __init__(self, params):
-        super().__init__()
-        self._ps = nn.ParameterList(params)
+    return _Optimizers([one(dense, "dp", dims.dp_size), one(moe, "edp", dims.edp)])
 
 
 # ------------------------------------------------------------------------------------------------------------
