@@ -5,8 +5,8 @@ Per micro-batch, a pipeline stage spends on each of its layers
 and the first stage adds the embedding, the last the LM head, the loss and the MTP modules.
 With m micro-batches, the heaviest stage t_max, the mean stage t_avg and v virtual stages, the pipelined
 part of the step is (Narayanan et al. 2021, sec. 2.2, generalised to uneven stages)
-    T_pipe = m t_max + (pp - 1) t_avg / v            (1F1B, interleaved 1F1B; GPipe has the same bubble)
-    T_pipe = m t_max + (pp - 1) t_avg / (3 v)        (ZB-H1, Qi et al. 2023: about a third of 1F1B's bubble)
+    T_pipe = (m - 1) t_max + t_avg (1 + (pp - 1) / v)      (1F1B, interleaved 1F1B; GPipe has the same bubble)
+    T_pipe = (m - 1) t_max + t_avg (1 + (pp - 1) / (3 v))  (ZB-H1, Qi et al. 2023: about a third of the bubble)
 and the step adds the exposed pipeline messages, the exposed data-parallel traffic and the optimizer:
     step = T_pipe + pp_exposed + dp_exposed + optimizer.
 
@@ -133,7 +133,7 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     stage = {k: np.choose(pick, (first[k], last[k], whole[k])) if np.ndim(first[k]) else first[k] for k in keys}
     t_max = total(stage)
     t_avg = total(whole) / pp
-    bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg)
+    bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg, t_max)
     imbalance = np.where(single, 0.0, m * (t_max - t_avg))
 
     # ---- pipeline messages ----------------------------------------------------------------------------

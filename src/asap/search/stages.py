@@ -10,7 +10,7 @@ Variables (all binary): b[l, j] = 1 if unit l sits in a virtual stage <= j (a mo
 every stage a contiguous run), x[l, j] = b[l, j] - b[l, j-1] (unit l in stage j), r[j] = 1 if stage j runs full
 recompute, z[l, j] = x[l, j] r[j] (linearised). T_max is continuous.
 
-    minimise   m * T_max + (pp - 1) / (pp * vpp) * sum_d T_d          (1F1B / interleaved closed form)
+    minimise   (m - 1) T_max + (1 + (pp - 1) / vpp) / pp * sum_d T_d   (cost/pipeline.py's closed form)
     subject to T_d = sum_{j on d} sum_l (t_l x[l, j] + dt_l z[l, j]) <= T_max         for each device d
                sum_{j on d} sum_l (w_l x[l, j] + f_d (a_l x[l, j] - da_l z[l, j])) <= HBM   for each device d
                every stage holds at least one unit; the embedding is in stage 0, the head in the last
@@ -208,7 +208,7 @@ def price_split(prob: StageProblem, counts: list[int], recompute: list[bool]) ->
     t_max = max(dev_t)
     t_avg = sum(dev_t) / pp
     ideal = (pp - 1) * t_avg / prob.vpp
-    total = m * t_max + ideal
+    total = (m - 1) * t_max + t_avg + ideal  # cost/pipeline.py: exact for uneven 1F1B stages
     layers = []
     start = 0
     for n in counts:
@@ -216,7 +216,7 @@ def price_split(prob: StageProblem, counts: list[int], recompute: list[bool]) ->
         start += n
     return StageSplit(boundaries=list(counts), recompute=list(recompute), device_time_s=dev_t,
                       device_memory_gb=[x / GB for x in dev_mem], pipeline_time_s=total, ideal_bubble_s=ideal,
-                      imbalance_s=m * (t_max - t_avg), recompute_s=m * rc_s / pp,
+                      imbalance_s=(m - 1) * (t_max - t_avg), recompute_s=m * rc_s / pp,
                       fits=all(x <= prob.hbm_bytes for x in dev_mem), layers_per_stage=layers)
 
 
@@ -313,8 +313,8 @@ def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_c
     A = coo_matrix((vals, (r_idx, c_idx)), shape=(len(rows), n))  # duplicates are summed
     # objective: m T_max + (pp-1)/(pp vpp) * sum of all device time
     c = np.zeros(n)
-    c[it] = prob.micro_batches
-    k = (pp - 1) / (pp * prob.vpp)
+    c[it] = prob.micro_batches - 1
+    k = (1 + (pp - 1) / prob.vpp) / pp
     for l in range(U):
         for j in range(S):
             for i, cc in x_terms(l, j):
