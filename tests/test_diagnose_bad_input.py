@@ -95,4 +95,4 @@ def test_trace_without_step_markers_falls_back_to_the_whole_trace(real_trace):
     assert out["steps_source"] == "whole_trace"
     assert any("whole trace" in n for n in out["notes"])
     assert out["ranks"][0]["n_steps"] == 1 and out["step_time_s"] > 0
-    assert out["top_ops"][0]["name"] == "aten::mm"
+    assert "aten::mm" in [op["name"] for op in out["top_ops"]]
