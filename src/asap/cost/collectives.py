@@ -45,6 +45,12 @@ def bus_bandwidth_Bps(cluster: Cluster, group, stride):
     return eff * np.where(spans, np.minimum(intra, k * inter), intra)
 
 
+def collective_latency_s(cluster: Cluster, group):
+    """Latency of one ring collective (all-gather or reduce-scatter) over ``group`` ranks."""
+    g = np.maximum(group, 1)
+    return np.where(g > 1, _latency_s(cluster, g), 0.0)
+
+
 def _latency_s(cluster: Cluster, group, ring: bool = True):
     fam = cluster.accelerator.family_constants
     g = np.maximum(group, 1)

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.collectives import all_gather_s, all_reduce_s, expert_dispatch_s, p2p_s, reduce_scatter_s
+from asap.cost.collectives import (all_gather_s, all_reduce_s, collective_latency_s, expert_dispatch_s, p2p_s,
+                                   reduce_scatter_s)
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
@@ -89,8 +90,13 @@ class DataParallelComm:
     param_gather_s: np.ndarray  # per step (zero 1-2) or per micro-batch (zero 3, forward + backward)
 
 
-def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params) -> DataParallelComm:
-    """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp)."""
+def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params,
+                       layers_on_stage=1.0) -> DataParallelComm:
+    """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
+
+    ZeRO-0/1/2 reduce gradients in large buckets (one collective's latency per step); ZeRO-3 gathers and
+    reduce-scatters layer by layer, so it pays each collective's latency once per layer on the stage — at
+    thousands of ranks the ring's (g-1) hops per collective become a real cost."""
     d = S.dp * S.cp
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
     grad_dense = np.where(S.zero == 0, all_reduce_s(cluster, 4.0 * dense_params, d, S.tp),
@@ -99,5 +105,10 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
                            reduce_scatter_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep))
     gather = all_gather_s(cluster, 2.0 * dense_params, d, S.tp) + all_gather_s(cluster, 2.0 * expert_params, edp,
                                                                                 S.etp * S.ep)
-    gather = np.where(S.zero == 0, 0.0, np.where(S.zero >= 3, 2 * gather, gather))
-    return DataParallelComm(grad_sync_s=grad_dense + grad_expert, param_gather_s=gather)
+    per_layer = np.where(S.zero >= 3, np.maximum(layers_on_stage, 1.0) - 1.0, 0.0)
+    dense_lat = collective_latency_s(cluster, d)
+    expert_lat = np.where(expert_params > 0, collective_latency_s(cluster, edp), 0.0)
+    extra = per_layer * (dense_lat + expert_lat)  # the other layers' collectives, each with its own latency
+    grad = grad_dense + grad_expert + extra
+    gather = np.where(S.zero == 0, 0.0, np.where(S.zero >= 3, 2 * (gather + extra), gather))
+    return DataParallelComm(grad_sync_s=grad, param_gather_s=gather)

@@ -147,7 +147,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     expert_params = np.where(use_last | single, last_expert, first_expert)
     if model.moe is None:
         expert_params = np.zeros_like(dense_params)
-    dpc = data_parallel_comm(cluster, S, dense_params, expert_params)  # elementwise over rows: already cheap
+    dpc = data_parallel_comm(cluster, S, dense_params, expert_params, lps + np.where(use_last | single,
+                                                                                    model.mtp_layers, 0))
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
     micro_compute = stage["compute"]
     zero3 = S.zero >= 3
@@ -160,7 +161,10 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     bwd_window = micro_compute * (1 - fwd_share)
     dp_exposed = np.where(
         zero3,
-        m * (np.maximum(0.0, dpc.grad_sync_s + dpc.param_gather_s - micro_compute) + first_layer_gather),
+        # forward: the weight gathers hide behind forward compute; backward: gathers again plus the gradient
+        # reduce-scatters behind backward compute (FSDP prefetches one layer ahead in both passes)
+        m * (np.maximum(0.0, dpc.param_gather_s / 2 - micro_compute * fwd_share)
+             + np.maximum(0.0, dpc.param_gather_s / 2 + dpc.grad_sync_s - bwd_window) + first_layer_gather),
         grad_rounds * np.maximum(0.0, dpc.grad_sync_s - bwd_window)
         + np.maximum(0.0, dpc.param_gather_s - micro_compute * fwd_share),
     )
