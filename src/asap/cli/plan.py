@@ -22,6 +22,9 @@ def plan(
     fix: str = typer.Option("", "--fix", help="Pin any subset of the strategy keys: key=value,..."),
     top: int = typer.Option(5, "--top", min=1, help="How many candidates to return."),
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
+    ilp_candidates: int = typer.Option(1, "--ilp-candidates", min=0,
+                                       help="How many of the best pipelined candidates get the stage-split ILP."),
+    ilp_time_limit: float = typer.Option(0.5, "--ilp-time-limit", min=0.05, help="HiGHS time limit per ILP (s)."),
     precision: str = PrecisionOpt,
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
@@ -39,7 +42,8 @@ def plan(
         def on_chunk(done: int, total: int) -> None:  # shown only for searches that take more than a chunk
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
-        result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk)
+        result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
+                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit)
     if json_out:
         print_json(result.to_dict())
         return

@@ -80,7 +80,7 @@ def pareto_front(step_s: np.ndarray, mem_gb: np.ndarray) -> np.ndarray:
 
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = 2, ilp_time_limit_s: float = 0.5) -> PlanResult:
+         ilp_candidates: int = 1, ilp_time_limit_s: float = 0.5) -> PlanResult:
     """Rank the space; for the first ``ilp_candidates`` candidates with pp > 1, place layers on stages by the
     pipeline-stage ILP (``search.stages``) within ``ilp_time_limit_s`` each."""
     t0 = time.perf_counter()

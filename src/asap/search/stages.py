@@ -242,107 +242,120 @@ def uniform_split(prob: StageProblem) -> StageSplit:
 # ------------------------------------------------------------------------------------------------------------
 
 
+class _Rows:
+    """Constraint rows accumulated as COO triplets (vectorized blocks, no per-entry Python loop)."""
+
+    def __init__(self, n: int):
+        self.n, self.count = n, 0
+        self.r, self.c, self.v, self.lo, self.hi = [], [], [], [], []
+
+    def block(self, cols: list[np.ndarray], vals: list, lo, hi) -> None:
+        """One row per element of the broadcast index arrays in ``cols`` (terms of each row side by side)."""
+        shape = np.broadcast_shapes(*[np.shape(c) for c in cols], *[np.shape(v) for v in vals])
+        k = int(np.prod(shape))
+        rows = self.count + np.arange(k)
+        for col, val in zip(cols, vals):
+            self.r.append(rows)
+            self.c.append(np.broadcast_to(np.asarray(col), shape).ravel())
+            self.v.append(np.broadcast_to(np.asarray(val, dtype=float), shape).ravel())
+        self.lo.append(np.full(k, lo, dtype=float))
+        self.hi.append(np.full(k, hi, dtype=float))
+        self.count += k
+
+    def row(self, cols: np.ndarray, vals: np.ndarray, lo, hi) -> None:
+        """One row with many terms."""
+        self.r.append(np.full(len(cols), self.count))
+        self.c.append(np.asarray(cols))
+        self.v.append(np.asarray(vals, dtype=float))
+        self.lo.append(np.array([lo], dtype=float))
+        self.hi.append(np.array([hi], dtype=float))
+        self.count += 1
+
+    def matrix(self):
+        A = coo_matrix((np.concatenate(self.v), (np.concatenate(self.r), np.concatenate(self.c))),
+                       shape=(self.count, self.n))  # duplicates are summed
+        return A.tocsc(), np.concatenate(self.lo), np.concatenate(self.hi)
+
+
 def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_choice: bool = True) -> StageSplit:
     """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible."""
     U, S, pp = len(prob.units), prob.stages, prob.pp
     if S > U:
         raise AsapError("strategy.pp", f"pp*vpp = {S} stages exceed the {U} units of the model")
-    nb = U * S  # b[l, j]
-    nz = U * S  # z[l, j]
-    nr = S
-    n = nb + nz + nr + 1
-    ib = lambda l, j: l * S + j  # noqa: E731
-    iz = lambda l, j: nb + l * S + j  # noqa: E731
-    ir = lambda j: nb + nz + j  # noqa: E731
+    nb = nz = U * S
+    n = nb + nz + S + 1
+    L, J = np.meshgrid(np.arange(U), np.arange(S), indexing="ij")  # unit l, stage j
+    B = L * S + J  # b[l, j]
+    Z = nb + B  # z[l, j]
+    R = nb + nz + np.arange(S)  # r[j]
     it = n - 1
     t = np.array([u.time_s for u in prob.units])
     dt = np.array([u.recompute_extra_s for u in prob.units])
     a = np.array([u.act_bytes for u in prob.units])
     da = np.array([u.act_saved_bytes for u in prob.units])
     w = np.array([u.state_bytes for u in prob.units])
+    once = np.array([u.once for u in prob.units])
     scale_t = max(t.sum(), 1e-12)
     scale_m = max(prob.hbm_bytes, 1.0)
-
-    # x[l, j] = b[l, j] - b[l, j-1] as a linear expression: list of (index, coeff)
-    def x_terms(l, j):
-        terms = [(ib(l, j), 1.0)]
-        if j > 0:
-            terms.append((ib(l, j - 1), -1.0))
-        return terms
-
-    rows, lo, hi = [], [], []
-
-    def add(terms, lb, ub):
-        rows.append(terms)
-        lo.append(lb)
-        hi.append(ub)
-
-    for l in range(U):
-        for j in range(S - 1):
-            add([(ib(l, j), 1.0), (ib(l, j + 1), -1.0)], -np.inf, 0.0)  # b[l, j] <= b[l, j+1]
-        add([(ib(l, S - 1), 1.0)], 1.0, 1.0)  # every unit placed
-    for l in range(U - 1):
-        for j in range(S):
-            add([(ib(l + 1, j), 1.0), (ib(l, j), -1.0)], -np.inf, 0.0)  # prefix: b[l+1, j] <= b[l, j]
+    rows = _Rows(n)
+    rows.block([B[:, :-1], B[:, 1:]], [1.0, -1.0], -np.inf, 0.0)  # b[l, j] <= b[l, j+1]
+    rows.block([B[1:, :], B[:-1, :]], [1.0, -1.0], -np.inf, 0.0)  # prefix: b[l+1, j] <= b[l, j]
+    # x[l, j] = b[l, j] - b[l, j-1]; stage j holds at least one unit
     for j in range(S):
-        add([term for l in range(U) for term in x_terms(l, j)], 1.0, np.inf)  # no empty stage
-    add([(ib(0, 0), 1.0)], 1.0, 1.0)  # embedding in stage 0
-    if S > 1:
-        add([(ib(U - 1, S - 2), 1.0)], 0.0, 0.0)  # head in the last stage
-    for l in range(U):
-        for j in range(S):
-            add([(iz(l, j), 1.0)] + [(i, -c) for i, c in x_terms(l, j)], -np.inf, 0.0)  # z <= x
-            add([(iz(l, j), 1.0), (ir(j), -1.0)], -np.inf, 0.0)  # z <= r
-            add([(iz(l, j), 1.0), (ir(j), -1.0)] + [(i, -c) for i, c in x_terms(l, j)], -1.0, np.inf)  # z >= x+r-1
+        cols = B[:, j] if j == 0 else np.concatenate([B[:, j], B[:, j - 1]])
+        vals = np.ones(U) if j == 0 else np.concatenate([np.ones(U), -np.ones(U)])
+        rows.row(cols, vals, 1.0, np.inf)
+    # z = x r, linearised: z <= x, z <= r, z >= x + r - 1 (first stage: x = b)
+    prev = np.where(J > 0, B - 1, 0)
+    has_prev = (J > 0).astype(float)
+    rows.block([Z, B, prev], [1.0, -1.0, has_prev], -np.inf, 0.0)
+    rows.block([Z, R[None, :] + 0 * L], [1.0, -1.0], -np.inf, 0.0)
+    rows.block([Z, R[None, :] + 0 * L, B, prev], [1.0, -1.0, -1.0, has_prev], -1.0, np.inf)
+    # per device: time <= T_max and memory <= HBM. b[l, j] carries +coef of stage j and -coef of stage j+1
+    on_dev = (np.arange(S)[None, :] % pp) == np.arange(pp)[:, None]  # [d, j]
+    next_on_dev = np.zeros_like(on_dev)
+    next_on_dev[:, :-1] = on_dev[:, 1:]
     for d in range(pp):
-        time_terms, mem_terms = [], []
-        f = prob.in_flight(d)
-        for j in range(d, S, pp):
-            for l in range(U):
-                held = 1.0 if prob.units[l].once else f
-                for i, c in x_terms(l, j):
-                    time_terms.append((i, c * t[l] / scale_t))
-                    mem_terms.append((i, c * (w[l] + held * a[l]) / scale_m))
-                time_terms.append((iz(l, j), dt[l] / scale_t))
-                mem_terms.append((iz(l, j), -held * da[l] / scale_m))
-        add(time_terms + [(it, -1.0)], -np.inf, 0.0)  # T_d <= T_max
-        add(mem_terms, -np.inf, 1.0)  # memory
-    r_idx = [r_i for r_i, terms in enumerate(rows) for _ in terms]
-    c_idx = [i for terms in rows for i, _ in terms]
-    vals = [c for terms in rows for _, c in terms]
-    A = coo_matrix((vals, (r_idx, c_idx)), shape=(len(rows), n))  # duplicates are summed
-    # objective: m T_max + (pp-1)/(pp vpp) * sum of all device time
+        held = np.where(once, 1.0, prob.in_flight(d))
+        coef_t = (t[:, None] * (on_dev[d][None, :].astype(float) - next_on_dev[d][None, :])) / scale_t
+        coef_zt = dt[:, None] * on_dev[d][None, :] / scale_t
+        rows.row(np.concatenate([B.ravel(), Z.ravel(), [it]]),
+                 np.concatenate([coef_t.ravel(), coef_zt.ravel(), [-1.0]]), -np.inf, 0.0)
+        per = (w + held * a)[:, None]
+        coef_m = per * (on_dev[d][None, :].astype(float) - next_on_dev[d][None, :]) / scale_m
+        coef_zm = -(held * da)[:, None] * on_dev[d][None, :] / scale_m
+        rows.row(np.concatenate([B.ravel(), Z.ravel()]), np.concatenate([coef_m.ravel(), coef_zm.ravel()]),
+                 -np.inf, 1.0)
+    A, lo, hi = rows.matrix()
+    # objective: (m-1) T_max + (1 + (pp-1)/vpp)/pp * total time; the layers' own time telescopes to a constant,
+    # so only recompute's extra time varies
     c = np.zeros(n)
     c[it] = prob.micro_batches - 1
-    k = (1 + (pp - 1) / prob.vpp) / pp
-    for l in range(U):
-        for j in range(S):
-            for i, cc in x_terms(l, j):
-                c[i] += k * cc * t[l] / scale_t
-            c[iz(l, j)] += k * dt[l] / scale_t
+    c[Z.ravel()] = ((1 + (pp - 1) / prob.vpp) / pp * dt[:, None] / scale_t * np.ones((1, S))).ravel()
     lb = np.zeros(n)
     ub = np.ones(n)
     ub[it] = np.inf
+    lb[B[:, S - 1]] = 1.0  # every unit placed
+    lb[B[0, 0]] = 1.0  # embedding in stage 0
+    if S > 1:
+        ub[B[U - 1, S - 2]] = 0.0  # head in the last stage
     if not allow_recompute_choice or prob.base_recompute == "full":  # recompute fixed to the strategy's
-        for j in range(S):
-            lb[ir(j)] = ub[ir(j)] = 1.0 if prob.base_recompute == "full" else 0.0
+        lb[R] = ub[R] = 1.0 if prob.base_recompute == "full" else 0.0
     start = heuristic_split(prob, allow_recompute_choice)
     x0 = None
     if start is not None and start.fits:
         ub[it] = max(start.device_time_s) / scale_t * (1 + 1e-9)  # never worse than the heuristic
-        x0 = _encode(prob, start, scale_t, n, ib, iz, ir, it)
-    x, status = _solve_highs(c, A.tocsc(), np.array(lo), np.array(hi), lb, ub, integer=np.arange(n - 1),
-                             x0=x0, time_limit_s=time_limit_s)
+        x0 = _encode(prob, start, scale_t, n)
+    x, status = _solve_highs(c, A, lo, hi, lb, ub, integer=np.arange(n - 1), x0=x0, time_limit_s=time_limit_s)
     if x is None:
         if start is not None and start.fits:
             start.solver = "heuristic (HiGHS found nothing better: " + status + ")"
             return start
         raise AsapError("strategy", f"no split of {U} units over {S} stages fits in {prob.hbm_bytes / GB:.1f} GiB "
                                     f"({status})")
-    counts = []
-    for j in range(S):
-        counts.append(int(round(sum(x[ib(l, j)] - (x[ib(l, j - 1)] if j else 0.0) for l in range(U)))))
-    recompute = [bool(round(x[ir(j)])) for j in range(S)]
+    b = np.round(x[:nb].reshape(U, S))
+    counts = [int(v) for v in np.diff(np.concatenate([[0.0], b.sum(axis=0)]))]
+    recompute = [bool(round(v)) for v in x[R]]
     split = price_split(prob, counts, recompute)
     split.solver = f"HiGHS: {status}"
     if start is not None and start.fits and start.pipeline_time_s < split.pipeline_time_s:
@@ -351,18 +364,15 @@ def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_c
     return split
 
 
-def _encode(prob: StageProblem, split: StageSplit, scale_t: float, n: int, ib, iz, ir, it) -> np.ndarray:
-    """A split as a MIP start for the ILP's variables."""
-    x0 = np.zeros(n)
+def _encode(prob: StageProblem, split: StageSplit, scale_t: float, n: int) -> np.ndarray:
+    """A split as a MIP start for the ILP's variables (b, z, r, T_max in that order)."""
     U, S = len(prob.units), prob.stages
     stage_of = np.repeat(np.arange(S), split.boundaries)
-    for l in range(U):
-        for j in range(S):
-            x0[ib(l, j)] = 1.0 if stage_of[l] <= j else 0.0
-            x0[iz(l, j)] = 1.0 if (stage_of[l] == j and split.recompute[j]) else 0.0
-    for j in range(S):
-        x0[ir(j)] = 1.0 if split.recompute[j] else 0.0
-    x0[it] = max(split.device_time_s) / scale_t
+    b = (stage_of[:, None] <= np.arange(S)[None, :]).astype(float)
+    r = np.array(split.recompute, dtype=float)
+    z = (stage_of[:, None] == np.arange(S)[None, :]) * r[None, :]
+    x0 = np.concatenate([b.ravel(), z.ravel(), r, [max(split.device_time_s) / scale_t]])
+    assert len(x0) == n
     return x0
 
 
@@ -399,10 +409,9 @@ def _solve_highs(c, A, row_lo, row_hi, lb, ub, integer, x0, time_limit_s):
         lp.row_lower_, lp.row_upper_ = row_lo, row_hi
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
-        kinds = [highspy.HighsVarType.kContinuous] * A.shape[1]
-        for i in integer:
-            kinds[i] = highspy.HighsVarType.kInteger
-        lp.integrality_ = kinds
+        kinds = np.full(A.shape[1], highspy.HighsVarType.kContinuous, dtype=object)
+        kinds[integer] = highspy.HighsVarType.kInteger
+        lp.integrality_ = kinds.tolist()
         h.passModel(lp)
         if x0 is not None:
             sol = highspy.HighsSolution()
