@@ -14,7 +14,8 @@ Times (Thakur, Rabenseifner, Gropp 2005; NCCL's busbw convention), for a buffer 
   all-to-all      S (g-k)/g / inter  against  S (k-1)/g / intra, whichever is slower (they run concurrently)
   point-to-point  S / bw
 each plus a launch latency (``collective_latency_s``) and the hops of its algorithm (``hop_latency_s``):
-g-1 for ring all-gather / reduce-scatter / all-to-all, 2 log2 g for tree all-reduce.
+g-1 for ring all-gather / reduce-scatter, 2 log2 g for tree all-reduce and for all-to-all (whose g-1
+point-to-point messages are posted at once, not passed along a ring).
 All functions broadcast over numpy arrays.
 """
 
@@ -82,7 +83,7 @@ def all_to_all_s(cluster: Cluster, size_bytes, group, stride):
     k = members_per_node(cluster, g, stride)
     off_node = size_bytes * (g - k) / g / (acc.inter_node_gbps * 1e9 * eff)
     on_node = size_bytes * (k - 1) / g / (acc.intra_node_gbps * 1e9 * eff)
-    t = np.maximum(off_node, on_node) + _latency_s(cluster, g)
+    t = np.maximum(off_node, on_node) + _latency_s(cluster, g, ring=False)  # all peers at once, not a ring
     return np.where(g > 1, t, 0.0)
 
 
@@ -105,7 +106,7 @@ def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, 
     remote_nodes = (nodes - 1) * (1 - (1 - 1 / nodes) ** top_k)
     inter = tokens * token_bytes * remote_nodes / (acc.inter_node_gbps * 1e9 * eff)
     intra = tokens * top_k * token_bytes * (k - 1) / k / (acc.intra_node_gbps * 1e9 * eff)
-    hier = np.maximum(inter, intra) + 2 * _latency_s(cluster, g)
+    hier = np.maximum(inter, intra) + 2 * _latency_s(cluster, g, ring=False)
     return np.where(g > 1, np.where(nodes > 1, np.minimum(flat, hier), flat), 0.0)
 
 

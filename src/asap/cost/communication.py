@@ -9,7 +9,8 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
 - TP (Shoeybi et al. 2019; with SP, Korthikanti 2022 sec. 4.2.2): a dense layer does two all-reduces of
   T h ab in forward and two in backward (with SP an all-gather + reduce-scatter pair costs the same); full
   recompute repeats the forward pair. An MoE layer keeps the attention pair (and the shared-expert pair); the
-  routed experts exchange tokens by all-to-all instead. Not overlapped (Megatron's default).
+  routed experts exchange tokens by all-to-all instead. The family's ``tp_overlap`` share of it hides behind
+  the GEMMs (estimate.py); the rest is exposed.
 - EP (Lepikhin et al. 2020, GShard): dispatch and combine of T_sp tokens to top_k experts each, forward and
   backward, as the cheaper of a flat all-to-all and a hierarchical (node-deduplicated) exchange (and again under full recompute); etp > 1 adds an all-gather/reduce-scatter of the
   routed tokens inside the etp group. Not overlapped.
