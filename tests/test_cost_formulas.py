@@ -113,3 +113,20 @@ def test_fp8_is_faster_and_context_parallel_splits_attention():
     cp8 = estimate(model, cluster, long, "dp=1,cp=8,recompute=full")
     assert cp8.memory_gb["activations"] == pytest.approx(cp1.memory_gb["activations"] / 8, rel=0.05)
     assert cp8.breakdown_s["cp_comm"] > 0 and cp1.breakdown_s["cp_comm"] == 0
+
+
+def test_split_dispatch_overlap():
+    """Dispatch/expert/combine pipelining over k chunks: (D+C)/k + (k-1) max(0, (D+C-E)/k)."""
+    from asap.cost.estimate import split_dispatch_exposed_s
+
+    assert split_dispatch_exposed_s(1.0, 0.5, chunks=1) == pytest.approx(2.0)  # unsplit: D + C
+    assert split_dispatch_exposed_s(1.0, 0.0, chunks=2) == pytest.approx(2.0)  # nothing to hide behind
+    assert split_dispatch_exposed_s(1.0, 5.0, chunks=2) == pytest.approx(1.0)  # only the ends stay exposed
+    assert split_dispatch_exposed_s(1.0, 1.0, chunks=4) == pytest.approx(0.5 + 3 * 0.25)
+    est = estimate(load_model("qwen3-30b-a3b"), load_cluster("h100-sxm", nodes=4), TrainSpec(256, 4096),
+                   "ep=32,mbs=1,recompute=selective")
+    alt = est.alternatives["moe_split_dispatch"]
+    assert 0 < est.exposed_s["ep_comm"] - alt["ep_comm_s"] < est.exposed_s["ep_comm"]
+    assert alt["step_time_s"] == pytest.approx(est.step_time_s - (est.exposed_s["ep_comm"] - alt["ep_comm_s"]))
+    dense = estimate(load_model("llama3-8b"), load_cluster("h100-sxm", nodes=1), TrainSpec(64, 4096), "dp=8")
+    assert dense.alternatives == {}

@@ -40,6 +40,7 @@ class LayerCompute:
     moe_mlp_fwd_s: np.ndarray  # router, permutation, routed and shared experts
     memory_bound_fwd_s: np.ndarray  # the memory-bound part of a (representative) layer, for the bottleneck
     head_fwd_s: np.ndarray  # final norm, LM head GEMM and the cross-entropy loss
+    expert_fwd_s: np.ndarray  # the routed experts' GEMMs and activation alone (what dispatch can overlap)
     embed_fwd_s: np.ndarray
 
     def attn_bwd_s(self):
@@ -132,7 +133,8 @@ def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: Strat
         up = gemm_time_s(acc, p, rows_per_expert, up_mult * fe, h, count=local_experts)
         down = gemm_time_s(acc, p, rows_per_expert, h, fe, count=local_experts)
         act = elementwise_time_s(acc, act_elems_mult * ab * rows * fe, kernels=1)
-        moe = router + up + down + act + elementwise_time_s(acc, topk_bytes + permute_bytes, kernels=4)
+        expert = up + down + act
+        moe = router + expert + elementwise_time_s(acc, topk_bytes + permute_bytes, kernels=4)
         if mo.shared_experts:
             sg, sa = mlp_time(T, mo.shared_experts * mo.expert_ffn_hidden_size / tp)
             moe = moe + sg + sa
@@ -140,6 +142,7 @@ def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: Strat
         memory_bound = attn_elem + mlp_elem + act + elementwise_time_s(acc, topk_bytes + permute_bytes)
     else:
         moe_mlp_fwd = np.zeros_like(dense_mlp_fwd)
+        expert = np.zeros_like(dense_mlp_fwd)
         memory_bound = attn_elem + mlp_elem + dense_act
 
     # ---- embedding, LM head and loss -------------------------------------------------------------------
@@ -151,4 +154,4 @@ def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: Strat
     embed_fwd = elementwise_time_s(acc, 2 * ab * T_sp * h, kernels=1)
     return LayerCompute(attn_fwd_s=attn_fwd, attn_core_fwd_s=core, dense_mlp_fwd_s=dense_mlp_fwd,
                         moe_mlp_fwd_s=moe_mlp_fwd, memory_bound_fwd_s=memory_bound,
-                        head_fwd_s=head_fwd, embed_fwd_s=embed_fwd)
+                        head_fwd_s=head_fwd, embed_fwd_s=embed_fwd, expert_fwd_s=expert)

@@ -86,6 +86,21 @@ class BatchEstimate:
     memory_gb: dict[str, np.ndarray]
     memory_bound_s: np.ndarray
     imbalance_s: np.ndarray
+    ep_split_saving_s: np.ndarray | float = 0.0  # what splitting micro-batches for dispatch overlap would save
+
+
+SPLIT_CHUNKS = 2
+
+
+def split_dispatch_exposed_s(a2a_s, expert_s, chunks: int = SPLIT_CHUNKS):
+    """Exposed all-to-all of one pass of an MoE layer when the micro-batch is cut into ``chunks`` pieces that
+    pipeline dispatch, expert compute and combine (Megatron-Core's EP communication overlap, DeepSeek-V3's
+    DualPipe sec. 3.2.1): the first dispatch and the last combine stay exposed, and in between each chunk's
+    dispatch + combine hides behind another chunk's expert GEMMs, leaving only their excess:
+        exposed = (D + C)/k + (k - 1) max(0, (D + C - E)/k),   D = C = ``a2a_s``, E = ``expert_s``
+    (k = 1 gives the unsplit D + C)."""
+    comm = 2.0 * a2a_s
+    return comm / chunks + (chunks - 1) * np.maximum(0.0, (comm - expert_s) / chunks)
 
 
 def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> BatchEstimate:
@@ -135,6 +150,18 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     t_avg = total(whole) / pp
     bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg, t_max)
     imbalance = np.where(single, 0.0, m * (t_max - t_avg))
+
+    # ---- the alternative of split micro-batches overlapping EP dispatch with expert compute -------------
+    ep_split_saving = 0.0
+    if model.moe is not None:
+        passes = np.where(S.recompute == 2, 3.0, 2.0)
+        a2a = cm.ep_s / passes / 2.0  # one dispatch (= one combine) of one pass
+        e_fwd = lc.expert_fwd_s
+        split = (split_dispatch_exposed_s(a2a, e_fwd) + split_dispatch_exposed_s(a2a, e_fwd * BWD_GEMM)
+                 + np.where(S.recompute == 2, split_dispatch_exposed_s(a2a, e_fwd), 0.0))
+        unsplit = 2.0 * a2a * passes
+        ratio = np.where(unsplit > 0, split / np.maximum(unsplit, 1e-30), 1.0)
+        ep_split_saving = m * stage["ep"] * (1.0 - ratio)
 
     # ---- pipeline messages ----------------------------------------------------------------------------
     pp_total = 2 * m * vpp * cm.pp_msg_s
@@ -197,7 +224,7 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
         breakdown_s=breakdown, exposed_s=exposed,
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
                    "activations": mem.activations_gb, "allowance": mem.allowance_gb},
-        memory_bound_s=m * stage["mem"], imbalance_s=imbalance)
+        memory_bound_s=m * stage["mem"], imbalance_s=imbalance, ep_split_saving_s=ep_split_saving)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -220,6 +247,7 @@ class Estimate:
     memory_gb: dict[str, float]
     bottleneck: str
     evidence: list[str] = field(default_factory=list)
+    alternatives: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -236,6 +264,7 @@ class Estimate:
             "memory_gb": self.memory_gb,
             "bottleneck": self.bottleneck,
             "evidence": self.evidence,
+            "alternatives": self.alternatives,
         }
 
 
@@ -267,13 +296,19 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
     peak = cluster.accelerator.peak_flops("fp32" if train.precision == "fp32" else "bf16")
     exposed = {k: float(v[i]) for k, v in be.exposed_s.items()}
     bottleneck, evidence = name_bottleneck(exposed, float(be.memory_bound_s[i]), float(be.imbalance_s[i]), step)
+    alternatives = {}
+    saving = float(np.broadcast_to(be.ep_split_saving_s, be.step_time_s.shape)[i])
+    if saving > 0:
+        alternatives["moe_split_dispatch"] = {
+            "chunks": SPLIT_CHUNKS, "ep_comm_s": exposed["ep_comm"] - saving, "step_time_s": step - saving,
+            "why": "each micro-batch cut in two so one half's dispatch/combine hides behind the other's experts"}
     return Estimate(
         strategy=S.strategy(i), step_time_s=step, tokens_per_s=tokens / step,
         tokens_per_s_per_device=tokens / step / devices, model_tflops_per_device=mft / 1e12, mfu=mft / peak,
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
-        bottleneck=bottleneck, evidence=evidence)
+        bottleneck=bottleneck, evidence=evidence, alternatives=alternatives)
 
 
 def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy | str | dict | None) -> Estimate:
