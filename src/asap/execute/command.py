@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from asap.errors import AsapError
+from asap.subprocs import wait_or_kill
 from asap.execute.base import Executor, Failure, Measurement, Result, one_line
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import KEYS, Strategy, complete_strategy, parse_strategy, resolve_strategy
@@ -158,15 +159,7 @@ class CommandExecutor(Executor):
                 return Failure(s.to_dict(), f"permission denied: {argv[0]}", kind="crash", details=details)
             except OSError as e:
                 return Failure(s.to_dict(), one_line(f"cannot start {argv[0]}: {e}"), kind="crash", details=details)
-            timed_out = False
-            try:
-                proc.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-            except BaseException:
-                _kill_group(proc)
-                raise
+            timed_out = wait_or_kill(proc, self.timeout_s)
         text = log_path.read_bytes().decode("utf-8", errors="replace")
         tail = "\n".join(text.splitlines()[-40:])
         rc = proc.returncode
@@ -241,14 +234,3 @@ def _last_error_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(5)
-            return
-        except subprocess.TimeoutExpired:
-            continue

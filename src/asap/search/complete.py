@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch
 from asap.cost.estimate import BatchEstimate, Estimate, estimate_batch, estimate_from_batch
 from asap.errors import AsapError
 from asap.search.space import enumerate_space

@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch
 from asap.cost.estimate import Estimate, estimate_batch, estimate_from_batch
 from asap.cost.memory import memory
 from asap.errors import AsapError

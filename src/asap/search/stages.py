@@ -366,7 +366,7 @@ def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_c
 
 def _encode(prob: StageProblem, split: StageSplit, scale_t: float, n: int) -> np.ndarray:
     """A split as a MIP start for the ILP's variables (b, z, r, T_max in that order)."""
-    U, S = len(prob.units), prob.stages
+    S = prob.stages
     stage_of = np.repeat(np.arange(S), split.boundaries)
     b = (stage_of[:, None] <= np.arange(S)[None, :]).astype(float)
     r = np.array(split.recompute, dtype=float)
@@ -429,7 +429,7 @@ def _solve_highs(c, A, row_lo, row_hi, lb, ub, integer, x0, time_limit_s):
 def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> StageSplit | None:
     """A good feasible split to start the ILP from: the uniform split and balanced splits (stage time capped
     by bisection, greedy contiguous fill), with and without full recompute; the fastest that fits."""
-    U, S = len(prob.units), prob.stages
+    S = prob.stages
     options = []
     try:
         options.append(uniform_split(prob))

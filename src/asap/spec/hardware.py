@@ -8,7 +8,7 @@ rates live per accelerator *family* (``FAMILIES``), each with its reason; none n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 

@@ -9,7 +9,7 @@ embedding and head). Biases are ignored (they are < 0.1% of any model here).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from asap.errors import AsapError

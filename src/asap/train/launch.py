@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from asap.errors import AsapError
+from asap.subprocs import wait_or_kill
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy, parse_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
@@ -185,19 +185,6 @@ def _child_env(device: str, nproc: int) -> dict[str, str]:
     return env
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def _tail(path: Path, n: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
@@ -282,15 +269,7 @@ def _run_logged(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: 
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-        except BaseException:
-            _kill_group(proc)
-            raise
+        timed_out = wait_or_kill(proc, timeout_s)
         reader.join(timeout=5)
         return proc.returncode, timed_out
 
