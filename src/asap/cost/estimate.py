@@ -28,7 +28,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, by_unique
 from asap.cost.communication import data_parallel_comm, layer_comm
 from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
-from asap.cost.memory import layers_per_stage, memory, stage_params
+from asap.cost.memory import MemoryBreakdown, layers_per_stage, memory, stage_params
 from asap.cost.pipeline import bubble_s
 from asap.cost.roofline import elementwise_time_s
 from asap.spec.hardware import Cluster
@@ -39,7 +39,6 @@ from asap.spec.train import TrainSpec
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 COMPUTE_KEYS = ("tp", "cp", "mbs", "sp", "ep", "etp")
 COMM_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "recompute", "pp")
-BREAKDOWN_KEYS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer")
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
@@ -103,7 +102,9 @@ def split_dispatch_exposed_s(a2a_s, expert_s, chunks: int = SPLIT_CHUNKS):
     return comm / chunks + (chunks - 1) * np.maximum(0.0, (comm - expert_s) / chunks)
 
 
-def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> BatchEstimate:
+def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
+                   mem: MemoryBreakdown | None = None) -> BatchEstimate:
+    """Price every row of S; ``mem`` passes peak memory already computed for S (the planner prunes by it)."""
     acc = cluster.accelerator
     # each term is computed once per distinct combination of the knobs it depends on
     lc = by_unique(S, COMPUTE_KEYS, lambda s: layer_compute(model, acc, train, s))
@@ -218,7 +219,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     breakdown = dict(exposed)
     breakdown.update(tp_comm=m * stage["tp"], cp_comm=m * stage["cp_total"], pp_comm=pp_total, dp_comm=dp_total)
     step = sum(exposed.values())
-    mem = memory(model, acc, train, S)
+    if mem is None:
+        mem = memory(model, acc, train, S)
     return BatchEstimate(
         step_time_s=step, peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
         breakdown_s=breakdown, exposed_s=exposed,

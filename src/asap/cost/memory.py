@@ -60,6 +60,15 @@ class MemoryBreakdown:
     allowance_gb: np.ndarray
     peak_gb: np.ndarray
 
+    @classmethod
+    def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
+        """Join breakdowns of consecutive chunks of one batch."""
+        out = {}
+        for name in cls.__dataclass_fields__:
+            cols = [np.broadcast_to(getattr(p, name), np.shape(p.peak_gb)) for p in parts]
+            out[name] = np.concatenate(cols)
+        return cls(**out)
+
 
 def layers_per_stage(model: ModelSpec, S: StrategyBatch):
     """Layers on the most loaded pipeline stage (uniform split; uneven splits are the pipeline ILP's job)."""

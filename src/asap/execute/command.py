@@ -199,9 +199,8 @@ class CommandExecutor(Executor):
 
     def _crash_reason(self, text: str, rc: int) -> str:
         if self.oom_re is not None:
-            m = None
-            for m in self.oom_re.finditer(text):
-                pass
+            matches = list(self.oom_re.finditer(text))
+            m = matches[-1] if matches else None  # the last OOM line is the one that killed the run
             if m is not None:
                 line_start = text.rfind("\n", 0, m.start()) + 1
                 line_end = text.find("\n", m.end())

@@ -15,7 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 from asap.cost.estimate import Estimate, estimate_batch, estimate_from_batch
-from asap.cost.memory import memory
+from asap.cost.batch import expand
+from asap.cost.memory import MemoryBreakdown, memory
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import enumerate_space
@@ -26,6 +27,10 @@ from asap.spec.strategy import check_strategy, complete_strategy
 from asap.spec.train import TrainSpec
 
 CHUNK = 131072
+
+
+class NoFitError(AsapError):
+    """Legal strategies exist, but none fits in device memory."""
 
 
 @dataclass
@@ -88,32 +93,33 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     if len(S) == 0:
         raise explain_empty_space(model, cluster, train, fixed)
     searched = len(S)
-    peak = np.concatenate([memory(model, cluster.accelerator, train, S.take(slice(i, i + CHUNK))).peak_gb
-                           for i in range(0, searched, CHUNK)])
+    mem_all = MemoryBreakdown.concatenate([memory(model, cluster.accelerator, train, S.take(slice(i, i + CHUNK)))
+                                           for i in range(0, searched, CHUNK)])
+    peak = mem_all.peak_gb
     fits = peak <= cluster.hbm_gb
     n_fit = int(fits.sum())
     if n_fit == 0 and not include_oom:
         i = int(np.argmin(peak))
-        raise AsapError("fix" if fixed else "cluster",
-                        f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {searched}); the smallest "
+        raise NoFitError("fix" if fixed else "cluster",
+                         f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {searched}); the smallest "
                         f"needs {peak[i]:.1f} GiB ({S.strategy(i)})")
     keep = np.arange(searched) if include_oom else np.nonzero(fits)[0]
     S = S.take(keep)
-    steps, mems = [], []
+    mem_kept = expand(mem_all, keep)  # memory is priced once; the time pass reuses it
+    steps = []
     for i in range(0, len(S), CHUNK):
-        be = estimate_batch(model, cluster, train, S.take(slice(i, i + CHUNK)))
-        steps.append(be.step_time_s)
-        mems.append(be.peak_memory_gb)
+        rows = np.arange(i, min(i + CHUNK, len(S)))
+        steps.append(estimate_batch(model, cluster, train, S.take(rows), mem=expand(mem_kept, rows)).step_time_s)
         if progress:
-            progress(min(i + CHUNK, len(S)), len(S))
+            progress(rows[-1] + 1, len(S))
     step = np.concatenate(steps)
-    mem = np.concatenate(mems)
+    mem = mem_kept.peak_gb
     order = np.argsort(step, kind="stable")[:top]
     front = pareto_front(step, mem)
 
     def full(idx: np.ndarray) -> list[Estimate]:
         sub = S.take(idx)
-        be = estimate_batch(model, cluster, train, sub)
+        be = estimate_batch(model, cluster, train, sub, mem=expand(mem_kept, idx))
         return [estimate_from_batch(model, cluster, train, sub, be, j) for j in range(len(sub))]
 
     candidates = full(order)

@@ -75,21 +75,6 @@ def legal_mask(model: ModelSpec, train: TrainSpec, devices: int, S: StrategyBatc
     return ok
 
 
-def canonical_mask(S: StrategyBatch, fixed: dict[str, Any]) -> np.ndarray:
-    """Drop redundant or dominated spellings of the same run: a schedule choice without a pipeline, sp off when
-    tp > 1 (unless the caller asked), GPipe (1F1B's time with more memory) and etp above tp."""
-    keep = np.ones(len(S), dtype=bool)
-    if "schedule" not in fixed:
-        keep &= ~((S.pp == 1) & (S.schedule != SCHEDULE_CODE["1f1b"]))
-        keep &= ~((S.vpp > 1) & (S.schedule != SCHEDULE_CODE["interleaved"]))
-        keep &= S.schedule != SCHEDULE_CODE["gpipe"]
-    if "sp" not in fixed:
-        keep &= S.sp == (S.tp > 1)
-    if "etp" not in fixed:
-        keep &= S.etp <= S.tp
-    return keep
-
-
 def _cross(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Cartesian product of two column sets (every row of a with every row of b)."""
     na = len(next(iter(a.values())))
@@ -114,6 +99,8 @@ def enumerate_space(model: ModelSpec, devices: int, devices_per_node: int, train
 
     Built by joining per-concern grids and pruning after each join (mesh shape, then micro-batch, then the
     pipeline schedule, then expert placement, then recompute/ZeRO), so the full product never materialises.
+    Redundant or dominated spellings are dropped unless the caller pins the key: a schedule without a pipeline,
+    sp off when tp > 1, GPipe (1F1B's time with more memory), etp above tp.
     """
     fixed = dict(fixed or {})
     for k in fixed:

@@ -123,6 +123,13 @@ def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recompute: bool) -> torch.Tensor:
+    """core_attention, checkpointed under selective recompute (its activations are rebuilt in backward)."""
+    if recompute and torch.is_grad_enabled():
+        return torch.utils.checkpoint.checkpoint(core_attention, q, k, v, use_reentrant=False)
+    return core_attention(q, k, v)
+
+
 class Attention(nn.Module):
     """Grouped-query attention. Head counts are read off the (possibly tensor-parallel) weight shapes."""
 
@@ -142,10 +149,7 @@ class Attention(nn.Module):
         v = self.wv(x).view(b, s, -1, self.head_dim)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if self.recompute_core and torch.is_grad_enabled():
-            out = torch.utils.checkpoint.checkpoint(core_attention, q, k, v, use_reentrant=False)
-        else:
-            out = core_attention(q, k, v)
+        out = attend(q, k, v, recompute=self.recompute_core)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -184,10 +188,7 @@ class MLAttention(nn.Module):
         k_nope, v = kv.split([self.nope, self.v_d], dim=-1)
         k = torch.cat([k_nope, k_pe.expand(-1, -1, self.n_heads, -1)], dim=-1)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        if self.recompute_core and torch.is_grad_enabled():
-            out = torch.utils.checkpoint.checkpoint(core_attention, q, k, v, use_reentrant=False)
-        else:
-            out = core_attention(q, k, v)
+        out = attend(q, k, v, recompute=self.recompute_core)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
