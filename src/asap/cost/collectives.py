@@ -1,7 +1,9 @@
 """Collectives as latency + size / bandwidth over the topology tier they cross.
 
 Bandwidth of a group (Megatron rank order, tp innermost: tp, cp, dp/ep, pp outermost). A group of size g whose
-members sit ``stride`` ranks apart has k = clip(devices_per_node / stride, 1, g) members per node:
+members sit ``stride`` ranks apart has k members per node: devices_per_node / stride when the groups tile the
+nodes evenly, and in general the fewest members any such group has on a node it touches (a tp = 3 group on
+8-GPU nodes straddles a node boundary with one member on one side):
 - k = g: the group lives inside one scale-up domain (NVLink/NVSwitch, HCCS, a TPU slice's ICI): intra bandwidth;
 - k < g: it spans nodes. NCCL splits a ring over the k NICs of the members in a node, so the bus bandwidth is
   min(intra, k * inter) (each device's own NIC carries 1/k of the node's share; Jeaugey, NCCL GTC 2019).
@@ -21,14 +23,60 @@ All functions broadcast over numpy arrays.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from math import gcd
+
 import numpy as np
 
 from asap.spec.hardware import Cluster
 
 
+@lru_cache(maxsize=4096)
+def _fewest_members_per_node(devices_per_node: int, group: int, stride: int) -> int:
+    """The fewest members any group of this shape has on one node it touches (``group`` when every group lives
+    inside one node).
+
+    Groups are ranks ``base + i * stride`` (i < group) for every base with ``base % (group * stride) < stride``;
+    the layout repeats every lcm(group * stride, devices_per_node) ranks, so one period shows every case. A
+    group whose size does not tile the node (tp = 3 or tp * cp = 6 on 8-GPU nodes) straddles a node boundary
+    somewhere, and all groups of a kind run in lockstep, so the straddling one sets the pace."""
+    if group <= 1:
+        return 1
+    block = group * stride
+    period = block * devices_per_node // gcd(block, devices_per_node)
+    bases = np.arange(period)
+    bases = bases[bases % block < stride]
+    nodes = (bases[:, None] + np.arange(group)[None, :] * stride) // devices_per_node
+    fewest = group
+    for row in nodes:
+        counts = np.unique(row, return_counts=True)[1]
+        if len(counts) > 1:
+            fewest = min(fewest, int(counts.min()))
+    return fewest
+
+
 def members_per_node(cluster: Cluster, group, stride):
+    """Members per node of a ``group`` of ranks ``stride`` apart: the fewest any such group has on one node.
+
+    Groups that tile the nodes evenly (the usual case) take the closed form; only the others are enumerated."""
     dpn = cluster.devices_per_node
-    return np.clip(dpn // np.maximum(stride, 1), 1, group)
+    g, st = np.broadcast_arrays(np.asarray(group, dtype=np.int64), np.maximum(np.asarray(stride, dtype=np.int64), 1))
+    block = g * st
+    inside = dpn % block == 0  # every group within one node
+    even = (block % dpn == 0) & ((dpn % st == 0) | (st % dpn == 0))  # every node holds the same share of a group
+    k = np.where(inside, g, np.clip(dpn // st, 1, g))
+    odd = ~(inside | even) & (g > 1)
+    if odd.any():
+        pairs, inverse = np.unique(np.stack([g[odd], st[odd]]), axis=1, return_inverse=True)
+        fewest = np.array([_fewest_members_per_node(dpn, int(a), int(b)) for a, b in pairs.T])
+        k = k.copy()
+        k[odd] = fewest[np.ravel(inverse)]
+    return k if k.ndim else int(k)
+
+
+def spans_nodes(cluster: Cluster, group, stride):
+    """Whether some group of this shape has members on more than one node."""
+    return members_per_node(cluster, group, stride) < np.asarray(group)
 
 
 def bus_bandwidth_Bps(cluster: Cluster, group, stride):
