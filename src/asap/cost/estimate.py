@@ -29,7 +29,7 @@ from asap.cost.batch import StrategyBatch, by_unique
 from asap.cost.communication import data_parallel_comm, layer_comm
 from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
 from asap.cost.memory import MemoryBreakdown, layers_per_stage, memory, stage_params
-from asap.cost.pipeline import bubble_s
+from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s
 from asap.cost.roofline import elementwise_time_s
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
@@ -149,7 +149,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     stage = {k: np.choose(pick, (first[k], last[k], whole[k])) if np.ndim(first[k]) else first[k] for k in keys}
     t_max = total(stage)
     t_avg = total(whole) / pp
-    bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg, t_max)
+    bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg, t_max) + uneven_chunk_excess_s(
+        model.num_layers, S.pp, S.vpp, S.schedule, m.astype(np.int64), t_avg)
     imbalance = np.where(single, 0.0, m * (t_max - t_avg))
 
     # ---- the alternative of split micro-batches overlapping EP dispatch with expert compute -------------
