@@ -188,14 +188,23 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     dp_total = grad_rounds * dpc.grad_sync_s + gather_rounds * dpc.param_gather_s
     first_layer_gather = dpc.param_gather_s / np.maximum(lps, 1)
     bwd_window = micro_compute * (1 - fwd_share)
+    # ZeRO-0/1 reduce gradients once per step as each bucket completes (Megatron-Core overlap_grad_reduce). With
+    # interleaving the chunks finish in turn: the cool-down runs the last pp micro-batches through chunk v-1,
+    # then v-2, ..., so chunk c's reduction can hide behind the pp (v-1) chunk-backwards still to come plus the
+    # last chunk's own (((v-1) pp + 1) / v micro-batch backwards in all); without interleaving, behind the last
+    # micro-batch's backward. The weight all-gather of the next step mirrors it in the warm-up forwards.
+    chunks_ahead = np.where((S.vpp > 1) & (S.zero <= 1), ((S.vpp - 1) * np.minimum(m, pp) + 1) / S.vpp, 1.0)
+    step_bwd_window = bwd_window * chunks_ahead
+    step_fwd_window = micro_compute * fwd_share * chunks_ahead
     dp_exposed = np.where(
         zero3,
         # forward: the weight gathers hide behind forward compute; backward: gathers again plus the gradient
         # reduce-scatters behind backward compute (FSDP prefetches one layer ahead in both passes)
         m * (np.maximum(0.0, dpc.param_gather_s / 2 - micro_compute * fwd_share)
              + np.maximum(0.0, dpc.param_gather_s / 2 + dpc.grad_sync_s - bwd_window) + first_layer_gather),
-        grad_rounds * np.maximum(0.0, dpc.grad_sync_s - bwd_window)
-        + np.maximum(0.0, dpc.param_gather_s - micro_compute * fwd_share),
+        np.where(S.zero >= 2, m * np.maximum(0.0, dpc.grad_sync_s - bwd_window),
+                 np.maximum(0.0, dpc.grad_sync_s - step_bwd_window))
+        + np.maximum(0.0, dpc.param_gather_s - step_fwd_window),
     )
     shard_d = np.where(S.zero >= 1, S.dp * S.cp, 1)
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
