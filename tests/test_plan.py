@@ -88,6 +88,24 @@ def test_plan_bad_inputs(cli):
                           "no strategy fits", "smallest needs")
 
 
+TIE = 0.01  # shapes predicted within 1% count as tied: below what the model resolves (bucket edges, jitter)
+
+
+def best_shapes(result) -> list[tuple[tuple[int, int], float]]:
+    """Distinct (tp, pp) shapes with their fastest step time, fastest first."""
+    best: dict[tuple[int, int], float] = {}
+    for est in result.candidates:
+        best.setdefault((est.strategy.tp, est.strategy.pp), est.step_time_s)
+    return list(best.items())
+
+
+def shape_rank(result, shape) -> int:
+    """Competition rank of ``shape``: 1 + the distinct shapes predicted faster by more than TIE."""
+    shapes = dict(best_shapes(result))
+    assert shape in shapes, f"{shape} not among the fitting candidates"
+    return 1 + sum(t < shapes[shape] * (1 - TIE) for s, t in shapes.items() if s != shape)
+
+
 LARGE_DENSE = [c for c in CASES if not c["model"].get("moe") and model_from_dict(c["model"]).num_params() >= 100e9]
 
 
@@ -104,12 +122,7 @@ def test_published_shape_is_among_the_five_best(case):
     published = (fixed.get("tp", 1), fixed.get("pp", 1))
     keep = {k: v for k, v in fixed.items() if k not in ("tp", "pp", "dp", "vpp", "mbs")}
     result = plan(model, cluster, train, keep, top=5000, ilp_candidates=0)
-    shapes = []
-    for est in result.candidates:
-        shape = (est.strategy.tp, est.strategy.pp)
-        if shape not in shapes:
-            shapes.append(shape)
-    assert published in shapes[:5], shapes[:5]
+    assert shape_rank(result, published) <= 5, best_shapes(result)[:6]
 
 
 # Configurations NVIDIA tuned for MLPerf Training with today's knobs (distributed optimizer, TP communication
@@ -131,8 +144,4 @@ def test_expert_tuned_shapes_are_among_the_five_best(name, accelerator, nodes, g
     fastest distinct shapes (TP = 4 with the distributed optimizer, where 2021 Megatron needed TP = 8)."""
     result = plan(load_model(name), load_cluster(accelerator, nodes=nodes), TrainSpec(global_batch, seq_len, "fp8"),
                   {}, top=5000, ilp_candidates=0)
-    shapes = []
-    for est in result.candidates:
-        if (est.strategy.tp, est.strategy.pp) not in shapes:
-            shapes.append((est.strategy.tp, est.strategy.pp))
-    assert shape in shapes[:5], shapes[:5]
+    assert shape_rank(result, shape) <= 5, best_shapes(result)[:6]

@@ -98,7 +98,6 @@ def stage_params(model: ModelSpec, S: StrategyBatch):
     """
     tp = S.tp.astype(float)
     lps = layers_per_stage(model, S)
-    attn = model.attention_params() + 2 * model.hidden_size
     dense_layer = model.dense_layer_params()
     emb = model.embedding_params()
     head = model.head_params() if not model.tie_embeddings else 0
@@ -109,8 +108,7 @@ def stage_params(model: ModelSpec, S: StrategyBatch):
         zeros = np.zeros_like(lps)
         return first_dense / tp, zeros, last_dense / tp, zeros
     mo = model.moe
-    moe_dense = attn + model.hidden_size * mo.num_experts + mo.shared_experts * model.expert_params()
-    moe_expert = mo.num_experts * model.expert_params()
+    moe_dense, moe_expert = moe_layer_params(model)
     n_dense_first = np.minimum(lps, mo.first_dense_layers)
     n_moe_first = lps - n_dense_first
     first_dense = n_dense_first * dense_layer + n_moe_first * moe_dense + emb
@@ -120,6 +118,26 @@ def stage_params(model: ModelSpec, S: StrategyBatch):
     last_expert = (lps + model.mtp_layers) * moe_expert
     ee = (S.ep * S.etp).astype(float)
     return first_dense / tp, first_expert / ee, last_dense / tp, last_expert / ee
+
+
+def middle_stage_params(model: ModelSpec, S: StrategyBatch):
+    """(dense params, expert params) per device on a middle stage: ``layers_per_stage`` layers of the kind
+    that fills the model's middle (MoE layers for an MoE model), no embedding, head or MTP."""
+    tp = S.tp.astype(float)
+    lps = layers_per_stage(model, S)
+    if model.moe is None:
+        return lps * model.dense_layer_params() / tp, np.zeros_like(lps)
+    moe_dense, moe_expert = moe_layer_params(model)
+    return lps * moe_dense / tp, lps * moe_expert / (S.ep * S.etp).astype(float)
+
+
+def moe_layer_params(model: ModelSpec) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of one MoE layer: attention, norms, router and shared experts are
+    dense (split by tp); the routed experts are split by ep * etp."""
+    mo = model.moe
+    dense = (model.attention_params() + 2 * model.hidden_size + model.hidden_size * mo.num_experts
+             + mo.shared_experts * model.expert_params())
+    return dense, mo.num_experts * model.expert_params()
 
 
 def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool, selective=False):
@@ -160,14 +178,17 @@ def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBa
     return T * per_token + routed + shared + router
 
 
-def in_flight_layer_microbatches(model: ModelSpec, train: TrainSpec, S: StrategyBatch):
-    """Layer-micro-batches whose activations the first stage holds at its peak."""
+def in_flight_layer_microbatches(model: ModelSpec, train: TrainSpec, S: StrategyBatch, device: int = 0):
+    """Layer-micro-batches whose activations pipeline stage ``device`` holds at its peak: 1F1B keeps
+    pp - d micro-batches; interleaved 1F1B runs (pp - d - 1) 2 + (v - 1) pp warm-up chunks plus one
+    (Megatron-Core's schedule), 1/v of a stage each, which for d = 0 is pp (1 + (pp-1)/(pp v))."""
     lps = layers_per_stage(model, S)
     m = train.global_batch // (S.dp * S.mbs)
     pp = S.pp.astype(float)
     vpp = S.vpp.astype(float)
-    one_f_one_b = lps * np.minimum(m, pp)
-    interleaved = np.minimum(lps * pp * (1 + (pp - 1) / (pp * vpp)), lps * m)
+    one_f_one_b = lps * np.minimum(m, np.maximum(pp - device, 1))
+    chunks = np.maximum((pp - device - 1) * 2 + (vpp - 1) * pp + 1, 1)
+    interleaved = np.minimum(lps * chunks / vpp, lps * m)
     gpipe = lps * m
     # schedule codes: 1f1b 0, interleaved 1, zb 2, gpipe 3
     out = np.select([S.schedule == 1, S.schedule == 3], [interleaved, gpipe], one_f_one_b)
@@ -186,6 +207,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
 
     w1, g1, o1 = states(first_dense, first_expert)
     w2, g2, o2 = states(last_dense, last_expert)
+    # the second stage: no embedding and no leading dense layers, one micro-batch fewer in flight than the
+    # first; with MoE models whose first layers are dense it is the fullest device (DeepSeek-V3, pp = 8)
+    w3, g3, o3 = states(*middle_stage_params(model, S))
 
     # ZeRO-3 gathers a layer's full weights for compute (and prefetches the next): two layers in flight
     lps = layers_per_stage(model, S)
@@ -205,14 +229,17 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     acts_last = lps * stored + working + logits * (1 + model.mtp_layers)
     acts_last = np.where(S.pp > 1, acts_last, acts_first + logits * (1 + model.mtp_layers))
 
+    acts_second = in_flight_layer_microbatches(model, train, S, device=1) * stored + working
+
     total_first = w1 + g1 + o1 + gathered + acts_first
     total_last = w2 + g2 + o2 + gathered + acts_last
-    use_last = total_last >= total_first
+    total_second = np.where(S.pp > 2, w3 + g3 + o3 + gathered + acts_second, 0.0)
+    which = np.argmax(np.stack(np.broadcast_arrays(total_first, total_last, total_second)), axis=0)
     fixed = FIXED_ALLOWANCE_GB.get(acc.family, DEFAULT_FIXED_ALLOWANCE_GB) * GB
-    pick = lambda a, b: np.where(use_last, b, a)  # noqa: E731
-    body = pick(total_first, total_last)
+    pick = lambda a, b, c: np.choose(which, np.broadcast_arrays(a, b, c))  # noqa: E731
+    body = pick(total_first, total_last, total_second)
     allowance = FRAGMENTATION * body + fixed
     return MemoryBreakdown(
-        weights_gb=pick(w1, w2) / GB + gathered / GB, grads_gb=pick(g1, g2) / GB, optimizer_gb=pick(o1, o2) / GB,
-        activations_gb=pick(acts_first, acts_last) / GB, allowance_gb=allowance / GB,
-        peak_gb=(body + allowance) / GB)
+        weights_gb=pick(w1, w2, w3) / GB + gathered / GB, grads_gb=pick(g1, g2, g3) / GB,
+        optimizer_gb=pick(o1, o2, o3) / GB, activations_gb=pick(acts_first, acts_last, acts_second) / GB,
+        allowance_gb=allowance / GB, peak_gb=(body + allowance) / GB)

@@ -100,3 +100,23 @@ def uneven_chunk_excess_s(num_layers: int, pp, vpp, schedule, m, t_avg_s):
                                                     int(k & ((1 << 40) - 1))) for k in keys])
         excess[todo] = units[np.ravel(inverse)]
     return excess * np.asarray(t_avg_s) * pp / (3.0 * num_layers)
+
+
+def simulated_pipeline_time_s(pp: int, vpp: int, m: int, schedule: str, forward_s: list[float],
+                              backward_s: list[float], max_operations: int = 200_000) -> float:
+    """One step of the pipeline by event simulation, for per-virtual-stage forward and backward times.
+
+    Beyond ``max_operations`` the step is extrapolated linearly in m from m = 2 pp and 4 pp (the schedule
+    repeats every pp micro-batches once it is full; see ``uneven_chunk_excess_units``)."""
+    ops = 3 * m * pp * vpp
+    step = pp if vpp > 1 else 1  # interleaving needs m divisible by pp
+
+    def run(mb: int) -> float:
+        return simulate_schedule(pp, vpp, mb, schedule, forward_s=forward_s, backward_s=backward_s,
+                                 timeline=False).step_time_s
+
+    if ops <= max_operations or m <= 4 * max(pp, 2):
+        return run(m)
+    a_m, b_m = 2 * max(pp, 2) // step * step, 4 * max(pp, 2) // step * step
+    a, b = run(a_m), run(b_m)
+    return b + (m - b_m) * (b - a) / (b_m - a_m)

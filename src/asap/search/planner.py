@@ -20,7 +20,7 @@ from asap.cost.memory import MemoryBreakdown, memory
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import enumerate_space
-from asap.search.stages import build_problem, solve_split, uniform_split
+from asap.search.stages import build_problem, simulate_split, solve_split, uniform_split
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import check_strategy, complete_strategy
@@ -146,6 +146,9 @@ def stage_split(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy, 
         best = solve_split(prob, time_limit_s=time_limit_s)
     except AsapError as e:
         return {"error": str(e), "uniform": uniform.to_dict() if uniform else None}
+    for split in (best, uniform):
+        if split is not None:
+            split.simulated_pipeline_time_s = simulate_split(prob, split, strategy.schedule)
     out = best.to_dict()
     out["uniform"] = uniform.to_dict() if uniform else None
     if uniform is not None:

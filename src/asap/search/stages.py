@@ -39,6 +39,7 @@ from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
 from asap.cost.estimate import layer_parts
 from asap.cost.memory import FIXED_ALLOWANCE_GB, DEFAULT_FIXED_ALLOWANCE_GB, FRAGMENTATION, GB, \
     activation_bytes_per_layer, state_bytes_per_param
+from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.roofline import act_bytes
 from asap.errors import AsapError
 from asap.spec.hardware import Cluster
@@ -95,6 +96,7 @@ class StageSplit:
     fits: bool
     layers_per_stage: list[int] = field(default_factory=list)  # transformer layers only
     solver: str = ""
+    simulated_pipeline_time_s: float | None = None  # the event simulator's time for this split (planner output)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +109,7 @@ class StageSplit:
             "device_memory_gb": self.device_memory_gb,
             "fits": self.fits,
             "solver": self.solver,
+            "simulated_pipeline_time_s": self.simulated_pipeline_time_s,
         }
 
 
@@ -218,6 +221,23 @@ def price_split(prob: StageProblem, counts: list[int], recompute: list[bool]) ->
                       device_memory_gb=[x / GB for x in dev_mem], pipeline_time_s=total, ideal_bubble_s=ideal,
                       imbalance_s=(m - 1) * (t_max - t_avg), recompute_s=m * rc_s / pp,
                       fits=all(x <= prob.hbm_bytes for x in dev_mem), layers_per_stage=layers)
+
+
+def simulate_split(prob: StageProblem, split: StageSplit, schedule: str) -> float:
+    """The split's step by the event simulator (cost/schedule_sim.py) instead of the closed form: chunk by chunk,
+    which the closed form cannot see when virtual stages differ (interleaving stalls on unequal chunks).
+    Each unit's time is a third forward and two thirds backward; full recompute adds to the backward."""
+    fwd, bwd = [], []
+    start = 0
+    for j, n in enumerate(split.boundaries):
+        units = prob.units[start:start + n]
+        base = sum(u.time_s for u in units)
+        extra = sum(u.recompute_extra_s for u in units) if split.recompute[j] else 0.0
+        fwd.append(max(base / 3.0, 1e-12))
+        bwd.append(max(2.0 * base / 3.0 + extra, 1e-12))
+        start += n
+    schedule = "interleaved" if prob.vpp > 1 else (schedule if schedule in ("1f1b", "zb", "gpipe") else "1f1b")
+    return simulated_pipeline_time_s(prob.pp, prob.vpp, prob.micro_batches, schedule, fwd, bwd)
 
 
 def uniform_split(prob: StageProblem) -> StageSplit:
