@@ -173,3 +173,17 @@ def test_unequal_interleaved_chunks_cost_what_the_simulator_says():
     even = estimate(model, cluster, train, "tp=1,pp=8,vpp=5,mbs=1,schedule=interleaved")
     assert uneven.exposed_s["bubble"] / uneven.exposed_s["compute"] == pytest.approx(sim_bubble, rel=0.1)
     assert uneven.step_time_s > even.step_time_s  # vpp = 5 divides the 10 layers of a stage; vpp = 8 does not
+
+
+@pytest.mark.parametrize("text", ["tp=2,pp=8,cp=2,ep=16,etp=1,mbs=1,recompute=none,zero=1,schedule=1f1b",
+                                  "tp=2,pp=8,vpp=7,cp=2,ep=16,etp=1,mbs=1,recompute=none,zero=1,schedule=interleaved"])
+def test_peak_memory_covers_every_pipeline_stage(text):
+    """DeepSeek-V3's first three layers are dense, so on pp=8 a middle stage of eight MoE layers holds more than
+    the first; the estimate's peak must cover the fullest device the stage-by-stage accounting finds."""
+    from asap.cost.memory import DEFAULT_FIXED_ALLOWANCE_GB, FRAGMENTATION
+    from asap.search.stages import build_problem, uniform_split
+
+    model, cluster, train = load_model("deepseek-v3"), load_cluster("h800", nodes=256), TrainSpec(15360, 4096)
+    est = estimate(model, cluster, train, text)
+    per_device = uniform_split(build_problem(model, cluster, train, est.strategy)).device_memory_gb
+    assert est.peak_memory_gb >= max(per_device) * (1 + FRAGMENTATION) + DEFAULT_FIXED_ALLOWANCE_GB
