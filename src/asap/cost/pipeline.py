@@ -26,7 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from asap.cost.batch import SCHEDULE_CODE
-from asap.cost.schedule_sim import simulate_schedule
+from asap.cost.schedule_sim import simulated_step_s
 
 
 def bubble_s(pp, vpp, schedule, t_avg, t_max=None):
@@ -64,12 +64,11 @@ def chunk_layers(num_layers: int, stages: int) -> list[int]:
 @lru_cache(maxsize=4096)
 def _simulated_excess_units(num_layers: int, pp: int, vpp: int, m: int) -> float:
     layers = [max(float(x), 0.25) for x in chunk_layers(num_layers, pp * vpp)]  # an empty chunk: embedding/head
-    sim = simulate_schedule(pp, vpp, m, "interleaved", forward_s=layers, backward_s=[2.0 * x for x in layers],
-                            timeline=False)
+    step = simulated_step_s(pp, vpp, m, "interleaved", layers, [2.0 * x for x in layers])
     device = [sum(layers[c * pp + d] for c in range(vpp)) for d in range(pp)]
     t_max, t_avg = 3.0 * max(device), 3.0 * sum(device) / pp
     closed = (m - 1) * t_max + t_avg * (1 + (pp - 1) / vpp)
-    return sim.step_time_s - closed
+    return step - closed
 
 
 def uneven_chunk_excess_units(num_layers: int, pp: int, vpp: int, m: int) -> float:
@@ -77,14 +76,14 @@ def uneven_chunk_excess_units(num_layers: int, pp: int, vpp: int, m: int) -> flo
     (backward = 2 units, so a layer's forward + backward is 3), by event simulation (never negative).
 
     The stall repeats every pp micro-batches once the pipeline is full, so the excess is linear in m beyond a
-    few rounds (checked: 61 to 126 layers, pp 8-16, linear from m = 2 pp on); larger m is extrapolated from
-    m = 2 pp and 4 pp."""
+    few rounds, so m beyond 3 pp is extrapolated from m = 2 pp and 3 pp (checked against direct simulation for
+    61-126 layers, pp 2-16, v 2-8, m up to 16 pp: identical once clamped at zero)."""
     if vpp <= 1 or num_layers % (pp * vpp) == 0:
         return 0.0
-    if m <= 4 * pp:
+    if m <= 3 * pp:
         return max(0.0, _simulated_excess_units(num_layers, pp, vpp, m))
-    a, b = _simulated_excess_units(num_layers, pp, vpp, 2 * pp), _simulated_excess_units(num_layers, pp, vpp, 4 * pp)
-    return max(0.0, b + (m - 4 * pp) * (b - a) / (2 * pp))
+    a, b = _simulated_excess_units(num_layers, pp, vpp, 2 * pp), _simulated_excess_units(num_layers, pp, vpp, 3 * pp)
+    return max(0.0, b + (m - 3 * pp) * (b - a) / pp)
 
 
 def uneven_chunk_excess_s(num_layers: int, pp, vpp, schedule, m, t_avg_s):
@@ -112,8 +111,7 @@ def simulated_pipeline_time_s(pp: int, vpp: int, m: int, schedule: str, forward_
     step = pp if vpp > 1 else 1  # interleaving needs m divisible by pp
 
     def run(mb: int) -> float:
-        return simulate_schedule(pp, vpp, mb, schedule, forward_s=forward_s, backward_s=backward_s,
-                                 timeline=False).step_time_s
+        return simulated_step_s(pp, vpp, mb, schedule, forward_s, backward_s)
 
     if ops <= max_operations or m <= 4 * max(pp, 2):
         return run(m)

@@ -316,6 +316,20 @@ def simulate_schedule(pp: int, vpp: int, micro_batches: int, schedule: str | Non
     return summarize(schedule, pp, vpp, micro_batches, orders, starts, ends, durations, act, retained, timeline)
 
 
+def simulated_step_s(pp: int, vpp: int, micro_batches: int, schedule: str, forward_s: Sequence[float],
+                     backward_s: Sequence[float], b_share: float = 0.5) -> float:
+    """Only the step time of ``simulate_schedule`` (no memory walk, no timeline): what the cost model's
+    corrections need, a few hundred times per plan. Times are per virtual stage, as there."""
+    validate_shape(schedule, pp, vpp, micro_batches)
+    stages = pp * vpp
+    fwd, bwd = list(forward_s), list(backward_s)
+    share = b_share if schedule == "zb" else 1.0
+    durations = (fwd, [t * share for t in bwd], [t * (1.0 - share) for t in bwd])
+    orders = schedule_order(schedule, pp, vpp, micro_batches)
+    _, ends = run_orders(orders, pp, vpp, micro_batches, durations, 0.0)
+    return max(device_end_s(order, d, pp, stages, micro_batches, ends) for d, order in enumerate(orders))
+
+
 def _op_id(kind: int, micro_batch: int, stage: int, stages: int, m: int) -> int:
     return (kind * stages + stage) * m + micro_batch
 
