@@ -28,7 +28,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, by_unique
 from asap.cost.communication import data_parallel_comm, layer_comm
 from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
-from asap.cost.memory import MemoryBreakdown, layers_per_stage, memory, stage_params
+from asap.cost.memory import MemoryBreakdown, memory, middle_stage_params, stage_layers, stage_params
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s
 from asap.cost.roofline import elementwise_time_s
 from asap.spec.hardware import Cluster
@@ -112,41 +112,41 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     pp = S.pp.astype(float)
     vpp = S.vpp.astype(float)
-    lps = layers_per_stage(model, S)
 
     dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute)
     moe = layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute) if model.moe is not None else dense
     head = lc.head_fwd_s * (1 + BWD_GEMM) * (1 + model.mtp_layers)
     embed = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
 
-    # ---- stages -------------------------------------------------------------------------------------------
+    # ---- stages: the first (embedding, leading dense layers), the fullest middle one and the last (head, MTP),
+    # each with its layers under the even split frameworks use by default (memory.stage_layers: the remainder
+    # of L / pp on the middle stages); the slowest paces the pipeline. Evening out the stage work beyond that is
+    # the pipeline ILP's job (search/stages.py), run on the best candidates. --------------------------------
     n_dense = model.num_dense_layers
-    n_dense_first = np.minimum(lps, n_dense)
-    n_moe_first = lps - n_dense_first
     keys = ("compute", "tp", "ep", "cp", "cp_total", "mem")
+    is_moe = model.moe is not None
 
-    def combine(n_d, n_m, extra_compute):
-        out = {k: n_d * dense[k] + n_m * moe[k] for k in keys}
+    def combine(n_d, n_m, extra_compute, mtp=0):
+        out = {k: n_d * dense[k] + (n_m + mtp) * moe[k] for k in keys}
         out["compute"] = out["compute"] + extra_compute
         return out
-
-    first = combine(n_dense_first, n_moe_first, embed)
-    last = combine(0.0 if model.moe is not None else lps, lps if model.moe is not None else 0.0,
-                   head + model.mtp_layers * moe["compute"])
-    for k in ("tp", "ep", "cp", "cp_total"):
-        last[k] = last[k] + model.mtp_layers * moe[k]
-    whole = combine(float(n_dense), float(model.num_moe_layers), embed + head + model.mtp_layers * moe["compute"])
-    for k in ("tp", "ep", "cp", "cp_total"):
-        whole[k] = whole[k] + model.mtp_layers * moe[k]
 
     def total(st):
         return st["compute"] + st["tp"] + st["ep"] + st["cp"]
 
+    n_first, n_middle, n_last = stage_layers(model, S)
+    n_dense_first = np.minimum(n_first, n_dense)
+    first = combine(n_dense_first, n_first - n_dense_first, embed)
+    middle = combine(0.0 if is_moe else n_middle, n_middle if is_moe else 0.0, 0.0)
+    last = combine(0.0 if is_moe else n_last, n_last if is_moe else 0.0, head, model.mtp_layers)
+    whole = combine(float(n_dense), float(model.num_moe_layers), embed + head, model.mtp_layers)
+
     single = pp == 1
-    t_first, t_last = total(first), total(last)
-    use_last = t_last >= t_first
-    pick = np.where(single, 2, np.where(use_last, 1, 0))  # which stage is the critical one
-    stage = {k: np.choose(pick, (first[k], last[k], whole[k])) if np.ndim(first[k]) else first[k] for k in keys}
+    t_first, t_middle, t_last = total(first), np.where(pp > 2, total(middle), 0.0), total(last)
+    use_last = (t_last >= t_first) & (t_last >= t_middle)
+    # which stage is the critical one: 0 first, 1 last, 2 the whole model (pp = 1), 3 a middle one
+    pick = np.where(single, 2, np.where(use_last, 1, np.where(t_middle > t_first, 3, 0)))
+    stage = {k: np.choose(pick, np.broadcast_arrays(first[k], last[k], whole[k], middle[k])) for k in keys}
     t_max = total(stage)
     t_avg = total(whole) / pp
     bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg, t_max) + uneven_chunk_excess_s(
@@ -172,12 +172,14 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     # ---- data parallel and optimizer ------------------------------------------------------------------
     first_dense, first_expert, last_dense, last_expert = by_unique(S, ("tp", "pp", "ep", "etp"),
                                                                    lambda s: stage_params(model, s))
-    dense_params = np.where(use_last | single, last_dense, first_dense)
-    expert_params = np.where(use_last | single, last_expert, first_expert)
+    middle_dense, middle_expert = middle_stage_params(model, S)
+    dense_params = np.choose(pick, np.broadcast_arrays(first_dense, last_dense, last_dense, middle_dense))
+    expert_params = np.choose(pick, np.broadcast_arrays(first_expert, last_expert, last_expert, middle_expert))
     if model.moe is None:
         expert_params = np.zeros_like(dense_params)
-    dpc = data_parallel_comm(cluster, S, dense_params, expert_params, lps + np.where(use_last | single,
-                                                                                    model.mtp_layers, 0))
+    with_mtp = n_last + model.mtp_layers
+    layers_on_stage = np.choose(pick, np.broadcast_arrays(n_first, with_mtp, with_mtp, n_middle))
+    dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage)
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
     micro_compute = stage["compute"]
     zero3 = S.zero >= 3
@@ -186,7 +188,7 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     grad_rounds = np.where(S.zero >= 2, m, 1.0)
     gather_rounds = np.where(zero3, m, 1.0)
     dp_total = grad_rounds * dpc.grad_sync_s + gather_rounds * dpc.param_gather_s
-    first_layer_gather = dpc.param_gather_s / np.maximum(lps, 1)
+    first_layer_gather = dpc.param_gather_s / np.maximum(layers_on_stage, 1)
     bwd_window = micro_compute * (1 - fwd_share)
     # ZeRO-0/1 reduce gradients once per step as each bucket completes (Megatron-Core overlap_grad_reduce). With
     # interleaving the chunks finish in turn: the cool-down runs the last pp micro-batches through chunk v-1,

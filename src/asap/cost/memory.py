@@ -25,9 +25,11 @@ recomputes norms, activation functions and the attention kernel: 20 s b h / tp f
 Full recompute keeps only each layer's input (2 s b h / tp with SP) plus one layer's activations while it
 is recomputed; MoE layers store the routed token copies, their expert activations, and the router logits.
 
-In-flight micro-batches on the first stage (Narayanan 2021 sec. 2.2; Korthikanti sec. 4.2.3): 1F1B keeps
-min(m, pp) micro-batches of its L/pp layers; interleaved 1F1B keeps L/pp * pp * (1 + (pp-1)/(pp*vpp)) layer-
-micro-batches; GPipe all m. The last stage also holds the fp32 logits of one micro-batch.
+In-flight micro-batches (Narayanan 2021 sec. 2.2; Korthikanti sec. 4.2.3): stage d of 1F1B keeps min(m, pp - d)
+micro-batches of its layers; interleaved 1F1B keeps ((pp-d-1) 2 + (v-1) pp + 1) / v, which on the first stage is
+pp (1 + (pp-1)/(pp v)); GPipe all m. The first, the fullest middle and the last stage (with its MTP modules and
+the fp32 logits of one micro-batch) are priced, each with its own layers under the even split, and the fullest
+one is the peak.
 
 Allowance: 5% of the total for allocator fragmentation plus a fixed 1 GB for the CUDA/driver context,
 NCCL buffers and GEMM workspaces (0.25 GB on CPU).
@@ -75,6 +77,23 @@ def layers_per_stage(model: ModelSpec, S: StrategyBatch):
     return np.ceil(model.num_layers / S.pp)
 
 
+def stage_layers(model: ModelSpec, S: StrategyBatch):
+    """Transformer layers on the (first, fullest middle, last) pipeline stage under the even split
+    (``search.stages.uniform_split``, Megatron's layout): L // pp each, the remainder spread from the middle
+    outwards, so the end stages (which also carry the embedding, the head and the MTP modules) get an extra
+    layer only when the remainder is pp - 1 (the last one when pp is even, the first when odd)."""
+    L = model.num_layers
+    pp = np.asarray(S.pp, dtype=np.int64)
+    base, r = L // pp, L % pp
+    reaches_end = (r == pp - 1) & (pp > 1)
+    first = base + (reaches_end & (pp % 2 == 1))
+    last = base + (reaches_end & (pp % 2 == 0))
+    middle = base + (r > 0)
+    one = pp == 1
+    return (np.where(one, L, first).astype(float), np.where(one, L, middle).astype(float),
+            np.where(one, L, last).astype(float))
+
+
 def state_bytes_per_param(precision: str, zero, shard):
     """Bytes per parameter for weights, gradients and optimizer states under ZeRO stage ``zero``."""
     w = 4.0 if precision == "fp32" else 2.0
@@ -97,25 +116,25 @@ def stage_params(model: ModelSpec, S: StrategyBatch):
     the LM head (unless tied and pp = 1) and the MTP modules.
     """
     tp = S.tp.astype(float)
-    lps = layers_per_stage(model, S)
+    n_first, _, n_last = stage_layers(model, S)
     dense_layer = model.dense_layer_params()
     emb = model.embedding_params()
     head = model.head_params() if not model.tie_embeddings else 0
     head = np.where((S.pp > 1) & (model.tie_embeddings), model.embedding_params(), head)
     if model.moe is None:
-        first_dense = lps * dense_layer + emb
-        last_dense = lps * dense_layer + head + model.mtp_layers * model.mtp_module_params()
-        zeros = np.zeros_like(lps)
+        first_dense = n_first * dense_layer + emb
+        last_dense = n_last * dense_layer + head + model.mtp_layers * model.mtp_module_params()
+        zeros = np.zeros_like(n_first)
         return first_dense / tp, zeros, last_dense / tp, zeros
     mo = model.moe
     moe_dense, moe_expert = moe_layer_params(model)
-    n_dense_first = np.minimum(lps, mo.first_dense_layers)
-    n_moe_first = lps - n_dense_first
+    n_dense_first = np.minimum(n_first, mo.first_dense_layers)
+    n_moe_first = n_first - n_dense_first
     first_dense = n_dense_first * dense_layer + n_moe_first * moe_dense + emb
     first_expert = n_moe_first * moe_expert
     mtp_dense = model.mtp_layers * (moe_dense + 2 * model.hidden_size ** 2 + 2 * model.hidden_size)
-    last_dense = lps * moe_dense + head + mtp_dense
-    last_expert = (lps + model.mtp_layers) * moe_expert
+    last_dense = n_last * moe_dense + head + mtp_dense
+    last_expert = (n_last + model.mtp_layers) * moe_expert
     ee = (S.ep * S.etp).astype(float)
     return first_dense / tp, first_expert / ee, last_dense / tp, last_expert / ee
 
@@ -124,7 +143,7 @@ def middle_stage_params(model: ModelSpec, S: StrategyBatch):
     """(dense params, expert params) per device on a middle stage: ``layers_per_stage`` layers of the kind
     that fills the model's middle (MoE layers for an MoE model), no embedding, head or MTP."""
     tp = S.tp.astype(float)
-    lps = layers_per_stage(model, S)
+    _, lps, _ = stage_layers(model, S)
     if model.moe is None:
         return lps * model.dense_layer_params() / tp, np.zeros_like(lps)
     moe_dense, moe_expert = moe_layer_params(model)
@@ -178,21 +197,19 @@ def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBa
     return T * per_token + routed + shared + router
 
 
-def in_flight_layer_microbatches(model: ModelSpec, train: TrainSpec, S: StrategyBatch, device: int = 0):
-    """Layer-micro-batches whose activations pipeline stage ``device`` holds at its peak: 1F1B keeps
+def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
+    """Micro-batches' worth of its own activations pipeline stage ``device`` holds at its peak: 1F1B keeps
     pp - d micro-batches; interleaved 1F1B runs (pp - d - 1) 2 + (v - 1) pp warm-up chunks plus one
-    (Megatron-Core's schedule), 1/v of a stage each, which for d = 0 is pp (1 + (pp-1)/(pp v))."""
-    lps = layers_per_stage(model, S)
+    (Megatron-Core's schedule), 1/v of a stage each, which for d = 0 is pp (1 + (pp-1)/(pp v)); GPipe all m."""
     m = train.global_batch // (S.dp * S.mbs)
     pp = S.pp.astype(float)
     vpp = S.vpp.astype(float)
-    one_f_one_b = lps * np.minimum(m, np.maximum(pp - device, 1))
+    one_f_one_b = np.minimum(m, np.maximum(pp - device, 1))
     chunks = np.maximum((pp - device - 1) * 2 + (vpp - 1) * pp + 1, 1)
-    interleaved = np.minimum(lps * chunks / vpp, lps * m)
-    gpipe = lps * m
+    interleaved = np.minimum(chunks / vpp, m)
     # schedule codes: 1f1b 0, interleaved 1, zb 2, gpipe 3
-    out = np.select([S.schedule == 1, S.schedule == 3], [interleaved, gpipe], one_f_one_b)
-    return np.where(S.pp > 1, out, lps)
+    out = np.select([S.schedule == 1, S.schedule == 3], [interleaved, m], one_f_one_b)
+    return np.where(S.pp > 1, out, 1.0)
 
 
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch) -> MemoryBreakdown:
@@ -212,8 +229,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     w3, g3, o3 = states(*middle_stage_params(model, S))
 
     # ZeRO-3 gathers a layer's full weights for compute (and prefetches the next): two layers in flight
-    lps = layers_per_stage(model, S)
-    layer_w_bytes = 2.0 * (last_dense + last_expert) / np.maximum(lps + model.mtp_layers, 1)
+    n_first, n_middle, n_last = stage_layers(model, S)
+    layer_w_bytes = 2.0 * (last_dense + last_expert) / np.maximum(n_last + model.mtp_layers, 1)
     gathered = np.where(S.zero >= 3, 2 * layer_w_bytes, 0.0)
 
     is_moe = model.moe is not None
@@ -224,12 +241,11 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     layer_input = ab * model.hidden_size * T / np.where(S.sp > 0, S.tp, 1)
     stored = np.select([S.recompute == 2, S.recompute == 1], [layer_input, a_selective], a_layer)
     working = np.where(S.recompute == 2, a_layer, 0.0)  # one layer re-materialised during backward
-    acts_first = in_flight_layer_microbatches(model, train, S) * stored + working
+    acts_first = n_first * in_flight_micro_batches(train, S) * stored + working
     logits = T * model.vocab_size / S.tp * (ab + 4.0)
-    acts_last = lps * stored + working + logits * (1 + model.mtp_layers)
-    acts_last = np.where(S.pp > 1, acts_last, acts_first + logits * (1 + model.mtp_layers))
-
-    acts_second = in_flight_layer_microbatches(model, train, S, device=1) * stored + working
+    acts_last = (n_last + model.mtp_layers) * in_flight_micro_batches(train, S, S.pp - 1) * stored + working
+    acts_last = np.where(S.pp > 1, acts_last, acts_first) + logits * (1 + model.mtp_layers)
+    acts_second = n_middle * in_flight_micro_batches(train, S, 1) * stored + working
 
     total_first = w1 + g1 + o1 + gathered + acts_first
     total_last = w2 + g2 + o2 + gathered + acts_last

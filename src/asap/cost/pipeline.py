@@ -118,3 +118,4 @@ def simulated_pipeline_time_s(pp: int, vpp: int, m: int, schedule: str, forward_
     a_m, b_m = 2 * max(pp, 2) // step * step, 4 * max(pp, 2) // step * step
     a, b = run(a_m), run(b_m)
     return b + (m - b_m) * (b - a) / (b_m - a_m)
+
