@@ -13,7 +13,8 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
   the GEMMs (estimate.py); the rest is exposed.
 - EP (Lepikhin et al. 2020, GShard): dispatch and combine of T_sp tokens to top_k experts each, forward and
   backward, as the cheaper of a flat all-to-all and a hierarchical (node-deduplicated) exchange (and again under full recompute); etp > 1 adds an all-gather/reduce-scatter of the
-  routed tokens inside the etp group. Not overlapped.
+  routed tokens inside the etp group. With a pipeline, estimate.py hides it behind the paired micro-batch's
+  computation (DualPipe, Megatron-Core 1F1B A2A overlap).
 - CP (ring attention, Liu et al. 2023; Megatron-Core context parallel): cp-1 ring steps each passing the local
   K,V chunk (T kv_width/tp ab); backward passes K,V and their gradients (2x). Overlapped with the attention
   kernel of the same step, so only the excess is exposed.

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch, by_unique
+from asap.cost.batch import SCHEDULE_CODE, StrategyBatch, by_unique
 from asap.cost.communication import data_parallel_comm, layer_comm
 from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
 from asap.cost.memory import MemoryBreakdown, memory, middle_stage_params, stage_layers, stage_params
@@ -141,6 +141,19 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     last = combine(0.0 if is_moe else n_last, n_last if is_moe else 0.0, head, model.mtp_layers)
     whole = combine(float(n_dense), float(model.num_moe_layers), embed + head, model.mtp_layers)
 
+    # In a pipeline's steady state each forward is paired with another micro-batch's backward, and the expert
+    # all-to-alls of one run while the other computes (DeepSeek-V3's DualPipe, Megatron-Core's
+    # --overlap-moe-expert-parallel-comm): up to the pair's computation hides; the warm-up and cool-down
+    # passes have no partner. Without a pipeline (or under GPipe) nothing pairs.
+    paired = (S.pp > 1) & (S.schedule != SCHEDULE_CODE["gpipe"]) & is_moe
+
+    def hide_ep(st):
+        hidden_ep = np.where(paired, np.minimum(st["ep"], st["compute"]), 0.0)
+        return dict(st, ep=st["ep"] - hidden_ep, ep_hidden=hidden_ep)
+
+    first, middle, last, whole = (hide_ep(st) for st in (first, middle, last, whole))
+    keys = keys + ("ep_hidden",)
+
     single = pp == 1
     t_first, t_middle, t_last = total(first), np.where(pp > 2, total(middle), 0.0), total(last)
     use_last = (t_last >= t_first) & (t_last >= t_middle)
@@ -217,19 +230,22 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     # overlapped communication still slows the computation it hides behind (SMs and HBM it occupies)
     tax = acc.family_constants.overlap_tax
     tp_hidden = m * stage["tp"] * acc.family_constants.tp_overlap
-    hidden = (dp_total - dp_exposed) + m * (stage["cp_total"] - stage["cp"]) + tp_hidden
+    unpaired = np.minimum(m, pp - 1)  # warm-up forwards and cool-down backwards: (pp - 1) micro-batches' worth
+    ep_hidden = (m - unpaired) * stage["ep_hidden"]
+    hidden = (dp_total - dp_exposed) + m * (stage["cp_total"] - stage["cp"]) + tp_hidden + ep_hidden
     exposed = {
         "compute": m * stage["compute"] + tax * hidden,
         "tp_comm": m * stage["tp"] - tp_hidden,
         "cp_comm": m * stage["cp"],
-        "ep_comm": m * stage["ep"],
+        "ep_comm": m * stage["ep"] + unpaired * stage["ep_hidden"],
         "pp_comm": pp_exposed,
         "dp_comm": dp_exposed,
         "bubble": bubble,
         "optimizer": optimizer,
     }
     breakdown = dict(exposed)
-    breakdown.update(tp_comm=m * stage["tp"], cp_comm=m * stage["cp_total"], pp_comm=pp_total, dp_comm=dp_total)
+    breakdown.update(tp_comm=m * stage["tp"], cp_comm=m * stage["cp_total"], pp_comm=pp_total, dp_comm=dp_total,
+                     ep_comm=m * (stage["ep"] + stage["ep_hidden"]))
     step = sum(exposed.values())
     if mem is None:
         mem = memory(model, acc, train, S)
