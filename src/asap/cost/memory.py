@@ -84,14 +84,14 @@ def stage_layers(model: ModelSpec, S: StrategyBatch):
     layer only when the remainder is pp - 1 (the last one when pp is even, the first when odd)."""
     L = model.num_layers
     pp = np.asarray(S.pp, dtype=np.int64)
-    base, r = L // pp, L % pp
-    reaches_end = (r == pp - 1) & (pp > 1)
-    first = base + (reaches_end & (pp % 2 == 1))
-    last = base + (reaches_end & (pp % 2 == 0))
-    middle = base + (r > 0)
-    one = pp == 1
-    return (np.where(one, L, first).astype(float), np.where(one, L, middle).astype(float),
-            np.where(one, L, last).astype(float))
+    # worked out once per pipeline depth (a handful), then looked up for every strategy
+    p = np.arange(1, max(int(pp.max(initial=1)), 1) + 1)
+    base, r = L // p, L % p
+    reaches_end = (r == p - 1) & (p > 1)
+    table = np.stack([base + (reaches_end & (p % 2 == 1)), base + (r > 0), base + (reaches_end & (p % 2 == 0))])
+    table[:, 0] = L  # pp = 1: one stage holds everything
+    first, middle, last = table.astype(float)[:, pp - 1]
+    return first, middle, last
 
 
 def state_bytes_per_param(precision: str, zero, shard):
