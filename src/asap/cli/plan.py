@@ -71,3 +71,6 @@ def plan(
                               f"recompute {['y' if r else '-' for r in split['recompute_per_stage']]}; pipeline "
                               f"{split['pipeline_time_s']:.3f} s vs uniform {uni.get('pipeline_time_s', float('nan')):.3f} s; "
                               f"bubble ideal {b['ideal']:.3f} s, imbalance {b['imbalance']:.3f} s, recompute {b['recompute']:.3f} s")
+            if split.get("simulated_pipeline_time_s") is not None:
+                out_console.print(f"   simulated schedule: {split['simulated_pipeline_time_s']:.3f} s "
+                                  f"(uniform {uni.get('simulated_pipeline_time_s') or float('nan'):.3f} s)")
