@@ -28,7 +28,7 @@ import numpy as np
 from asap.cost.batch import SCHEDULE_CODE, StrategyBatch, by_unique
 from asap.cost.communication import data_parallel_comm, layer_comm
 from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
-from asap.cost.memory import MemoryBreakdown, memory, middle_stage_params, stage_layers, stage_params
+from asap.cost.memory import STAGE_KEYS, MemoryBreakdown, memory, stage_layers, stage_params
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s
 from asap.cost.roofline import elementwise_time_s
 from asap.spec.hardware import Cluster
@@ -183,9 +183,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * cm.pp_msg_s, pp_total)
 
     # ---- data parallel and optimizer ------------------------------------------------------------------
-    first_dense, first_expert, last_dense, last_expert = by_unique(S, ("tp", "pp", "ep", "etp"),
-                                                                   lambda s: stage_params(model, s))
-    middle_dense, middle_expert = middle_stage_params(model, S)
+    first_dense, first_expert, middle_dense, middle_expert, last_dense, last_expert = by_unique(
+        S, STAGE_KEYS, lambda s: stage_params(model, s))
     dense_params = np.choose(pick, np.broadcast_arrays(first_dense, last_dense, last_dense, middle_dense))
     expert_params = np.choose(pick, np.broadcast_arrays(first_expert, last_expert, last_expert, middle_expert))
     if model.moe is None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch
+from asap.cost.batch import StrategyBatch, by_unique
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
@@ -70,11 +70,6 @@ class MemoryBreakdown:
             cols = [np.broadcast_to(getattr(p, name), np.shape(p.peak_gb)) for p in parts]
             out[name] = np.concatenate(cols)
         return cls(**out)
-
-
-def layers_per_stage(model: ModelSpec, S: StrategyBatch):
-    """Layers on the most loaded pipeline stage (uniform split; uneven splits are the pipeline ILP's job)."""
-    return np.ceil(model.num_layers / S.pp)
 
 
 def stage_layers(model: ModelSpec, S: StrategyBatch):
@@ -108,46 +103,39 @@ def state_bytes_per_param(precision: str, zero, shard):
     return w_b, g_b, o_b
 
 
+STAGE_KEYS = ("tp", "pp", "ep", "etp")  # what stage_params depends on (for by_unique)
+
+
 def stage_params(model: ModelSpec, S: StrategyBatch):
-    """(dense params, expert params) per device on the first and the last stage of the pipeline.
+    """(dense params, expert params) per device on the first, the fullest middle and the last pipeline stage,
+    as six arrays: first_dense, first_expert, middle_dense, middle_expert, last_dense, last_expert.
 
     Dense parameters (attention, dense MLPs, shared experts, router, norms, embeddings) are split by tp;
-    routed experts by ep * etp. The first stage carries the embedding and the leading dense layers, the last
-    the LM head (unless tied and pp = 1) and the MTP modules.
+    routed experts by ep * etp. The first stage carries the embedding and the leading dense layers, a middle
+    stage only layers of the kind that fills the model's middle (MoE layers for an MoE model), the last the LM
+    head (unless tied and pp = 1) and the MTP modules. Layers per stage follow ``stage_layers``.
     """
     tp = S.tp.astype(float)
-    n_first, _, n_last = stage_layers(model, S)
+    n_first, n_middle, n_last = stage_layers(model, S)
     dense_layer = model.dense_layer_params()
     emb = model.embedding_params()
     head = model.head_params() if not model.tie_embeddings else 0
     head = np.where((S.pp > 1) & (model.tie_embeddings), model.embedding_params(), head)
     if model.moe is None:
-        first_dense = n_first * dense_layer + emb
-        last_dense = n_last * dense_layer + head + model.mtp_layers * model.mtp_module_params()
         zeros = np.zeros_like(n_first)
-        return first_dense / tp, zeros, last_dense / tp, zeros
+        last_dense = n_last * dense_layer + head + model.mtp_layers * model.mtp_module_params()
+        return ((n_first * dense_layer + emb) / tp, zeros, n_middle * dense_layer / tp, zeros, last_dense / tp,
+                zeros)
     mo = model.moe
     moe_dense, moe_expert = moe_layer_params(model)
     n_dense_first = np.minimum(n_first, mo.first_dense_layers)
     n_moe_first = n_first - n_dense_first
     first_dense = n_dense_first * dense_layer + n_moe_first * moe_dense + emb
-    first_expert = n_moe_first * moe_expert
     mtp_dense = model.mtp_layers * (moe_dense + 2 * model.hidden_size ** 2 + 2 * model.hidden_size)
     last_dense = n_last * moe_dense + head + mtp_dense
-    last_expert = (n_last + model.mtp_layers) * moe_expert
     ee = (S.ep * S.etp).astype(float)
-    return first_dense / tp, first_expert / ee, last_dense / tp, last_expert / ee
-
-
-def middle_stage_params(model: ModelSpec, S: StrategyBatch):
-    """(dense params, expert params) per device on a middle stage: ``layers_per_stage`` layers of the kind
-    that fills the model's middle (MoE layers for an MoE model), no embedding, head or MTP."""
-    tp = S.tp.astype(float)
-    _, lps, _ = stage_layers(model, S)
-    if model.moe is None:
-        return lps * model.dense_layer_params() / tp, np.zeros_like(lps)
-    moe_dense, moe_expert = moe_layer_params(model)
-    return lps * moe_dense / tp, lps * moe_expert / (S.ep * S.etp).astype(float)
+    return (first_dense / tp, n_moe_first * moe_expert / ee, n_middle * moe_dense / tp, n_middle * moe_expert / ee,
+            last_dense / tp, (n_last + model.mtp_layers) * moe_expert / ee)
 
 
 def moe_layer_params(model: ModelSpec) -> tuple[float, float]:
@@ -213,7 +201,8 @@ def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
 
 
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch) -> MemoryBreakdown:
-    first_dense, first_expert, last_dense, last_expert = stage_params(model, S)
+    first_dense, first_expert, middle_dense, middle_expert, last_dense, last_expert = by_unique(
+        S, STAGE_KEYS, lambda s: stage_params(model, s))
     dense_shard = S.dp * S.cp
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
     wd, gd, od = state_bytes_per_param(train.precision, S.zero, dense_shard)
@@ -226,7 +215,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     w2, g2, o2 = states(last_dense, last_expert)
     # the second stage: no embedding and no leading dense layers, one micro-batch fewer in flight than the
     # first; with MoE models whose first layers are dense it is the fullest device (DeepSeek-V3, pp = 8)
-    w3, g3, o3 = states(*middle_stage_params(model, S))
+    w3, g3, o3 = states(middle_dense, middle_expert)
 
     # ZeRO-3 gathers a layer's full weights for compute (and prefetches the next): two layers in flight
     n_first, n_middle, n_last = stage_layers(model, S)

@@ -71,19 +71,23 @@ def _simulated_excess_units(num_layers: int, pp: int, vpp: int, m: int) -> float
     return step - closed
 
 
+def by_rounds(run, m: int, pp: int) -> float:
+    """``run(m)`` for a pipeline schedule, simulated directly up to m = 3 pp and extrapolated linearly beyond from
+    m = 2 pp and 3 pp: once the pipeline is full the schedule repeats every pp micro-batches, so step times (and
+    their excess over the closed form) grow linearly in m (checked against direct simulation of unequal
+    interleaved chunks for 61-126 layers, pp 2-16, v 2-8, m up to 16 pp: identical once clamped at zero)."""
+    if m <= 3 * pp:
+        return run(m)
+    a, b = run(2 * pp), run(3 * pp)
+    return b + (m - 3 * pp) * (b - a) / pp
+
+
 def uneven_chunk_excess_units(num_layers: int, pp: int, vpp: int, m: int) -> float:
     """What interleaved 1F1B with unequal chunks adds to the closed form, in units of one layer's forward
-    (backward = 2 units, so a layer's forward + backward is 3), by event simulation (never negative).
-
-    The stall repeats every pp micro-batches once the pipeline is full, so the excess is linear in m beyond a
-    few rounds, so m beyond 3 pp is extrapolated from m = 2 pp and 3 pp (checked against direct simulation for
-    61-126 layers, pp 2-16, v 2-8, m up to 16 pp: identical once clamped at zero)."""
+    (backward = 2 units, so a layer's forward + backward is 3), by event simulation (never negative)."""
     if vpp <= 1 or num_layers % (pp * vpp) == 0:
         return 0.0
-    if m <= 3 * pp:
-        return max(0.0, _simulated_excess_units(num_layers, pp, vpp, m))
-    a, b = _simulated_excess_units(num_layers, pp, vpp, 2 * pp), _simulated_excess_units(num_layers, pp, vpp, 3 * pp)
-    return max(0.0, b + (m - 3 * pp) * (b - a) / pp)
+    return max(0.0, by_rounds(lambda mb: _simulated_excess_units(num_layers, pp, vpp, mb), m, pp))
 
 
 def uneven_chunk_excess_s(num_layers: int, pp, vpp, schedule, m, t_avg_s):
@@ -93,29 +97,20 @@ def uneven_chunk_excess_s(num_layers: int, pp, vpp, schedule, m, t_avg_s):
     excess = np.zeros(pp.shape)
     todo = (vpp > 1) & (schedule == SCHEDULE_CODE["interleaved"]) & (num_layers % np.maximum(pp * vpp, 1) != 0)
     if todo.any():
-        key = (pp[todo].astype(np.int64) * 64 + vpp[todo]) * (1 << 40) + m[todo]  # vpp <= 8, m < 2^40
-        keys, inverse = np.unique(key, return_inverse=True)
-        units = np.array([uneven_chunk_excess_units(num_layers, int(k >> 40) // 64, int(k >> 40) % 64,
-                                                    int(k & ((1 << 40) - 1))) for k in keys])
+        p, v, mb = (x[todo].astype(np.int64) for x in (pp, vpp, m))
+        code = (p * 64 + v) * (1 << 40) + mb  # one code per (pp, vpp <= 8, m < 2^40)
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        units = np.array([uneven_chunk_excess_units(num_layers, int(p[i]), int(v[i]), int(mb[i])) for i in first])
         excess[todo] = units[np.ravel(inverse)]
     return excess * np.asarray(t_avg_s) * pp / (3.0 * num_layers)
 
 
 def simulated_pipeline_time_s(pp: int, vpp: int, m: int, schedule: str, forward_s: list[float],
                               backward_s: list[float], max_operations: int = 200_000) -> float:
-    """One step of the pipeline by event simulation, for per-virtual-stage forward and backward times.
-
-    Beyond ``max_operations`` the step is extrapolated linearly in m from m = 2 pp and 4 pp (the schedule
-    repeats every pp micro-batches once it is full; see ``uneven_chunk_excess_units``)."""
-    ops = 3 * m * pp * vpp
-    step = pp if vpp > 1 else 1  # interleaving needs m divisible by pp
+    """One step of the pipeline by event simulation, for per-virtual-stage forward and backward times; beyond
+    ``max_operations`` extrapolated ``by_rounds``."""
 
     def run(mb: int) -> float:
         return simulated_step_s(pp, vpp, mb, schedule, forward_s, backward_s)
 
-    if ops <= max_operations or m <= 4 * max(pp, 2):
-        return run(m)
-    a_m, b_m = 2 * max(pp, 2) // step * step, 4 * max(pp, 2) // step * step
-    a, b = run(a_m), run(b_m)
-    return b + (m - b_m) * (b - a) / (b_m - a_m)
-
+    return run(m) if 3 * m * pp * vpp <= max_operations else by_rounds(run, m, pp)

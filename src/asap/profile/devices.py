@@ -9,6 +9,7 @@ a large array copy for bytes/s, cached per host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -155,21 +156,17 @@ def measured_cpu_roofline(use_cache: bool = True) -> Roofline:
     path = _cache_file()
     key = _host_key()
     if use_cache:
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):  # no cache, or a bad one: measure
             cached = json.loads(path.read_text())
             if cached.get("host") == key:
                 return Roofline("local-cpu", {"fp32": cached["flops"], "bf16": cached["flops"], "fp16": cached["flops"]},
                                 cached["bytes_per_s"], f"measured on this host ({cached['when']}), cached")
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
     flops = _measure_matmul_flops()
     bw = _measure_copy_bytes_per_s()
     when = time.strftime("%Y-%m-%d %H:%M")
     if use_cache:
-        try:
+        with contextlib.suppress(OSError):  # a read-only home only costs the next run a measurement
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"host": key, "flops": flops, "bytes_per_s": bw, "when": when}))
-        except OSError:
-            pass
     return Roofline("local-cpu", {"fp32": flops, "bf16": flops, "fp16": flops}, bw,
                     f"measured on this host ({when}): numpy float32 matmul and array copy")

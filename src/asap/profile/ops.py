@@ -9,6 +9,7 @@ intensity here is an upper bound, as on any roofline.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -163,10 +164,8 @@ def _is_causal(args: dict) -> bool:
         if not isinstance(c, str):
             continue
         if not seen_float:
-            try:
+            with contextlib.suppress(ValueError):  # not a number: keep looking
                 seen_float = "." in c and float(c) >= 0
-            except ValueError:
-                pass
         elif c in ("True", "False"):
             return c == "True"
     return False

@@ -20,7 +20,7 @@ from asap.cost.memory import MemoryBreakdown, memory
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import enumerate_space
-from asap.search.stages import build_problem, simulate_split, solve_split, uniform_split
+from asap.search.stages import build_problem, simulate_split, solve_split, uniform_split_or_none
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import check_strategy, complete_strategy
@@ -138,10 +138,7 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
 def stage_split(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy, time_limit_s: float) -> dict[str, Any]:
     """The ILP's layer placement for one strategy, with the uniform split it is measured against."""
     prob = build_problem(model, cluster, train, strategy)
-    try:
-        uniform = uniform_split(prob)
-    except AsapError:
-        uniform = None
+    uniform = uniform_split_or_none(prob)
     try:
         best = solve_split(prob, time_limit_s=time_limit_s)
     except AsapError as e:

@@ -240,6 +240,14 @@ def simulate_split(prob: StageProblem, split: StageSplit, schedule: str) -> floa
     return simulated_pipeline_time_s(prob.pp, prob.vpp, prob.micro_batches, schedule, fwd, bwd)
 
 
+def uniform_split_or_none(prob: StageProblem) -> StageSplit | None:
+    """``uniform_split``, or None where it would leave a stage empty."""
+    try:
+        return uniform_split(prob)
+    except AsapError:
+        return None
+
+
 def uniform_split(prob: StageProblem) -> StageSplit:
     """Megatron's default: transformer layers divided evenly (remainder to the middle stages), the embedding
     with the first stage, MTP and the head with the last; the strategy's recompute everywhere."""
@@ -406,12 +414,10 @@ def _stdout_to_stderr():
         yield
     finally:
         sys.stdout.flush()
-        try:  # flush C stdio buffers while they still point at stderr
+        with contextlib.suppress(OSError, AttributeError):  # flush C stdio while it still points at stderr
             import ctypes
 
             ctypes.CDLL(None).fflush(None)
-        except (OSError, AttributeError):
-            pass
         os.dup2(saved, 1)
         os.close(saved)
 
@@ -450,11 +456,8 @@ def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> 
     """A good feasible split to start the ILP from: the uniform split and balanced splits (stage time capped
     by bisection, greedy contiguous fill), with and without full recompute; the fastest that fits."""
     S = prob.stages
-    options = []
-    try:
-        options.append(uniform_split(prob))
-    except AsapError:
-        pass
+    uniform = uniform_split_or_none(prob)
+    options = [uniform] if uniform is not None else []
     modes = [prob.base_recompute == "full"]
     if allow_recompute_choice and prob.base_recompute != "full":
         modes.append(True)
