@@ -16,8 +16,12 @@ from asap.errors import AsapError
 def run_command(
     model: str = typer.Option(..., "--model", help="A preset name, a native model file or a Hugging Face config.json."),
     strategy: str = typer.Option("", "--strategy", help="key=value pairs: dp, tp, pp, vpp, cp, ep, etp, mbs, recompute, "
-                                                       "zero, sp, schedule. dp left out: 1 (dense) or the least "
-                                                       "that expert folding allows; nproc = dp*tp*pp*cp."),
+                                                       "zero, sp, schedule, layer_split. dp left out: 1 (dense) or the "
+                                                       "least that expert folding allows; nproc = dp*tp*pp*cp."),
+    layer_split: Optional[str] = typer.Option(None, "--layer-split", help="Transformer layers per pipeline chunk in chunk "
+                                                                        "order, e.g. 5,4,4,3 or 5/4/4/3 (the strategy "
+                                                                        "key layer_split; default: the split estimate "
+                                                                        "prices)."),
     global_batch: int = typer.Option(..., "--global-batch", help="Sequences per step."),
     seq_len: int = typer.Option(..., "--seq-len", help="Tokens per sequence."),
     steps: int = typer.Option(5, "--steps", help="Training steps (the first is warm-up when there are several)."),
@@ -45,7 +49,7 @@ def run_command(
         raise AsapError("timeout", f"must be positive, got {timeout}")
     spec = load_model(model)
     train = TrainSpec(global_batch, seq_len, precision or "fp32")
-    s = resolve_run_strategy(strategy, spec, train)
+    s = resolve_run_strategy(strategy, spec, train, layer_split=layer_split)
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -4,7 +4,9 @@
 --standalone --nproc-per-node N -m asap.train.worker --config FILE`` (N = the product of the degrees), and
 turns the per-rank files into one ``RunResult`` per config: the global loss of every step, the median step
 time after warm-up (each step's time is its slowest rank's), tokens/s, the peak memory of the busiest rank
-(peak RSS on CPU, ``max_memory_allocated`` on CUDA) and, with a profile directory, one trace per rank.
+(peak RSS on CPU, ``max_memory_allocated`` on CUDA), the transformer layers each pipeline chunk was built with
+(``layers_per_chunk``, in chunk order: the split of ``asap.spec.layout`` the cost model prices) and, with a
+profile directory, one trace per rank.
 
 A run that crashes, runs out of memory or hangs raises ``RunFailed`` with a one-line reason; a strategy
 the trainer cannot run raises ``AsapError`` before anything is launched (``check_supported``).
@@ -28,6 +30,7 @@ from typing import IO, Any
 from asap.errors import AsapError
 from asap.subprocs import wait_or_kill
 from asap.spec.model import ModelSpec
+from asap.spec.layout import layout, parse_layer_split
 from asap.spec.strategy import Strategy, parse_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
 
@@ -76,6 +79,7 @@ class RunResult:
     step_times_s: list[float] = field(default_factory=list)
     peak_memory_gb_per_rank: list[float] = field(default_factory=list)
     aux_losses: list[float | None] = field(default_factory=list)
+    layers_per_chunk: list[int] = field(default_factory=list)  # as the workers built them, in chunk order
     model: str = ""
     global_batch: int = 0
     seq_len: int = 0
@@ -95,11 +99,18 @@ class RunResult:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def resolve_run_strategy(text: str | dict | None, model: ModelSpec, train: TrainSpec, field_name: str = "strategy") -> Strategy:
+def resolve_run_strategy(text: str | dict | None, model: ModelSpec, train: TrainSpec, field_name: str = "strategy",
+                         layer_split: str | tuple[int, ...] | None = None) -> Strategy:
     """Like ``resolve_strategy``, with the device count taken from the strategy itself: omitted dp is the
     smallest that the expert folding allows -- 1 for dense models, ep*etp / gcd(ep*etp, tp*cp) for MoE
-    (etp defaulting to tp, Megatron-Core's default)."""
+    (etp defaulting to tp, Megatron-Core's default). ``layer_split`` (``asap run --layer-split``) is the
+    strategy's ``layer_split`` key given on its own; giving both is an error."""
     partial = parse_strategy(text, field_name)
+    if layer_split not in (None, "", ()):
+        if "layer_split" in partial:
+            raise AsapError(f"{field_name}.layer_split",
+                            "given both as --layer-split and inside --strategy; give it once")
+        partial["layer_split"] = parse_layer_split(layer_split, f"{field_name}.layer_split")
     tp, pp, cp = partial.get("tp", 1), partial.get("pp", 1), partial.get("cp", 1)
     if "dp" not in partial:
         folded = partial.get("ep", 1) * partial.get("etp", tp) if model.moe is not None else 1
@@ -132,10 +143,9 @@ def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type
                                    "(sequence parallelism and the MoE token split shard the sequence)")
     if s.cp > 1 and s.tp > 1 and train.seq_len % (2 * s.cp * s.tp):
         raise AsapError(f"{f}.cp", f"seq_len={train.seq_len} is not divisible by 2*cp*tp={2 * s.cp * s.tp}")
+    layout(model, s.pp, s.vpp, s.layer_split)  # the chunks the trainer will cut: AsapError if there are none
     m = s.micro_batches(train.global_batch)
     if s.pp > 1:
-        if s.pp * s.vpp > model.num_layers:
-            raise AsapError(f"{f}.pp", f"pp*vpp={s.pp * s.vpp} stages exceed num_layers={model.num_layers}")
         if s.schedule == "1f1b" and m < s.pp:
             raise AsapError(f"{f}.schedule", f"1f1b needs at least pp={s.pp} micro-batches per step, got "
                                              f"{m} (global batch {train.global_batch} / (dp*mbs))")
@@ -286,10 +296,15 @@ def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: flo
     step_time = statistics.median(per_step[warm:])
     mem = [rk["peak_memory_gb"] for rk in ranks]
     traces = [rk["trace"] for rk in ranks if rk.get("trace")]
+    built: dict[int, list[int]] = {}
+    for rk in ranks:  # the tp/dp/cp replicas of a chunk build the same layers
+        for sid, ids in rk.get("chunk_layers", {}).items():
+            built.setdefault(int(sid), ids)
     return RunResult(strategy=c.strategy.to_dict(), step_time_s=step_time,
                      tokens_per_s=c.global_batch * c.seq_len / step_time if step_time > 0 else 0.0,
                      losses=ranks[0]["losses"], peak_memory_gb=max(mem), traces=traces, step_times_s=per_step,
-                     peak_memory_gb_per_rank=mem, aux_losses=ranks[0].get("aux_losses", []), model=c.model.name,
+                     peak_memory_gb_per_rank=mem, aux_losses=ranks[0].get("aux_losses", []),
+                     layers_per_chunk=[len(built[sid]) for sid in sorted(built)], model=c.model.name,
                      global_batch=c.global_batch, seq_len=c.seq_len, steps=c.steps, precision=c.precision,
                      nproc=nproc, device=device, backend=ranks[0].get("backend", ""), wall_time_s=wall)
 

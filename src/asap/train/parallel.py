@@ -14,8 +14,9 @@
   DTensor parameters nor several forwards before one backward (pipeline schedules), so with tp > 1 or
   pp > 1 and zero <= 1 the gradients are all-reduced over the data-parallel group after the backward
   instead (flattened per dtype, as Megatron-Core's own DDP does with its buffers).
-* ``pipeline_split`` / ``build_schedule``: ``torch.distributed.pipelining`` stages and schedules (GPipe,
-  1F1B, interleaved 1F1B with vpp stages per rank, interleaved zero-bubble).
+* ``pipeline_split`` / ``build_schedule``: ``torch.distributed.pipelining`` stages cut by the one layer layout
+  (``asap.spec.layout``, the split the cost model prices) and their schedules (GPipe, 1F1B, interleaved 1F1B
+  with vpp stages per rank, interleaved zero-bubble).
 * ``finalize_grads``: what the wrappers above leave to do after a backward: reduce tensor-parallel partial
   gradients, the manual data-parallel all-reduce, and the expert gradients over the expert-data-parallel
   group (experts are never wrapped by DDP/FSDP: their replicas live on the edp group, not on dp).
@@ -32,6 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from asap.errors import AsapError
+from asap.spec.layout import layout
 from asap.train.model import MoE, Transformer, cross_entropy
 
 
@@ -399,39 +402,37 @@ def finalize_grads(parts: list[nn.Module], dims: ParallelDims, manual_dp: bool) 
 # ------------------------------------------------------------------------------------------------------------
 
 
-def stage_layer_ranges(n_layers: int, n_stages: int) -> list[range]:
-    """Layers per stage as even as possible, earlier stages taking the remainder."""
-    base, extra = divmod(n_layers, n_stages)
-    out, start = [], 0
-    for s in range(n_stages):
-        n = base + (1 if s < extra else 0)
-        out.append(range(start, start + n))
-        start += n
-    return out
-
-
 def stage_ids(pp_rank: int, pp: int, vpp: int) -> list[int]:
     """Loop-style placement: rank r holds stages r, r+pp, r+2pp, ... (what the interleaved schedules expect)."""
     return [pp_rank + v * pp for v in range(vpp)]
 
 
-def pipeline_split(model: Transformer, pp_rank: int, pp: int, vpp: int) -> list[tuple[int, Transformer]]:
-    n_stages = pp * vpp
-    ranges = stage_layer_ranges(model.args.n_layers, n_stages)
+def pipeline_split(model: Transformer, spec, pp_rank: int, pp: int, vpp: int,
+                   layer_split: tuple[int, ...] = ()) -> list[tuple[int, Transformer]]:
+    """This pp rank's chunks (chunk id, model part), cut by ``asap.spec.layout`` -- the layout the cost model
+    prices: chunk j runs on rank j % pp, holds the transformer layers ``chunk_ranges()[j]``, chunk 0 the
+    embedding and the last chunk the final norm and the head. An end chunk may hold no layer."""
+    lay = layout(spec, pp, vpp, layer_split)
+    if sum(lay.chunk_layers) != model.args.n_layers:
+        raise AsapError("model.num_layers", f"the layout places {sum(lay.chunk_layers)} layers but the model "
+                                            f"has {model.args.n_layers}")
+    ranges = lay.chunk_ranges()
     parts = []
     for sid in stage_ids(pp_rank, pp, vpp):
-        part = copy.deepcopy(model)
         keep = {str(i) for i in ranges[sid]}
-        for name in list(part.layers.keys()):
-            if name not in keep:
-                del part.layers[name]
-        if sid != 0:
-            part.tok_embeddings = None
-        if sid != n_stages - 1:
-            part.norm = None
-            part.output = None
+        drop = [m for name, m in model.layers.items() if name not in keep]
+        drop += [model.tok_embeddings] if sid != 0 else []
+        drop += [model.norm, model.output] if sid != lay.chunks - 1 else []
+        part = copy.deepcopy(model, {id(m): None for m in drop})  # copy only what the chunk keeps
+        for name in [n for n, m in part.layers.items() if m is None]:
+            del part.layers[name]
         parts.append((sid, part))
     return parts
+
+
+def chunk_layer_ids(parts: list[tuple[int, Transformer]]) -> dict[int, list[int]]:
+    """The transformer-layer indices each chunk was built with (what a worker reports back)."""
+    return {sid: [int(k) for k in part.layers.keys()] for sid, part in parts}
 
 
 def build_schedule(stages: list, schedule: str, n_microbatches: int):

@@ -1,11 +1,13 @@
 """The torchrun entry point: ``python -m torch.distributed.run ... -m asap.train.worker --config FILE``.
 
 FILE is JSON: ``{"device": "cpu"|"cuda", "out_dir": DIR, "pg_timeout_s": S, "jobs": [job, ...]}`` where a job
-is ``{model (native mapping), strategy (every key), global_batch, seq_len, steps, precision, seed, data, lr,
-profile_dir}``. Every job needs the same world size; they run one after the other in the same processes
-(tests share one launch between several strategies). Each rank writes ``job{j}_rank{r}.json`` into DIR:
-``{rank, losses, step_times_s, peak_memory_gb, trace, aux_losses}``; on an exception it writes
-``error_job{j}_rank{r}.txt`` (``kind<TAB>one-line reason``) and exits non-zero.
+is ``{model (native mapping), strategy (every key, as ``Strategy.to_dict`` writes it), global_batch, seq_len,
+steps, precision, seed, data, lr, profile_dir}``. Every job needs the same world size; they run one after the
+other in the same processes (tests share one launch between several strategies). Each rank writes
+``job{j}_rank{r}.json`` into DIR: ``{rank, losses, step_times_s, peak_memory_gb, trace, aux_losses,
+chunk_layers}`` (chunk_layers: chunk id -> the transformer-layer indices this rank built it with, as
+``asap.spec.layout`` places them); on an exception it writes ``error_job{j}_rank{r}.txt`` (``kind<TAB>one-line
+reason``) and exits non-zero.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ import torch
 import torch.distributed as dist
 
 from asap.spec.loader import load_model
-from asap.spec.strategy import Strategy
+from asap.spec.strategy import Strategy, parse_strategy
 from asap.train.data import local_rows, make_source
 from asap.train.model import AUX_LOSS_COEFF, build_model, cross_entropy
 from asap.train.parallel import (ParallelDims, apply_ac, apply_dp, apply_ep, apply_tp, build_optimizer,
-                                 build_schedule, finalize_grads, pipeline_split)
+                                 build_schedule, chunk_layer_ids, finalize_grads, pipeline_split)
 
 
 def log(msg: str) -> None:
@@ -62,24 +64,14 @@ def _profiler(profile_dir: str | None, steps: int, device: torch.device, rank: i
     return prof, path
 
 
-def run_job(job: dict, device: torch.device) -> dict:
-    spec = load_model(job["model"])
-    s = Strategy(**job["strategy"])
-    gb, seq, steps = int(job["global_batch"]), int(job["seq_len"]), int(job["steps"])
-    precision, seed, lr = job.get("precision", "fp32"), int(job.get("seed", 0)), float(job.get("lr", 1e-3))
-    bf16 = precision == "bf16"
-    rank = dist.get_rank()
-
-    dims = ParallelDims.from_strategy(s)
-    dims.build_meshes(device.type)
-    pp_rank, dp_rank = dims.rank_in("pp"), dims.rank_in("dp")
-    tp_rank = dims.rank_in("tp")
-    local_batch = gb // s.dp
-    n_micro = local_batch // s.mbs
-
+def _build_parts(spec, s: Strategy, dims: ParallelDims, device: torch.device, seq: int, seed: int, n_micro: int,
+                 bf16: bool):
+    """The full model, cut into this rank's pipeline chunks (``asap.spec.layout``) and parallelized:
+    (chunks as (chunk id, part), parts, their wrapped modules, whether grads need a manual dp all-reduce)."""
     torch.manual_seed(seed)
     model = build_model(spec, seq, seed)
-    stage_parts = pipeline_split(model, pp_rank, s.pp, s.vpp) if s.pp > 1 else [(0, model)]
+    stage_parts = (pipeline_split(model, spec, dims.rank_in("pp"), s.pp, s.vpp, s.layer_split) if s.pp > 1
+                   else [(0, model)])
     parts, wrapped, manual_dp = [], [], False
     for _, part in stage_parts:
         part.to(device)
@@ -93,6 +85,25 @@ def run_job(job: dict, device: torch.device) -> dict:
         parts.append(part)
         wrapped.append(w)
         manual_dp = manual_dp or manual
+    return stage_parts, parts, wrapped, manual_dp
+
+
+def run_job(job: dict, device: torch.device) -> dict:
+    spec = load_model(job["model"])
+    s = Strategy(**parse_strategy(job["strategy"], "job.strategy"))
+    gb, seq, steps = int(job["global_batch"]), int(job["seq_len"]), int(job["steps"])
+    precision, seed, lr = job.get("precision", "fp32"), int(job.get("seed", 0)), float(job.get("lr", 1e-3))
+    bf16 = precision == "bf16"
+    rank = dist.get_rank()
+
+    dims = ParallelDims.from_strategy(s)
+    dims.build_meshes(device.type)
+    dp_rank, tp_rank = dims.rank_in("dp"), dims.rank_in("tp")
+    local_batch = gb // s.dp
+    n_micro = local_batch // s.mbs
+
+    stage_parts, parts, wrapped, manual_dp = _build_parts(spec, s, dims, device, seq, seed, n_micro, bf16)
+    chunk_layers = chunk_layer_ids(stage_parts)
     optimizer = build_optimizer(parts, dims, lr)
 
     n_stages = s.pp * s.vpp
@@ -171,7 +182,7 @@ def run_job(job: dict, device: torch.device) -> dict:
         prof.stop()
     result = {"rank": rank, "losses": losses, "step_times_s": step_times, "peak_memory_gb": peak_memory_gb(device),
               "trace": trace if trace and Path(trace).exists() else None, "aux_losses": aux,
-              "device": str(device), "backend": dist.get_backend()}
+              "device": str(device), "backend": dist.get_backend(), "chunk_layers": chunk_layers}
     dist.barrier()
     return result
 
