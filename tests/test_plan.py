@@ -81,7 +81,8 @@ def test_tpu_plan_shows_maxtext_mesh(cli):
 def test_plan_bad_inputs(cli):
     job = ["--model", "llama3-70b", "--cluster", "dgx-h100-8", "--global-batch", "256", "--seq-len", "8192"]
     assert_one_line_error(cli("plan", *job, "--fix", "tp=3"), "fix.dp", "not divisible")
-    assert_one_line_error(cli("plan", *job, "--fix", "tp=16"), "fix.tp", "num_kv_heads")
+    mixtral = ["--model", "mixtral-8x22b", "--cluster", "dgx-h100-8", "--global-batch", "256", "--seq-len", "4096"]
+    assert_one_line_error(cli("plan", *mixtral, "--fix", "tp=6"), "fix.tp", "num_kv_heads")
     small = ["--model", "llama3-70b", "--cluster", "dgx-h100-1", "--global-batch", "256", "--seq-len", "8192"]
     assert_one_line_error(cli("plan", *small), "no strategy fits in 80 GiB", "smallest needs")
     assert_one_line_error(cli("plan", *job, "--fix", "recompute=none,tp=1,pp=1,cp=1,zero=0"),

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from asap.cost.batch import SCHEDULE_CODE
+from asap.spec.strategy import SCHEDULES, Schedule
 from asap.cost.pipeline import pipeline_time_s
 from asap.cost.schedule_sim import (SCHEDULES, closed_form_step_time_s, interleaved_chunk_and_micro_batch,
                                     schedule_order, simulate_schedule)
@@ -65,7 +65,7 @@ def test_agrees_with_the_cost_model_closed_form(schedule, pp, vpp, m):
     """asap.cost.pipeline (what the cost model prices) and the simulator agree on even stages."""
     stage_s = TF + TB  # one micro-batch through one device's whole share
     sim = simulate_schedule(pp, vpp, m, schedule, forward_s=TF / vpp, backward_s=TB / vpp)
-    closed = float(pipeline_time_s(m, pp, vpp, SCHEDULE_CODE[schedule], stage_s, stage_s))
+    closed = float(pipeline_time_s(m, pp, vpp, Schedule(SCHEDULES.index(schedule)), stage_s, stage_s))
     assert sim.step_time_s == pytest.approx(closed)
 
 

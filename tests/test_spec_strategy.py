@@ -23,7 +23,6 @@ def test_parse_and_fill_defaults():
 @pytest.mark.parametrize("text, devices, field, needle", [
     ("tp=8,pp=4,dp=4", 256, "strategy.dp", "256 devices"),
     ("tp=3", 24, "strategy.tp", "num_attention_heads"),
-    ("tp=16", 256, "strategy.tp", "num_kv_heads"),
     ("tp=1,sp=1", 8, "strategy.sp", "tp > 1"),
     ("pp=1,vpp=2", 8, "strategy.vpp", "pp > 1"),
     ("pp=2,schedule=interleaved", 8, "strategy.schedule", "vpp > 1"),
@@ -84,3 +83,13 @@ def test_cluster_overrides_and_errors(tmp_path):
 def test_parse_returns_only_given_keys():
     assert parse_strategy("tp=2, pp=4 ,recompute=selective") == {"tp": 2, "pp": 4, "recompute": "selective"}
     assert parse_strategy("") == {}
+
+
+def test_tp_beyond_the_kv_heads_replicates_them():
+    """tp may exceed the KV heads when it is a multiple of them (each KV head replicated over tp / kv ranks);
+    a tp that neither divides nor is a multiple of them is refused."""
+    s = resolve_strategy("tp=16", LLAMA, TRAIN, 256)  # 8 KV heads, tp = 16: each head on two ranks
+    assert s.tp == 16
+    mixtral = load_model("mixtral-8x22b")  # 48 heads, 8 KV heads: tp = 6 divides the heads only
+    with pytest.raises(AsapError, match="strategy.tp: tp=6 neither divides nor is a multiple of num_kv_heads=8"):
+        resolve_strategy("tp=6", mixtral, TRAIN, 48)

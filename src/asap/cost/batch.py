@@ -1,20 +1,21 @@
 """Strategies as numpy arrays, so that one call of the cost model prices a whole search space.
 
 Every cost function takes a ``StrategyBatch`` whose fields are equal-length integer arrays (a single strategy
-is a batch of one). Strings are coded: recompute none/selective/full = 0/1/2; schedule as ``SCHEDULE_CODE``.
+is a batch of one). ``recompute`` and ``schedule`` hold ``Recompute`` / ``Schedule`` codes (IntEnums, so
+``S.recompute == Recompute.FULL`` works inside numpy); ``split`` indexes ``layer_splits``, the explicit layer
+splits of the batch (index 0 is the default split).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
 
 from asap.spec.strategy import RECOMPUTE, SCHEDULES, Strategy
 
-RECOMPUTE_CODE = {name: i for i, name in enumerate(RECOMPUTE)}  # none 0, selective 1, full 2
-SCHEDULE_CODE = {name: i for i, name in enumerate(SCHEDULES)}  # 1f1b 0, interleaved 1, zb 2, gpipe 3
+COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "split")
 
 
 @dataclass
@@ -31,31 +32,54 @@ class StrategyBatch:
     zero: np.ndarray
     sp: np.ndarray
     schedule: np.ndarray
+    split: np.ndarray | None = None
+    layer_splits: tuple[tuple[int, ...], ...] = field(default=((),))
+
+    def __post_init__(self):
+        if self.split is None:
+            self.split = np.zeros(len(self.dp), dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])
 
+    def __getitem__(self, key: str) -> np.ndarray:
+        return getattr(self, key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in COLUMNS
+
+    def __iter__(self):
+        return iter(COLUMNS)
+
+    def keys(self):
+        return COLUMNS
+
     @classmethod
     def from_strategies(cls, strategies: Iterable[Strategy]) -> "StrategyBatch":
         rows = list(strategies)
-        cols = {}
-        for f in fields(cls):
-            if f.name == "recompute":
-                cols[f.name] = np.array([RECOMPUTE_CODE[s.recompute] for s in rows], dtype=np.int64)
-            elif f.name == "schedule":
-                cols[f.name] = np.array([SCHEDULE_CODE[s.schedule] for s in rows], dtype=np.int64)
-            else:
-                cols[f.name] = np.array([getattr(s, f.name) for s in rows], dtype=np.int64)
-        return cls(**cols)
+        splits: list[tuple[int, ...]] = [()]
+        for s in rows:
+            if s.layer_split and s.layer_split not in splits:
+                splits.append(s.layer_split)
+        cols = {"recompute": [RECOMPUTE.index(s.recompute) for s in rows],
+                "schedule": [SCHEDULES.index(s.schedule) for s in rows],
+                "split": [splits.index(s.layer_split) for s in rows]}
+        for name in COLUMNS:
+            if name not in cols:
+                cols[name] = [getattr(s, name) for s in rows]
+        return cls(**{k: np.array(v, dtype=np.int64) for k, v in cols.items()}, layer_splits=tuple(splits))
 
     def take(self, index) -> "StrategyBatch":
-        return StrategyBatch(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return StrategyBatch(**{k: getattr(self, k)[index] for k in COLUMNS}, layer_splits=self.layer_splits)
+
+    def layer_split(self, i: int) -> tuple[int, ...]:
+        return self.layer_splits[int(self.split[i])]
 
     def strategy(self, i: int) -> Strategy:
-        d = {f.name: int(getattr(self, f.name)[i]) for f in fields(self)}
+        d = {k: int(getattr(self, k)[i]) for k in COLUMNS if k != "split"}
         d["recompute"] = RECOMPUTE[d["recompute"]]
         d["schedule"] = SCHEDULES[d["schedule"]]
-        return Strategy(**d)
+        return Strategy(**d, layer_split=self.layer_split(i))
 
     @property
     def devices(self) -> np.ndarray:

@@ -48,6 +48,18 @@ class LayerCompute:
         return (self.attn_fwd_s - core) * BWD_GEMM + core * BWD_ATTENTION
 
 
+def kv_heads_per_device(model: ModelSpec, tp):
+    """KV heads each tensor-parallel rank holds: kv / tp, or one replicated head when tp exceeds the KV heads
+    (Megatron-Core and vLLM replicate each KV head over tp / kv ranks; PaLM's multi-query attention at tp=12)."""
+    return np.maximum(model.num_kv_heads / np.asarray(tp, dtype=float), 1.0)
+
+
+def qkv_width_per_device(model: ModelSpec, tp):
+    """Output width of the fused QKV projection on one tensor-parallel rank (GQA/MQA, KV heads replicated)."""
+    tp = np.asarray(tp, dtype=float)
+    return (model.num_attention_heads / tp + 2 * kv_heads_per_device(model, tp)) * model.head_dim
+
+
 def _attention_dims(model: ModelSpec) -> tuple[float, float, float, float]:
     """(qkv projection width, attention-output width, d_qk, d_v) for full heads."""
     nh = model.num_attention_heads
@@ -65,93 +77,114 @@ def attention_flops_fwd(model: ModelSpec, b, s, cp, tp):
     return 2.0 * b * (s / cp) * s * (model.num_attention_heads / tp) * (d_qk + d_v) / 2.0
 
 
-def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch) -> LayerCompute:
-    p = train.precision
-    ab = act_bytes(p)
-    h = float(model.hidden_size)
-    b = S.mbs.astype(float)
-    s = float(train.seq_len)
-    tp = S.tp.astype(float)
-    cp = S.cp.astype(float)
-    T = b * s / cp  # tokens per device in GEMMs
-    T_sp = T / np.where(S.sp > 0, tp, 1.0)  # tokens per device in norms/residuals
-    qkv_width, out_width, _, _ = _attention_dims(model)
+@dataclass
+class _Shapes:
+    """Per-device shapes of one micro-batch: T tokens in GEMMs, T_sp in norms and residuals (SP splits them)."""
 
-    # ---- attention block -------------------------------------------------------------------------------
-    norm_bytes = 2 * ab * T_sp * h  # read x, write y
-    resid_bytes = 3 * ab * T_sp * h  # read x, read f(x), write sum (dropout fused)
-    if model.mla is not None:
-        m = model.mla
-        nh = model.num_attention_heads
-        d_qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        proj = 0.0
-        if m.q_lora_rank:
-            proj = proj + gemm_time_s(acc, p, T, m.q_lora_rank, h)  # q down (replicated over tp)
-            proj = proj + gemm_time_s(acc, p, T, nh * d_qk / tp, m.q_lora_rank)  # q up
-        else:
-            proj = proj + gemm_time_s(acc, p, T, nh * d_qk / tp, h)
-        proj = proj + gemm_time_s(acc, p, T, m.kv_lora_rank + m.qk_rope_head_dim, h)  # kv down
-        proj = proj + gemm_time_s(acc, p, T, nh * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank)  # kv up
-        lora_norm_bytes = 2 * ab * T * ((m.q_lora_rank or 0) + m.kv_lora_rank)
-        rope_bytes = 2 * ab * T * (nh / tp + 1) * m.qk_rope_head_dim
-        attn_elem_bytes = lora_norm_bytes + rope_bytes
+    p: str
+    ab: int
+    h: float
+    b: np.ndarray
+    s: float
+    tp: np.ndarray
+    cp: np.ndarray
+    T: np.ndarray
+    T_sp: np.ndarray
+
+    @classmethod
+    def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> "_Shapes":
+        b, tp, cp = S.mbs.astype(float), S.tp.astype(float), S.cp.astype(float)
+        T = b * train.seq_len / cp
+        return cls(train.precision, act_bytes(train.precision), float(model.hidden_size), b, float(train.seq_len),
+                   tp, cp, T, T / np.where(S.sp > 0, tp, 1.0))
+
+    @property
+    def norm_bytes(self):
+        return 2 * self.ab * self.T_sp * self.h  # read x, write y
+
+    @property
+    def resid_bytes(self):
+        return 3 * self.ab * self.T_sp * self.h  # read x, read f(x), write sum (dropout fused)
+
+
+def _projections(model: ModelSpec, acc: Accelerator, x: _Shapes):
+    """(QKV / MLA projection GEMMs, their elementwise bytes: lora norms and RoPE)."""
+    p, T, tp, h, ab = x.p, x.T, x.tp, x.h, x.ab
+    if model.mla is None:
+        proj = gemm_time_s(acc, p, T, qkv_width_per_device(model, tp), h)
+        rope = 2 * ab * T * (model.num_attention_heads / tp + kv_heads_per_device(model, tp)) * model.head_dim
+        return proj, rope
+    m, nh = model.mla, model.num_attention_heads
+    d_qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+    if m.q_lora_rank:
+        proj = gemm_time_s(acc, p, T, m.q_lora_rank, h) + gemm_time_s(acc, p, T, nh * d_qk / tp, m.q_lora_rank)
     else:
-        proj = gemm_time_s(acc, p, T, qkv_width / tp, h)
-        rope_bytes = 2 * ab * T * (model.num_attention_heads + model.num_kv_heads) * model.head_dim / tp
-        attn_elem_bytes = rope_bytes
-    out_proj = gemm_time_s(acc, p, T, h, out_width / tp)
-    core = attention_time_s(acc, p, attention_flops_fwd(model, b, s, cp, tp))
-    attn_elem = elementwise_time_s(acc, norm_bytes + resid_bytes + attn_elem_bytes, kernels=4)
-    attn_fwd = proj + out_proj + core + attn_elem
+        proj = gemm_time_s(acc, p, T, nh * d_qk / tp, h)
+    proj = proj + gemm_time_s(acc, p, T, m.kv_lora_rank + m.qk_rope_head_dim, h)  # kv down (replicated over tp)
+    proj = proj + gemm_time_s(acc, p, T, nh * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank)  # kv up
+    lora_norm = 2 * ab * T * ((m.q_lora_rank or 0) + m.kv_lora_rank)
+    rope = 2 * ab * T * (nh / tp + 1) * m.qk_rope_head_dim
+    return proj, lora_norm + rope
 
-    # ---- dense MLP -------------------------------------------------------------------------------------
+
+def attention_block(model: ModelSpec, acc: Accelerator, x: _Shapes):
+    """(attention block forward, the flash kernel alone, its memory-bound part)."""
+    _, out_width, _, _ = _attention_dims(model)
+    proj, elem_bytes = _projections(model, acc, x)
+    out_proj = gemm_time_s(acc, x.p, x.T, x.h, out_width / x.tp)
+    core = attention_time_s(acc, x.p, attention_flops_fwd(model, x.b, x.s, x.cp, x.tp))
+    elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes + elem_bytes, kernels=4)
+    return proj + out_proj + core + elem, core, elem
+
+
+def mlp_time(model: ModelSpec, acc: Accelerator, x: _Shapes, tokens, ffn_per_device, count=1.0):
+    """(GEMMs, activation kernel) of ``count`` MLPs with ``tokens`` rows each and ``ffn_per_device`` columns."""
     up_mult = 2.0 if model.gated else 1.0
     act_elems_mult = 3.0 if model.gated else 2.0  # SwiGLU reads gate and up, writes the product
+    up = gemm_time_s(acc, x.p, tokens, up_mult * ffn_per_device, x.h, count=count)
+    down = gemm_time_s(acc, x.p, tokens, x.h, ffn_per_device, count=count)
+    act = elementwise_time_s(acc, act_elems_mult * x.ab * tokens * ffn_per_device * count, kernels=1)
+    return up + down, act
 
-    def mlp_time(tokens, ffn_per_device):
-        up = gemm_time_s(acc, p, tokens, up_mult * ffn_per_device, h)
-        down = gemm_time_s(acc, p, tokens, h, ffn_per_device)
-        act = elementwise_time_s(acc, act_elems_mult * ab * tokens * ffn_per_device, kernels=1)
-        return up + down, act
 
-    dense_gemm, dense_act = mlp_time(T, model.ffn_hidden_size / tp)
-    mlp_elem = elementwise_time_s(acc, norm_bytes + resid_bytes, kernels=2)
+def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch):
+    """(MoE MLP forward without norms/residual, the routed experts alone, the memory-bound part), under
+    Megatron-Core parallel folding: experts over etp x ep x edp of the stage's devices."""
+    mo = model.moe
+    etp, ep = S.etp.astype(float), S.ep.astype(float)
+    router = gemm_time_s(acc, "fp32" if x.p == "fp32" else "bf16", x.T_sp, mo.num_experts, x.h)
+    topk_bytes = 4 * x.T_sp * mo.num_experts * 3  # softmax/top-k over fp32 logits
+    permute_bytes = 2 * 2 * x.ab * x.T_sp * mo.top_k * x.h  # permute + unpermute, read and write
+    rows = x.T * mo.top_k * etp / x.tp  # routed token copies this device's etp group computes
+    local_experts = mo.num_experts / ep
+    gemms, act = mlp_time(model, acc, x, rows / local_experts, mo.expert_ffn_hidden_size / etp, count=local_experts)
+    expert = gemms + act
+    moe = router + expert + elementwise_time_s(acc, topk_bytes + permute_bytes, kernels=4)
+    if mo.shared_experts:
+        sg, sa = mlp_time(model, acc, x, x.T, mo.shared_experts * mo.expert_ffn_hidden_size / x.tp)
+        moe = moe + sg + sa
+    return moe, expert, act + elementwise_time_s(acc, topk_bytes + permute_bytes)
+
+
+def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch) -> LayerCompute:
+    x = _Shapes.of(model, train, S)
+    attn_fwd, core, attn_elem = attention_block(model, acc, x)
+    dense_gemm, dense_act = mlp_time(model, acc, x, x.T, model.ffn_hidden_size / x.tp)
+    mlp_elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes, kernels=2)
     dense_mlp_fwd = dense_gemm + dense_act + mlp_elem
-
-    # ---- MoE MLP (Megatron-Core parallel folding: experts over etp x ep x edp of the stage's devices) -----
     if model.moe is not None:
-        mo = model.moe
-        etp = S.etp.astype(float)
-        ep = S.ep.astype(float)
-        router = gemm_time_s(acc, "fp32" if p == "fp32" else "bf16", T_sp, mo.num_experts, h)
-        topk_bytes = 4 * T_sp * mo.num_experts * 3  # softmax/top-k over fp32 logits
-        permute_bytes = 2 * 2 * ab * T_sp * mo.top_k * h  # permute + unpermute, read and write
-        rows = T * mo.top_k * etp / tp  # routed token copies this device's etp group computes
-        local_experts = mo.num_experts / ep
-        rows_per_expert = rows / local_experts
-        fe = mo.expert_ffn_hidden_size / etp
-        up = gemm_time_s(acc, p, rows_per_expert, up_mult * fe, h, count=local_experts)
-        down = gemm_time_s(acc, p, rows_per_expert, h, fe, count=local_experts)
-        act = elementwise_time_s(acc, act_elems_mult * ab * rows * fe, kernels=1)
-        expert = up + down + act
-        moe = router + expert + elementwise_time_s(acc, topk_bytes + permute_bytes, kernels=4)
-        if mo.shared_experts:
-            sg, sa = mlp_time(T, mo.shared_experts * mo.expert_ffn_hidden_size / tp)
-            moe = moe + sg + sa
+        moe, expert, moe_memory_bound = moe_block(model, acc, x, S)
         moe_mlp_fwd = moe + mlp_elem
-        memory_bound = attn_elem + mlp_elem + act + elementwise_time_s(acc, topk_bytes + permute_bytes)
+        memory_bound = attn_elem + mlp_elem + moe_memory_bound
     else:
         moe_mlp_fwd = np.zeros_like(dense_mlp_fwd)
         expert = np.zeros_like(dense_mlp_fwd)
         memory_bound = attn_elem + mlp_elem + dense_act
-
-    # ---- embedding, LM head and loss -------------------------------------------------------------------
+    # LM head and the cross entropy over fp32-upcast logits: read bf16 logits, ~4 passes of 4 bytes
     V = float(model.vocab_size)
-    head_gemm = gemm_time_s(acc, p, T, V / tp, h)
-    # cross entropy over fp32-upcast logits: read bf16 logits, write/read fp32 softmax, ~4 passes of 4 bytes
-    loss_bytes = T * V / tp * (ab + 4 * 4)
-    head_fwd = head_gemm + elementwise_time_s(acc, loss_bytes + norm_bytes, kernels=4)
-    embed_fwd = elementwise_time_s(acc, 2 * ab * T_sp * h, kernels=1)
+    head_gemm = gemm_time_s(acc, x.p, x.T, V / x.tp, x.h)
+    head_fwd = head_gemm + elementwise_time_s(acc, x.T * V / x.tp * (x.ab + 4 * 4) + x.norm_bytes, kernels=4)
+    embed_fwd = elementwise_time_s(acc, 2 * x.ab * x.T_sp * x.h, kernels=1)
     return LayerCompute(attn_fwd_s=attn_fwd, attn_core_fwd_s=core, dense_mlp_fwd_s=dense_mlp_fwd,
                         moe_mlp_fwd_s=moe_mlp_fwd, memory_bound_fwd_s=memory_bound,
                         head_fwd_s=head_fwd, embed_fwd_s=embed_fwd, expert_fwd_s=expert)

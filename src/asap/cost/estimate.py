@@ -1,8 +1,9 @@
 """The composed estimate: step time, throughput, MFU, peak memory and the breakdown of one training step.
 
-Per micro-batch, a pipeline stage spends on each of its layers
-    t_layer = forward + backward compute + recompute + TP and EP communication + exposed CP communication
-and the first stage adds the embedding, the last the LM head, the loss and the MTP modules.
+The model is a chain of units (embedding, dense and MoE layers, MTP modules, LM head and loss;
+``asap.cost.units``), each with its time per micro-batch
+    t_unit = forward + backward compute + recompute + TP and EP communication + exposed CP communication,
+and a pipeline device is the units the layout (``asap.spec.layout``) puts on it: t_device = sum of its units.
 With m micro-batches, the heaviest stage t_max, the mean stage t_avg and v virtual stages, the pipelined
 part of the step is (Narayanan et al. 2021, sec. 2.2, generalised to uneven stages)
     T_pipe = (m - 1) t_max + t_avg (1 + (pp - 1) / v)      (1F1B, interleaved 1F1B; GPipe has the same bubble)
@@ -25,20 +26,22 @@ from typing import Any
 
 import numpy as np
 
-from asap.cost.batch import SCHEDULE_CODE, StrategyBatch, by_unique
-from asap.cost.communication import data_parallel_comm, layer_comm
-from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
-from asap.cost.memory import STAGE_KEYS, MemoryBreakdown, memory, stage_layers, stage_params
-from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s
+from asap.cost.batch import StrategyBatch, by_unique
+from asap.cost.communication import data_parallel_comm
+from asap.cost.compute import BWD_GEMM
+from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory
+from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
+from asap.cost.units import LAYER_UNITS, TIME_PARTS, Stages, UnitTimes, stages_of, unit_params, unit_times
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Strategy, check_strategy, resolve_strategy
+from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
-COMPUTE_KEYS = ("tp", "cp", "mbs", "sp", "ep", "etp")
-COMM_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "recompute", "pp")
+OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
+UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "recompute", "pp")  # what unit_times depends on
+SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
@@ -53,24 +56,6 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     layers = model.num_layers + model.mtp_layers
     attention = 6.0 * layers * seq_len * model.num_attention_heads * (d_qk + d_v)
     return 6.0 * n + attention
-
-
-def layer_parts(lc, cm, mlp_fwd, tp_comm, ep_comm, recompute) -> dict[str, Any]:
-    """One layer, one micro-batch: compute (forward + backward + recompute) and in-layer communication.
-
-    ``recompute`` is the RECOMPUTE_CODE per row: full redoes the forward; selective redoes the attention kernel
-    and the memory-bound kernels. CP's ring hides behind the attention kernel of the same pass."""
-    fwd = lc.attn_fwd_s + mlp_fwd
-    bwd = lc.attn_bwd_s() + mlp_fwd * BWD_GEMM
-    full = recompute == 2
-    extra = np.select([full, recompute == 1], [fwd, lc.attn_core_fwd_s + lc.memory_bound_fwd_s], 0.0)
-    cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
-                  + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * 2.5)
-                  + np.where(full, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
-    cp_total = cm.cp_fwd_s * np.where(full, 4, 3)
-    # TP and EP traffic repeats in a recomputed forward (passes: 3 instead of 2, see layer_comm)
-    return dict(compute=fwd + bwd + extra, tp=tp_comm, ep=ep_comm, cp=cp_exposed, cp_total=cp_total,
-                mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))
 
 
 @dataclass
@@ -88,7 +73,57 @@ class BatchEstimate:
     ep_split_saving_s: np.ndarray | float = 0.0  # what splitting micro-batches for dispatch overlap would save
 
 
-SPLIT_CHUNKS = 2
+# --------------------------------------------------------------------------------------------------------
+# Step 1: the stages. Every representative device of the layout is timed from its units; the slowest paces
+# the pipeline. Evening out stage work beyond the default split is the stage ILP's job (search/stages.py).
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageTimes:
+    parts: dict[str, np.ndarray]  # the critical device, per micro-batch: TIME_PARTS + ep_hidden
+    t_max_s: np.ndarray  # the critical device's time per micro-batch
+    t_avg_s: np.ndarray  # the whole model's time per micro-batch / pp
+    critical: np.ndarray  # [N] index of the critical device among the representatives
+
+
+def hide_paired_ep(parts: dict[str, np.ndarray], paired) -> dict[str, np.ndarray]:
+    """In a pipeline's steady state each forward is paired with another micro-batch's backward, and the expert
+    all-to-alls of one run while the other computes (DeepSeek-V3's DualPipe, Megatron-Core's
+    --overlap-moe-expert-parallel-comm): up to the pair's computation hides. Without a pipeline (or under
+    GPipe) nothing pairs; the warm-up and cool-down passes have no partner (``compose``)."""
+    hidden = np.where(paired, np.minimum(parts["ep"], parts["compute"]), 0.0)
+    return dict(parts, ep=parts["ep"] - hidden, ep_hidden=hidden)
+
+
+def _busy(parts):
+    return parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
+
+
+def stage_times(model: ModelSpec, S: StrategyBatch, st: Stages, ut: UnitTimes) -> StageTimes:
+    paired = (S.pp > 1) & (S.schedule != Schedule.GPIPE) & (model.moe is not None)
+    device = hide_paired_ep({k: st.per_device(ut.parts[k]) for k in TIME_PARTS}, paired[:, None])
+    whole = hide_paired_ep({k: ut.parts[k] @ st.whole for k in TIME_PARTS}, paired)
+    busy = _busy(device)
+    critical = np.argmax(busy, axis=1)
+    parts = {k: st.critical(v, critical) for k, v in device.items()}
+    return StageTimes(parts=parts, t_max_s=st.critical(busy, critical), t_avg_s=_busy(whole) / S.pp,
+                      critical=critical)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Step 2: the pipeline schedule: closed form, plus what the event simulator finds beyond it
+# --------------------------------------------------------------------------------------------------------
+
+
+def pipeline_bubble_s(model: ModelSpec, S: StrategyBatch, st: Stages, times: StageTimes, m) -> np.ndarray:
+    """Fill and drain over the closed form (cost/pipeline.py), plus the stall of unequal interleaved chunks and
+    ZB-H1's unfilled warm-up when m < pp, both from the event simulator."""
+    t_avg, t_max = times.t_avg_s, times.t_max_s
+    m_int = m.astype(np.int64)
+    return (bubble_s(S.pp, S.vpp, S.schedule, t_avg, t_max)
+            + uneven_chunk_excess_s(st.layouts, st.layout_id, S.schedule, m_int, t_avg, model.num_layers)
+            + zb_small_batch_excess_s(S.pp, S.vpp, S.schedule, m_int, t_avg))
 
 
 def split_dispatch_exposed_s(a2a_s, expert_s, chunks: int = SPLIT_CHUNKS):
@@ -102,163 +137,132 @@ def split_dispatch_exposed_s(a2a_s, expert_s, chunks: int = SPLIT_CHUNKS):
     return comm / chunks + (chunks - 1) * np.maximum(0.0, (comm - expert_s) / chunks)
 
 
-def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
-                   mem: MemoryBreakdown | None = None) -> BatchEstimate:
-    """Price every row of S; ``mem`` passes peak memory already computed for S (the planner prunes by it)."""
-    acc = cluster.accelerator
-    # each term is computed once per distinct combination of the knobs it depends on
-    lc = by_unique(S, COMPUTE_KEYS, lambda s: layer_compute(model, acc, train, s))
-    cm = by_unique(S, COMM_KEYS, lambda s: layer_comm(model, cluster, train, s))
-    m = (train.global_batch // (S.dp * S.mbs)).astype(float)
-    pp = S.pp.astype(float)
-    vpp = S.vpp.astype(float)
-
-    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute)
-    moe = layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute) if model.moe is not None else dense
-    head = lc.head_fwd_s * (1 + BWD_GEMM) * (1 + model.mtp_layers)
-    embed = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
-
-    # ---- stages: the first (embedding, leading dense layers), the fullest middle one and the last (head, MTP),
-    # each with its layers under the even split frameworks use by default (memory.stage_layers: the remainder
-    # of L / pp on the middle stages); the slowest paces the pipeline. Evening out the stage work beyond that is
-    # the pipeline ILP's job (search/stages.py), run on the best candidates. --------------------------------
-    n_dense = model.num_dense_layers
-    keys = ("compute", "tp", "ep", "cp", "cp_total", "mem")
-    is_moe = model.moe is not None
-
-    def combine(n_d, n_m, extra_compute, mtp=0):
-        out = {k: n_d * dense[k] + (n_m + mtp) * moe[k] for k in keys}
-        out["compute"] = out["compute"] + extra_compute
-        return out
-
-    def total(st):
-        return st["compute"] + st["tp"] + st["ep"] + st["cp"]
-
-    n_first, n_middle, n_last = stage_layers(model, S)
-    n_dense_first = np.minimum(n_first, n_dense)
-    first = combine(n_dense_first, n_first - n_dense_first, embed)
-    middle = combine(0.0 if is_moe else n_middle, n_middle if is_moe else 0.0, 0.0)
-    last = combine(0.0 if is_moe else n_last, n_last if is_moe else 0.0, head, model.mtp_layers)
-    whole = combine(float(n_dense), float(model.num_moe_layers), embed + head, model.mtp_layers)
-
-    # In a pipeline's steady state each forward is paired with another micro-batch's backward, and the expert
-    # all-to-alls of one run while the other computes (DeepSeek-V3's DualPipe, Megatron-Core's
-    # --overlap-moe-expert-parallel-comm): up to the pair's computation hides; the warm-up and cool-down
-    # passes have no partner. Without a pipeline (or under GPipe) nothing pairs.
-    paired = (S.pp > 1) & (S.schedule != SCHEDULE_CODE["gpipe"]) & is_moe
-
-    def hide_ep(st):
-        hidden_ep = np.where(paired, np.minimum(st["ep"], st["compute"]), 0.0)
-        return dict(st, ep=st["ep"] - hidden_ep, ep_hidden=hidden_ep)
-
-    first, middle, last, whole = (hide_ep(st) for st in (first, middle, last, whole))
-    keys = keys + ("ep_hidden",)
-
-    single = pp == 1
-    t_first, t_middle, t_last = total(first), np.where(pp > 2, total(middle), 0.0), total(last)
-    use_last = (t_last >= t_first) & (t_last >= t_middle)
-    # which stage is the critical one: 0 first, 1 last, 2 the whole model (pp = 1), 3 a middle one
-    pick = np.where(single, 2, np.where(use_last, 1, np.where(t_middle > t_first, 3, 0)))
-    stage = {k: np.choose(pick, np.broadcast_arrays(first[k], last[k], whole[k], middle[k])) for k in keys}
-    t_max = total(stage)
-    t_avg = total(whole) / pp
-    bubble = bubble_s(S.pp, S.vpp, S.schedule, t_avg, t_max) + uneven_chunk_excess_s(
-        model.num_layers, S.pp, S.vpp, S.schedule, m.astype(np.int64), t_avg)
-    imbalance = np.where(single, 0.0, m * (t_max - t_avg))
-
-    # ---- the alternative of split micro-batches overlapping EP dispatch with expert compute -------------
-    ep_split_saving = 0.0
-    if model.moe is not None:
-        passes = np.where(S.recompute == 2, 3.0, 2.0)
-        a2a = cm.ep_s / passes / 2.0  # one dispatch (= one combine) of one pass
-        e_fwd = lc.expert_fwd_s
-        split = (split_dispatch_exposed_s(a2a, e_fwd) + split_dispatch_exposed_s(a2a, e_fwd * BWD_GEMM)
-                 + np.where(S.recompute == 2, split_dispatch_exposed_s(a2a, e_fwd), 0.0))
-        unsplit = 2.0 * a2a * passes
-        ratio = np.where(unsplit > 0, split / np.maximum(unsplit, 1e-30), 1.0)
-        ep_split_saving = m * stage["ep"] * (1.0 - ratio)
-
-    # ---- pipeline messages ----------------------------------------------------------------------------
-    pp_total = 2 * m * vpp * cm.pp_msg_s
-    pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * cm.pp_msg_s, pp_total)
-
-    # ---- data parallel and optimizer ------------------------------------------------------------------
-    first_dense, first_expert, middle_dense, middle_expert, last_dense, last_expert = by_unique(
-        S, STAGE_KEYS, lambda s: stage_params(model, s))
-    dense_params = np.choose(pick, np.broadcast_arrays(first_dense, last_dense, last_dense, middle_dense))
-    expert_params = np.choose(pick, np.broadcast_arrays(first_expert, last_expert, last_expert, middle_expert))
+def ep_split_saving_s(model: ModelSpec, S: StrategyBatch, ut: UnitTimes, times: StageTimes, m):
+    """What cutting each micro-batch in two for dispatch/expert overlap would save (reported, not applied)."""
     if model.moe is None:
-        expert_params = np.zeros_like(dense_params)
-    with_mtp = n_last + model.mtp_layers
-    layers_on_stage = np.choose(pick, np.broadcast_arrays(n_first, with_mtp, with_mtp, n_middle))
+        return 0.0
+    full = S.recompute == Recompute.FULL
+    passes = np.where(full, 3.0, 2.0)
+    a2a = ut.cm.ep_s / passes / 2.0  # one dispatch (= one combine) of one pass
+    e_fwd = ut.lc.expert_fwd_s
+    split = (split_dispatch_exposed_s(a2a, e_fwd) + split_dispatch_exposed_s(a2a, e_fwd * BWD_GEMM)
+             + np.where(full, split_dispatch_exposed_s(a2a, e_fwd), 0.0))
+    unsplit = 2.0 * a2a * passes
+    ratio = np.where(unsplit > 0, split / np.maximum(unsplit, 1e-30), 1.0)
+    return m * times.parts["ep"] * (1.0 - ratio)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Step 3: data parallelism and the optimizer, from the critical device's parameters
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataParallelTerms:
+    total_s: np.ndarray
+    exposed_s: np.ndarray
+    optimizer_s: np.ndarray
+
+
+def data_parallel_terms(cluster: Cluster, S: StrategyBatch, dense_params, expert_params, layers_on_stage,
+                        micro_compute, m) -> DataParallelTerms:
+    """Gradient reduction and weight gathers, and how much of them hides behind compute.
+
+    ZeRO-0/1 reduce gradients once per step as each bucket completes (Megatron-Core overlap_grad_reduce); with
+    interleaving the chunks finish in turn (the cool-down runs the last pp micro-batches through chunk v-1, then
+    v-2, ...), so chunk c's reduction hides behind the pp (v-1) chunk-backwards still to come plus the last
+    chunk's own: ((v-1) pp + 1) / v micro-batch backwards in all; without interleaving, behind the last
+    micro-batch's backward. The next step's weight all-gather mirrors it in the warm-up forwards. ZeRO-2 keeps
+    only its gradient shard, so it reduce-scatters after every micro-batch's backward (DeepSpeed ZeRO-2 with
+    gradient accumulation); ZeRO-3 also gathers weights per micro-batch, forward and backward, prefetching
+    one layer ahead (its first layer's gather stays exposed)."""
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage)
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
-    micro_compute = stage["compute"]
-    zero3 = S.zero >= 3
-    # ZeRO-2 keeps only its gradient shard, so it reduce-scatters after every micro-batch's backward
-    # (DeepSpeed ZeRO-2 with gradient accumulation); ZeRO-3 also gathers weights per micro-batch
-    grad_rounds = np.where(S.zero >= 2, m, 1.0)
-    gather_rounds = np.where(zero3, m, 1.0)
-    dp_total = grad_rounds * dpc.grad_sync_s + gather_rounds * dpc.param_gather_s
+    zero3, zero2 = S.zero >= Zero.PARAMETERS, S.zero >= Zero.GRADIENTS
+    total = np.where(zero2, m, 1.0) * dpc.grad_sync_s + np.where(zero3, m, 1.0) * dpc.param_gather_s
     first_layer_gather = dpc.param_gather_s / np.maximum(layers_on_stage, 1)
     bwd_window = micro_compute * (1 - fwd_share)
-    # ZeRO-0/1 reduce gradients once per step as each bucket completes (Megatron-Core overlap_grad_reduce). With
-    # interleaving the chunks finish in turn: the cool-down runs the last pp micro-batches through chunk v-1,
-    # then v-2, ..., so chunk c's reduction can hide behind the pp (v-1) chunk-backwards still to come plus the
-    # last chunk's own (((v-1) pp + 1) / v micro-batch backwards in all); without interleaving, behind the last
-    # micro-batch's backward. The weight all-gather of the next step mirrors it in the warm-up forwards.
-    chunks_ahead = np.where((S.vpp > 1) & (S.zero <= 1), ((S.vpp - 1) * np.minimum(m, pp) + 1) / S.vpp, 1.0)
-    step_bwd_window = bwd_window * chunks_ahead
-    step_fwd_window = micro_compute * fwd_share * chunks_ahead
-    dp_exposed = np.where(
+    interleaved_dp = (S.vpp > 1) & (S.zero <= Zero.OPTIMIZER)
+    chunks_ahead = np.where(interleaved_dp, ((S.vpp - 1) * np.minimum(m, S.pp) + 1) / S.vpp, 1.0)
+    exposed = np.where(
         zero3,
-        # forward: the weight gathers hide behind forward compute; backward: gathers again plus the gradient
-        # reduce-scatters behind backward compute (FSDP prefetches one layer ahead in both passes)
         m * (np.maximum(0.0, dpc.param_gather_s / 2 - micro_compute * fwd_share)
              + np.maximum(0.0, dpc.param_gather_s / 2 + dpc.grad_sync_s - bwd_window) + first_layer_gather),
-        np.where(S.zero >= 2, m * np.maximum(0.0, dpc.grad_sync_s - bwd_window),
-                 np.maximum(0.0, dpc.grad_sync_s - step_bwd_window))
-        + np.maximum(0.0, dpc.param_gather_s - step_fwd_window),
+        np.where(zero2, m * np.maximum(0.0, dpc.grad_sync_s - bwd_window),
+                 np.maximum(0.0, dpc.grad_sync_s - bwd_window * chunks_ahead))
+        + np.maximum(0.0, dpc.param_gather_s - micro_compute * fwd_share * chunks_ahead),
     )
-    shard_d = np.where(S.zero >= 1, S.dp * S.cp, 1)
-    edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
-    shard_e = np.where(S.zero >= 1, edp, 1)
-    optimizer = elementwise_time_s(acc, ADAM_BYTES_PER_PARAM * (dense_params / shard_d + expert_params / shard_e),
-                                   kernels=20)
+    shard_d, edp = dense_and_expert_shards(S)
+    sharded = S.zero >= Zero.OPTIMIZER
+    states = dense_params / np.where(sharded, shard_d, 1) + expert_params / np.where(sharded, edp, 1)
+    optimizer = elementwise_time_s(cluster.accelerator, ADAM_BYTES_PER_PARAM * states, kernels=OPTIMIZER_KERNELS)
+    return DataParallelTerms(total_s=total, exposed_s=exposed, optimizer_s=optimizer)
 
-    # overlapped communication still slows the computation it hides behind (SMs and HBM it occupies)
-    tax = acc.family_constants.overlap_tax
-    tp_hidden = m * stage["tp"] * acc.family_constants.tp_overlap
+
+def critical_device_params(model: ModelSpec, S: StrategyBatch, st: Stages, critical):
+    """(dense params, expert params, transformer layers) on the critical device."""
+    params = unit_params(model, S)
+    layer_mask = np.isin(np.arange(params.dense.shape[1]), LAYER_UNITS).astype(float)
+    layers = st.critical(np.einsum("nku,u->nk", st.counts, layer_mask), critical)
+    return (st.critical(st.per_device(params.dense), critical), st.critical(st.per_device(params.expert), critical),
+            layers)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Step 4: the step, term by term
+# --------------------------------------------------------------------------------------------------------
+
+
+def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes, dp: DataParallelTerms,
+            bubble, m) -> tuple[dict, dict]:
+    """(exposed, breakdown) terms of the step. Overlapped communication still slows the computation it hides
+    behind (the SMs and HBM bandwidth it occupies): the family's ``overlap_tax`` of every hidden second."""
+    fam = cluster.accelerator.family_constants
+    stage = times.parts
+    pp, vpp = S.pp.astype(float), S.vpp.astype(float)
+    # pipeline messages: one activation and one gradient per micro-batch and chunk; 1F1B waits on them,
+    # interleaved 1F1B overlaps all but the warm-up ones
+    pp_total = 2 * m * vpp * ut.cm.pp_msg_s
+    pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * ut.cm.pp_msg_s, pp_total)
+    tp_hidden = m * stage["tp"] * fam.tp_overlap
     unpaired = np.minimum(m, pp - 1)  # warm-up forwards and cool-down backwards: (pp - 1) micro-batches' worth
     ep_hidden = (m - unpaired) * stage["ep_hidden"]
-    hidden = (dp_total - dp_exposed) + m * (stage["cp_total"] - stage["cp"]) + tp_hidden + ep_hidden
+    hidden = (dp.total_s - dp.exposed_s) + m * (stage["cp_total"] - stage["cp"]) + tp_hidden + ep_hidden
     exposed = {
-        "compute": m * stage["compute"] + tax * hidden,
+        "compute": m * stage["compute"] + fam.overlap_tax * hidden,
         "tp_comm": m * stage["tp"] - tp_hidden,
         "cp_comm": m * stage["cp"],
         "ep_comm": m * stage["ep"] + unpaired * stage["ep_hidden"],
         "pp_comm": pp_exposed,
-        "dp_comm": dp_exposed,
+        "dp_comm": dp.exposed_s,
         "bubble": bubble,
-        "optimizer": optimizer,
+        "optimizer": dp.optimizer_s,
     }
-    breakdown = dict(exposed)
-    breakdown.update(tp_comm=m * stage["tp"], cp_comm=m * stage["cp_total"], pp_comm=pp_total, dp_comm=dp_total,
-                     ep_comm=m * (stage["ep"] + stage["ep_hidden"]))
-    step = sum(exposed.values())
+    breakdown = dict(exposed, tp_comm=m * stage["tp"], cp_comm=m * stage["cp_total"], pp_comm=pp_total,
+                     dp_comm=dp.total_s, ep_comm=m * (stage["ep"] + stage["ep_hidden"]))
+    return exposed, breakdown
+
+
+def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
+                   mem: MemoryBreakdown | None = None) -> BatchEstimate:
+    """Price every row of S; ``mem`` passes peak memory already computed for S (the planner prunes by it)."""
+    st = stages_of(model, S)
+    ut = by_unique(S, UNIT_KEYS, lambda s: unit_times(model, cluster, train, s))
+    m = (train.global_batch // (S.dp * S.mbs)).astype(float)
+    times = stage_times(model, S, st, ut)
+    bubble = pipeline_bubble_s(model, S, st, times, m)
+    dense_p, expert_p, layers = critical_device_params(model, S, st, times.critical)
+    dp = data_parallel_terms(cluster, S, dense_p, expert_p, layers, times.parts["compute"], m)
+    exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m)
     if mem is None:
-        mem = memory(model, acc, train, S)
+        mem = memory(model, cluster.accelerator, train, S, stages=st)
     return BatchEstimate(
-        step_time_s=step, peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
+        step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
         breakdown_s=breakdown, exposed_s=exposed,
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
                    "activations": mem.activations_gb, "allowance": mem.allowance_gb},
-        memory_bound_s=m * stage["mem"], imbalance_s=imbalance, ep_split_saving_s=ep_split_saving)
-
-
-# --------------------------------------------------------------------------------------------------------
-# One strategy: the design.md estimate object
-# --------------------------------------------------------------------------------------------------------
+        memory_bound_s=m * times.parts["mem"], imbalance_s=np.where(S.pp == 1, 0.0, m * (times.t_max_s - times.t_avg_s)),
+        ep_split_saving_s=ep_split_saving_s(model, S, ut, times, m))
 
 
 @dataclass
@@ -281,6 +285,7 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy.to_dict(),
+            "strategy_string": str(self.strategy),
             "step_time_s": self.step_time_s,
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,

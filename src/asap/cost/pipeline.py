@@ -16,7 +16,8 @@ Interleaved 1F1B with chunks of unequal size (80 layers on pp=8 x vpp=8 virtual 
 layers) is not covered by any closed form: the event simulator shows the steady state itself stalls, because a
 device's forward of one chunk is paired with the backward of another and neighbours wait on the larger ones
 (pp=8, vpp=8, m=96: 6.9% over the ideal, against 0.9% by the closed form). ``uneven_chunk_excess_units``
-measures that excess with the simulator, and the estimate adds it.
+measures that excess with the simulator, and the estimate adds it. ZB-H1 with fewer micro-batches than stages
+never fills its warm-up: the simulator's excess (``zb_small_batch_excess_s``) is added there too.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from asap.cost.batch import SCHEDULE_CODE
 from asap.cost.schedule_sim import simulated_step_s
+from asap.spec.strategy import SCHEDULES, Schedule
 
 
 def bubble_s(pp, vpp, schedule, t_avg, t_max=None):
@@ -35,7 +36,7 @@ def bubble_s(pp, vpp, schedule, t_avg, t_max=None):
     Without ``t_max`` (even stages) this is (pp-1) t_avg / v, a third of it for ZB-H1."""
     pp = np.asarray(pp, dtype=float)
     vpp = np.asarray(vpp, dtype=float)
-    zb = np.asarray(schedule) == SCHEDULE_CODE["zb"]
+    zb = np.asarray(schedule) == Schedule.ZB
     units = np.where(zb, 1.0 / 3.0, 1.0)
     fill = (pp - 1) * t_avg / vpp * units
     if t_max is not None:
@@ -51,19 +52,12 @@ def pipeline_time_s(m, pp, vpp, schedule, t_max, t_avg):
 def bubble_fraction(m, pp, vpp=1, schedule="1f1b"):
     """Bubble over ideal time for even stages: (pp-1)/m for 1F1B, (pp-1)/(v m) interleaved, a third for ZB-H1."""
     t = 1.0
-    return float(bubble_s(pp, vpp, SCHEDULE_CODE[schedule], t) / (m * t))
-
-
-def chunk_layers(num_layers: int, stages: int) -> list[int]:
-    """Layers per virtual stage for an even-as-possible split: the first ``num_layers % stages`` get one more
-    (so device totals differ by at most one layer)."""
-    base, extra = divmod(num_layers, stages)
-    return [base + (1 if j < extra else 0) for j in range(stages)]
+    return float(bubble_s(pp, vpp, Schedule(SCHEDULES.index(schedule)), t) / (m * t))
 
 
 @lru_cache(maxsize=4096)
-def _simulated_excess_units(num_layers: int, pp: int, vpp: int, m: int) -> float:
-    layers = [max(float(x), 0.25) for x in chunk_layers(num_layers, pp * vpp)]  # an empty chunk: embedding/head
+def _simulated_excess_units(chunk_layers: tuple[int, ...], pp: int, vpp: int, m: int) -> float:
+    layers = [max(float(x), 0.25) for x in chunk_layers]  # an empty chunk: the embedding or the head alone
     step = simulated_step_s(pp, vpp, m, "interleaved", layers, [2.0 * x for x in layers])
     device = [sum(layers[c * pp + d] for c in range(vpp)) for d in range(pp)]
     t_max, t_avg = 3.0 * max(device), 3.0 * sum(device) / pp
@@ -82,27 +76,52 @@ def by_rounds(run, m: int, pp: int) -> float:
     return b + (m - 3 * pp) * (b - a) / pp
 
 
-def uneven_chunk_excess_units(num_layers: int, pp: int, vpp: int, m: int) -> float:
-    """What interleaved 1F1B with unequal chunks adds to the closed form, in units of one layer's forward
-    (backward = 2 units, so a layer's forward + backward is 3), by event simulation (never negative)."""
-    if vpp <= 1 or num_layers % (pp * vpp) == 0:
+def uneven_chunk_excess_units(chunk_layers: tuple[int, ...], pp: int, vpp: int, m: int) -> float:
+    """What interleaved 1F1B with unequal chunks (layers per chunk ``chunk_layers``, asap.spec.layout) adds to
+    the closed form, in units of one layer's forward (backward = 2 units, so a layer's forward + backward is 3),
+    by event simulation (never negative)."""
+    if vpp <= 1 or len(set(chunk_layers)) == 1:
         return 0.0
-    return max(0.0, by_rounds(lambda mb: _simulated_excess_units(num_layers, pp, vpp, mb), m, pp))
+    return max(0.0, by_rounds(lambda mb: _simulated_excess_units(chunk_layers, pp, vpp, mb), m, pp))
 
 
-def uneven_chunk_excess_s(num_layers: int, pp, vpp, schedule, m, t_avg_s):
-    """``uneven_chunk_excess_units`` for arrays of strategies, in seconds: a unit is a third of the mean
-    stage's per-layer time (t_avg / (3 L / pp))."""
-    pp, vpp, schedule, m = (np.asarray(x) for x in np.broadcast_arrays(pp, vpp, schedule, m))
-    excess = np.zeros(pp.shape)
-    todo = (vpp > 1) & (schedule == SCHEDULE_CODE["interleaved"]) & (num_layers % np.maximum(pp * vpp, 1) != 0)
+def uneven_chunk_excess_s(layouts, layout_id, schedule, m, t_avg_s, num_layers: int):
+    """``uneven_chunk_excess_units`` for arrays of strategies (each row follows ``layouts[layout_id]``), in
+    seconds: a unit is a third of the mean stage's per-layer time (t_avg / (3 L / pp))."""
+    layout_id, schedule, m = np.broadcast_arrays(layout_id, schedule, m)
+    pp = np.array([lay.pp for lay in layouts])[layout_id]
+    uneven = np.array([lay.vpp > 1 and not lay.is_uniform_chunks for lay in layouts])[layout_id]
+    excess = np.zeros(layout_id.shape)
+    todo = uneven & (schedule == Schedule.INTERLEAVED)
     if todo.any():
-        p, v, mb = (x[todo].astype(np.int64) for x in (pp, vpp, m))
-        code = (p * 64 + v) * (1 << 40) + mb  # one code per (pp, vpp <= 8, m < 2^40)
+        code = layout_id[todo].astype(np.int64) * (1 << 40) + m[todo]
         _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        units = np.array([uneven_chunk_excess_units(num_layers, int(p[i]), int(v[i]), int(mb[i])) for i in first])
+        rows = np.nonzero(todo)[0][first]
+        units = np.array([uneven_chunk_excess_units(layouts[layout_id[i]].chunk_layers, int(pp[i]),
+                                                    layouts[layout_id[i]].vpp, int(m[i])) for i in rows])
         excess[todo] = units[np.ravel(inverse)]
     return excess * np.asarray(t_avg_s) * pp / (3.0 * num_layers)
+
+
+@lru_cache(maxsize=4096)
+def _zb_excess_units(pp: int, m: int) -> float:
+    """ZB-H1's step beyond its closed form, by event simulation of even stages (forward 1 unit, backward 2):
+    with m < pp micro-batches the warm-up never fills and the closed form's third of a bubble is not reached;
+    the simulator gives (pp - m) units more (0 for m >= pp)."""
+    step = simulated_step_s(pp, 1, m, "zb", [1.0] * pp, [2.0] * pp)
+    return max(0.0, step - ((m - 1) * 3.0 + 3.0 * (1 + (pp - 1) / 3.0)))
+
+
+def zb_small_batch_excess_s(pp, vpp, schedule, m, t_avg_s):
+    """``_zb_excess_units`` for arrays of strategies, in seconds (a unit is a third of the mean stage time)."""
+    pp, vpp, schedule, m = np.broadcast_arrays(pp, vpp, schedule, m)
+    excess = np.zeros(pp.shape)
+    todo = (schedule == Schedule.ZB) & (vpp == 1) & (pp > 1) & (m < pp)
+    if todo.any():
+        pairs, inverse = np.unique(np.stack([pp[todo], m[todo]]), axis=1, return_inverse=True)
+        units = np.array([_zb_excess_units(int(p), int(mb)) for p, mb in pairs.T])
+        excess[todo] = units[np.ravel(inverse)]
+    return excess * np.asarray(t_avg_s) / 3.0
 
 
 def simulated_pipeline_time_s(pp: int, vpp: int, m: int, schedule: str, forward_s: list[float],

@@ -9,19 +9,20 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 
-from asap.cost.estimate import Estimate, estimate_batch, estimate_from_batch
-from asap.cost.batch import expand
+from asap.cost.batch import StrategyBatch, expand
+from asap.cost.estimate import Estimate, estimate, estimate_batch, estimate_from_batch
 from asap.cost.memory import MemoryBreakdown, memory
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import enumerate_space
 from asap.search.stages import build_problem, simulate_split, solve_split, uniform_split_or_none
 from asap.spec.hardware import Cluster
+from asap.spec.layout import layout
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import check_strategy, complete_strategy
 from asap.spec.train import TrainSpec
@@ -82,16 +83,10 @@ def pareto_front(step_s: np.ndarray, mem_gb: np.ndarray) -> np.ndarray:
     return order[mem_gb[order] < prev]
 
 
-def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
-         include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = 1, ilp_time_limit_s: float = 0.5) -> PlanResult:
-    """Rank the space; for the first ``ilp_candidates`` candidates with pp > 1, place layers on stages by the
-    pipeline-stage ILP (``search.stages``) within ``ilp_time_limit_s`` each."""
-    t0 = time.perf_counter()
-    fixed = dict(fixed or {})
-    S = enumerate_space(model, cluster.num_devices, cluster.devices_per_node, train, fixed)
-    if len(S) == 0:
-        raise explain_empty_space(model, cluster, train, fixed)
+def price_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch, include_oom: bool,
+                fixed: dict[str, Any], progress: Callable[[int, int], None] | None):
+    """Peak memory of every row (pruning what does not fit unless ``include_oom``), then step times of the
+    rest in chunks: (the kept rows, their memory, their step times, how many fit)."""
     searched = len(S)
     mem_all = MemoryBreakdown.concatenate([memory(model, cluster.accelerator, train, S.take(slice(i, i + CHUNK)))
                                            for i in range(0, searched, CHUNK)])
@@ -102,7 +97,7 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         i = int(np.argmin(peak))
         raise NoFitError("fix" if fixed else "cluster",
                          f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {searched}); the smallest "
-                        f"needs {peak[i]:.1f} GiB ({S.strategy(i)})")
+                         f"needs {peak[i]:.1f} GiB ({S.strategy(i)})")
     keep = np.arange(searched) if include_oom else np.nonzero(fits)[0]
     S = S.take(keep)
     mem_kept = expand(mem_all, keep)  # memory is priced once; the time pass reuses it
@@ -112,35 +107,70 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         steps.append(estimate_batch(model, cluster, train, S.take(rows), mem=expand(mem_kept, rows)).step_time_s)
         if progress:
             progress(rows[-1] + 1, len(S))
-    step = np.concatenate(steps)
-    mem = mem_kept.peak_gb
-    order = np.argsort(step, kind="stable")[:top]
-    front = pareto_front(step, mem)
+    return S, mem_kept, np.concatenate(steps), n_fit
+
+
+def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
+         include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
+         ilp_candidates: int = 1, ilp_time_limit_s: float = 0.5) -> PlanResult:
+    """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
+    split (``search.stages``, ``ilp_time_limit_s`` each), adopted as their layout when the estimate says it is
+    faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy."""
+    t0 = time.perf_counter()
+    fixed = dict(fixed or {})
+    S = enumerate_space(model, cluster.num_devices, getattr(cluster, "scale_up_size", cluster.devices_per_node), train, fixed)  # TEMP
+    if len(S) == 0:
+        raise explain_empty_space(model, cluster, train, fixed)
+    searched = len(S)
+    S, mem_kept, step, n_fit = price_space(model, cluster, train, S, include_oom, fixed, progress)
+    # a few spare rows, since an adopted ILP split may reorder the first ones
+    order = np.argsort(step, kind="stable")[:top + (ilp_candidates if "layer_split" not in fixed else 0)]
+    front = pareto_front(step, mem_kept.peak_gb)
 
     def full(idx: np.ndarray) -> list[Estimate]:
         sub = S.take(idx)
         be = estimate_batch(model, cluster, train, sub, mem=expand(mem_kept, idx))
         return [estimate_from_batch(model, cluster, train, sub, be, j) for j in range(len(sub))]
 
-    candidates = full(order)
-    pareto = full(front)
-    meshes = [tpu_mesh(cluster, e.strategy) for e in candidates]
-    splits: list[dict[str, Any] | None] = []
+    candidates, splits = full(order), [None] * len(order)
+    if "layer_split" not in fixed:
+        candidates, splits = adopt_stage_splits(model, cluster, train, candidates, ilp_candidates, ilp_time_limit_s)
+    ranked = sorted(range(len(candidates)), key=lambda i: candidates[i].step_time_s)[:top]
+    candidates, splits = [candidates[i] for i in ranked], [splits[i] for i in ranked]
+    return PlanResult(candidates=candidates, pareto=full(front), searched=searched, fitting=n_fit,
+                      search_time_s=time.perf_counter() - t0,
+                      meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits)
+
+
+def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, candidates: list[Estimate],
+                       ilp_candidates: int, time_limit_s: float):
+    """Run the stage ILP on the first ``ilp_candidates`` pipelined candidates; where its layer split differs
+    from the default and ``estimate`` prices it faster, the candidate becomes that strategy."""
+    out, splits, tried = [], [], 0
     for e in candidates:
-        if e.strategy.pp > 1 and sum(s is not None for s in splits) < ilp_candidates:
-            splits.append(stage_split(model, cluster, train, e.strategy, ilp_time_limit_s))
-        else:
-            splits.append(None)
-    return PlanResult(candidates=candidates, pareto=pareto, searched=searched, fitting=n_fit,
-                      search_time_s=time.perf_counter() - t0, meshes=meshes, stage_splits=splits)
+        split = None
+        if e.strategy.pp > 1 and tried < ilp_candidates:
+            tried += 1
+            split = stage_split(model, cluster, train, e.strategy, time_limit_s)
+            layers = tuple(split.get("layers_per_stage") or ())
+            if layers and layers != layout(model, e.strategy.pp, e.strategy.vpp).chunk_layers:
+                alt = estimate(model, cluster, train, replace(e.strategy, layer_split=layers))
+                split["default_split_step_time_s"] = e.step_time_s
+                split["adopted"] = alt.fits and alt.step_time_s < e.step_time_s
+                if split["adopted"]:
+                    e = alt
+        out.append(e)
+        splits.append(split)
+    return out, splits
 
 
 def stage_split(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy, time_limit_s: float) -> dict[str, Any]:
-    """The ILP's layer placement for one strategy, with the uniform split it is measured against."""
+    """The ILP's layer placement for one strategy (the strategy's recompute on every stage, so a layer split
+    expresses it), with the default split it is measured against."""
     prob = build_problem(model, cluster, train, strategy)
     uniform = uniform_split_or_none(prob)
     try:
-        best = solve_split(prob, time_limit_s=time_limit_s)
+        best = solve_split(prob, time_limit_s=time_limit_s, allow_recompute_choice=False)
     except AsapError as e:
         return {"error": str(e), "uniform": uniform.to_dict() if uniform else None}
     for split in (best, uniform):

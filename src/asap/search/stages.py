@@ -34,22 +34,19 @@ import numpy as np
 from scipy.sparse import coo_matrix
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.communication import layer_comm
-from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, layer_compute
-from asap.cost.estimate import layer_parts
-from asap.cost.memory import FIXED_ALLOWANCE_GB, DEFAULT_FIXED_ALLOWANCE_GB, FRAGMENTATION, GB, \
-    activation_bytes_per_layer, state_bytes_per_param
+from asap.cost.memory import FRAGMENTATION, GB, dense_and_expert_shards, fixed_allowance_bytes, state_bytes_per_param
 from asap.cost.pipeline import simulated_pipeline_time_s
-from asap.cost.roofline import act_bytes
+from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
 from asap.spec.hardware import Cluster
+from asap.spec.layout import Unit, layout
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
 
 
 @dataclass
-class Unit:
+class StageUnit:
     name: str  # embedding | dense | moe | mtp | head
     time_s: float  # forward + backward (+ the strategy's own recompute) per micro-batch
     recompute_extra_s: float  # added by full recompute
@@ -61,12 +58,13 @@ class Unit:
 
 @dataclass
 class StageProblem:
-    units: list[Unit]
+    units: list[StageUnit]
     pp: int
     vpp: int
     micro_batches: int
     hbm_bytes: float
     base_recompute: str
+    default_layers: tuple[int, ...] = ()  # the layout's default layers per chunk
 
     @property
     def stages(self) -> int:
@@ -119,70 +117,36 @@ class StageSplit:
 
 
 def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strategy) -> StageProblem:
+    """The chain of units with the cost model's own unit figures (``asap.cost.units``): time per micro-batch
+    under the strategy's recompute and under full recompute, activations kept and what full recompute saves,
+    model states per device."""
     if s.pp < 2:
         raise AsapError("strategy.pp", "the stage split needs pp > 1")
-    acc = cluster.accelerator
-    base = StrategyBatch.from_strategies([s])
-    full = StrategyBatch.from_strategies([replace(s, recompute="full")])
-    parts = {}
-    for key, S in (("base", base), ("full", full)):
-        lc = layer_compute(model, acc, train, S)
-        cm = layer_comm(model, cluster, train, S)
-        parts[key] = (lc, cm, S)
+    base = StrategyBatch.from_strategies([replace(s, layer_split=())])
+    full = StrategyBatch.from_strategies([replace(s, recompute="full", layer_split=())])
+    t_base, t_full = (unit_times(model, cluster, train, S).parts for S in (base, full))
+    time_base = (t_base["compute"] + t_base["tp"] + t_base["ep"] + t_base["cp"])[0]
+    time_full = (t_full["compute"] + t_full["tp"] + t_full["ep"] + t_full["cp"])[0]
+    a_base, a_full = unit_activations(model, train, base), unit_activations(model, train, full)
+    params = unit_params(model, base)
+    dense_shard, edp = dense_and_expert_shards(base)
+    dense_state = sum(state_bytes_per_param(train.precision, base.zero, dense_shard))[0]
+    expert_state = sum(state_bytes_per_param(train.precision, base.zero, edp))[0]
+    states = params.dense[0] * dense_state + params.expert[0] * expert_state
 
-    def unit_time(kind: str, key: str) -> float:
-        lc, cm, S = parts[key]
-        if kind == "dense":
-            p = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute)
-        else:
-            p = layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute)
-        return float((p["compute"] + p["tp"] + p["ep"] + p["cp"])[0])
+    def unit(kind: Unit) -> StageUnit:
+        kept = a_base.kept[0, kind] + a_base.once[0, kind]
+        return StageUnit(kind.name.lower(), float(time_base[kind]), max(float(time_full[kind] - time_base[kind]), 0.0),
+                         float(kept), max(float(a_base.kept[0, kind] - a_full.kept[0, kind]), 0.0),
+                         float(states[kind]), once=kind == Unit.HEAD)
 
-    def unit_acts(kind: str) -> tuple[float, float]:
-        moe = kind != "dense"
-        a = float(activation_bytes_per_layer(model, train, base, moe=moe, selective=s.recompute == "selective")[0])
-        ab = act_bytes(train.precision)
-        kept = ab * model.hidden_size * s.mbs * train.seq_len / s.cp / (s.tp if s.sp else 1)
-        return a, max(a - kept, 0.0)
-
-    w, g, o = state_bytes_per_param(train.precision, np.array([s.zero]), np.array([s.dp * s.cp]))
-    dense_state = float((w + g + o)[0])
-    w, g, o = state_bytes_per_param(train.precision, np.array([s.zero]), np.array([max(s.edp, 1)]))
-    expert_state = float((w + g + o)[0])
-
-    def states(kind: str) -> float:
-        if kind == "dense":
-            return model.dense_layer_params() / s.tp * dense_state
-        mo = model.moe
-        dense_part = (model.attention_params() + 2 * model.hidden_size + model.hidden_size * mo.num_experts
-                      + mo.shared_experts * model.expert_params())
-        return dense_part / s.tp * dense_state + mo.num_experts * model.expert_params() / (s.ep * s.etp) * expert_state
-
-    units: list[Unit] = []
-    lc_b = parts["base"][0]
-    emb_t = float((lc_b.embed_fwd_s * (1 + BWD_ELEMENTWISE))[0])
-    units.append(Unit("embedding", emb_t, 0.0, 0.0, 0.0, model.embedding_params() / s.tp * dense_state))
-    for i in range(model.num_layers):
-        kind = "dense" if (model.moe is None or i < model.moe.first_dense_layers) else "moe"
-        t_base, t_full = unit_time(kind, "base"), unit_time(kind, "full")
-        a, saved = unit_acts(kind)
-        units.append(Unit(kind, t_base, max(t_full - t_base, 0.0), a, saved, states(kind)))
-    for _ in range(model.mtp_layers):
-        kind = "moe" if model.moe is not None else "dense"
-        t_base, t_full = unit_time(kind, "base"), unit_time(kind, "full")
-        a, saved = unit_acts(kind)
-        proj = 2 * model.hidden_size ** 2 / s.tp * dense_state
-        units.append(Unit("mtp", t_base, max(t_full - t_base, 0.0), a, saved, states(kind) + proj))
-    head_t = float((lc_b.head_fwd_s * (1 + BWD_GEMM))[0]) * (1 + model.mtp_layers)
-    T = s.mbs * train.seq_len / s.cp
-    logits = T * model.vocab_size / s.tp * (act_bytes(train.precision) + 4.0) * (1 + model.mtp_layers)
-    head_params = model.head_params() if not model.tie_embeddings else model.embedding_params()
-    units.append(Unit("head", head_t, 0.0, logits, 0.0, head_params / s.tp * dense_state, once=True))
-    fixed = FIXED_ALLOWANCE_GB.get(acc.family, DEFAULT_FIXED_ALLOWANCE_GB) * GB
-    hbm = cluster.hbm_gb * GB / (1 + FRAGMENTATION) - fixed
-    m = s.micro_batches(train.global_batch)
-    return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=m, hbm_bytes=hbm,
-                        base_recompute=s.recompute)
+    units = [unit(Unit.EMBEDDING)]
+    units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
+    units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
+    hbm = cluster.hbm_gb * GB / (1 + FRAGMENTATION) - fixed_allowance_bytes(cluster.accelerator)
+    return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
+                        hbm_bytes=hbm, base_recompute=s.recompute,
+                        default_layers=layout(model, s.pp, s.vpp).chunk_layers)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -249,14 +213,11 @@ def uniform_split_or_none(prob: StageProblem) -> StageSplit | None:
 
 
 def uniform_split(prob: StageProblem) -> StageSplit:
-    """Megatron's default: transformer layers divided evenly (remainder to the middle stages), the embedding
-    with the first stage, MTP and the head with the last; the strategy's recompute everywhere."""
+    """The default layout (``asap.spec.layout``: L // (pp vpp) layers per chunk, the remainder from the middle
+    chunks out), the embedding with the first chunk, MTP and the head with the last; the strategy's recompute
+    everywhere."""
     S = prob.stages
-    n_layers = sum(1 for u in prob.units if u.name in ("dense", "moe"))
-    per, extra = divmod(n_layers, S)
-    counts = [per] * S
-    for i in range(extra):  # spread the remainder over the middle stages first
-        counts[(S // 2 + (i + 1) // 2 * (-1) ** i) % S] += 1
+    counts = list(prob.default_layers)
     counts[0] += 1  # embedding
     counts[-1] += sum(1 for u in prob.units if u.name in ("mtp", "head"))
     if min(counts) < 1:
@@ -365,8 +326,9 @@ def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_c
     ub[it] = np.inf
     lb[B[:, S - 1]] = 1.0  # every unit placed
     lb[B[0, 0]] = 1.0  # embedding in stage 0
-    if S > 1:
-        ub[B[U - 1, S - 2]] = 0.0  # head in the last stage
+    if S > 1:  # the head and the MTP modules in the last stage (so a layer split describes the placement)
+        tail = [i for i, u in enumerate(prob.units) if u.name in ("mtp", "head")]
+        ub[B[tail, S - 2]] = 0.0
     if not allow_recompute_choice or prob.base_recompute == "full":  # recompute fixed to the strategy's
         lb[R] = ub[R] = 1.0 if prob.base_recompute == "full" else 0.0
     start = heuristic_split(prob, allow_recompute_choice)

@@ -1,16 +1,15 @@
 """Parallel strategies: parse ``key=value`` lists, fill defaults, check legality.
 
 Keys (design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full), zero (0|1|2|3),
-sp (0|1), schedule (1f1b|interleaved|zb|gpipe).
+sp (0|1), schedule (1f1b|interleaved|zb|gpipe), layer_split (layers per pipeline chunk, ``5/4/4/3``).
 
 Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   tp=pp=vpp=cp=ep=1, dp = devices / (tp*pp*cp), mbs=1, recompute=none, zero=1 (distributed optimizer, the
   Megatron-Core and torchtitan default for large runs), sp=1 when tp>1, etp=tp when that placement is
-  legal else 1, schedule = interleaved when vpp>1 else 1f1b.
+  legal else 1, schedule = interleaved when vpp>1 else 1f1b, layer_split = the default split of
+  ``asap.spec.layout`` (L // (pp vpp) per chunk, the remainder from the middle chunks outwards).
 
-Layer split: Megatron-Core places uneven layer counts on the first and last stages
-(--decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-pipeline-split), so layers need not
-divide pp*vpp; every (virtual) stage needs at least one layer, the embedding and the loss counting as one each.
+The rules a strategy must keep live in one table, ``asap.spec.legality``.
 
 Placement rules (Megatron-Core "MoE parallel folding", arXiv:2504.14960): attention layers use the grid
 tp x cp x dp x pp; expert layers regroup the same tp*cp*dp devices of a stage as etp x ep x edp, so
@@ -19,15 +18,52 @@ tp x cp x dp x pp; expert layers regroup the same tp*cp*dp devices of a stage as
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from enum import IntEnum
 from typing import Any
 
 from asap.errors import AsapError
+from asap.spec.layout import format_layer_split, parse_layer_split
 
-INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp")
-RECOMPUTE = ("none", "selective", "full")
+
+class Recompute(IntEnum):
+    """Activation recomputation: none; selective (attention core and memory-bound kernels); full (every layer)."""
+
+    NONE = 0
+    SELECTIVE = 1
+    FULL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class Schedule(IntEnum):
+    """Pipeline schedules: 1F1B, interleaved 1F1B (vpp > 1), zero-bubble ZB-H1, GPipe."""
+
+    ONE_F_ONE_B = 0
+    INTERLEAVED = 1
+    ZB = 2
+    GPIPE = 3
+
+    @property
+    def label(self) -> str:
+        return SCHEDULES[self.value]
+
+
+class Zero(IntEnum):
+    """ZeRO stage: what the data-parallel group shards (Rajbhandari et al. 2020)."""
+
+    NONE = 0
+    OPTIMIZER = 1  # optimizer states (Megatron's distributed optimizer)
+    GRADIENTS = 2  # + gradients
+    PARAMETERS = 3  # + parameters (FSDP, ZeRO-3)
+
+
+RECOMPUTE = tuple(r.label for r in Recompute)
 SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
-KEYS = INT_KEYS + ("recompute", "schedule")
+INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp")
+KEYS = INT_KEYS + ("recompute", "schedule", "layer_split")
 
 
 @dataclass(frozen=True)
@@ -44,6 +80,7 @@ class Strategy:
     zero: int = 1
     sp: int = 0
     schedule: str = "1f1b"
+    layer_split: tuple[int, ...] = ()  # layers per pipeline chunk; () = the default split
 
     @property
     def devices(self) -> int:
@@ -58,18 +95,51 @@ class Strategy:
         return self.tp * self.cp * self.dp // (self.etp * self.ep)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every key; ``layer_split`` is ``None`` for the default split."""
+        d = {k: getattr(self, k) for k in KEYS}
+        d["layer_split"] = format_layer_split(self.layer_split) if self.layer_split else None
+        return d
 
     def __str__(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.to_dict().items())
+        """``key=value,...`` with every key (the layer split only when it is not the default): copy-pasteable."""
+        return ",".join(f"{k}={v}" for k, v in self.to_dict().items() if v is not None)
+
+
+def _parse_int(k: str, v: Any, field: str) -> int:
+    try:
+        iv = int(v)
+        if isinstance(v, bool) or (isinstance(v, float) and v != iv):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise AsapError(f"{field}.{k}", f"must be an integer, got {v!r}") from None
+    if k == "zero" and iv not in tuple(Zero):
+        raise AsapError(f"{field}.zero", f"must be 0, 1, 2 or 3, got {iv}")
+    if k == "sp" and iv not in (0, 1):
+        raise AsapError(f"{field}.sp", f"must be 0 or 1, got {iv}")
+    if k not in ("zero", "sp") and iv < 1:
+        raise AsapError(f"{field}.{k}", f"must be >= 1, got {iv}")
+    if iv > 1 << 40:
+        raise AsapError(f"{field}.{k}", f"is absurdly large ({iv})")
+    return iv
+
+
+def _parse_value(k: str, v: Any, field: str) -> Any:
+    if k in INT_KEYS:
+        return _parse_int(k, v, field)
+    if k == "layer_split":
+        return parse_layer_split(v, f"{field}.layer_split")
+    choices = RECOMPUTE if k == "recompute" else SCHEDULES
+    if str(v) not in choices:
+        raise AsapError(f"{field}.{k}", f"must be one of {', '.join(choices)}, got {v!r}")
+    return str(v)
 
 
 def parse_strategy(text: str | dict | None, field: str = "strategy") -> dict[str, Any]:
-    """Parse ``"tp=8,pp=2,recompute=full"`` into a partial mapping of typed values."""
+    """Parse ``"tp=8,pp=2,recompute=full,layer_split=5/4/4/3"`` into a partial mapping of typed values."""
     if text is None or text == "":
         return {}
     if isinstance(text, dict):
-        items = list(text.items())
+        items = [(k, v) for k, v in text.items() if not (k == "layer_split" and v in (None, ""))]
     else:
         items = []
         for part in str(text).split(","):
@@ -86,28 +156,7 @@ def parse_strategy(text: str | dict | None, field: str = "strategy") -> dict[str
             raise AsapError(f"{field}.{k}", f"unknown key (known: {', '.join(KEYS)})")
         if k in out:
             raise AsapError(f"{field}.{k}", "given twice")
-        if k in INT_KEYS:
-            try:
-                iv = int(v)
-                if isinstance(v, float) and v != iv:
-                    raise ValueError
-            except (TypeError, ValueError):
-                raise AsapError(f"{field}.{k}", f"must be an integer, got {v!r}") from None
-            if k == "zero" and iv not in (0, 1, 2, 3):
-                raise AsapError(f"{field}.zero", f"must be 0, 1, 2 or 3, got {iv}")
-            elif k == "sp" and iv not in (0, 1):
-                raise AsapError(f"{field}.sp", f"must be 0 or 1, got {iv}")
-            elif k not in ("zero", "sp") and iv < 1:
-                raise AsapError(f"{field}.{k}", f"must be >= 1, got {iv}")
-            out[k] = iv
-        elif k == "recompute":
-            if str(v) not in RECOMPUTE:
-                raise AsapError(f"{field}.recompute", f"must be one of {', '.join(RECOMPUTE)}, got {v!r}")
-            out[k] = str(v)
-        elif k == "schedule":
-            if str(v) not in SCHEDULES:
-                raise AsapError(f"{field}.schedule", f"must be one of {', '.join(SCHEDULES)}, got {v!r}")
-            out[k] = str(v)
+        out[k] = _parse_value(k, v, field)
     return out
 
 
@@ -133,48 +182,11 @@ def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strat
 
 def check_strategy(s: Strategy, model, train, devices: int, field: str = "strategy") -> None:
     """Raise AsapError naming the first rule ``s`` breaks for this model, batch and device count."""
-    if s.devices != devices:
-        raise AsapError(f"{field}.dp", f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.devices} but the cluster has {devices} devices")
-    if model.num_attention_heads % s.tp:
-        raise AsapError(f"{field}.tp", f"tp={s.tp} does not divide num_attention_heads={model.num_attention_heads}")
-    if model.mla is None and model.num_kv_heads % s.tp:
-        raise AsapError(f"{field}.tp", f"tp={s.tp} does not divide num_kv_heads={model.num_kv_heads} (query groups)")
-    if model.ffn_hidden_size % s.tp:
-        raise AsapError(f"{field}.tp", f"tp={s.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}")
-    if s.sp and s.tp == 1:
-        raise AsapError(f"{field}.sp", "sequence parallelism requires tp > 1")
-    if s.pp > model.num_layers:
-        raise AsapError(f"{field}.pp", f"pp={s.pp} exceeds num_layers={model.num_layers}")
-    if s.vpp > 1:
-        if s.pp == 1:
-            raise AsapError(f"{field}.vpp", "virtual pipeline stages require pp > 1")
-        if s.schedule not in ("interleaved", "zb"):
-            raise AsapError(f"{field}.schedule", f"vpp={s.vpp} needs schedule=interleaved, got {s.schedule}")
-        if s.pp * s.vpp > model.num_layers + 2:
-            raise AsapError(f"{field}.vpp", f"pp*vpp={s.pp * s.vpp} virtual stages exceed num_layers+2={model.num_layers + 2} "
-                                           "(each needs a layer; the embedding and the loss may count as one each)")
-    elif s.schedule == "interleaved":
-        raise AsapError(f"{field}.schedule", "interleaved needs vpp > 1")
-    if train.global_batch % (s.dp * s.mbs):
-        raise AsapError(f"{field}.mbs", f"global batch {train.global_batch} is not divisible by dp*mbs = {s.dp}*{s.mbs}")
-    m = s.micro_batches(train.global_batch)
-    if s.pp > 1 and s.vpp > 1 and m % s.pp:
-        raise AsapError(f"{field}.vpp", f"the interleaved schedule needs micro-batches ({m}) divisible by pp={s.pp}")
-    if s.cp > 1 and train.seq_len % (2 * s.cp):
-        raise AsapError(f"{field}.cp", f"seq_len={train.seq_len} is not divisible by 2*cp={2 * s.cp} (load-balanced causal split)")
-    if model.moe is None:
-        if s.ep > 1:
-            raise AsapError(f"{field}.ep", f"ep={s.ep} but {model.name} has no experts")
-    else:
-        e = model.moe.num_experts
-        if e % s.ep:
-            raise AsapError(f"{field}.ep", f"ep={s.ep} does not divide num_experts={e}")
-        if (s.tp * s.cp * s.dp) % (s.etp * s.ep):
-            raise AsapError(f"{field}.ep", f"etp*ep = {s.etp}*{s.ep} does not divide tp*cp*dp = {s.tp * s.cp * s.dp} (the devices of a pipeline stage)")
-        if model.moe.expert_ffn_hidden_size % s.etp:
-            raise AsapError(f"{field}.etp", f"etp={s.etp} does not divide expert_ffn_hidden_size={model.moe.expert_ffn_hidden_size}")
-    if s.etp > 1 and model.moe is None:
-        raise AsapError(f"{field}.etp", f"etp={s.etp} but {model.name} has no experts")
+    from asap.spec.legality import first_broken_rule
+
+    broken = first_broken_rule(s, model, train, devices, field)
+    if broken is not None:
+        raise broken
 
 
 def resolve_strategy(text: str | dict | None, model, train, devices: int, field: str = "strategy") -> Strategy:

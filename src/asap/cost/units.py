@@ -1,0 +1,207 @@
+"""Units and stages: the model as a chain of units, a pipeline stage as a count of each kind of unit.
+
+A model is a chain of units (``asap.spec.layout.Unit``): the embedding, dense transformer layers, MoE layers,
+MTP modules and the LM head with its loss. For every strategy of a batch, each unit kind carries, per device
+and per micro-batch (arrays of shape [N, len(Unit)], vectorized over the N strategies):
+
+- time parts (``UnitTimes``): forward + backward + recompute compute, TP, EP and CP communication (exposed
+  and total) and the memory-bound share of the compute;
+- parameters (``UnitParams``): dense parameters (split by tp) and routed-expert parameters (split by ep*etp);
+- activations (``UnitActivations``): bytes kept per in-flight micro-batch under the strategy's recompute, the
+  working set of one layer re-materialised under full recompute, and the logits that live for one
+  micro-batch only.
+
+A device of a pipeline (``Stages``) is a row of unit counts (``Layout.device_units``); its time, parameters and
+activations are dot products of the counts with the unit figures. Only one device per distinct count row is
+priced (``Layout.representative_devices``): every stage-level maximum is among them. With pp = 1 the one
+stage holds every unit. The estimate, the memory model and the stage ILP all read these figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from asap.cost.batch import StrategyBatch
+from asap.cost.communication import LayerComm, layer_comm
+from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device, layer_compute
+from asap.cost.memory import LAYER_UNITS, activation_bytes_per_layer
+from asap.cost.roofline import act_bytes
+from asap.spec.hardware import Cluster
+from asap.spec.layout import UNITS, Layout, Unit, layout
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import Recompute
+from asap.spec.train import TrainSpec
+
+TIME_PARTS = ("compute", "tp", "ep", "cp", "cp_total", "mem")
+
+
+def _columns(n: int, **by_unit) -> np.ndarray:
+    """An [n, len(Unit)] array from per-unit values (scalars or length-n arrays); missing units are 0."""
+    out = np.zeros((n, len(UNITS)))
+    for name, value in by_unit.items():
+        out[:, Unit[name.upper()]] = np.broadcast_to(value, (n,))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Time
+# ------------------------------------------------------------------------------------------------------------
+
+
+def layer_parts(lc: LayerCompute, cm: LayerComm, mlp_fwd, tp_comm, ep_comm, recompute) -> dict[str, np.ndarray]:
+    """One layer, one micro-batch: compute (forward + backward + recompute) and in-layer communication.
+
+    Full recompute redoes the forward; selective redoes the attention kernel and the memory-bound kernels. CP's
+    ring hides behind the attention kernel of the same pass (backward: 2x the traffic against 2.5x the kernel).
+    TP and EP traffic repeats in a recomputed forward (passes: 3 instead of 2, see ``layer_comm``)."""
+    fwd = lc.attn_fwd_s + mlp_fwd
+    bwd = lc.attn_bwd_s() + mlp_fwd * BWD_GEMM
+    full = recompute == Recompute.FULL
+    extra = np.select([full, recompute == Recompute.SELECTIVE], [fwd, lc.attn_core_fwd_s + lc.memory_bound_fwd_s], 0.0)
+    cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
+                  + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * 2.5)
+                  + np.where(full, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
+    return dict(compute=fwd + bwd + extra, tp=tp_comm, ep=ep_comm, cp=cp_exposed,
+                cp_total=cm.cp_fwd_s * np.where(full, 4, 3), mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))
+
+
+@dataclass
+class UnitTimes:
+    parts: dict[str, np.ndarray]  # TIME_PARTS -> [N, len(Unit)] seconds per micro-batch
+    lc: LayerCompute
+    cm: LayerComm
+
+
+def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> UnitTimes:
+    lc = layer_compute(model, cluster.accelerator, train, S)
+    cm = layer_comm(model, cluster, train, S)
+    n = len(S)
+    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute)
+    moe = layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute) if model.moe else dense
+    parts = {k: _columns(n, dense=dense[k], moe=moe[k], mtp=moe[k]) for k in TIME_PARTS}
+    # the embedding lookup (memory-bound, backward scatters twice the bytes); the LM head and loss run once
+    # per prediction depth (the main head and every MTP module's)
+    parts["compute"][:, Unit.EMBEDDING] = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
+    parts["compute"][:, Unit.HEAD] = lc.head_fwd_s * (1 + BWD_GEMM) * (1 + model.mtp_layers)
+    return UnitTimes(parts=parts, lc=lc, cm=cm)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Parameters
+# ------------------------------------------------------------------------------------------------------------
+
+
+def moe_layer_params(model: ModelSpec) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of one MoE layer: attention, norms, router and shared experts are
+    dense (split by tp); the routed experts are split by ep * etp."""
+    mo = model.moe
+    dense = (model.attention_params() + 2 * model.hidden_size + model.hidden_size * mo.num_experts
+             + mo.shared_experts * model.expert_params())
+    return dense, mo.num_experts * model.expert_params()
+
+
+@dataclass
+class UnitParams:
+    dense: np.ndarray  # [N, len(Unit)] dense parameters per device (split by tp)
+    expert: np.ndarray  # [N, len(Unit)] routed-expert parameters per device (split by ep * etp)
+
+
+def unit_params(model: ModelSpec, S: StrategyBatch) -> UnitParams:
+    """Parameters per device of one unit of each kind.
+
+    Tensor parallelism splits every dense matrix by tp (norms are counted with them: < 0.01%); KV projections
+    are replicated when tp exceeds the KV heads (``kv_heads_per_device``). An untied head is its own matrix; a
+    tied one shares the embedding when both sit on one device (pp = 1) and is a second copy on the last stage
+    otherwise (Megatron keeps the copies in sync with an all-reduce). The final norm belongs to the head."""
+    n, h = len(S), model.hidden_size
+    tp = S.tp.astype(float)
+    kv_extra = 0.0 if model.mla else 2.0 * h * model.head_dim * (kv_heads_per_device(model, tp) * tp
+                                                                  - model.num_kv_heads)
+    head = np.where((S.pp > 1) | (not model.tie_embeddings), model.embedding_params(), 0.0) + h
+    dense_layer = model.dense_layer_params() + kv_extra
+    mtp_proj = 2 * h * h + 2 * h
+    if model.moe is None:
+        dense = _columns(n, embedding=model.embedding_params(), dense=dense_layer, mtp=dense_layer + mtp_proj,
+                         head=head)
+        return UnitParams(dense=dense / tp[:, None], expert=np.zeros((n, len(UNITS))))
+    moe_dense, moe_expert = moe_layer_params(model)
+    moe_dense = moe_dense + kv_extra
+    dense = _columns(n, embedding=model.embedding_params(), dense=dense_layer, moe=moe_dense,
+                     mtp=moe_dense + mtp_proj, head=head)
+    ee = (S.ep * S.etp).astype(float)
+    expert = _columns(n, moe=moe_expert / ee, mtp=moe_expert / ee)
+    return UnitParams(dense=dense / tp[:, None], expert=expert)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Activations
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class UnitActivations:
+    kept: np.ndarray  # [N, len(Unit)] bytes kept per in-flight micro-batch
+    working: np.ndarray  # [N, len(Unit)] one unit re-materialised during backward (full recompute)
+    once: np.ndarray  # [N, len(Unit)] bytes that live for one micro-batch only (the logits)
+
+
+def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> UnitActivations:
+    n = len(S)
+    ab = act_bytes(train.precision)
+    T = S.mbs * train.seq_len / S.cp
+    layer_input = ab * model.hidden_size * T / np.where(S.sp > 0, S.tp, 1)
+    kept, working = {}, {}
+    for kind, is_moe in (("dense", False), ("moe", model.moe is not None)):
+        full = activation_bytes_per_layer(model, train, S, moe=is_moe)
+        selective = activation_bytes_per_layer(model, train, S, moe=is_moe, selective=True)
+        kept[kind] = np.select([S.recompute == Recompute.FULL, S.recompute == Recompute.SELECTIVE],
+                               [layer_input, selective], full)
+        working[kind] = np.where(S.recompute == Recompute.FULL, full, 0.0)
+    logits = T * model.vocab_size / S.tp * (ab + 4.0) * (1 + model.mtp_layers)
+    return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
+                           working=_columns(n, dense=working["dense"], moe=working["moe"], mtp=working["moe"]),
+                           once=_columns(n, head=logits))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Stages
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Stages:
+    """The priced devices of every strategy's pipeline: K representatives per row (padded by repeating the
+    first), their unit counts and device indices, and the layout each row follows."""
+
+    counts: np.ndarray  # [N, K, len(Unit)]
+    device: np.ndarray  # [N, K] pipeline rank of each representative
+    layout_id: np.ndarray  # [N] index into ``layouts``
+    layouts: list[Layout]
+    whole: np.ndarray  # [len(Unit)] unit counts of the whole model
+
+    def per_device(self, per_unit: np.ndarray) -> np.ndarray:
+        """[N, K]: a per-unit figure ([N, len(Unit)]) summed over each representative device's units."""
+        return np.einsum("nku,nu->nk", self.counts, per_unit)
+
+    def critical(self, values: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """values[n, index[n]] for [N, K] values."""
+        return np.take_along_axis(values, index[:, None], axis=1)[:, 0]
+
+
+def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
+    pp, vpp, split = S.pp, S.vpp, S.split
+    code = (pp * 64 + vpp) * (len(S.layer_splits) + 1) + split
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    layouts = [layout(model, int(pp[i]), int(vpp[i]), S.layer_split(i)) for i in first]
+    reps = [lay.representative_devices() for lay in layouts]
+    K = max(len(dev) for dev, _ in reps)
+    counts = np.zeros((len(layouts), K, len(UNITS)))
+    device = np.zeros((len(layouts), K), dtype=np.int64)
+    for i, (dev, rows) in enumerate(reps):
+        pad = np.concatenate([np.arange(len(dev)), np.zeros(K - len(dev), dtype=np.int64)])
+        counts[i], device[i] = rows[pad], dev[pad]
+    inverse = inverse.reshape(-1)
+    whole = layouts[0].chunk_units.sum(axis=0).astype(float)
+    return Stages(counts=counts[inverse], device=device[inverse], layout_id=inverse, layouts=layouts, whole=whole)

@@ -1,0 +1,133 @@
+"""The rules a parallel strategy must keep, in one table.
+
+Each rule names the strategy key it blames, the keys it reads, a vectorized test over columns of integer
+arrays (a single strategy is a batch of one; ``recompute`` and ``schedule`` are ``Recompute`` / ``Schedule``
+codes) and the one-line problem it reports. ``check_strategy`` raises the first broken rule's message, the
+planner's ``legal_mask`` ANDs them all, and ``enumerate_space`` applies each rule as soon as the columns it
+reads exist, so the three can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from asap.errors import AsapError
+from asap.spec.layout import check_layer_split
+from asap.spec.strategy import KEYS, SCHEDULES, Recompute, Schedule, Strategy
+
+Cols = Mapping[str, np.ndarray]
+PIPELINE_SCHEDULES_WITH_CHUNKS = (Schedule.INTERLEAVED, Schedule.ZB)
+
+
+def _micro_batches(c: Cols, train) -> np.ndarray:
+    return train.global_batch // np.maximum(c["dp"] * c["mbs"], 1)
+
+
+def _kv_ok(model, tp):
+    """tp divides the KV heads, or is a multiple of them (each KV head is replicated over tp / kv ranks)."""
+    if model.mla is not None:
+        return np.ones(np.shape(tp), dtype=bool)
+    kv = model.num_kv_heads
+    return (kv % tp == 0) | (tp % kv == 0)
+
+
+@dataclass(frozen=True)
+class Rule:
+    key: str  # the strategy key the message blames
+    reads: tuple[str, ...]  # the columns the test needs
+    ok: Callable[[Cols, Any, Any, int], np.ndarray]  # (cols, model, train, devices) -> bool per row
+    problem: Callable[[Strategy, Any, Any, int], str]  # the one-line problem for a scalar strategy
+
+
+def _moe(model) -> bool:
+    return model.moe is not None
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("dp", ("dp", "tp", "pp", "cp"), lambda c, m, t, n: c["dp"] * c["tp"] * c["pp"] * c["cp"] == n,
+         lambda s, m, t, n: f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.devices} but the cluster has {n} devices"),
+    Rule("tp", ("tp",), lambda c, m, t, n: m.num_attention_heads % c["tp"] == 0,
+         lambda s, m, t, n: f"tp={s.tp} does not divide num_attention_heads={m.num_attention_heads}"),
+    Rule("tp", ("tp",), lambda c, m, t, n: _kv_ok(m, c["tp"]),
+         lambda s, m, t, n: f"tp={s.tp} neither divides nor is a multiple of num_kv_heads={m.num_kv_heads} "
+                            "(query groups)"),
+    Rule("tp", ("tp",), lambda c, m, t, n: m.ffn_hidden_size % c["tp"] == 0,
+         lambda s, m, t, n: f"tp={s.tp} does not divide ffn_hidden_size={m.ffn_hidden_size}"),
+    Rule("sp", ("sp", "tp"), lambda c, m, t, n: ~((c["sp"] == 1) & (c["tp"] == 1)),
+         lambda s, m, t, n: "sequence parallelism requires tp > 1"),
+    Rule("pp", ("pp",), lambda c, m, t, n: c["pp"] <= m.num_layers,
+         lambda s, m, t, n: f"pp={s.pp} exceeds num_layers={m.num_layers}"),
+    Rule("vpp", ("vpp", "pp"), lambda c, m, t, n: (c["vpp"] == 1) | (c["pp"] > 1),
+         lambda s, m, t, n: "virtual pipeline stages require pp > 1"),
+    Rule("schedule", ("vpp", "schedule"),
+         lambda c, m, t, n: (c["vpp"] == 1) | np.isin(c["schedule"], PIPELINE_SCHEDULES_WITH_CHUNKS),
+         lambda s, m, t, n: f"vpp={s.vpp} needs schedule=interleaved (or zb), got {s.schedule}"),
+    Rule("vpp", ("vpp", "pp"), lambda c, m, t, n: c["pp"] * c["vpp"] <= m.num_layers + 2,
+         lambda s, m, t, n: f"pp*vpp={s.pp * s.vpp} virtual stages exceed num_layers+2={m.num_layers + 2} "
+                            "(each needs a layer; the embedding and the loss may count as one each)"),
+    Rule("schedule", ("vpp", "schedule"), lambda c, m, t, n: (c["vpp"] > 1) | (c["schedule"] != Schedule.INTERLEAVED),
+         lambda s, m, t, n: "interleaved needs vpp > 1"),
+    Rule("mbs", ("dp", "mbs"), lambda c, m, t, n: t.global_batch % (c["dp"] * c["mbs"]) == 0,
+         lambda s, m, t, n: f"global batch {t.global_batch} is not divisible by dp*mbs = {s.dp}*{s.mbs}"),
+    Rule("vpp", ("dp", "mbs", "pp", "vpp"),
+         lambda c, m, t, n: ~((c["pp"] > 1) & (c["vpp"] > 1) & (_micro_batches(c, t) % c["pp"] != 0)),
+         lambda s, m, t, n: f"the interleaved schedule needs micro-batches ({s.micro_batches(t.global_batch)}) "
+                            f"divisible by pp={s.pp}"),
+    Rule("cp", ("cp",), lambda c, m, t, n: (c["cp"] == 1) | (t.seq_len % (2 * c["cp"]) == 0),
+         lambda s, m, t, n: f"seq_len={t.seq_len} is not divisible by 2*cp={2 * s.cp} (load-balanced causal split)"),
+    Rule("ep", ("ep",), lambda c, m, t, n: (c["ep"] == 1) | _moe(m),
+         lambda s, m, t, n: f"ep={s.ep} but {m.name} has no experts"),
+    Rule("etp", ("etp",), lambda c, m, t, n: (c["etp"] == 1) | _moe(m),
+         lambda s, m, t, n: f"etp={s.etp} but {m.name} has no experts"),
+    Rule("ep", ("ep",), lambda c, m, t, n: (not _moe(m)) or m.moe.num_experts % c["ep"] == 0,
+         lambda s, m, t, n: f"ep={s.ep} does not divide num_experts={m.moe.num_experts}"),
+    Rule("ep", ("ep", "etp", "tp", "cp", "dp"),
+         lambda c, m, t, n: (c["tp"] * c["cp"] * c["dp"]) % (c["etp"] * c["ep"]) == 0,
+         lambda s, m, t, n: f"etp*ep = {s.etp}*{s.ep} does not divide tp*cp*dp = {s.tp * s.cp * s.dp} "
+                            "(the devices of a pipeline stage)"),
+    Rule("etp", ("etp",), lambda c, m, t, n: (not _moe(m)) or m.moe.expert_ffn_hidden_size % c["etp"] == 0,
+         lambda s, m, t, n: f"etp={s.etp} does not divide expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size}"),
+)
+
+
+def _ok(rule: Rule, cols: Cols, model, train, devices: int) -> np.ndarray:
+    n = len(cols["tp"])
+    return np.broadcast_to(np.asarray(rule.ok(cols, model, train, devices), dtype=bool), (n,))
+
+
+def legal_rows(cols: Cols, model, train, devices: int, only_new: tuple[str, ...] | None = None) -> np.ndarray:
+    """AND of every rule whose columns are present (with ``only_new``: only rules reading one of those keys)."""
+    n = len(cols["tp"])
+    keep = np.ones(n, dtype=bool)
+    for rule in RULES:
+        if not set(rule.reads) <= set(cols):
+            continue
+        if only_new is not None and not set(rule.reads) & set(only_new):
+            continue
+        keep &= _ok(rule, cols, model, train, devices)
+    return keep
+
+
+def strategy_columns(s: Strategy) -> dict[str, np.ndarray]:
+    """One strategy as the columns the rules read."""
+    cols = {k: np.array([getattr(s, k)], dtype=np.int64) for k in KEYS if k not in ("recompute", "schedule",
+                                                                                    "layer_split")}
+    cols["recompute"] = np.array([Recompute[s.recompute.upper()]], dtype=np.int64)
+    cols["schedule"] = np.array([SCHEDULES.index(s.schedule)], dtype=np.int64)
+    return cols
+
+
+def first_broken_rule(s: Strategy, model, train, devices: int, field: str = "strategy") -> AsapError | None:
+    cols = strategy_columns(s)
+    for rule in RULES:
+        if not _ok(rule, cols, model, train, devices)[0]:
+            return AsapError(f"{field}.{rule.key}", rule.problem(s, model, train, devices))
+    if s.layer_split:
+        try:
+            check_layer_split(s.layer_split, model.num_layers, s.pp * s.vpp, f"{field}.layer_split")
+        except AsapError as e:
+            return e
+    return None
