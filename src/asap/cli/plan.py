@@ -49,28 +49,35 @@ def plan(
         return
     out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name}: searched {result.searched:,} "
                       f"configurations ({result.fitting:,} fit) in {result.search_time_s:.2f} s")
-    table = Table(title="fastest configurations")
-    for col in ("#", "tp", "pp", "vpp", "cp", "ep", "dp", "mbs", "recompute", "zero", "step s", "MFU", "GiB",
-                "bottleneck"):
-        table.add_column(col, justify="right" if col not in ("recompute", "bottleneck") else "left")
-    for i, e in enumerate(result.candidates, 1):
-        s = e.strategy
-        table.add_row(str(i), str(s.tp), str(s.pp), str(s.vpp), str(s.cp), str(s.ep), str(s.dp), str(s.mbs),
-                      s.recompute, str(s.zero), f"{e.step_time_s:.3f}", f"{e.mfu:.1%}", f"{e.peak_memory_gb:.1f}",
-                      e.bottleneck)
-    out_console.print(table)
+    out_console.print(candidates_table(result, c.num_devices, m.moe is not None))
     for e, mesh in zip(result.candidates, result.meshes):
         if mesh:
             out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
             break
     for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits), 1):
-        if split and "layers_per_stage" in split:
-            b = split["bubble_s"]
-            uni = split.get("uniform") or {}
-            out_console.print(f"#{i} stage split (ILP, {split['solver']}): layers {split['layers_per_stage']}, "
-                              f"recompute {['y' if r else '-' for r in split['recompute_per_stage']]}; pipeline "
-                              f"{split['pipeline_time_s']:.3f} s vs uniform {uni.get('pipeline_time_s', float('nan')):.3f} s; "
-                              f"bubble ideal {b['ideal']:.3f} s, imbalance {b['imbalance']:.3f} s, recompute {b['recompute']:.3f} s")
-            if split.get("simulated_pipeline_time_s") is not None:
-                out_console.print(f"   simulated schedule: {split['simulated_pipeline_time_s']:.3f} s "
-                                  f"(uniform {uni.get('simulated_pipeline_time_s') or float('nan'):.3f} s)")
+        if split and split.get("layers_per_stage"):
+            out_console.print(stage_split_line(i, e, split))
+
+
+def candidates_table(result, devices: int, moe: bool) -> Table:
+    """One row per candidate: its strategy (the keys that differ from estimate's defaults; the JSON output has
+    every key in ``strategy_string``) and the figures estimate gives for it."""
+    from asap.spec.strategy import non_default_keys
+
+    table = Table(title="fastest configurations (asap estimate --strategy <strategy> gives each row)")
+    for col in ("#", "strategy", "step s", "MFU", "GiB", "bottleneck"):
+        table.add_column(col, justify="left" if col in ("strategy", "bottleneck") else "right")
+    for i, e in enumerate(result.candidates, 1):
+        table.add_row(str(i), non_default_keys(e.strategy, devices, moe), f"{e.step_time_s:.3f}", f"{e.mfu:.1%}",
+                      f"{e.peak_memory_gb:.1f}", e.bottleneck)
+    return table
+
+
+def stage_split_line(i: int, e, split: dict) -> str:
+    layers = "/".join(str(x) for x in split["layers_per_stage"])
+    if split.get("adopted"):
+        return (f"#{i}: layers placed by the stage ILP ({split['solver']}), {layers}: "
+                f"{split['default_split_step_time_s']:.3f} s with the default split")
+    if "adopted" in split:
+        return f"#{i}: the stage ILP's split {layers} is not faster than the default split under the estimate; kept"
+    return f"#{i}: the stage ILP keeps the default split ({split['solver']})"

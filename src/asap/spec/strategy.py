@@ -180,6 +180,24 @@ def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strat
     return Strategy(**p)
 
 
+def non_default_keys(s: Strategy, devices: int, moe: bool = True) -> str:
+    """``key=value,...`` with only the keys whose value differs from what ``estimate`` would fill in for it
+    (given the others): the short, equally copy-pasteable spelling the human tables show."""
+    full = {k: v for k, v in s.to_dict().items() if v is not None}
+    short = {}
+    for k, v in full.items():
+        rest = parse_strategy({key: val for key, val in full.items() if key != k})
+        try:
+            filled = complete_strategy(rest, devices)
+            if not moe:
+                filled = replace(filled, etp=1)
+            if getattr(filled, k) != getattr(s, k):
+                short[k] = v
+        except AsapError:
+            short[k] = v
+    return ",".join(f"{k}={v}" for k, v in short.items()) or "defaults"
+
+
 def check_strategy(s: Strategy, model, train, devices: int, field: str = "strategy") -> None:
     """Raise AsapError naming the first rule ``s`` breaks for this model, batch and device count."""
     from asap.spec.legality import first_broken_rule
