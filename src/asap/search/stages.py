@@ -266,87 +266,110 @@ class _Rows:
         return A.tocsc(), np.concatenate(self.lo), np.concatenate(self.hi)
 
 
-def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_choice: bool = True) -> StageSplit:
-    """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible."""
-    U, S, pp = len(prob.units), prob.stages, prob.pp
-    if S > U:
-        raise AsapError("strategy.pp", f"pp*vpp = {S} stages exceed the {U} units of the model")
-    nb = nz = U * S
-    n = nb + nz + S + 1
-    L, J = np.meshgrid(np.arange(U), np.arange(S), indexing="ij")  # unit l, stage j
-    B = L * S + J  # b[l, j]
-    Z = nb + B  # z[l, j]
-    R = nb + nz + np.arange(S)  # r[j]
-    it = n - 1
-    t = np.array([u.time_s for u in prob.units])
-    dt = np.array([u.recompute_extra_s for u in prob.units])
-    a = np.array([u.act_bytes for u in prob.units])
-    da = np.array([u.act_saved_bytes for u in prob.units])
-    w = np.array([u.state_bytes for u in prob.units])
-    once = np.array([u.once for u in prob.units])
-    scale_t = max(t.sum(), 1e-12)
-    scale_m = max(prob.hbm_bytes, 1.0)
-    rows = _Rows(n)
+@dataclass
+class _Columns:
+    """Column indices of the ILP's variables: b[l, j], z[l, j], r[j], then T_max."""
+
+    U: int
+    S: int
+
+    def __post_init__(self):
+        L, J = np.meshgrid(np.arange(self.U), np.arange(self.S), indexing="ij")  # unit l, stage j
+        self.J = J
+        self.B = L * self.S + J
+        self.Z = self.U * self.S + self.B
+        self.R = 2 * self.U * self.S + np.arange(self.S)
+        self.n = 2 * self.U * self.S + self.S + 1
+        self.it = self.n - 1
+
+
+def _unit_arrays(prob: StageProblem):
+    return tuple(np.array([getattr(u, f) for u in prob.units], dtype=float)
+                 for f in ("time_s", "recompute_extra_s", "act_bytes", "act_saved_bytes", "state_bytes", "once"))
+
+
+def _constraints(prob: StageProblem, v: _Columns, scale_t: float, scale_m: float):
+    """Contiguity, z = x r, and per device: time <= T_max, memory <= HBM (as COO blocks)."""
+    t, dt, a, da, w, once = _unit_arrays(prob)
+    B, Z, R, S, U, pp = v.B, v.Z, v.R, v.S, v.U, prob.pp
+    rows = _Rows(v.n)
     rows.block([B[:, :-1], B[:, 1:]], [1.0, -1.0], -np.inf, 0.0)  # b[l, j] <= b[l, j+1]
     rows.block([B[1:, :], B[:-1, :]], [1.0, -1.0], -np.inf, 0.0)  # prefix: b[l+1, j] <= b[l, j]
-    # x[l, j] = b[l, j] - b[l, j-1]; stage j holds at least one unit
-    for j in range(S):
+    for j in range(S):  # x[l, j] = b[l, j] - b[l, j-1]; stage j holds at least one unit
         cols = B[:, j] if j == 0 else np.concatenate([B[:, j], B[:, j - 1]])
         vals = np.ones(U) if j == 0 else np.concatenate([np.ones(U), -np.ones(U)])
         rows.row(cols, vals, 1.0, np.inf)
     # z = x r, linearised: z <= x, z <= r, z >= x + r - 1 (first stage: x = b)
-    prev = np.where(J > 0, B - 1, 0)
-    has_prev = (J > 0).astype(float)
+    prev = np.where(v.J > 0, B - 1, 0)
+    has_prev = (v.J > 0).astype(float)
+    r_col = R[None, :] + 0 * B
     rows.block([Z, B, prev], [1.0, -1.0, has_prev], -np.inf, 0.0)
-    rows.block([Z, R[None, :] + 0 * L], [1.0, -1.0], -np.inf, 0.0)
-    rows.block([Z, R[None, :] + 0 * L, B, prev], [1.0, -1.0, -1.0, has_prev], -1.0, np.inf)
-    # per device: time <= T_max and memory <= HBM. b[l, j] carries +coef of stage j and -coef of stage j+1
+    rows.block([Z, r_col], [1.0, -1.0], -np.inf, 0.0)
+    rows.block([Z, r_col, B, prev], [1.0, -1.0, -1.0, has_prev], -1.0, np.inf)
+    # b[l, j] carries +coef of stage j and -coef of stage j+1
     on_dev = (np.arange(S)[None, :] % pp) == np.arange(pp)[:, None]  # [d, j]
     next_on_dev = np.zeros_like(on_dev)
     next_on_dev[:, :-1] = on_dev[:, 1:]
     for d in range(pp):
-        held = np.where(once, 1.0, prob.in_flight(d))
-        coef_t = (t[:, None] * (on_dev[d][None, :].astype(float) - next_on_dev[d][None, :])) / scale_t
-        coef_zt = dt[:, None] * on_dev[d][None, :] / scale_t
-        rows.row(np.concatenate([B.ravel(), Z.ravel(), [it]]),
+        held = np.where(once > 0, 1.0, prob.in_flight(d))
+        sign = on_dev[d][None, :].astype(float) - next_on_dev[d][None, :]
+        coef_t, coef_zt = t[:, None] * sign / scale_t, dt[:, None] * on_dev[d][None, :] / scale_t
+        rows.row(np.concatenate([B.ravel(), Z.ravel(), [v.it]]),
                  np.concatenate([coef_t.ravel(), coef_zt.ravel(), [-1.0]]), -np.inf, 0.0)
-        per = (w + held * a)[:, None]
-        coef_m = per * (on_dev[d][None, :].astype(float) - next_on_dev[d][None, :]) / scale_m
+        coef_m = (w + held * a)[:, None] * sign / scale_m
         coef_zm = -(held * da)[:, None] * on_dev[d][None, :] / scale_m
         rows.row(np.concatenate([B.ravel(), Z.ravel()]), np.concatenate([coef_m.ravel(), coef_zm.ravel()]),
                  -np.inf, 1.0)
-    A, lo, hi = rows.matrix()
-    # objective: (m-1) T_max + (1 + (pp-1)/vpp)/pp * total time; the layers' own time telescopes to a constant,
-    # so only recompute's extra time varies
-    c = np.zeros(n)
-    c[it] = prob.micro_batches - 1
-    c[Z.ravel()] = ((1 + (pp - 1) / prob.vpp) / pp * dt[:, None] / scale_t * np.ones((1, S))).ravel()
-    lb = np.zeros(n)
-    ub = np.ones(n)
-    ub[it] = np.inf
-    lb[B[:, S - 1]] = 1.0  # every unit placed
-    lb[B[0, 0]] = 1.0  # embedding in stage 0
-    if S > 1:  # the head and the MTP modules in the last stage (so a layer split describes the placement)
-        tail = [i for i, u in enumerate(prob.units) if u.name in ("mtp", "head")]
-        ub[B[tail, S - 2]] = 0.0
+    return rows.matrix()
+
+
+def _objective_and_bounds(prob: StageProblem, v: _Columns, scale_t: float, allow_recompute_choice: bool):
+    """(m-1) T_max + (1 + (pp-1)/vpp)/pp * total time (the layers' own time telescopes to a constant, so only
+    recompute's extra time varies); every unit placed, the embedding in stage 0, MTP and the head in the last."""
+    dt = np.array([u.recompute_extra_s for u in prob.units])
+    pp, S = prob.pp, v.S
+    c = np.zeros(v.n)
+    c[v.it] = prob.micro_batches - 1
+    c[v.Z.ravel()] = ((1 + (pp - 1) / prob.vpp) / pp * dt[:, None] / scale_t * np.ones((1, S))).ravel()
+    lb, ub = np.zeros(v.n), np.ones(v.n)
+    ub[v.it] = np.inf
+    lb[v.B[:, S - 1]] = 1.0
+    lb[v.B[0, 0]] = 1.0
+    if S > 1:  # the head and the MTP modules in the last stage, so a layer split describes the placement
+        ub[v.B[_tail_units(prob), S - 2]] = 0.0
     if not allow_recompute_choice or prob.base_recompute == "full":  # recompute fixed to the strategy's
-        lb[R] = ub[R] = 1.0 if prob.base_recompute == "full" else 0.0
+        lb[v.R] = ub[v.R] = 1.0 if prob.base_recompute == "full" else 0.0
+    return c, lb, ub
+
+
+def _tail_units(prob: StageProblem) -> list[int]:
+    return [i for i, u in enumerate(prob.units) if u.name in ("mtp", "head")]
+
+
+def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_choice: bool = True) -> StageSplit:
+    """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible."""
+    U, S = len(prob.units), prob.stages
+    if S > U:
+        raise AsapError("strategy.pp", f"pp*vpp = {S} stages exceed the {U} units of the model")
+    v = _Columns(U, S)
+    scale_t = max(sum(u.time_s for u in prob.units), 1e-12)
+    A, lo, hi = _constraints(prob, v, scale_t, max(prob.hbm_bytes, 1.0))
+    c, lb, ub = _objective_and_bounds(prob, v, scale_t, allow_recompute_choice)
     start = heuristic_split(prob, allow_recompute_choice)
     x0 = None
     if start is not None and start.fits:
-        ub[it] = max(start.device_time_s) / scale_t * (1 + 1e-9)  # never worse than the heuristic
-        x0 = _encode(prob, start, scale_t, n)
-    x, status = _solve_highs(c, A, lo, hi, lb, ub, integer=np.arange(n - 1), x0=x0, time_limit_s=time_limit_s)
+        ub[v.it] = max(start.device_time_s) / scale_t * (1 + 1e-9)  # never worse than the heuristic
+        x0 = _encode(prob, start, scale_t, v.n)
+    x, status = _solve_highs(c, A, lo, hi, lb, ub, integer=np.arange(v.n - 1), x0=x0, time_limit_s=time_limit_s)
     if x is None:
         if start is not None and start.fits:
             start.solver = "heuristic (HiGHS found nothing better: " + status + ")"
             return start
         raise AsapError("strategy", f"no split of {U} units over {S} stages fits in {prob.hbm_bytes / GB:.1f} GiB "
                                     f"({status})")
-    b = np.round(x[:nb].reshape(U, S))
-    counts = [int(v) for v in np.diff(np.concatenate([[0.0], b.sum(axis=0)]))]
-    recompute = [bool(round(v)) for v in x[R]]
-    split = price_split(prob, counts, recompute)
+    b = np.round(x[:U * S].reshape(U, S))
+    counts = [int(n) for n in np.diff(np.concatenate([[0.0], b.sum(axis=0)]))]
+    split = price_split(prob, counts, [bool(round(r)) for r in x[v.R]])
     split.solver = f"HiGHS: {status}"
     if start is not None and start.fits and start.pipeline_time_s < split.pipeline_time_s:
         start.solver = f"heuristic (HiGHS: {status})"
@@ -423,18 +446,20 @@ def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> 
     modes = [prob.base_recompute == "full"]
     if allow_recompute_choice and prob.base_recompute != "full":
         modes.append(True)
+    tail = len(_tail_units(prob))  # MTP and the head stay together on the last stage: one block for the fill
     for rc in modes:
         times = [u.time_s + (u.recompute_extra_s if rc else 0.0) for u in prob.units]
+        times = times[:len(times) - tail] + [sum(times[len(times) - tail:])]
         lo, hi = max(times), sum(times)
         for _ in range(40):
             cap = (lo + hi) / 2
-            counts = _greedy_counts(times, cap, S)
-            if counts is None:
+            if _greedy_counts(times, cap, S) is None:
                 lo = cap
             else:
                 hi = cap
         counts = _greedy_counts(times, hi, S)
         if counts is not None:
+            counts[-1] += tail - 1
             options.append(price_split(prob, counts, [rc] * S))
     fitting = [o for o in options if o.fits]
     pool = fitting or options
@@ -459,12 +484,14 @@ def _greedy_counts(times: list[float], cap: float, stages: int) -> list[int] | N
 
 
 def brute_force_split(prob: StageProblem, allow_recompute_choice: bool = True) -> StageSplit | None:
-    """Every contiguous split and recompute choice (small problems only): the ILP's reference."""
+    """Every contiguous split (MTP and the head on the last stage) and recompute choice (small problems only):
+    the ILP's reference."""
     U, S = len(prob.units), prob.stages
     best = None
     rc_choices = ([False, True] if allow_recompute_choice and prob.base_recompute != "full"
                   else [prob.base_recompute == "full"])
-    for cuts in itertools.combinations(range(1, U), S - 1):
+    last_start = U - len(_tail_units(prob))  # MTP and the head on the last stage, as the ILP places them
+    for cuts in itertools.combinations(range(1, last_start + 1), S - 1):
         edges = (0,) + cuts + (U,)
         counts = [edges[i + 1] - edges[i] for i in range(S)]
         for rc in itertools.product(rc_choices, repeat=S):
