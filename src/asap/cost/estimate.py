@@ -37,6 +37,7 @@ from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import Bottleneck
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
@@ -311,11 +312,11 @@ def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_
     # imbalance (the heaviest stage's excess over the mean) is time spent inside the critical stage's compute
     # and communication; count it apart so no second counts twice
     balanced_compute = max(compute - imbalance_s, 0.0)
-    shares = {"compute": balanced_compute, "communication": comm, "pipeline_bubble": bubble,
-              "imbalance": imbalance_s}
+    shares = {Bottleneck.COMPUTE.value: balanced_compute, Bottleneck.COMMUNICATION.value: comm,
+              Bottleneck.PIPELINE_BUBBLE.value: bubble, Bottleneck.IMBALANCE.value: imbalance_s}
     name = max(shares, key=shares.get)
-    if name == "compute" and memory_bound_s > 0.5 * compute:  # mostly low-intensity kernels: HBM-bound
-        name = "memory"
+    if name == Bottleneck.COMPUTE and memory_bound_s > 0.5 * compute:  # mostly low-intensity kernels: HBM-bound
+        name = Bottleneck.MEMORY.value
     evidence = [f"{k} {v / step_time_s:.0%} of the step" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]
     evidence.append(f"memory-bound kernels {memory_bound_s / max(compute, 1e-12):.0%} of compute time")
     return name, evidence

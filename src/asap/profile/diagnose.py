@@ -16,8 +16,8 @@ import numpy as np
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
 from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
 from asap.profile.windows import US, window_figures, window_index
+from asap.spec.words import BOTTLENECKS
 
-BOTTLENECKS = ("compute", "memory", "communication", "host", "pipeline_bubble", "imbalance")
 DEFAULT_STRAGGLER_THRESHOLD = 0.10  # a rank is a straggler 10% of the median step beyond the median
 DEFAULT_JITTER_THRESHOLD = 0.10  # step-time coefficient of variation above which jitter is flagged
 
