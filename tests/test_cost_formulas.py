@@ -205,3 +205,16 @@ def test_pipelined_expert_all_to_all_hides_behind_the_paired_micro_batch():
     m, pp = 1024 // 8, 8
     assert total * (pp - 1) / m * 0.99 <= paired.exposed_s["ep_comm"] < 0.5 * total
     assert paired.step_time_s < gpipe.step_time_s
+
+
+def test_one_stage_holds_every_parameter():
+    """With pp = 1 the one stage holds the embedding, every layer, the final norm and the head: weight memory per
+    device is all parameters / tp. Llama 3 8B by hand: embedding and head 128256 * 4096 = 525,336,576 each;
+    a layer has Q and O 4096^2 each, K and V 2 * 4096 * 8 * 128, the SwiGLU MLP 3 * 4096 * 14336 and two norms
+    2 * 4096: 218,112,000; 32 layers, the final norm 4096: 8,030,261,248 parameters, 2 bytes each in bf16."""
+    params = 2 * 525_336_576 + 32 * (2 * 4096 ** 2 + 2 * 4096 * 8 * 128 + 3 * 4096 * 14336 + 2 * 4096) + 4096
+    assert params == 8_030_261_248
+    est = estimate(load_model("llama3-8b"), load_cluster("dgx-h100-1"), TrainSpec(8, 8192), "tp=8,zero=1")
+    assert est.memory_gb["weights"] == pytest.approx(params / 8 * 2 / 2**30, rel=1e-9)
+    assert est.memory_gb["grads"] == pytest.approx(params / 8 * 4 / 2**30, rel=1e-9)  # fp32 main gradients
+    assert est.memory_gb["optimizer"] == pytest.approx(params / 8 * 12 / 2**30, rel=1e-9)  # dp = 1: unsharded
