@@ -37,7 +37,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.collectives import (all_gather_s, all_reduce_s, collective_latency_s, expert_dispatch_s, p2p_s,
-                                   reduce_scatter_s, spans_nodes)
+                                   reduce_scatter_s, spans_domains)
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
@@ -79,9 +79,9 @@ def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     else:
         kv_width = 2 * model.num_kv_heads * model.head_dim
     kv_chunk = T * kv_width / S.tp * ab
-    cp_spans = spans_nodes(cluster, S.cp, S.tp)
+    cp_spans = spans_domains(cluster, S.cp, S.tp)
     cp_fwd = np.where(S.cp > 1, (S.cp - 1) * p2p_s(cluster, kv_chunk, cp_spans), 0.0)
-    pp_spans = spans_nodes(cluster, S.pp, S.tp * S.cp * S.dp)
+    pp_spans = spans_domains(cluster, S.pp, S.tp * S.cp * S.dp)
     pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
     return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, pp_msg_s=pp_msg)
 

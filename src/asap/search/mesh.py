@@ -1,7 +1,8 @@
 """TPU meshes: a strategy as MaxText's ``ici_*`` / ``dcn_*`` parallelism values.
 
 MaxText builds its device mesh from named axes (MaxText ``configs/base.yml``: data, stage, fsdp, context,
-tensor, expert, ...), ICI axes inside a slice and DCN axes across slices. asap's knobs map as
+tensor, expert, ...), ICI axes inside a slice and DCN axes across slices (a slice is the job's scale-up domain,
+``Cluster.topology``: 64 v5p chips written as 16 hosts of 4 are one slice). asap's knobs map as
   pp -> stage (``*_pipeline_parallelism``), dp -> data (zero 0) or fsdp (zero >= 1, sharded states),
   cp -> context, tp -> tensor, ep -> expert (MaxText's expert axis doubles as a batch axis for dense layers,
   so it is carved out of dp).
@@ -24,7 +25,7 @@ def tpu_mesh(cluster: Cluster, s: Strategy) -> dict[str, int] | None:
         return None
     batch_axis = "fsdp" if s.zero >= 1 else "data"
     axes = {"pipeline": s.pp, batch_axis: s.dp // s.ep, "context": s.cp, "tensor": s.tp, "expert": s.ep}
-    slices = cluster.nodes
+    slices = cluster.topology.num_domains  # ICI slices of the job, joined by DCN
     dcn = {name: 1 for name in axes}
     for name in ("pipeline", batch_axis):  # outermost axes cross the data-centre network
         take = gcd(axes[name], slices)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from asap.errors import AsapError
+from asap.spec.topology import Topology, topology_of
 
 # ----------------------------------------------------------------------------------------------------------
 # Efficiency constants per family (the only tuned numbers in the cost model; see docs/cost_model.md).
@@ -100,12 +102,13 @@ class Accelerator:
     peak_tflops: dict[str, float]  # dense TFLOP/s by precision: bf16, fp16, fp8 (fp32 for CPUs)
     hbm_gb: float
     hbm_gbps: float
-    intra_node_gbps: float  # per device per direction, inside the scale-up domain (NVLink, ICI, HCCS)
-    inter_node_gbps: float  # per device per direction, across nodes (IB/RoCE NIC per device, TPU DCN)
-    devices_per_node: int  # default size of the scale-up domain a node (or TPU slice) offers
+    intra_node_gbps: float  # per device per direction, inside the scale-up domain (NVLink, ICI per axis, HCCS)
+    inter_node_gbps: float  # per device per direction, across domains (IB/RoCE NIC per device, TPU DCN)
+    devices_per_node: int  # default host: devices one server, TPU VM host or compute tray holds
     interconnect: str = "nvlink"  # nvlink | xgmi | ici | hccs | loopback
     torus_dims: int = 0  # TPU ICI torus dimensionality (2 or 3); 0 for switched fabrics
     source: str = ""
+    scale_up_domain: int = 0  # most devices one fast fabric joins (NVSwitch domain, ICI pod, supernode); 0: one host
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak in FLOP/s for a precision; fp32 runs at the catalog's fp32 figure or at half of bf16."""
@@ -131,69 +134,84 @@ CATALOG: dict[str, Accelerator] = {
         # NVIDIA A100 datasheet (2021): 312 TF dense bf16/fp16; NVLink3 600 GB/s bidirectional; DGX A100 has
         # 8x 200 Gb/s HDR InfiniBand (25 GB/s per GPU). 40 GB: 1555 GB/s HBM2; 80 GB: 2039 GB/s HBM2e.
         _acc(name="a100-40gb", family="ampere", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=40, hbm_gbps=1555,
-             intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, source="NVIDIA A100 datasheet; DGX A100 user guide"),
+             intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             source="NVIDIA A100 datasheet; DGX A100 user guide"),
         _acc(name="a100-80gb", family="ampere", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=80, hbm_gbps=2039,
-             intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, source="NVIDIA A100 datasheet; DGX A100 user guide"),
+             intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             source="NVIDIA A100 datasheet; DGX A100 user guide"),
         # NVIDIA H100 SXM datasheet: 989 TF dense bf16, 1979 TF fp8; 80 GB HBM3 at 3.35 TB/s; NVLink4 900 GB/s
         # bidirectional; DGX H100: 8x 400 Gb/s NDR ConnectX-7 (50 GB/s per GPU).
         _acc(name="h100-sxm", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
-             hbm_gbps=3350, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8,
+             hbm_gbps=3350, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              source="NVIDIA H100 datasheet; DGX H100 user guide"),
         # H800: H100 compute with NVLink cut to 400 GB/s bidirectional (DeepSeek-V3 report, sec. 3.1: 8x 400 Gb/s IB).
         _acc(name="h800", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
-             hbm_gbps=3350, intra_node_gbps=200, inter_node_gbps=50, devices_per_node=8,
+             hbm_gbps=3350, intra_node_gbps=200, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              source="DeepSeek-V3 technical report (arXiv:2412.19437) sec. 3.1; NVIDIA H800 product brief"),
         # H200 SXM datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
         _acc(name="h200", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=141,
-             hbm_gbps=4800, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, source="NVIDIA H200 datasheet"),
+             hbm_gbps=4800, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
+             source="NVIDIA H200 datasheet"),
         # B200 (HGX B200 datasheet): 2.25 PF dense fp16/bf16, 4.5 PF fp8; 180 GB HBM3e at 8 TB/s; NVLink5 1.8 TB/s.
         _acc(name="b200", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500}, hbm_gb=180,
-             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=8,
+             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              source="NVIDIA HGX B200 datasheet; DGX B200 user guide"),
         # GB200 NVL72 datasheet: 180 PF dense bf16 / 72 GPUs = 2.5 PF; 13.4 TB HBM3e / 72 = 186 GB at 8 TB/s;
-        # one 72-GPU NVLink domain; ConnectX-7 400 Gb/s per GPU.
+        # one 72-GPU NVLink domain over 18 compute trays of 4 GPUs (2 Grace-Blackwell superchips each);
+        # ConnectX-7 400 Gb/s per GPU.
         _acc(name="gb200", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=186,
-             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=72,
+             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=4, scale_up_domain=72,
              source="NVIDIA GB200 NVL72 datasheet"),
-        # GB300 NVL72: same dense bf16/fp8 as GB200, 288 GB HBM3e per GPU, ConnectX-8 800 Gb/s per GPU.
+        # GB300 NVL72: same dense bf16/fp8 as GB200, 288 GB HBM3e per GPU, ConnectX-8 800 Gb/s per GPU; the same
+        # 72-GPU NVLink domain of 18 trays of 4.
         _acc(name="gb300", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=288,
-             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=72,
+             hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=4, scale_up_domain=72,
              source="NVIDIA GB300 NVL72 datasheet"),
         # AMD Instinct MI300X datasheet: 1307 TF dense bf16, 2615 TF fp8; 192 GB HBM3 at 5.3 TB/s; 7 Infinity
         # Fabric links x 64 GB/s per direction = 448 GB/s; 400 Gb/s NIC per GPU in reference platforms.
         _acc(name="mi300x", family="cdna3", peak_tflops={"bf16": 1307, "fp16": 1307, "fp8": 2615}, hbm_gb=192,
-             hbm_gbps=5300, intra_node_gbps=448, inter_node_gbps=50, devices_per_node=8, interconnect="xgmi",
+             hbm_gbps=5300, intra_node_gbps=448, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
+             interconnect="xgmi",
              source="AMD Instinct MI300X datasheet"),
         # TPUs (Google Cloud TPU system architecture docs; 'How to Scale Your Model' (JAX scaling book) table of
-        # TPU specs): ICI link bandwidth one-way per link; a slice is the ICI domain (devices_per_node).
+        # TPU specs): ICI link bandwidth one-way per link. A TPU VM host holds 4 chips (devices_per_node); an
+        # ICI slice spans hosts up to the generation's pod (scale_up_domain: v4 4096, v5p 8960, v5e and v6e
+        # 256 chips); slices of a multislice job talk over DCN.
         # The per-device ICI figure below is one-way bandwidth of the links of one torus axis in both ring
         # directions (2 links); DCN per chip is the host NIC share.
         _acc(name="tpu-v4", family="tpu", peak_tflops={"bf16": 275, "fp16": 275}, hbm_gb=32, hbm_gbps=1200,
-             intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4096, interconnect="ici", torus_dims=3,
+             intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4, scale_up_domain=4096,
+             interconnect="ici", torus_dims=3,
              source="Google Cloud TPU v4 docs; JAX scaling book (ICI 4.5e10 B/s one-way per link)"),
         _acc(name="tpu-v5e", family="tpu", peak_tflops={"bf16": 197, "fp16": 197}, hbm_gb=16, hbm_gbps=819,
-             intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=256, interconnect="ici", torus_dims=2,
+             intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4, scale_up_domain=256,
+             interconnect="ici", torus_dims=2,
              source="Google Cloud TPU v5e docs; JAX scaling book (ICI 4.5e10 B/s one-way per link)"),
         _acc(name="tpu-v5p", family="tpu", peak_tflops={"bf16": 459, "fp16": 459}, hbm_gb=95, hbm_gbps=2765,
-             intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=8960, interconnect="ici", torus_dims=3,
+             intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=4, scale_up_domain=8960,
+             interconnect="ici", torus_dims=3,
              source="Google Cloud TPU v5p docs; JAX scaling book (ICI 9e10 B/s one-way per link)"),
         _acc(name="tpu-v6e", family="tpu", peak_tflops={"bf16": 918, "fp16": 918}, hbm_gb=32, hbm_gbps=1640,
-             intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=256, interconnect="ici", torus_dims=2,
+             intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=4, scale_up_domain=256,
+             interconnect="ici", torus_dims=2,
              source="Google Cloud TPU v6e (Trillium) docs; JAX scaling book (ICI 9e10 B/s one-way per link)"),
         # Huawei Ascend 910B (Atlas 800T A2): ~313 TF fp16, 64 GB HBM2e at 1.6 TB/s; HCCS 7 links x 56 GB/s
         # = 392 GB/s bidirectional (196 per direction); 200 Gb/s RoCE per NPU.
         _acc(name="ascend-910b", family="ascend", peak_tflops={"bf16": 313, "fp16": 313}, hbm_gb=64, hbm_gbps=1600,
-             intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, interconnect="hccs",
+             intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8, interconnect="hccs",
              source="Huawei Atlas 800T A2 datasheet; Ascend 910B public specs"),
         # Ascend 910C (two 910B-class dies; CloudMatrix 384 paper arXiv:2506.12708): ~780 TF bf16, 128 GB at
-        # 3.2 TB/s; UB/HCCS 392 GB/s per direction inside the node; 400 Gb/s RoCE per NPU.
+        # 3.2 TB/s; servers of 8 NPUs joined by the Unified Bus into one 384-NPU supernode at 392 GB/s per NPU
+        # per direction; 400 Gb/s RoCE per NPU between supernodes.
         _acc(name="ascend-910c", family="ascend", peak_tflops={"bf16": 780, "fp16": 780}, hbm_gb=128, hbm_gbps=3200,
-             intra_node_gbps=392, inter_node_gbps=50, devices_per_node=8, interconnect="hccs",
+             intra_node_gbps=392, inter_node_gbps=50, devices_per_node=8, scale_up_domain=384, interconnect="hccs",
              source="Huawei CloudMatrix384 paper (arXiv:2506.12708)"),
         # This machine, for real runs: 2 x86 cores with AVX2 FMA at ~3 GHz ~ 2 x 32 fp32 FLOP/cycle x 3e9
-        # ~ 0.2 TF fp32 (bf16 is emulated on CPUs, so no faster); DRAM stream ~20 GB/s; gloo over loopback.
+        # ~ 0.2 TF fp32 (bf16 is emulated on CPUs, so no faster); DRAM stream ~20 GB/s; gloo over loopback,
+        # which every process on the machine shares (scale_up_domain 1024 bounds any local run).
         _acc(name="local-cpu", family="cpu", peak_tflops={"fp32": 0.2, "bf16": 0.2, "fp16": 0.2}, hbm_gb=24,
-             hbm_gbps=20, intra_node_gbps=5, inter_node_gbps=1, devices_per_node=8, interconnect="loopback",
+             hbm_gbps=20, intra_node_gbps=5, inter_node_gbps=1, devices_per_node=8, scale_up_domain=1024,
+             interconnect="loopback",
              source="nominal figures for a 2-core x86 host; asap.profile measures the real ridge point"),
     ]
 }
@@ -213,14 +231,29 @@ def get_accelerator(name: str) -> Accelerator:
 
 @dataclass(frozen=True)
 class Cluster:
+    """``nodes`` hosts of ``devices_per_node`` devices; ``scale_up_domain`` is the most devices one fast fabric
+    joins (0 when built: the accelerator's catalog figure, or one host for accelerators without one). The
+    domain a job gets and the tiers its collectives cross are ``topology`` (asap.spec.topology)."""
+
     accelerator: Accelerator
     devices_per_node: int
     nodes: int
     name: str = ""
+    scale_up_domain: int = 0
+
+    def __post_init__(self):
+        if self.scale_up_domain <= 0:
+            default = self.accelerator.scale_up_domain or self.devices_per_node
+            object.__setattr__(self, "scale_up_domain", default)
 
     @property
     def num_devices(self) -> int:
         return self.devices_per_node * self.nodes
+
+    @cached_property
+    def topology(self) -> Topology:
+        """The job's scale-up and scale-out tiers, derived once per cluster."""
+        return topology_of(self)
 
     @property
     def hbm_gb(self) -> float:
@@ -238,7 +271,8 @@ class Cluster:
     def to_dict(self) -> dict[str, Any]:
         a = self.accelerator
         return {"accelerator": a.name, "devices_per_node": self.devices_per_node, "nodes": self.nodes,
-                "hbm_gb": a.hbm_gb, "intra_node_gbps": a.intra_node_gbps, "inter_node_gbps": a.inter_node_gbps}
+                "scale_up_domain": self.scale_up_domain, "hbm_gb": a.hbm_gb, "intra_node_gbps": a.intra_node_gbps,
+                "inter_node_gbps": a.inter_node_gbps}
 
 
 CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
@@ -250,18 +284,23 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     "h800-256": {"accelerator": "h800", "devices_per_node": 8, "nodes": 256},
     "h200-8": {"accelerator": "h200", "devices_per_node": 8, "nodes": 8},
     "b200-8": {"accelerator": "b200", "devices_per_node": 8, "nodes": 8},
-    "gb200-nvl72": {"accelerator": "gb200", "devices_per_node": 72, "nodes": 1},
+    "gb200-nvl72": {"accelerator": "gb200", "devices_per_node": 4, "nodes": 18},  # one rack: 18 trays of 4
+    "gb300-nvl72": {"accelerator": "gb300", "devices_per_node": 4, "nodes": 18},
     "mi300x-8": {"accelerator": "mi300x", "devices_per_node": 8, "nodes": 8},
-    "tpu-v5p-256": {"accelerator": "tpu-v5p", "devices_per_node": 256, "nodes": 1},
-    "tpu-v5e-256": {"accelerator": "tpu-v5e", "devices_per_node": 256, "nodes": 1},
-    "tpu-v6e-256": {"accelerator": "tpu-v6e", "devices_per_node": 256, "nodes": 1},
+    "tpu-v5p-256": {"accelerator": "tpu-v5p", "devices_per_node": 4, "nodes": 64},  # one slice of 64 hosts of 4
+    "tpu-v5e-256": {"accelerator": "tpu-v5e", "devices_per_node": 4, "nodes": 64},
+    "tpu-v6e-256": {"accelerator": "tpu-v6e", "devices_per_node": 4, "nodes": 64},
     "ascend-910b-64": {"accelerator": "ascend-910b", "devices_per_node": 8, "nodes": 64},
-    "ascend-910c-384": {"accelerator": "ascend-910c", "devices_per_node": 8, "nodes": 48},
+    "ascend-910c-384": {"accelerator": "ascend-910c", "devices_per_node": 8, "nodes": 48},  # one supernode
     "local-cpu": {"accelerator": "local-cpu", "devices_per_node": 4, "nodes": 1},
 }
-# every catalog accelerator is also a one-node cluster preset of its own name
+# Every catalog accelerator is also a preset of its own name: one scale-up domain of at most 256 devices (an
+# HGX server, an NVL72 rack, a 256-chip TPU slice, 256 NPUs of a CloudMatrix384).
+_PRESET_MAX_DEVICES = 256
 for _name, _acc_obj in CATALOG.items():
-    CLUSTER_PRESETS.setdefault(_name, {"accelerator": _name, "devices_per_node": _acc_obj.devices_per_node if _acc_obj.devices_per_node <= 256 else 256, "nodes": 1})
+    _host = _acc_obj.devices_per_node
+    _hosts = max(min(_acc_obj.scale_up_domain or _host, _PRESET_MAX_DEVICES) // _host, 1)
+    CLUSTER_PRESETS.setdefault(_name, {"accelerator": _name, "devices_per_node": _host, "nodes": _hosts})
 
 
 def _positive_number(value: Any, field_name: str) -> float:
@@ -274,21 +313,28 @@ def _positive_number(value: Any, field_name: str) -> float:
     return x
 
 
-def _positive_int(value: Any, field_name: str) -> int:
+def _positive_int(value: Any, field_name: str, most: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise AsapError(field_name, f"must be a positive integer, got {value!r}")
     try:
         x = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise AsapError(field_name, f"must be a positive integer, got {value!r}") from None
     if x <= 0 or (isinstance(value, float) and value != x):
         raise AsapError(field_name, f"must be a positive integer, got {value!r}")
+    if most is not None and x > most:
+        raise AsapError(field_name, f"must be at most {most}, got {value!r}")
     return x
 
 
-_CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "hbm_gb", "intra_node_gbps", "inter_node_gbps", "name"}
+# No fabric joins more devices than this (the largest TPU pod has 8960 chips); a bound keeps typos finite.
+MAX_SCALE_UP_DOMAIN = 1 << 20
+
+
+_CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "scale_up_domain", "hbm_gb", "intra_node_gbps",
+                 "inter_node_gbps", "name"}
 _CUSTOM_ACC_KEYS = {"name", "family", "peak_tflops", "hbm_gb", "hbm_gbps", "intra_node_gbps", "inter_node_gbps",
-                    "devices_per_node", "interconnect"}
+                    "devices_per_node", "scale_up_domain", "interconnect"}
 
 
 def cluster_from_dict(d: Any, name: str = "") -> Cluster:
@@ -315,7 +361,15 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
         acc = replace(acc, **overrides)
     dpn = _positive_int(d.get("devices_per_node", acc.devices_per_node), "cluster.devices_per_node")
     nodes = _positive_int(d.get("nodes", 1), "cluster.nodes")
-    return Cluster(accelerator=acc, devices_per_node=dpn, nodes=nodes, name=str(d.get("name", name)))
+    return Cluster(accelerator=acc, devices_per_node=dpn, nodes=nodes, name=str(d.get("name", name)),
+                   scale_up_domain=_scale_up_domain(d, "cluster.scale_up_domain"))
+
+
+def _scale_up_domain(d: dict, field_name: str) -> int:
+    """A mapping's ``scale_up_domain``: 0 (the default: the catalog's figure, else one host) when absent or null."""
+    if d.get("scale_up_domain") is None:
+        return 0
+    return _positive_int(d["scale_up_domain"], field_name, MAX_SCALE_UP_DOMAIN)
 
 
 def _custom_accelerator(d: dict) -> Accelerator:
@@ -343,6 +397,7 @@ def _custom_accelerator(d: dict) -> Accelerator:
         intra_node_gbps=_positive_number(d.get("intra_node_gbps", 300), "cluster.accelerator.intra_node_gbps"),
         inter_node_gbps=_positive_number(d.get("inter_node_gbps", 25), "cluster.accelerator.inter_node_gbps"),
         devices_per_node=_positive_int(d.get("devices_per_node", 8), "cluster.accelerator.devices_per_node"),
+        scale_up_domain=_scale_up_domain(d, "cluster.accelerator.scale_up_domain"),
         interconnect=str(d.get("interconnect", "nvlink")), source="user-supplied")
 
 
