@@ -118,7 +118,7 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy."""
     t0 = time.perf_counter()
     fixed = dict(fixed or {})
-    S = enumerate_space(model, cluster.num_devices, getattr(cluster, "scale_up_size", cluster.devices_per_node), train, fixed)  # TEMP
+    S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed)
     if len(S) == 0:
         raise explain_empty_space(model, cluster, train, fixed)
     searched = len(S)
