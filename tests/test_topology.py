@@ -231,3 +231,51 @@ def test_straddling_groups_run_at_the_nic_rate():
     assert members_per_domain(gb200, 3, 1) == 1 and bus_bandwidth_Bps(gb200, 3, 1) == pytest.approx(45e9)
     # tp = 4 tiles the 64-GPU domain and stays on NVLink (0.9 * 900e9)
     assert bus_bandwidth_Bps(gb200, 4, 1) == pytest.approx(810e9)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Whole estimates: the same job written two ways prices the same
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_tpu_v5p_hosts_and_slice_give_the_same_fsdp_estimate():
+    """Llama 3 8B, 64-way FSDP (zero=3) on 64 v5p chips, as 16 hosts of 4 and as one 64-chip node: the same
+    step. The data-parallel traffic by hand (one micro-batch, m = 64 / 64): P = 8,030,261,248 parameters on the
+    one stage; ICI bus bandwidth over the (4,4,4) torus = 0.85 * 180e9 * 3 axes = 459e9 B/s; a ring over 64
+    chips pays 15e-6 + 63 * 5e-6 = 330e-6 s of latency, once per layer (32 layers, so 31 more than the
+    bucketed case). Gradients: reduce-scatter of 4 P bytes; weights: all-gathered for forward and for backward
+    (2 P bytes each)."""
+    from asap.cost.estimate import estimate
+    from asap.spec.loader import load_model
+    from asap.spec.train import TrainSpec
+
+    model, train = load_model("llama3-8b"), TrainSpec(64, 8192)
+    hosts = cluster_from_dict({"accelerator": "tpu-v5p", "devices_per_node": 4, "nodes": 16})
+    slice_ = cluster_from_dict({"accelerator": "tpu-v5p", "devices_per_node": 64, "nodes": 1})
+    a, b = (estimate(model, c, train, "dp=64,tp=1,pp=1,zero=3") for c in (hosts, slice_))
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    assert a.breakdown_s == pytest.approx(b.breakdown_s, rel=1e-12)
+    P, bw, ring_latency = 8_030_261_248, 0.85 * 180e9 * 3, 15e-6 + 63 * 5e-6
+    per_layer_extra = 31 * ring_latency
+    grad = 63 / 64 * 4 * P / bw + ring_latency + per_layer_extra
+    gathers = 2 * (63 / 64 * 2 * P / bw + ring_latency + per_layer_extra)
+    assert a.breakdown_s["dp_comm"] == pytest.approx(grad + gathers, rel=1e-9)
+
+
+def test_gb200_trays_and_racks_give_the_same_expert_parallel_estimate():
+    """DeepSeek-V3 with ep=64 on 256 GB200s, as 64 trays of 4 and as 4 racks (hosts of 64, NVL72 domains):
+    the same step, and every expert all-to-all on NVLink. By hand, per MoE layer and micro-batch (tp=1, so
+    T_sp = 4096 tokens; etp=1, no expert-TP gather): dispatch and combine, forward and backward, each the flat
+    exchange of 4096 * 8 * 7168 * 2 = 469,762,048 bytes over one 64-GPU domain, 63/64 of it at 0.9 * 900e9
+    B/s, plus 20e-6 + 2 log2(64) 5e-6 s; 58 MoE layers and one MTP module, one micro-batch (global batch 256)."""
+    from asap.cost.estimate import estimate
+    from asap.spec.loader import load_model
+    from asap.spec.train import TrainSpec
+
+    model, train = load_model("deepseek-v3"), TrainSpec(256, 4096)
+    trays = cluster_from_dict({"accelerator": "gb200", "devices_per_node": 4, "nodes": 64})
+    racks = cluster_from_dict({"accelerator": "gb200", "devices_per_node": 64, "nodes": 4})
+    a, b = (estimate(model, c, train, "dp=256,tp=1,pp=1,ep=64,etp=1") for c in (trays, racks))
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    a2a = 469_762_048 * 63 / 64 / 810e9 + 20e-6 + 2 * 6 * 5e-6
+    assert a.breakdown_s["ep_comm"] == pytest.approx((58 + 1) * 2 * 2 * a2a, rel=1e-9)

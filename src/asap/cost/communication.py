@@ -103,13 +103,14 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
     grad_dense = np.where(S.zero == 0, all_reduce_s(cluster, 4.0 * dense_params, d, S.tp),
                           reduce_scatter_s(cluster, 4.0 * dense_params, d, S.tp))
-    grad_expert = np.where(S.zero == 0, all_reduce_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep),
-                           reduce_scatter_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep))
-    gather = all_gather_s(cluster, 2.0 * dense_params, d, S.tp) + all_gather_s(cluster, 2.0 * expert_params, edp,
-                                                                                S.etp * S.ep)
+    has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
+    grad_expert = has_experts * np.where(S.zero == 0, all_reduce_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep),
+                                         reduce_scatter_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep))
+    gather = (all_gather_s(cluster, 2.0 * dense_params, d, S.tp)
+              + has_experts * all_gather_s(cluster, 2.0 * expert_params, edp, S.etp * S.ep))
     per_layer = np.where(S.zero >= 3, np.maximum(layers_on_stage, 1.0) - 1.0, 0.0)
     dense_lat = collective_latency_s(cluster, d)
-    expert_lat = np.where(expert_params > 0, collective_latency_s(cluster, edp), 0.0)
+    expert_lat = np.where(has_experts, collective_latency_s(cluster, edp), 0.0)
     extra = per_layer * (dense_lat + expert_lat)  # the other layers' collectives, each with its own latency
     grad = grad_dense + grad_expert + extra
     gather = np.where(S.zero == 0, 0.0, np.where(S.zero >= 3, 2 * (gather + extra), gather))
