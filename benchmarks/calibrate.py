@@ -30,25 +30,28 @@ def family_of(case) -> str:
     return hardware.get_accelerator(case["cluster"]["accelerator"]).family
 
 
-def errors(cases) -> np.ndarray:
-    return np.array([validate_case(c).error for c in cases])
+def errors(cases, constants: hardware.Family | None = None) -> np.ndarray:
+    """Per-case errors, priced with ``constants`` for their family (the catalog's when None)."""
+    override = {constants.name: constants} if constants is not None else None
+    return np.array([validate_case(c, efficiency=override).error for c in cases])
+
+
+def constants_at(x, family, params) -> hardware.Family:
+    lo = np.array([BOUNDS[p][0] for p in params])
+    hi = np.array([BOUNDS[p][1] for p in params])
+    return replace(hardware.FAMILIES[family], **dict(zip(params, np.clip(x, lo, hi))))
 
 
 def objective(x, family, cases, params):
-    lo = np.array([BOUNDS[p][0] for p in params])
-    hi = np.array([BOUNDS[p][1] for p in params])
-    x = np.clip(x, lo, hi)
-    hardware.FAMILIES[family] = replace(hardware.FAMILIES[family], **dict(zip(params, x)))
-    e = np.abs(errors(cases))
+    e = np.abs(errors(cases, constants_at(x, family, params)))
     return e.mean() + 2.0 * np.maximum(e - 0.30, 0).sum() / len(e)
 
 
-def fit(family, cases, params):
+def fit(family, cases, params) -> hardware.Family:
     x0 = np.array([getattr(hardware.FAMILIES[family], p) for p in params])
     res = minimize(objective, x0, args=(family, cases, params), method="Nelder-Mead",
                    options={"maxiter": 600, "xatol": 1e-3, "fatol": 1e-4})
-    objective(res.x, family, cases, params)
-    return hardware.FAMILIES[family]
+    return constants_at(res.x, family, params)
 
 
 def main():
@@ -72,14 +75,14 @@ def main():
         held, used = mine[:n_out], mine[n_out:]
         f = fit(fam, used, [p for p in args.params.split(",") if p])
         print(f"{fam}: " + ", ".join(f"{p}={getattr(f, p):.4g}" for p in PARAMS))
-        for c, e in zip(used, errors(used)):
+        for c, e in zip(used, errors(used, f)):
             print(f"  fit   {c['id']:55s} {e:+.1%}")
         if held:
-            eh = errors(held)
+            eh = errors(held, f)
             for c, e in zip(held, eh):
                 print(f"  held  {c['id']:55s} {e:+.1%}")
             print(f"  held-out MAPE {np.abs(eh).mean():.1%}")
-        print(f"  fit MAPE {np.abs(errors(used)).mean():.1%}")
+        print(f"  fit MAPE {np.abs(errors(used, f)).mean():.1%}")
 
 
 if __name__ == "__main__":

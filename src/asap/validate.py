@@ -8,14 +8,14 @@ the best completion (``asap.search.complete``), as ``plan --fix`` does.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from asap.errors import AsapError
 from asap.search.complete import best_completion
-from asap.spec.hardware import cluster_from_dict
+from asap.spec.hardware import Family, cluster_from_dict
 from asap.spec.model import model_from_dict
 from asap.spec.strategy import parse_strategy
 from asap.spec.train import TrainSpec
@@ -56,7 +56,9 @@ class CaseResult:
         return dict(self.__dict__)
 
 
-def validate_case(case: dict[str, Any], index: int = 0) -> CaseResult:
+def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str, Family] | None = None) -> CaseResult:
+    """One case: the best completion of its published knobs, priced. ``efficiency`` (family name -> constants)
+    prices it with other constants than the catalog's (``benchmarks/calibrate.py`` fits them this way)."""
     where = f"cases[{index}]"
     cid = str(case.get("id", where))
     try:
@@ -67,6 +69,9 @@ def validate_case(case: dict[str, Any], index: int = 0) -> CaseResult:
         published = float(case["published"]["step_time_s"])
     except KeyError as e:
         raise AsapError(f"{cid}", f"missing field {e}") from None
+    if efficiency and cluster.accelerator.family in efficiency:
+        acc = replace(cluster.accelerator, efficiency=efficiency[cluster.accelerator.family])
+        cluster = replace(cluster, accelerator=acc)
     comp = best_completion(model, cluster, train, fixed, allow_oom=True)
     est = comp.best
     return CaseResult(id=cid, published_step_time_s=published, predicted_step_time_s=est.step_time_s,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from asap.errors import AsapError
 from asap.spec.topology import Topology, topology_of
@@ -61,34 +62,56 @@ class Family:
     tp_overlap: float = 0.0
 
 
-FAMILIES: dict[str, Family] = {
-    # NVIDIA Ampere (A100). Fitted to the 19 A100 calibration runs (benchmarks/calibrate.py; held-out MAPE ~5%
-    # with 30% left out): large fp16 GEMMs at 0.69 of peak (cuBLAS on A100 measures 0.7-0.8); attention at
-    # 0.10 of peak, because the Megatron/NeoX stacks of that generation ran unfused, memory-bound softmax
-    # attention (scores written and re-read in HBM, ~hd/3 FLOP/B against a ridge of 150 FLOP/B); unfused
-    # elementwise kernels at 0.6 of HBM peak; NCCL bus bandwidth 0.8 of line rate (nccl-tests, DGX A100).
-    "ampere": Family("ampere", 0.69, 64.0, 0.10, 0.60, 0.60, 0.80, 20e-6, 4e-6),
-    # NVIDIA Hopper (H100/H800/H200). Fitted to the 22 H100 runs (held-out MAPE ~12%): bf16 GEMMs at 0.615 of
-    # the datasheet peak (power/clock limits under sustained load keep H100 below its boost-clock peak); fused
-    # flash attention at 0.30 (FlashAttention-2 on H100 reaches ~0.35 forward and less backward; held at 0.30);
-    # fp8 GEMMs at 0.49 of the fp8 peak (scaling, casts and amax bookkeeping around each GEMM); fused
-    # elementwise kernels at 0.95 of HBM; NCCL/IB bus bandwidth 0.9 of line rate (bounded above at 0.9);
-    # 30% of TP traffic hidden behind GEMMs (Megatron-Core/NeMo H100 recipes enable TE userbuffer TP overlap,
-    # torchtitan offers async TP; not every run uses them, so a part, not all).
-    "hopper": Family("hopper", 0.615, 64.0, 0.30, 0.4925, 0.95, 0.90, 20e-6, 4e-6, tp_overlap=0.3),
-    # NVIDIA Blackwell (B200/GB200/GB300): no public calibration run yet; Hopper's fractions carried over.
-    "blackwell": Family("blackwell", 0.63, 64.0, 0.30, 0.52, 0.86, 0.90, 20e-6, 4e-6),
-    # AMD CDNA3 (MI300X): hipBLASLt reaches ~0.5-0.6 of the (higher) dense peak on large bf16 GEMMs
-    # (AMD ROCm performance guides); CK flash attention ~0.3; RCCL bus bandwidth ~0.75 of the xGMI line rate.
-    "cdna3": Family("cdna3", 0.55, 128.0, 0.30, 0.45, 0.80, 0.75, 25e-6, 5e-6),
+_FAMILY_TABLE = (
+    # NVIDIA Ampere (A100). Fitted to the A100 calibration runs (benchmarks/calibrate.py).
+    Family(name="ampere",
+           gemm_efficiency=0.69,  # large fp16 GEMMs; cuBLAS on A100 measures 0.7-0.8 of peak
+           gemm_half_dim=64.0,
+           attention_efficiency=0.10,  # the Megatron/NeoX stacks of 2021-22 ran unfused softmax attention:
+           # scores written and re-read in HBM, ~hd/3 FLOP/B against a ridge of 150 FLOP/B
+           fp8_gemm_efficiency=0.60,  # (A100 has no fp8; unused)
+           hbm_efficiency=0.60,  # unfused elementwise kernels of that generation
+           net_efficiency=0.80,  # NCCL bus bandwidth on DGX A100 (nccl-tests)
+           collective_latency_s=20e-6, kernel_overhead_s=4e-6),
+    # NVIDIA Hopper (H100/H800/H200). Fitted to the H100 calibration runs.
+    Family(name="hopper",
+           gemm_efficiency=0.615,  # power/clock limits under sustained load keep H100 below its boost peak
+           gemm_half_dim=64.0,
+           attention_efficiency=0.30,  # FlashAttention-2 on H100 reaches ~0.35 forward and less backward
+           fp8_gemm_efficiency=0.4925,  # scaling, casts and amax bookkeeping around each fp8 GEMM
+           hbm_efficiency=0.95,  # fused elementwise kernels (Transformer Engine, torch.compile)
+           net_efficiency=0.90,  # NCCL over NVLink4 / NDR IB, bounded above at 0.9
+           collective_latency_s=20e-6, kernel_overhead_s=4e-6,
+           tp_overlap=0.3),  # Megatron-Core/NeMo recipes enable TE userbuffer TP overlap, torchtitan async TP;
+    # not every run uses them, so a part, not all
+    # NVIDIA Blackwell (B200/GB200/GB300): Hopper's fractions carried over until fitted on Blackwell runs.
+    Family(name="blackwell", gemm_efficiency=0.63, gemm_half_dim=64.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.52, hbm_efficiency=0.86, net_efficiency=0.90, collective_latency_s=20e-6,
+           kernel_overhead_s=4e-6),
+    # AMD CDNA3 (MI300X): hipBLASLt reaches ~0.5-0.6 of the (higher) dense peak on large bf16 GEMMs (ROCm
+    # performance guides); CK flash attention ~0.3; RCCL bus bandwidth ~0.75 of the xGMI line rate.
+    Family(name="cdna3", gemm_efficiency=0.55, gemm_half_dim=128.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.45, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
+           kernel_overhead_s=5e-6),
     # TPU: XLA matmuls on the 128x128 MXU (256x256 on v6e) reach ~0.6-0.7 of peak in MaxText's published MFUs;
     # XLA fuses elementwise work into the matmuls; ICI collectives run close to link rate.
-    "tpu": Family("tpu", 0.65, 128.0, 0.40, 0.50, 0.85, 0.85, 15e-6, 2e-6),
+    Family(name="tpu", gemm_efficiency=0.65, gemm_half_dim=128.0, attention_efficiency=0.40,
+           fp8_gemm_efficiency=0.50, hbm_efficiency=0.85, net_efficiency=0.85, collective_latency_s=15e-6,
+           kernel_overhead_s=2e-6),
     # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE.
-    "ascend": Family("ascend", 0.60, 128.0, 0.30, 0.50, 0.80, 0.75, 30e-6, 6e-6),
+    Family(name="ascend", gemm_efficiency=0.60, gemm_half_dim=128.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.50, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=30e-6,
+           kernel_overhead_s=6e-6),
     # A CPU runs BLAS at a fair share of its vector peak; gloo over loopback is memory-copy bound.
-    "cpu": Family("cpu", 0.50, 32.0, 0.30, 0.50, 0.60, 0.50, 50e-6, 10e-6),
-}
+    Family(name="cpu", gemm_efficiency=0.50, gemm_half_dim=32.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.50, hbm_efficiency=0.60, net_efficiency=0.50, collective_latency_s=50e-6,
+           kernel_overhead_s=10e-6),
+)
+# read-only: an accelerator carries its own constants (``Accelerator.efficiency``); a cluster file's
+# ``efficiency`` mapping, or ``dataclasses.replace``, makes a variant, never a change to this table
+FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in _FAMILY_TABLE})
+EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k != "name")
+
 
 # ----------------------------------------------------------------------------------------------------------
 # The accelerator catalog
@@ -109,6 +132,11 @@ class Accelerator:
     torus_dims: int = 0  # TPU ICI torus dimensionality (2 or 3); 0 for switched fabrics
     source: str = ""
     scale_up_domain: int = 0  # most devices one fast fabric joins (NVSwitch domain, ICI pod, supernode); 0: one host
+    efficiency: Family | None = None  # the family's constants unless a cluster file overrides some
+
+    def __post_init__(self):
+        if self.efficiency is None:
+            object.__setattr__(self, "efficiency", FAMILIES[self.family])
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak in FLOP/s for a precision; fp32 runs at the catalog's fp32 figure or at half of bf16."""
@@ -121,7 +149,7 @@ class Accelerator:
 
     @property
     def family_constants(self) -> Family:
-        return FAMILIES[self.family]
+        return self.efficiency
 
 
 def _acc(**kw) -> Accelerator:
@@ -332,7 +360,9 @@ MAX_SCALE_UP_DOMAIN = 1 << 20
 
 
 _CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "scale_up_domain", "hbm_gb", "intra_node_gbps",
-                 "inter_node_gbps", "name"}
+                 "inter_node_gbps", "name", "efficiency"}
+# More devices than any machine built (a bound that keeps a typo such as nodes: 1e308 from a search that never ends)
+MAX_DEVICES = 1 << 20
 _CUSTOM_ACC_KEYS = {"name", "family", "peak_tflops", "hbm_gb", "hbm_gbps", "intra_node_gbps", "inter_node_gbps",
                     "devices_per_node", "scale_up_domain", "interconnect"}
 
@@ -357,12 +387,32 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
     for key in ("hbm_gb", "intra_node_gbps", "inter_node_gbps"):
         if key in d and d[key] is not None:
             overrides[key] = _positive_number(d[key], f"cluster.{key}")
+    if d.get("efficiency") is not None:
+        overrides["efficiency"] = efficiency_from_dict(d["efficiency"], acc.efficiency, "cluster.efficiency")
     if overrides:
         acc = replace(acc, **overrides)
-    dpn = _positive_int(d.get("devices_per_node", acc.devices_per_node), "cluster.devices_per_node")
-    nodes = _positive_int(d.get("nodes", 1), "cluster.nodes")
+    dpn = _positive_int(d.get("devices_per_node", acc.devices_per_node), "cluster.devices_per_node", MAX_DEVICES)
+    nodes = _positive_int(d.get("nodes", 1), "cluster.nodes", MAX_DEVICES)
+    if dpn * nodes > MAX_DEVICES:
+        raise AsapError("cluster.nodes", f"{nodes} nodes x {dpn} devices is more than {MAX_DEVICES} devices")
     return Cluster(accelerator=acc, devices_per_node=dpn, nodes=nodes, name=str(d.get("name", name)),
                    scale_up_domain=_scale_up_domain(d, "cluster.scale_up_domain"))
+
+
+def efficiency_from_dict(d: Any, base: Family, field_name: str) -> Family:
+    """Override some of a family's constants (a calibrated or hypothetical machine): known names, positive
+    finite numbers, fractions of peak at most 1."""
+    if not isinstance(d, dict):
+        raise AsapError(field_name, f"must be a mapping of {', '.join(EFFICIENCY_KEYS)}")
+    values = {}
+    for k, v in d.items():
+        if k not in EFFICIENCY_KEYS:
+            raise AsapError(f"{field_name}.{k}", f"unknown constant (known: {', '.join(EFFICIENCY_KEYS)})")
+        x = float(v) if k in ("tp_overlap", "overlap_tax") and v == 0 else _positive_number(v, f"{field_name}.{k}")
+        if (k.endswith("efficiency") or k in ("tp_overlap", "overlap_tax")) and x > 1:
+            raise AsapError(f"{field_name}.{k}", f"is a fraction of peak, at most 1, got {v!r}")
+        values[k] = x
+    return replace(base, **values)
 
 
 def _scale_up_domain(d: dict, field_name: str) -> int:
@@ -418,7 +468,7 @@ def load_cluster(spec: str | dict | Cluster, nodes: int | None = None, devices: 
         else:
             raise AsapError("cluster", f"'{text}' is neither a preset ({', '.join(sorted(CLUSTER_PRESETS))}) nor a file")
     if nodes is not None:
-        cluster = replace(cluster, nodes=_positive_int(nodes, "nodes"))
+        cluster = replace(cluster, nodes=_positive_int(nodes, "nodes", MAX_DEVICES // cluster.devices_per_node))
     if devices is not None:
-        cluster = cluster.with_devices(_positive_int(devices, "devices"))
+        cluster = cluster.with_devices(_positive_int(devices, "devices", MAX_DEVICES))
     return cluster
