@@ -46,15 +46,21 @@ members_per_node = members_per_domain
 spans_nodes = spans_domains
 
 
-def bus_bandwidth_Bps(cluster: Cluster, group, stride):
-    """Effective bus bandwidth in bytes/s of a collective over ``group`` ranks spaced ``stride`` apart."""
+def _link(cluster: Cluster, group, stride):
+    """(members per domain k, whether the group spans domains, bus bandwidth in bytes/s) of a group: asked of
+    the topology once per collective."""
     topo = cluster.topology
     eff = cluster.accelerator.family_constants.net_efficiency
     k = topo.members_per_domain(group, stride)
     intra = topo.scale_up.gbps * 1e9 * topo.torus_axes_covered(group, stride)
     inter = topo.scale_out.gbps * 1e9
     spans = k < np.asarray(group)
-    return eff * np.where(spans, np.minimum(intra, k * inter), intra)
+    return k, spans, eff * np.where(spans, np.minimum(intra, k * inter), intra)
+
+
+def bus_bandwidth_Bps(cluster: Cluster, group, stride):
+    """Effective bus bandwidth in bytes/s of a collective over ``group`` ranks spaced ``stride`` apart."""
+    return _link(cluster, group, stride)[2]
 
 
 def collective_latency_s(cluster: Cluster, group, stride=1):
@@ -74,17 +80,16 @@ def _latency_s(cluster: Cluster, group, spans, ring: bool = True):
 
 def all_reduce_s(cluster: Cluster, size_bytes, group, stride):
     g = np.maximum(group, 1)
-    spans = spans_domains(cluster, g, stride)
-    t = 2.0 * (g - 1) / g * size_bytes / bus_bandwidth_Bps(cluster, g, stride) + _latency_s(cluster, g, spans,
-                                                                                           ring=False)
+    _, spans, busbw = _link(cluster, g, stride)
+    t = 2.0 * (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans, ring=False)
     return np.where(g > 1, t, 0.0)
 
 
 def all_gather_s(cluster: Cluster, size_bytes, group, stride):
     """``size_bytes`` is the gathered (full) buffer; reduce-scatter costs the same."""
     g = np.maximum(group, 1)
-    spans = spans_domains(cluster, g, stride)
-    t = (g - 1) / g * size_bytes / bus_bandwidth_Bps(cluster, g, stride) + _latency_s(cluster, g, spans)
+    _, spans, busbw = _link(cluster, g, stride)
+    t = (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans)
     return np.where(g > 1, t, 0.0)
 
 

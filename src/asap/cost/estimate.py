@@ -103,11 +103,14 @@ def _busy(parts):
 
 def stage_times(model: ModelSpec, S: StrategyBatch, st: Stages, ut: UnitTimes) -> StageTimes:
     paired = (S.pp > 1) & (S.schedule != Schedule.GPIPE) & (model.moe is not None)
-    device = hide_paired_ep({k: st.per_device(ut.parts[k]) for k in TIME_PARTS}, paired[:, None])
+    keys = ("compute", "tp", "ep", "cp")
+    device = hide_paired_ep(dict(zip(keys, st.per_device(*(ut.parts[k] for k in keys)))), paired[:, None])
     whole = hide_paired_ep({k: ut.parts[k] @ st.whole for k in TIME_PARTS}, paired)
     busy = _busy(device)
     critical = np.argmax(busy, axis=1)
     parts = {k: st.critical(v, critical) for k, v in device.items()}
+    on_critical = st.counts_at(critical)
+    parts.update({k: np.sum(on_critical * ut.parts[k], axis=1) for k in ("cp_total", "mem")})
     return StageTimes(parts=parts, t_max_s=st.critical(busy, critical), t_avg_s=_busy(whole) / S.pp,
                       critical=critical)
 
@@ -203,10 +206,9 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, dense_params, expert
 def critical_device_params(model: ModelSpec, S: StrategyBatch, st: Stages, critical):
     """(dense params, expert params, transformer layers) on the critical device."""
     params = unit_params(model, S)
-    layer_mask = np.isin(np.arange(params.dense.shape[1]), LAYER_UNITS).astype(float)
-    layers = st.critical(np.einsum("nku,u->nk", st.counts, layer_mask), critical)
-    return (st.critical(st.per_device(params.dense), critical), st.critical(st.per_device(params.expert), critical),
-            layers)
+    on_critical = st.counts_at(critical)
+    layers = on_critical[:, list(LAYER_UNITS)].sum(axis=1)
+    return np.sum(on_critical * params.dense, axis=1), np.sum(on_critical * params.expert, axis=1), layers
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -166,24 +166,27 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     params = unit_params(model, S)
     acts = unit_activations(model, train, S)
     dense_shard, edp = dense_and_expert_shards(S)
-    per_param = [state_bytes_per_param(train.precision, S.zero, shard) for shard in (dense_shard, edp)]
+    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, S.zero, sh) for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
-    # its own data-parallel group
-    dense_p, expert_p = st.per_device(params.dense), st.per_device(params.expert)
-    w, g, o = (dense_p * d[:, None] + expert_p * e[:, None] for d, e in zip(*per_param))
-    # ZeRO-3 gathers a layer's full weights for compute and prefetches the next: two layers in flight
-    layer_w = 2.0 * (params.dense + params.expert) * np.isin(np.arange(len(Unit)), LAYER_UNITS)
-    largest_layer = np.max(st.counts.clip(0, 1) * layer_w[:, None, :], axis=2)
-    w = w + np.where((S.zero >= Zero.PARAMETERS)[:, None], 2.0 * largest_layer, 0.0)
-    # activations: the device's in-flight micro-batches of its layers, one re-materialised layer under full
-    # recompute, and the logits of one micro-batch where the head sits
+    # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next
+    dense_p, expert_p, kept = st.per_device(params.dense, params.expert, acts.kept)
+    states = dense_p * (wd + gd + od)[:, None] + expert_p * (we + ge + oe)[:, None]
+    # (two of the model's largest layers, the one computing and the one prefetched)
+    kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
+    largest_layer = np.max((params.dense + params.expert)[:, kinds], axis=1)
+    gathered = np.where(S.zero >= Zero.PARAMETERS, 2.0 * 2.0 * largest_layer, 0.0)[:, None]
+    # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
+    # full recompute, and the logits of one micro-batch where the head sits
     held = in_flight_micro_batches(train, S, st.device)
-    working = np.max(st.counts.clip(0, 1) * acts.working[:, None, :], axis=2)
-    a = held * st.per_device(acts.kept) + working + st.per_device(acts.once)
-    body = w + g + o + a
+    working = np.max(acts.working[:, kinds], axis=1)[:, None]
+    a = held * kept + working + st.counts[:, :, Unit.HEAD] * acts.once[:, Unit.HEAD, None]
+    body = states + gathered + a
     which = np.argmax(body, axis=1)
     pick = lambda x: st.critical(x, which)  # noqa: E731
+    on = st.counts_at(which)
+    dense_at, expert_at = np.sum(on * params.dense, axis=1), np.sum(on * params.expert, axis=1)
     allowance = FRAGMENTATION * pick(body) + fixed_allowance_bytes(acc)
-    return MemoryBreakdown(weights_gb=pick(w) / GB, grads_gb=pick(g) / GB, optimizer_gb=pick(o) / GB,
+    return MemoryBreakdown(weights_gb=(dense_at * wd + expert_at * we + gathered[:, 0]) / GB,
+                           grads_gb=(dense_at * gd + expert_at * ge) / GB, optimizer_gb=(dense_at * od + expert_at * oe) / GB,
                            activations_gb=pick(a) / GB, allowance_gb=allowance / GB,
                            peak_gb=(pick(body) + allowance) / GB)

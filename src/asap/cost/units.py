@@ -181,13 +181,19 @@ class Stages:
     layouts: list[Layout]
     whole: np.ndarray  # [len(Unit)] unit counts of the whole model
 
-    def per_device(self, per_unit: np.ndarray) -> np.ndarray:
-        """[N, K]: a per-unit figure ([N, len(Unit)]) summed over each representative device's units."""
-        return np.einsum("nku,nu->nk", self.counts, per_unit)
+    def per_device(self, *per_unit: np.ndarray):
+        """[N, K] per figure: each per-unit figure ([N, len(Unit)]) summed over each representative device's
+        units (several figures in one pass over the counts)."""
+        out = tuple(np.einsum("nku,nu->nk", self.counts, p) for p in per_unit)
+        return out[0] if len(out) == 1 else out
+
+    def counts_at(self, index: np.ndarray) -> np.ndarray:
+        """[N, len(Unit)]: the unit counts of one representative per row (``index`` into K)."""
+        return self.counts[np.arange(len(index)), index]
 
     def critical(self, values: np.ndarray, index: np.ndarray) -> np.ndarray:
         """values[n, index[n]] for [N, K] values."""
-        return np.take_along_axis(values, index[:, None], axis=1)[:, 0]
+        return values[np.arange(len(index)), index]
 
 
 def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:

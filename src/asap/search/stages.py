@@ -346,6 +346,18 @@ def _tail_units(prob: StageProblem) -> list[int]:
     return [i for i, u in enumerate(prob.units) if u.name in ("mtp", "head")]
 
 
+OPTIMALITY_GAP = 0.001  # a split whose slowest device is this close to the lower bound is taken as optimal
+
+
+def _near_lower_bound(prob: StageProblem, split: StageSplit) -> bool:
+    """No device can be faster than the mean device or than its largest unit (recompute only adds time), so a
+    split at that bound, without extra recompute, cannot be improved by more than ``OPTIMALITY_GAP``."""
+    times = [u.time_s for u in prob.units]
+    bound = max(sum(times) / prob.pp, max(times))
+    no_extra = not any(split.recompute) or prob.base_recompute == "full"
+    return no_extra and max(split.device_time_s) <= bound * (1 + OPTIMALITY_GAP)
+
+
 def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_choice: bool = True) -> StageSplit:
     """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible."""
     U, S = len(prob.units), prob.stages
@@ -356,6 +368,9 @@ def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_c
     A, lo, hi = _constraints(prob, v, scale_t, max(prob.hbm_bytes, 1.0))
     c, lb, ub = _objective_and_bounds(prob, v, scale_t, allow_recompute_choice)
     start = heuristic_split(prob, allow_recompute_choice)
+    if start is not None and start.fits and _near_lower_bound(prob, start):
+        start.solver = f"heuristic (within {OPTIMALITY_GAP:.1%} of the lower bound; HiGHS not needed)"
+        return start
     x0 = None
     if start is not None and start.fits:
         ub[v.it] = max(start.device_time_s) / scale_t * (1 + 1e-9)  # never worse than the heuristic
