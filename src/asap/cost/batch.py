@@ -86,15 +86,21 @@ class StrategyBatch:
         return self.dp * self.tp * self.pp * self.cp
 
 
-def unique_rows(S: StrategyBatch, keys: tuple[str, ...]) -> tuple[StrategyBatch, np.ndarray]:
-    """The distinct combinations of ``keys`` in S (other columns from a representative row) and, for every row
-    of S, the index of its combination: terms that depend on a few knobs are computed once per combination."""
+def unique_index(S: StrategyBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(a representative row of each distinct combination of ``keys``, every row's combination)."""
     code = np.zeros(len(S), dtype=np.int64)
     for k in keys:
         col = getattr(S, k)
         code = code * (int(col.max()) + 1 if len(col) else 1) + col
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    return S.take(first), inverse.reshape(-1)
+    return first, inverse.reshape(-1)
+
+
+def unique_rows(S: StrategyBatch, keys: tuple[str, ...]) -> tuple[StrategyBatch, np.ndarray]:
+    """The distinct combinations of ``keys`` in S (other columns from a representative row) and, for every row
+    of S, the index of its combination: terms that depend on a few knobs are computed once per combination."""
+    first, inverse = unique_index(S, keys)
+    return S.take(first), inverse
 
 
 def expand(value, inverse: np.ndarray):
@@ -107,6 +113,8 @@ def expand(value, inverse: np.ndarray):
         return tuple(expand(v, inverse) for v in value)
     if hasattr(value, "__dataclass_fields__"):
         return type(value)(**{f: expand(getattr(value, f), inverse) for f in value.__dataclass_fields__})
+    if isinstance(value, list):  # a table shared by every row (e.g. the layouts)
+        return value
     return value
 
 

@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch, by_unique
+from asap.cost.batch import StrategyBatch
 from asap.cost.communication import data_parallel_comm
 from asap.cost.compute import BWD_GEMM
 from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
-from asap.cost.units import LAYER_UNITS, TIME_PARTS, Stages, UnitTimes, stages_of, unit_params, unit_times
+from asap.cost.units import DeviceFigures, Stages, UnitTimes, device_figures, stages_of, unit_times
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, check_strategy, resolve_strategy
@@ -88,31 +88,28 @@ class StageTimes:
     critical: np.ndarray  # [N] index of the critical device among the representatives
 
 
-def hide_paired_ep(parts: dict[str, np.ndarray], paired) -> dict[str, np.ndarray]:
-    """In a pipeline's steady state each forward is paired with another micro-batch's backward, and the expert
-    all-to-alls of one run while the other computes (DeepSeek-V3's DualPipe, Megatron-Core's
-    --overlap-moe-expert-parallel-comm): up to the pair's computation hides. Without a pipeline (or under
-    GPipe) nothing pairs; the warm-up and cool-down passes have no partner (``compose``)."""
-    hidden = np.where(paired, np.minimum(parts["ep"], parts["compute"]), 0.0)
-    return dict(parts, ep=parts["ep"] - hidden, ep_hidden=hidden)
-
-
 def _busy(parts):
     return parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
 
 
-def stage_times(model: ModelSpec, S: StrategyBatch, st: Stages, ut: UnitTimes) -> StageTimes:
+def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures) -> StageTimes:
+    """The critical device: the busiest representative once paired EP traffic hides.
+
+    In a pipeline's steady state each forward is paired with another micro-batch's backward, and the expert
+    all-to-alls of one run while the other computes (DeepSeek-V3's DualPipe, Megatron-Core's
+    --overlap-moe-expert-parallel-comm): up to the pair's computation hides. Without a pipeline (or under
+    GPipe) nothing pairs; the warm-up and cool-down passes have no partner (``compose``). Both cases are
+    ranked once per device-figure row, then each strategy takes its own."""
     paired = (S.pp > 1) & (S.schedule != Schedule.GPIPE) & (model.moe is not None)
-    keys = ("compute", "tp", "ep", "cp")
-    device = hide_paired_ep(dict(zip(keys, st.per_device(*(ut.parts[k] for k in keys)))), paired[:, None])
-    whole = hide_paired_ep({k: ut.parts[k] @ st.whole for k in TIME_PARTS}, paired)
-    busy = _busy(device)
-    critical = np.argmax(busy, axis=1)
-    parts = {k: st.critical(v, critical) for k, v in device.items()}
-    on_critical = st.counts_at(critical)
-    parts.update({k: np.sum(on_critical * ut.parts[k], axis=1) for k in ("cp_total", "mem")})
-    return StageTimes(parts=parts, t_max_s=st.critical(busy, critical), t_avg_s=_busy(whole) / S.pp,
-                      critical=critical)
+    t, w = f.time, f.whole_time
+    hidden = np.minimum(t["ep"], t["compute"])
+    busy = _busy(t)
+    critical = np.where(paired, np.argmax(busy - hidden, axis=1)[f.row], np.argmax(busy, axis=1)[f.row])
+    parts = {k: f.at(v, critical) for k, v in t.items()}
+    parts["ep_hidden"] = np.where(paired, f.at(hidden, critical), 0.0)
+    parts["ep"] = parts["ep"] - parts["ep_hidden"]
+    whole_busy = f.rows(_busy(w)) - np.where(paired, f.rows(np.minimum(w["ep"], w["compute"])), 0.0)
+    return StageTimes(parts=parts, t_max_s=_busy(parts), t_avg_s=whole_busy / S.pp, critical=critical)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -142,13 +139,14 @@ def split_dispatch_exposed_s(a2a_s, expert_s, chunks: int = SPLIT_CHUNKS):
 
 
 def ep_split_saving_s(model: ModelSpec, S: StrategyBatch, ut: UnitTimes, times: StageTimes, m):
+    """(``ut`` is compact: one row per distinct combination of UNIT_KEYS, ``ut.rows`` maps strategies to it.)"""
     """What cutting each micro-batch in two for dispatch/expert overlap would save (reported, not applied)."""
     if model.moe is None:
         return 0.0
     full = S.recompute == Recompute.FULL
     passes = np.where(full, 3.0, 2.0)
-    a2a = ut.cm.ep_s / passes / 2.0  # one dispatch (= one combine) of one pass
-    e_fwd = ut.lc.expert_fwd_s
+    a2a = ut.rows(ut.cm.ep_s) / passes / 2.0  # one dispatch (= one combine) of one pass
+    e_fwd = ut.rows(ut.lc.expert_fwd_s)
     split = (split_dispatch_exposed_s(a2a, e_fwd) + split_dispatch_exposed_s(a2a, e_fwd * BWD_GEMM)
              + np.where(full, split_dispatch_exposed_s(a2a, e_fwd), 0.0))
     unsplit = 2.0 * a2a * passes
@@ -203,14 +201,6 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, dense_params, expert
     return DataParallelTerms(total_s=total, exposed_s=exposed, optimizer_s=optimizer)
 
 
-def critical_device_params(model: ModelSpec, S: StrategyBatch, st: Stages, critical):
-    """(dense params, expert params, transformer layers) on the critical device."""
-    params = unit_params(model, S)
-    on_critical = st.counts_at(critical)
-    layers = on_critical[:, list(LAYER_UNITS)].sum(axis=1)
-    return np.sum(on_critical * params.dense, axis=1), np.sum(on_critical * params.expert, axis=1), layers
-
-
 # --------------------------------------------------------------------------------------------------------
 # Step 4: the step, term by term
 # --------------------------------------------------------------------------------------------------------
@@ -225,8 +215,9 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
     pp, vpp = S.pp.astype(float), S.vpp.astype(float)
     # pipeline messages: one activation and one gradient per micro-batch and chunk; 1F1B waits on them,
     # interleaved 1F1B overlaps all but the warm-up ones
-    pp_total = 2 * m * vpp * ut.cm.pp_msg_s
-    pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * ut.cm.pp_msg_s, pp_total)
+    pp_msg = ut.rows(ut.cm.pp_msg_s)
+    pp_total = 2 * m * vpp * pp_msg
+    pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * pp_msg, pp_total)
     tp_hidden = m * stage["tp"] * fam.tp_overlap
     unpaired = np.minimum(m, pp - 1)  # warm-up forwards and cool-down backwards: (pp - 1) micro-batches' worth
     ep_hidden = (m - unpaired) * stage["ep_hidden"]
@@ -247,18 +238,21 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
 
 
 def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
-                   mem: MemoryBreakdown | None = None) -> BatchEstimate:
-    """Price every row of S; ``mem`` passes peak memory already computed for S (the planner prunes by it)."""
-    st = stages_of(model, S)
-    ut = by_unique(S, UNIT_KEYS, lambda s: unit_times(model, cluster, train, s))
+                   mem: MemoryBreakdown | None = None, figures: DeviceFigures | None = None,
+                   unit: UnitTimes | None = None) -> BatchEstimate:
+    """Price every row of S; ``mem``, ``figures`` and ``unit`` pass what the caller computed already for S (the
+    planner prices memory first and prunes by it)."""
+    ut = unit if unit is not None else unit_times(model, cluster, train, S, UNIT_KEYS)
+    f = figures if figures is not None else device_figures(model, train, S, ut)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
-    times = stage_times(model, S, st, ut)
-    bubble = pipeline_bubble_s(model, S, st, times, m)
-    dense_p, expert_p, layers = critical_device_params(model, S, st, times.critical)
-    dp = data_parallel_terms(cluster, S, dense_p, expert_p, layers, times.parts["compute"], m)
+    times = stage_times(model, S, f)
+    bubble = pipeline_bubble_s(model, S, stages_of(model, S), times, m)
+    c = times.critical  # the critical device's parameters set the data-parallel traffic
+    dp = data_parallel_terms(cluster, S, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
+                             times.parts["compute"], m)
     exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m)
     if mem is None:
-        mem = memory(model, cluster.accelerator, train, S, stages=st)
+        mem = memory(model, cluster.accelerator, train, S, figures=f)
     return BatchEstimate(
         step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
         breakdown_s=breakdown, exposed_s=exposed,
@@ -284,6 +278,7 @@ class Estimate:
     bottleneck: str
     evidence: list[str] = field(default_factory=list)
     alternatives: dict[str, Any] = field(default_factory=dict)
+    imbalance_s: float = 0.0  # the heaviest pipeline stage's excess over the mean, over the step
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -345,7 +340,7 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
-        bottleneck=bottleneck, evidence=evidence, alternatives=alternatives)
+        bottleneck=bottleneck, evidence=evidence, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]))
 
 
 def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy | str | dict | None) -> Estimate:

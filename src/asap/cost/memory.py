@@ -54,7 +54,7 @@ GB = float(2**30)  # memory is reported in GiB, as nvidia-smi and torch.cuda do;
 FRAGMENTATION = 0.05
 FIXED_ALLOWANCE_GB = {"cpu": 0.25}
 DEFAULT_FIXED_ALLOWANCE_GB = 1.0
-LAYER_UNITS = (Unit.DENSE, Unit.MOE, Unit.MTP)
+LAYER_UNITS = (Unit.DENSE, Unit.MOE, Unit.MTP)  # the units that are transformer blocks
 
 
 def fixed_allowance_bytes(acc: Accelerator) -> float:
@@ -158,35 +158,31 @@ def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
     return np.where(pp > 1, out, 1.0)
 
 
-def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, stages=None) -> MemoryBreakdown:
-    """Peak memory per device: every representative device of the layout priced, the fullest reported."""
-    from asap.cost.units import stages_of, unit_activations, unit_params
+def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None) -> MemoryBreakdown:
+    """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
+    reported. ``figures`` passes the device figures when the caller has them."""
+    from asap.cost.units import at, device_figures
 
-    st = stages if stages is not None else stages_of(model, S)
-    params = unit_params(model, S)
-    acts = unit_activations(model, train, S)
+    f = figures if figures is not None else device_figures(model, train, S)
     dense_shard, edp = dense_and_expert_shards(S)
     (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, S.zero, sh) for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next
-    dense_p, expert_p, kept = st.per_device(params.dense, params.expert, acts.kept)
-    states = dense_p * (wd + gd + od)[:, None] + expert_p * (we + ge + oe)[:, None]
     # (two of the model's largest layers, the one computing and the one prefetched)
-    kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
-    largest_layer = np.max((params.dense + params.expert)[:, kinds], axis=1)
-    gathered = np.where(S.zero >= Zero.PARAMETERS, 2.0 * 2.0 * largest_layer, 0.0)[:, None]
+    dense_p, expert_p = f.rows(f.dense_params), f.rows(f.expert_params)
+    states = dense_p * (wd + gd + od)[:, None] + expert_p * (we + ge + oe)[:, None]
+    gathered = np.where(S.zero >= Zero.PARAMETERS, 2.0 * 2.0 * f.rows(f.largest_layer_params), 0.0)
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
-    held = in_flight_micro_batches(train, S, st.device)
-    working = np.max(acts.working[:, kinds], axis=1)[:, None]
-    a = held * kept + working + st.counts[:, :, Unit.HEAD] * acts.once[:, Unit.HEAD, None]
-    body = states + gathered + a
+    a = (in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
+         + f.rows(f.working_bytes)[:, None] + f.rows(f.once_bytes))
+    body = states + gathered[:, None] + a
     which = np.argmax(body, axis=1)
-    pick = lambda x: st.critical(x, which)  # noqa: E731
-    on = st.counts_at(which)
-    dense_at, expert_at = np.sum(on * params.dense, axis=1), np.sum(on * params.expert, axis=1)
-    allowance = FRAGMENTATION * pick(body) + fixed_allowance_bytes(acc)
-    return MemoryBreakdown(weights_gb=(dense_at * wd + expert_at * we + gathered[:, 0]) / GB,
-                           grads_gb=(dense_at * gd + expert_at * ge) / GB, optimizer_gb=(dense_at * od + expert_at * oe) / GB,
-                           activations_gb=pick(a) / GB, allowance_gb=allowance / GB,
-                           peak_gb=(pick(body) + allowance) / GB)
+    dense_at, expert_at = at(dense_p, which), at(expert_p, which)
+    peak_body = at(body, which)
+    allowance = FRAGMENTATION * peak_body + fixed_allowance_bytes(acc)
+    return MemoryBreakdown(weights_gb=(dense_at * wd + expert_at * we + gathered) / GB,
+                           grads_gb=(dense_at * gd + expert_at * ge) / GB,
+                           optimizer_gb=(dense_at * od + expert_at * oe) / GB,
+                           activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
+                           peak_gb=(peak_body + allowance) / GB)

@@ -19,11 +19,11 @@ stage holds every unit. The estimate, the memory model and the stage ILP all rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch
+from asap.cost.batch import StrategyBatch, unique_index
 from asap.cost.communication import LayerComm, layer_comm
 from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device, layer_compute
 from asap.cost.memory import LAYER_UNITS, activation_bytes_per_layer
@@ -69,12 +69,27 @@ def layer_parts(lc: LayerCompute, cm: LayerComm, mlp_fwd, tp_comm, ep_comm, reco
 
 @dataclass
 class UnitTimes:
-    parts: dict[str, np.ndarray]  # TIME_PARTS -> [N, len(Unit)] seconds per micro-batch
+    """Time parts of every unit kind, one row per distinct combination of the knobs they depend on; ``row``
+    maps every strategy of the batch to its combination."""
+
+    parts: dict[str, np.ndarray]  # TIME_PARTS -> [n, len(Unit)] seconds per micro-batch
     lc: LayerCompute
     cm: LayerComm
+    row: np.ndarray  # [N]
+
+    def rows(self, values: np.ndarray) -> np.ndarray:
+        return values[self.row]
+
+    def subset(self, rows: np.ndarray) -> "UnitTimes":
+        """The same figures for the strategies ``rows`` of the batch."""
+        return replace(self, row=self.row[rows])
 
 
-def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> UnitTimes:
+def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
+               keys: tuple[str, ...] | None = None) -> UnitTimes:
+    """Unit time parts, computed once per distinct combination of ``keys`` (every row when None)."""
+    first, row = unique_index(S, keys) if keys else (np.arange(len(S)), np.arange(len(S)))
+    S = S.take(first)
     lc = layer_compute(model, cluster.accelerator, train, S)
     cm = layer_comm(model, cluster, train, S)
     n = len(S)
@@ -85,7 +100,7 @@ def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     # per prediction depth (the main head and every MTP module's)
     parts["compute"][:, Unit.EMBEDDING] = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
     parts["compute"][:, Unit.HEAD] = lc.head_fwd_s * (1 + BWD_GEMM) * (1 + model.mtp_layers)
-    return UnitTimes(parts=parts, lc=lc, cm=cm)
+    return UnitTimes(parts=parts, lc=lc, cm=cm, row=row)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -173,27 +188,34 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> Un
 @dataclass
 class Stages:
     """The priced devices of every strategy's pipeline: K representatives per row (padded by repeating the
-    first), their unit counts and device indices, and the layout each row follows."""
+    first), their unit counts and pipeline ranks, and the layout each row follows. The per-layout tables are
+    small; ``counts`` and ``device`` expand them to the rows."""
 
-    counts: np.ndarray  # [N, K, len(Unit)]
-    device: np.ndarray  # [N, K] pipeline rank of each representative
     layout_id: np.ndarray  # [N] index into ``layouts``
     layouts: list[Layout]
+    table_counts: np.ndarray  # [layouts, K, len(Unit)]
+    table_device: np.ndarray  # [layouts, K]
     whole: np.ndarray  # [len(Unit)] unit counts of the whole model
+
+    @property
+    def counts(self) -> np.ndarray:
+        return self.table_counts[self.layout_id]
+
+    @property
+    def device(self) -> np.ndarray:
+        return self.table_device[self.layout_id]
 
     def per_device(self, *per_unit: np.ndarray):
         """[N, K] per figure: each per-unit figure ([N, len(Unit)]) summed over each representative device's
-        units (several figures in one pass over the counts)."""
-        out = tuple(np.einsum("nku,nu->nk", self.counts, p) for p in per_unit)
+        units."""
+        counts = self.counts
+        out = tuple(np.einsum("nku,nu->nk", counts, p) for p in per_unit)
         return out[0] if len(out) == 1 else out
 
-    def counts_at(self, index: np.ndarray) -> np.ndarray:
-        """[N, len(Unit)]: the unit counts of one representative per row (``index`` into K)."""
-        return self.counts[np.arange(len(index)), index]
 
-    def critical(self, values: np.ndarray, index: np.ndarray) -> np.ndarray:
-        """values[n, index[n]] for [N, K] values."""
-        return values[np.arange(len(index)), index]
+def at(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """values[n, index[n]] for [N, K] values: one representative device per row."""
+    return values[np.arange(len(index)), index]
 
 
 def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
@@ -201,13 +223,73 @@ def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
     code = (pp * 64 + vpp) * (len(S.layer_splits) + 1) + split
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     layouts = [layout(model, int(pp[i]), int(vpp[i]), S.layer_split(i)) for i in first]
-    reps = [lay.representative_devices() for lay in layouts]
+    reps = [lay.representatives for lay in layouts]
     K = max(len(dev) for dev, _ in reps)
     counts = np.zeros((len(layouts), K, len(UNITS)))
     device = np.zeros((len(layouts), K), dtype=np.int64)
     for i, (dev, rows) in enumerate(reps):
         pad = np.concatenate([np.arange(len(dev)), np.zeros(K - len(dev), dtype=np.int64)])
         counts[i], device[i] = rows[pad], dev[pad]
-    inverse = inverse.reshape(-1)
     whole = layouts[0].chunk_units.sum(axis=0).astype(float)
-    return Stages(counts=counts[inverse], device=device[inverse], layout_id=inverse, layouts=layouts, whole=whole)
+    return Stages(layout_id=inverse.reshape(-1), layouts=layouts, table_counts=counts, table_device=device,
+                  whole=whole)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Device figures: what a device of the layout holds and spends, computed once per distinct combination of the
+# knobs they depend on (the unit knobs and the layout; not ZeRO, the schedule or anything per step)
+# ------------------------------------------------------------------------------------------------------------
+
+DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "recompute", "pp", "vpp", "split")
+
+
+@dataclass
+class DeviceFigures:
+    """Figures of each representative device ([n, K]) and of the whole model ([n]), one row n per distinct
+    combination of DEVICE_KEYS; ``row`` maps every strategy of the batch to its combination."""
+
+    row: np.ndarray  # [N]
+    device: np.ndarray  # pipeline rank
+    dense_params: np.ndarray
+    expert_params: np.ndarray
+    layers: np.ndarray  # transformer layers and MTP modules
+    kept_bytes: np.ndarray  # activations kept per in-flight micro-batch
+    once_bytes: np.ndarray  # the logits of one micro-batch (the head's device)
+    largest_layer_params: np.ndarray  # [n] the model's largest transformer layer on one device
+    working_bytes: np.ndarray  # [n] the largest layer re-materialised under full recompute
+    time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n, K] seconds per micro-batch
+    whole_time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n] seconds per micro-batch
+
+    def rows(self, values: np.ndarray) -> np.ndarray:
+        """A compact figure for every strategy of the batch."""
+        return values[self.row]
+
+    def at(self, values: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """[N]: a compact [n, K] figure at one representative device per strategy."""
+        return values[self.row, index]
+
+    def subset(self, rows: np.ndarray) -> "DeviceFigures":
+        """The same figures for the strategies ``rows`` of the batch."""
+        return replace(self, row=self.row[rows])
+
+
+def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None) -> DeviceFigures:
+    """Parameters and activations of every representative device, and its times when the units' are given,
+    once per distinct combination of DEVICE_KEYS."""
+    first, row = unique_index(S, DEVICE_KEYS)
+    sub = S.take(first)
+    st = stages_of(model, sub)
+    params, acts = unit_params(model, sub), unit_activations(model, train, sub)
+    kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
+    layer_mask = np.isin(np.arange(len(UNITS)), LAYER_UNITS).astype(float)
+    dense_p, expert_p, kept, once = st.per_device(params.dense, params.expert, acts.kept, acts.once)
+    figures = DeviceFigures(
+        row=row, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
+        kept_bytes=kept, once_bytes=once,
+        largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
+        working_bytes=np.max(acts.working[:, kinds], axis=1))
+    if ut is not None:
+        parts = {k: v[ut.row[first]] for k, v in ut.parts.items()}
+        figures.time = dict(zip(TIME_PARTS, st.per_device(*(parts[k] for k in TIME_PARTS))))
+        figures.whole_time = {k: parts[k] @ st.whole for k in TIME_PARTS}
+    return figures

@@ -15,8 +15,9 @@ from typing import Any, Callable
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
-from asap.cost.estimate import Estimate, estimate, estimate_batch, estimate_from_batch
+from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch
 from asap.cost.memory import MemoryBreakdown, memory
+from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import enumerate_space
@@ -28,6 +29,10 @@ from asap.spec.strategy import check_strategy, complete_strategy
 from asap.spec.train import TrainSpec
 
 CHUNK = 131072
+# A layer split can only remove the stages' imbalance (the heaviest stage's excess over the mean): when the
+# estimate puts it under this share of the step, no split gains more than the model resolves, and the ILP is
+# not run.
+ILP_MIN_IMBALANCE = 0.01
 
 
 class NoFitError(AsapError):
@@ -75,39 +80,47 @@ def explain_empty_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, fi
                             f"with global batch {train.global_batch}")
 
 
-def pareto_front(step_s: np.ndarray, mem_gb: np.ndarray) -> np.ndarray:
-    """Indices of the configurations no other beats on both step time and peak memory, fastest first."""
-    order = np.lexsort((mem_gb, step_s))
-    best_mem = np.minimum.accumulate(mem_gb[order])
-    prev = np.concatenate(([np.inf], best_mem[:-1]))
-    return order[mem_gb[order] < prev]
+def pareto_front(step_s: np.ndarray, mem_gb: np.ndarray, by_step: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the configurations no other beats on both step time and peak memory, fastest first.
+    ``by_step``: the indices already sorted by step time (stable), when the caller has them."""
+    order = np.argsort(step_s, kind="stable") if by_step is None else by_step
+    mem = mem_gb[order]
+    prev = np.concatenate(([np.inf], np.minimum.accumulate(mem)[:-1]))
+    front = order[mem < prev]
+    # equal step times: only the one with the least memory is on the front
+    same_step_next = np.concatenate((step_s[front][1:] == step_s[front][:-1], [False]))
+    return front[~same_step_next]
 
 
 def price_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch, include_oom: bool,
                 fixed: dict[str, Any], progress: Callable[[int, int], None] | None):
-    """Peak memory of every row (pruning what does not fit unless ``include_oom``), then step times of the
-    rest in chunks: (the kept rows, their memory, their step times, how many fit)."""
+    """Chunk by chunk: the unit and device figures once, peak memory of every row, then the step times of the
+    rows that fit (all of them with ``include_oom``): (the kept rows, their memory, their step times, how many
+    fit)."""
     searched = len(S)
-    mem_all = MemoryBreakdown.concatenate([memory(model, cluster.accelerator, train, S.take(slice(i, i + CHUNK)))
-                                           for i in range(0, searched, CHUNK)])
-    peak = mem_all.peak_gb
-    fits = peak <= cluster.hbm_gb
-    n_fit = int(fits.sum())
+    kept, mems, steps, n_fit, smallest = [], [], [], 0, (np.inf, -1)
+    for i in range(0, searched, CHUNK):
+        part = S.take(slice(i, i + CHUNK))
+        ut = unit_times(model, cluster, train, part, UNIT_KEYS)
+        f = device_figures(model, train, part, ut)
+        mem = memory(model, cluster.accelerator, train, part, figures=f)
+        fits = mem.peak_gb <= cluster.hbm_gb
+        n_fit += int(fits.sum())
+        j = int(np.argmin(mem.peak_gb))
+        smallest = min(smallest, (float(mem.peak_gb[j]), i + j))
+        rows = np.arange(len(part)) if include_oom else np.nonzero(fits)[0]
+        if len(rows):
+            mems.append(expand(mem, rows))
+            steps.append(estimate_batch(model, cluster, train, part.take(rows), mem=mems[-1],
+                                        figures=f.subset(rows), unit=ut.subset(rows)).step_time_s)
+            kept.append(i + rows)
+        if progress:
+            progress(min(i + CHUNK, searched), searched)
     if n_fit == 0 and not include_oom:
-        i = int(np.argmin(peak))
         raise NoFitError("fix" if fixed else "cluster",
                          f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {searched}); the smallest "
-                         f"needs {peak[i]:.1f} GiB ({S.strategy(i)})")
-    keep = np.arange(searched) if include_oom else np.nonzero(fits)[0]
-    S = S.take(keep)
-    mem_kept = expand(mem_all, keep)  # memory is priced once; the time pass reuses it
-    steps = []
-    for i in range(0, len(S), CHUNK):
-        rows = np.arange(i, min(i + CHUNK, len(S)))
-        steps.append(estimate_batch(model, cluster, train, S.take(rows), mem=expand(mem_kept, rows)).step_time_s)
-        if progress:
-            progress(rows[-1] + 1, len(S))
-    return S, mem_kept, np.concatenate(steps), n_fit
+                         f"needs {smallest[0]:.1f} GiB ({S.strategy(smallest[1])})")
+    return S.take(np.concatenate(kept)), MemoryBreakdown.concatenate(mems), np.concatenate(steps), n_fit
 
 
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
@@ -124,8 +137,9 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     searched = len(S)
     S, mem_kept, step, n_fit = price_space(model, cluster, train, S, include_oom, fixed, progress)
     # a few spare rows, since an adopted ILP split may reorder the first ones
-    order = np.argsort(step, kind="stable")[:top + (ilp_candidates if "layer_split" not in fixed else 0)]
-    front = pareto_front(step, mem_kept.peak_gb)
+    by_step = np.argsort(step, kind="stable")
+    order = by_step[:top + (ilp_candidates if "layer_split" not in fixed else 0)]
+    front = pareto_front(step, mem_kept.peak_gb, by_step)
 
     def full(idx: np.ndarray) -> list[Estimate]:
         sub = S.take(idx)
@@ -149,7 +163,7 @@ def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, can
     out, splits, tried = [], [], 0
     for e in candidates:
         split = None
-        if e.strategy.pp > 1 and tried < ilp_candidates:
+        if e.strategy.pp > 1 and tried < ilp_candidates and e.imbalance_s > ILP_MIN_IMBALANCE * e.step_time_s:
             tried += 1
             split = stage_split(model, cluster, train, e.strategy, time_limit_s)
             layers = tuple(split.get("layers_per_stage") or ())

@@ -135,8 +135,8 @@ class Accelerator:
     efficiency: Family | None = None  # the family's constants unless a cluster file overrides some
 
     def __post_init__(self):
-        if self.efficiency is None:
-            object.__setattr__(self, "efficiency", FAMILIES[self.family])
+        if self.efficiency is None:  # roofline-only parts (asap.profile.devices) have no cost-model family
+            object.__setattr__(self, "efficiency", FAMILIES.get(self.family))
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak in FLOP/s for a precision; fp32 runs at the catalog's fp32 figure or at half of bf16."""

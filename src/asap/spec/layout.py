@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -131,6 +131,11 @@ class Layout:
 
     def device_chunks(self, device: int) -> list[int]:
         return [device + v * self.pp for v in range(self.vpp)]
+
+    @cached_property
+    def representatives(self) -> tuple[np.ndarray, np.ndarray]:
+        """``representative_devices()``, computed once per layout."""
+        return self.representative_devices()
 
     def representative_devices(self) -> tuple[np.ndarray, np.ndarray]:
         """(device indices, their unit counts): one device per distinct unit count, the lowest index, since it
