@@ -41,6 +41,7 @@ from asap.cost.collectives import (all_gather_s, all_reduce_s, collective_latenc
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
+from asap.spec.strategy import Recompute, Zero
 from asap.spec.train import TrainSpec
 
 
@@ -60,7 +61,7 @@ def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     h = model.hidden_size
     T = S.mbs * train.seq_len / S.cp
     T_sp = T / np.where(S.sp > 0, S.tp, 1)
-    passes = np.where(S.recompute == 2, 3, 2)  # forward, backward, and the recomputed forward
+    passes = np.where(S.recompute == Recompute.FULL, 3, 2)  # forward, backward, and the recomputed forward
     tp_pair = all_reduce_s(cluster, T * h * ab, S.tp, 1)
     tp_dense = 2 * passes * tp_pair
     if model.moe is not None:
@@ -101,17 +102,17 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     thousands of ranks the ring's (g-1) hops per collective become a real cost."""
     d = S.dp * S.cp
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
-    grad_dense = np.where(S.zero == 0, all_reduce_s(cluster, 4.0 * dense_params, d, S.tp),
+    grad_dense = np.where(S.zero == Zero.NONE, all_reduce_s(cluster, 4.0 * dense_params, d, S.tp),
                           reduce_scatter_s(cluster, 4.0 * dense_params, d, S.tp))
     has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
-    grad_expert = has_experts * np.where(S.zero == 0, all_reduce_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep),
+    grad_expert = has_experts * np.where(S.zero == Zero.NONE, all_reduce_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep),
                                          reduce_scatter_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep))
     gather = (all_gather_s(cluster, 2.0 * dense_params, d, S.tp)
               + has_experts * all_gather_s(cluster, 2.0 * expert_params, edp, S.etp * S.ep))
-    per_layer = np.where(S.zero >= 3, np.maximum(layers_on_stage, 1.0) - 1.0, 0.0)
+    per_layer = np.where(S.zero >= Zero.PARAMETERS, np.maximum(layers_on_stage, 1.0) - 1.0, 0.0)
     dense_lat = collective_latency_s(cluster, d)
     expert_lat = np.where(has_experts, collective_latency_s(cluster, edp), 0.0)
     extra = per_layer * (dense_lat + expert_lat)  # the other layers' collectives, each with its own latency
     grad = grad_dense + grad_expert + extra
-    gather = np.where(S.zero == 0, 0.0, np.where(S.zero >= 3, 2 * (gather + extra), gather))
+    gather = np.where(S.zero == Zero.NONE, 0.0, np.where(S.zero >= Zero.PARAMETERS, 2 * (gather + extra), gather))
     return DataParallelComm(grad_sync_s=grad, param_gather_s=gather)

@@ -43,6 +43,7 @@ ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m,
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
 UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "recompute", "pp")  # what unit_times depends on
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
+MEMORY_BOUND_MAJORITY = 0.5  # compute is called memory-bound when low-intensity kernels are most of it
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
@@ -312,7 +313,7 @@ def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_
     shares = {Bottleneck.COMPUTE.value: balanced_compute, Bottleneck.COMMUNICATION.value: comm,
               Bottleneck.PIPELINE_BUBBLE.value: bubble, Bottleneck.IMBALANCE.value: imbalance_s}
     name = max(shares, key=shares.get)
-    if name == Bottleneck.COMPUTE and memory_bound_s > 0.5 * compute:  # mostly low-intensity kernels: HBM-bound
+    if name == Bottleneck.COMPUTE and memory_bound_s > MEMORY_BOUND_MAJORITY * compute:  # HBM-bound
         name = Bottleneck.MEMORY.value
     evidence = [f"{k} {v / step_time_s:.0%} of the step" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]
     evidence.append(f"memory-bound kernels {memory_bound_s / max(compute, 1e-12):.0%} of compute time")

@@ -25,7 +25,8 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, unique_index
 from asap.cost.communication import LayerComm, layer_comm
-from asap.cost.compute import BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device, layer_compute
+from asap.cost.compute import (BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device,
+                               layer_compute)
 from asap.cost.memory import LAYER_UNITS, activation_bytes_per_layer
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
@@ -61,7 +62,7 @@ def layer_parts(lc: LayerCompute, cm: LayerComm, mlp_fwd, tp_comm, ep_comm, reco
     full = recompute == Recompute.FULL
     extra = np.select([full, recompute == Recompute.SELECTIVE], [fwd, lc.attn_core_fwd_s + lc.memory_bound_fwd_s], 0.0)
     cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
-                  + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * 2.5)
+                  + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * BWD_ATTENTION)
                   + np.where(full, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
     return dict(compute=fwd + bwd + extra, tp=tp_comm, ep=ep_comm, cp=cp_exposed,
                 cp_total=cm.cp_fwd_s * np.where(full, 4, 3), mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))

@@ -15,7 +15,7 @@ from __future__ import annotations
 from math import gcd
 
 from asap.spec.hardware import Cluster
-from asap.spec.strategy import Strategy
+from asap.spec.strategy import Strategy, Zero
 
 
 def tpu_mesh(cluster: Cluster, s: Strategy) -> dict[str, int] | None:
@@ -23,7 +23,7 @@ def tpu_mesh(cluster: Cluster, s: Strategy) -> dict[str, int] | None:
         return None
     if s.dp % s.ep:
         return None
-    batch_axis = "fsdp" if s.zero >= 1 else "data"
+    batch_axis = "fsdp" if s.zero >= Zero.OPTIMIZER else "data"
     axes = {"pipeline": s.pp, batch_axis: s.dp // s.ep, "context": s.cp, "tensor": s.tp, "expert": s.ep}
     slices = cluster.topology.num_domains  # ICI slices of the job, joined by DCN
     dcn = {name: 1 for name in axes}
