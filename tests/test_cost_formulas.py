@@ -80,6 +80,7 @@ def test_estimate_object_has_the_contract_fields_and_adds_up():
                 "mfu", "peak_memory_gb", "fits", "breakdown_s", "exposed_s", "bottleneck"):
         assert key in d
     assert set(d["strategy"]) == {"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "layer_split",
+                                  "dispatcher", "a2a_overlap",
                                   "schedule"}
     for key in ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer"):
         assert key in d["breakdown_s"] and d["breakdown_s"][key] >= d["exposed_s"][key] - 1e-12
@@ -89,18 +90,36 @@ def test_estimate_object_has_the_contract_fields_and_adds_up():
     assert 0.2 < d["mfu"] < 0.7
 
 
-def test_hierarchical_dispatch_beats_flat_across_nodes():
-    from asap.cost.collectives import all_to_all_s, expert_dispatch_s
+def test_dispatcher_traffic_per_token():
+    """Bytes one device sends per dispatch, by dispatcher, on 64 H800 (8 nodes of 8), top-8, 7168 x 2 B tokens
+    (large enough that latencies do not matter). alltoall: every routed copy, 7/8 of them to other nodes, at
+    the NIC rate; dedup: a token reaches 7 (1 - (7/8)^8) = 4.6 remote nodes on average instead of 7 remote
+    copies; allgather: every rank gathers the group's 64 x tokens, 63/64 of it from others."""
+    from asap.cost.collectives import all_gather_s, all_to_all_s, expert_dispatch_s
 
     cluster = load_cluster("h800", nodes=8)
-    tokens, k, tb = 65536, 8, 7168 * 2  # large enough that latencies do not matter
+    tokens, k, tb = 65536, 8, 7168 * 2
+    by = expert_dispatch_s(cluster, tokens, k, tb, 64, 1)
     flat = all_to_all_s(cluster, tokens * k * tb, 64, 1)
-    best = expert_dispatch_s(cluster, tokens, k, tb, 64, 1)
-    # 8 nodes, top-8: a token reaches 7 (1 - (7/8)^8) = 4.6 remote nodes on average instead of 7 remote copies
+    assert by["alltoall"] == pytest.approx(flat)
+    assert flat == pytest.approx(tokens * k * tb * 56 / 64 / (50e9 * 0.9), rel=0.01)  # off-node share on the NIC
     remote = 7 * (1 - (7 / 8) ** 8)
-    assert best == pytest.approx(flat * remote / 7, rel=0.05)
-    # inside one node the flat exchange is the only one
-    assert expert_dispatch_s(cluster, tokens, k, tb, 8, 1) == pytest.approx(all_to_all_s(cluster, tokens * k * tb, 8, 1))
+    assert by["dedup"] == pytest.approx(flat * remote / 7, rel=0.05)
+    assert by["allgather"] == pytest.approx(all_gather_s(cluster, 64 * tokens * tb, 64, 1))
+    # inside one node the deduplicated exchange is the flat one
+    inside = expert_dispatch_s(cluster, tokens, k, tb, 8, 1)
+    assert inside["dedup"] == pytest.approx(inside["alltoall"])
+
+
+def test_dispatcher_key_prices_its_exchange():
+    """The strategy key picks the exchange: on DeepSeek-V3 with ep=64 across 8 H800 nodes the deduplicated
+    dispatch moves fewer bytes over the network than the flat all-to-all; plan leaves the switch free and
+    reports the one it priced."""
+    model, cluster, train = load_model("deepseek-v3"), load_cluster("h800", nodes=64), TrainSpec(1024, 4096)
+    flat = estimate(model, cluster, train, "tp=1,pp=8,ep=64,recompute=full,dispatcher=alltoall")
+    dedup = estimate(model, cluster, train, "tp=1,pp=8,ep=64,recompute=full,dispatcher=dedup")
+    assert dedup.breakdown_s["ep_comm"] < 0.8 * flat.breakdown_s["ep_comm"]
+    assert estimate(model, cluster, train, "tp=1,pp=8,ep=64,recompute=full").strategy.dispatcher == "alltoall"
 
 
 def test_fp8_is_faster_and_context_parallel_splits_attention():
@@ -193,12 +212,17 @@ def test_peak_memory_covers_every_pipeline_stage(text):
 
 
 def test_pipelined_expert_all_to_all_hides_behind_the_paired_micro_batch():
-    """DeepSeek-V3 on 64 H800 nodes (ep=64 crosses nodes): with a pipeline each micro-batch's all-to-alls run
-    beside another's computation, so only what exceeds it, the unpaired warm-up/cool-down passes and the overlap
-    tax remain; GPipe pairs nothing and exposes all of it."""
+    """DeepSeek-V3 on 64 H800 nodes (ep=64 crosses nodes): with the overlap switch on and a pipeline, each
+    micro-batch's all-to-alls run beside another's computation, so only what exceeds it, the unpaired warm-up/
+    cool-down passes and the overlap tax remain; with it off (Megatron-Core's default), or under GPipe
+    (torchtitan offers it), nothing pairs and all of it is exposed."""
     model, cluster, train = load_model("deepseek-v3"), load_cluster("h800", nodes=64), TrainSpec(1024, 4096, "fp8")
-    paired = estimate(model, cluster, train, "tp=1,pp=8,ep=64,etp=1,mbs=1,recompute=full,zero=1,schedule=1f1b")
-    gpipe = estimate(model, cluster, train, "tp=1,pp=8,ep=64,etp=1,mbs=1,recompute=full,zero=1,schedule=gpipe")
+    base = "tp=1,pp=8,ep=64,etp=1,mbs=1,recompute=full,zero=1,schedule=1f1b,dispatcher=dedup"
+    paired = estimate(model, cluster, train, base + ",a2a_overlap=1")
+    gpipe = estimate(model, cluster, train, base + ",a2a_overlap=0")
+    titan = TrainSpec(1024, 4096, "fp8", "torchtitan")
+    titan_gpipe = estimate(model, cluster, titan, "tp=1,pp=8,ep=64,etp=1,mbs=1,recompute=full,zero=0,schedule=gpipe")
+    assert titan_gpipe.exposed_s["ep_comm"] == pytest.approx(titan_gpipe.breakdown_s["ep_comm"])
     total = paired.breakdown_s["ep_comm"]
     assert total == pytest.approx(gpipe.breakdown_s["ep_comm"])
     assert gpipe.exposed_s["ep_comm"] == pytest.approx(total)

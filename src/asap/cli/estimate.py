@@ -19,10 +19,16 @@ BatchOpt = typer.Option(..., "--global-batch", "-b", help="Global batch in seque
 SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
 PrecisionOpt = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp32")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+FrameworkOpt = typer.Option(None, "--framework",
+                            help="megatron | deepspeed | torchtitan | maxtext | mindspore: the stack whose semantics "
+                                 "the cost model follows (default by accelerator family: GPU megatron, TPU maxtext, "
+                                 "Ascend mindspore).")
+MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
+                               help="Tokens on the busiest expert rank over the mean (1.0: force-balanced routing).")
 
 
 def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[int], global_batch: int,
-             seq_len: int, precision: str):
+             seq_len: int, precision: str, framework: Optional[str] = None, moe_imbalance: float = 1.0):
     """The three inputs every planning command shares, validated with one-line errors."""
     from asap.spec.hardware import load_cluster
     from asap.spec.loader import load_model
@@ -30,7 +36,7 @@ def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[i
 
     m = load_model(model)
     c = load_cluster(cluster, nodes=nodes, devices=devices)
-    t = TrainSpec(global_batch, seq_len, precision)
+    t = TrainSpec(global_batch, seq_len, precision, framework, moe_imbalance)
     c.accelerator.peak_flops("bf16" if precision == "fp8" else precision)
     if precision == "fp8":
         c.accelerator.peak_flops("fp8")
@@ -56,8 +62,11 @@ def estimate(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    strategy: str = typer.Option("", "--strategy", "-S", help="key=value,... (dp tp pp vpp cp ep etp mbs recompute zero sp schedule)"),
+    strategy: str = typer.Option("", "--strategy", "-S", help="key=value,... (dp tp pp vpp cp ep etp mbs recompute zero "
+                                                              "sp schedule dispatcher a2a_overlap layer_split)"),
     precision: str = PrecisionOpt,
+    framework: Optional[str] = FrameworkOpt,
+    moe_imbalance: float = MoEImbalanceOpt,
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     explain: bool = typer.Option(False, "--explain", help="Show memory terms and the evidence for the bottleneck."),
@@ -66,7 +75,7 @@ def estimate(
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
     from asap.cost.estimate import estimate as run_estimate
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision)
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
     est = run_estimate(m, c, t, strategy)
     if json_out:
         print_json(est.to_dict())
@@ -88,6 +97,8 @@ def estimate(
 @app.command()
 def validate(
     cases: Optional[str] = typer.Option(None, "--cases", help="A calibration-case file (default: the shipped cases)."),
+    framework: Optional[str] = typer.Option(None, "--framework",
+                                            help="The stack for cases that do not name theirs (train.framework)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown (docs/accuracy.md)."),
     json_out: bool = JsonOpt,
 ):
@@ -95,6 +106,12 @@ def validate(
     from asap.validate import load_cases, validate as run_validate
 
     case_list = load_cases(cases)
+    if framework is not None:
+        from asap.spec.framework import get_framework
+
+        get_framework(framework, "", "framework")  # one clear line for an unknown name
+        case_list = [dict(c, train={"framework": framework, **c["train"]}) if isinstance(c.get("train"), dict) else c
+                     for c in case_list]
     with Progress(console=err_console, transient=True, disable=json_out) as progress:
         task = progress.add_task("validating", total=len(case_list))
         result = run_validate(case_list, progress=lambda n: progress.update(task, completed=n))

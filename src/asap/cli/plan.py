@@ -10,7 +10,8 @@ from rich.table import Table
 
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
-from asap.cli.estimate import BatchOpt, ClusterOpt, DevicesOpt, JsonOpt, ModelOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, ModelOpt, MoEImbalanceOpt,
+                               NodesOpt, PrecisionOpt, SeqOpt, load_job)
 
 
 @app.command()
@@ -26,6 +27,8 @@ def plan(
                                        help="How many of the best pipelined candidates get the stage-split ILP."),
     ilp_time_limit: float = typer.Option(0.5, "--ilp-time-limit", min=0.05, help="HiGHS time limit per ILP (s)."),
     precision: str = PrecisionOpt,
+    framework: Optional[str] = FrameworkOpt,
+    moe_imbalance: float = MoEImbalanceOpt,
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     json_out: bool = JsonOpt,
@@ -34,7 +37,7 @@ def plan(
     from asap.search.planner import plan as run_plan
     from asap.spec.strategy import parse_strategy
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision)
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
     fixed = parse_strategy(fix, field="fix")
     with Progress(console=err_console, transient=True) as progress:
         task = progress.add_task("pricing configurations", total=None, visible=False)

@@ -13,9 +13,11 @@ from typing import Iterable
 
 import numpy as np
 
+from asap.spec.framework import DISPATCHERS
 from asap.spec.strategy import RECOMPUTE, SCHEDULES, Strategy
 
-COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "split")
+COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "dispatcher",
+           "a2a_overlap", "split")
 
 
 @dataclass
@@ -32,12 +34,15 @@ class StrategyBatch:
     zero: np.ndarray
     sp: np.ndarray
     schedule: np.ndarray
+    dispatcher: np.ndarray | None = None  # index into DISPATCHERS
+    a2a_overlap: np.ndarray | None = None
     split: np.ndarray | None = None
     layer_splits: tuple[tuple[int, ...], ...] = field(default=((),))
 
     def __post_init__(self):
-        if self.split is None:
-            self.split = np.zeros(len(self.dp), dtype=np.int64)
+        for name in ("dispatcher", "a2a_overlap", "split"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(len(self.dp), dtype=np.int64))
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])
@@ -63,6 +68,7 @@ class StrategyBatch:
                 splits.append(s.layer_split)
         cols = {"recompute": [RECOMPUTE.index(s.recompute) for s in rows],
                 "schedule": [SCHEDULES.index(s.schedule) for s in rows],
+                "dispatcher": [DISPATCHERS.index(s.dispatcher) for s in rows],
                 "split": [splits.index(s.layer_split) for s in rows]}
         for name in COLUMNS:
             if name not in cols:
@@ -75,10 +81,14 @@ class StrategyBatch:
     def layer_split(self, i: int) -> tuple[int, ...]:
         return self.layer_splits[int(self.split[i])]
 
-    def strategy(self, i: int) -> Strategy:
+    def strategy(self, i: int, dispatcher: int | None = None) -> Strategy:
+        """Row ``i`` as a Strategy; ``dispatcher`` gives the priced one for a row left to the fastest (an unpriced
+        such row reads as the first dispatcher)."""
         d = {k: int(getattr(self, k)[i]) for k in COLUMNS if k != "split"}
         d["recompute"] = RECOMPUTE[d["recompute"]]
         d["schedule"] = SCHEDULES[d["schedule"]]
+        code = d["dispatcher"] if dispatcher is None else dispatcher
+        d["dispatcher"] = DISPATCHERS[code if code < len(DISPATCHERS) else 0]
         return Strategy(**d, layer_split=self.layer_split(i))
 
     @property

@@ -115,27 +115,35 @@ def all_to_all_s(cluster: Cluster, size_bytes, group, stride):
     return np.where(g > 1, t, 0.0)
 
 
-def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, stride):
+def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, stride) -> dict[str, np.ndarray]:
     """One MoE dispatch (or combine) of ``tokens`` per device, each to ``top_k`` experts spread evenly over an
-    expert-parallel group of ``group`` ranks spaced ``stride`` apart: the cheaper of
+    expert-parallel group of ``group`` ranks spaced ``stride`` apart, by each dispatcher
+    (``asap.spec.framework.Dispatcher``):
 
-    - flat all-to-all: every routed copy travels on its own (Megatron-Core's alltoall dispatcher);
-    - hierarchical: a token crosses the network once per distinct remote scale-up domain that hosts one of its
+    - alltoall: every routed copy travels on its own (Megatron-Core's alltoall dispatcher), an all-to-all of
+      tokens * top_k * token_bytes;
+    - allgather: every rank all-gathers the tokens of its group and keeps those routed to its experts, an
+      all-gather of group * tokens * token_bytes (and a reduce-scatter of the same to combine: Megatron-Core's
+      allgather dispatcher, good for small groups and large top_k);
+    - dedup: a token crosses the network once per distinct remote scale-up domain that hosts one of its
       experts, then fans out over the scale-up links (the MoE training report's gather-dedup-all-to-all;
       DeepEP). With n domains in the group and uniform routing, a token's experts hit (n - 1)(1 - (1 - 1/n)^k)
       remote domains on average, against k (n - 1)/n copies for the flat exchange. The two tiers run
-      concurrently.
+      concurrently. Inside one domain it is the flat exchange.
     """
     intra_Bps, inter_Bps = _tier_Bps(cluster)
     g = np.maximum(group, 1)
     flat = all_to_all_s(cluster, tokens * top_k * token_bytes, g, stride)
+    gathered = all_gather_s(cluster, g * tokens * token_bytes, g, stride)
     k = members_per_domain(cluster, g, stride)
     domains = np.maximum(g / k, 1.0)
     remote_domains = (domains - 1) * (1 - (1 - 1 / domains) ** top_k)
     inter = tokens * token_bytes * remote_domains / inter_Bps
     intra = tokens * top_k * token_bytes * (k - 1) / k / intra_Bps
     hier = np.maximum(inter, intra) + 2 * _latency_s(cluster, g, k < g, ring=False)
-    return np.where(g > 1, np.where(domains > 1, np.minimum(flat, hier), flat), 0.0)
+    dedup = np.where(domains > 1, hier, flat)
+    return {name: np.where(g > 1, t, 0.0) for name, t in (("alltoall", flat), ("allgather", gathered),
+                                                          ("dedup", dedup))}
 
 
 def p2p_s(cluster: Cluster, size_bytes, crosses_node):

@@ -40,6 +40,7 @@ from asap.cost.collectives import (all_gather_s, all_reduce_s, collective_latenc
                                    reduce_scatter_s, spans_domains)
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
+from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Recompute, Zero
 from asap.spec.train import TrainSpec
@@ -54,6 +55,7 @@ class LayerComm:
     ep_s: np.ndarray
     cp_fwd_s: np.ndarray  # one forward ring pass; backward is 2x
     pp_msg_s: np.ndarray  # one p2p message between stages
+    dispatcher: np.ndarray  # the dispatcher priced (index into DISPATCHERS; the fastest for BEST_DISPATCHER rows)
 
 
 def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> LayerComm:
@@ -68,12 +70,14 @@ def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
         mo = model.moe
         shared_pairs = 1 if mo.shared_experts else 0
         tp_moe = (1 + shared_pairs) * passes * tp_pair
-        a2a = expert_dispatch_s(cluster, T_sp, mo.top_k, h * ab, S.ep, S.etp)
+        # the busiest expert rank receives moe_imbalance times the mean of routed tokens
+        a2a, dispatcher = dispatch_s(cluster, T_sp * train.moe_imbalance, mo.top_k, h * ab, S)
         etp_gather = all_reduce_s(cluster, T_sp * mo.top_k * S.etp * h * ab, S.etp, 1)
         ep = passes * (2 * a2a + etp_gather)
     else:
         tp_moe = np.zeros_like(tp_dense)
         ep = np.zeros_like(tp_dense)
+        dispatcher = np.asarray(S.dispatcher)
     if model.mla is not None:
         m = model.mla
         kv_width = model.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
@@ -84,7 +88,18 @@ def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     cp_fwd = np.where(S.cp > 1, (S.cp - 1) * p2p_s(cluster, kv_chunk, cp_spans), 0.0)
     pp_spans = spans_domains(cluster, S.pp, S.tp * S.cp * S.dp)
     pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
-    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, pp_msg_s=pp_msg)
+    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, pp_msg_s=pp_msg,
+                     dispatcher=dispatcher)
+
+
+def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch):
+    """(one dispatch per row under its dispatcher, the dispatcher priced): rows marked BEST_DISPATCHER (the
+    planner leaves the switch free where the stack offers every dispatcher) take the fastest."""
+    by_name = expert_dispatch_s(cluster, tokens, top_k, token_bytes, S.ep, S.etp)
+    table = np.stack([np.broadcast_to(by_name[name], np.shape(S.ep)) for name in DISPATCHERS])
+    fastest = np.argmin(table, axis=0)
+    chosen = np.where(S.dispatcher == BEST_DISPATCHER, fastest, S.dispatcher)
+    return np.take_along_axis(table, chosen[None, :], axis=0)[0], chosen
 
 
 @dataclass
@@ -94,12 +109,13 @@ class DataParallelComm:
 
 
 def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params,
-                       layers_on_stage=1.0) -> DataParallelComm:
+                       layers_on_stage=1.0, collectives_per_layer: int = 1) -> DataParallelComm:
     """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
 
     ZeRO-0/1/2 reduce gradients in large buckets (one collective's latency per step); ZeRO-3 gathers and
-    reduce-scatters layer by layer, so it pays each collective's latency once per layer on the stage — at
-    thousands of ranks the ring's (g-1) hops per collective become a real cost."""
+    reduce-scatters layer by layer (``collectives_per_layer`` each: one per FSDP unit, one per parameter tensor
+    in DeepSpeed), so it pays each collective's latency once per layer on the stage — at thousands of ranks
+    the ring's (g-1) hops per collective become a real cost."""
     d = S.dp * S.cp
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
     grad_dense = np.where(S.zero == Zero.NONE, all_reduce_s(cluster, 4.0 * dense_params, d, S.tp),
@@ -109,7 +125,8 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
                                          reduce_scatter_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep))
     gather = (all_gather_s(cluster, 2.0 * dense_params, d, S.tp)
               + has_experts * all_gather_s(cluster, 2.0 * expert_params, edp, S.etp * S.ep))
-    per_layer = np.where(S.zero >= Zero.PARAMETERS, np.maximum(layers_on_stage, 1.0) - 1.0, 0.0)
+    per_layer = np.where(S.zero >= Zero.PARAMETERS,
+                         np.maximum(layers_on_stage, 1.0) * collectives_per_layer - 1.0, 0.0)
     dense_lat = collective_latency_s(cluster, d)
     expert_lat = np.where(has_experts, collective_latency_s(cluster, edp), 0.0)
     extra = per_layer * (dense_lat + expert_lat)  # the other layers' collectives, each with its own latency

@@ -90,21 +90,22 @@ class _Shapes:
     cp: np.ndarray
     T: np.ndarray
     T_sp: np.ndarray
+    unfused: float  # the framework's elementwise traffic over fused kernels (asap.spec.framework)
 
     @classmethod
-    def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> "_Shapes":
+    def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch, unfused: float = 1.0) -> "_Shapes":
         b, tp, cp = S.mbs.astype(float), S.tp.astype(float), S.cp.astype(float)
         T = b * train.seq_len / cp
         return cls(train.precision, act_bytes(train.precision), float(model.hidden_size), b, float(train.seq_len),
-                   tp, cp, T, T / np.where(S.sp > 0, tp, 1.0))
+                   tp, cp, T, T / np.where(S.sp > 0, tp, 1.0), unfused)
 
     @property
     def norm_bytes(self):
-        return 2 * self.ab * self.T_sp * self.h  # read x, write y
+        return 2 * self.ab * self.T_sp * self.h * self.unfused  # read x, write y
 
     @property
     def resid_bytes(self):
-        return 3 * self.ab * self.T_sp * self.h  # read x, read f(x), write sum (dropout fused)
+        return 3 * self.ab * self.T_sp * self.h * self.unfused  # read x, read f(x), write sum (dropout fused)
 
 
 def _projections(model: ModelSpec, acc: Accelerator, x: _Shapes):
@@ -133,7 +134,7 @@ def attention_block(model: ModelSpec, acc: Accelerator, x: _Shapes):
     proj, elem_bytes = _projections(model, acc, x)
     out_proj = gemm_time_s(acc, x.p, x.T, x.h, out_width / x.tp)
     core = attention_time_s(acc, x.p, attention_flops_fwd(model, x.b, x.s, x.cp, x.tp))
-    elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes + elem_bytes, kernels=4)
+    elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes + elem_bytes * x.unfused, kernels=4)
     return proj + out_proj + core + elem, core, elem
 
 
@@ -143,19 +144,20 @@ def mlp_time(model: ModelSpec, acc: Accelerator, x: _Shapes, tokens, ffn_per_dev
     act_elems_mult = 3.0 if model.gated else 2.0  # SwiGLU reads gate and up, writes the product
     up = gemm_time_s(acc, x.p, tokens, up_mult * ffn_per_device, x.h, count=count)
     down = gemm_time_s(acc, x.p, tokens, x.h, ffn_per_device, count=count)
-    act = elementwise_time_s(acc, act_elems_mult * x.ab * tokens * ffn_per_device * count, kernels=1)
+    act = elementwise_time_s(acc, act_elems_mult * x.ab * tokens * ffn_per_device * count * x.unfused, kernels=1)
     return up + down, act
 
 
-def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch):
+def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch, imbalance: float = 1.0):
     """(MoE MLP forward without norms/residual, the routed experts alone, the memory-bound part), under
-    Megatron-Core parallel folding: experts over etp x ep x edp of the stage's devices."""
+    Megatron-Core parallel folding: experts over etp x ep x edp of the stage's devices. ``imbalance``: the
+    busiest expert rank receives that many times the mean of routed tokens (it sets the pace)."""
     mo = model.moe
     etp, ep = S.etp.astype(float), S.ep.astype(float)
     router = gemm_time_s(acc, "fp32" if x.p == "fp32" else "bf16", x.T_sp, mo.num_experts, x.h)
     topk_bytes = 4 * x.T_sp * mo.num_experts * 3  # softmax/top-k over fp32 logits
     permute_bytes = 2 * 2 * x.ab * x.T_sp * mo.top_k * x.h  # permute + unpermute, read and write
-    rows = x.T * mo.top_k * etp / x.tp  # routed token copies this device's etp group computes
+    rows = x.T * mo.top_k * etp / x.tp * imbalance  # routed token copies this device's etp group computes
     local_experts = mo.num_experts / ep
     gemms, act = mlp_time(model, acc, x, rows / local_experts, mo.expert_ffn_hidden_size / etp, count=local_experts)
     expert = gemms + act
@@ -167,13 +169,15 @@ def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch):
 
 
 def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch) -> LayerCompute:
-    x = _Shapes.of(model, train, S)
+    from asap.spec.framework import get_framework
+
+    x = _Shapes.of(model, train, S, get_framework(train.framework, acc.family).elementwise_traffic)
     attn_fwd, core, attn_elem = attention_block(model, acc, x)
     dense_gemm, dense_act = mlp_time(model, acc, x, x.T, model.ffn_hidden_size / x.tp)
     mlp_elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes, kernels=2)
     dense_mlp_fwd = dense_gemm + dense_act + mlp_elem
     if model.moe is not None:
-        moe, expert, moe_memory_bound = moe_block(model, acc, x, S)
+        moe, expert, moe_memory_bound = moe_block(model, acc, x, S, train.moe_imbalance)
         moe_mlp_fwd = moe + mlp_elem
         memory_bound = attn_elem + mlp_elem + moe_memory_bound
     else:

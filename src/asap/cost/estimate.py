@@ -33,6 +33,7 @@ from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
 from asap.cost.units import DeviceFigures, Stages, UnitTimes, device_figures, stages_of, unit_times
+from asap.spec.framework import Framework, GradSync, get_framework
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, check_strategy, resolve_strategy
@@ -41,7 +42,7 @@ from asap.spec.words import Bottleneck
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
-UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "recompute", "pp")  # what unit_times depends on
+UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp")  # what unit_times reads
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 MEMORY_BOUND_MAJORITY = 0.5  # compute is called memory-bound when low-intensity kernels are most of it
 
@@ -73,6 +74,7 @@ class BatchEstimate:
     memory_bound_s: np.ndarray
     imbalance_s: np.ndarray
     ep_split_saving_s: np.ndarray | float = 0.0  # what splitting micro-batches for dispatch overlap would save
+    dispatcher: np.ndarray | None = None  # the MoE dispatcher priced per row (index into DISPATCHERS)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -93,7 +95,15 @@ def _busy(parts):
     return parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
 
 
-def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures) -> StageTimes:
+def expert_overlap(model: ModelSpec, S: StrategyBatch, m) -> np.ndarray:
+    """Rows whose expert all-to-alls hide behind a paired micro-batch's computation: the switch on
+    (``a2a_overlap``: Megatron-Core --overlap-moe-expert-parallel-comm with its combined 1F1B schedule,
+    DeepSeek-V3's DualPipe), an MoE model, and a pipeline whose steady state pairs one micro-batch's forward
+    with another's backward (pp > 1, not GPipe)."""
+    return (S.a2a_overlap == 1) & (S.schedule != Schedule.GPIPE) & (model.moe is not None) & (S.pp > 1) & (m >= 2)
+
+
+def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, m) -> StageTimes:
     """The critical device: the busiest representative once paired EP traffic hides.
 
     In a pipeline's steady state each forward is paired with another micro-batch's backward, and the expert
@@ -101,7 +111,7 @@ def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures) -> StageTi
     --overlap-moe-expert-parallel-comm): up to the pair's computation hides. Without a pipeline (or under
     GPipe) nothing pairs; the warm-up and cool-down passes have no partner (``compose``). Both cases are
     ranked once per device-figure row, then each strategy takes its own."""
-    paired = (S.pp > 1) & (S.schedule != Schedule.GPIPE) & (model.moe is not None)
+    paired = expert_overlap(model, S, m)
     t, w = f.time, f.whole_time
     hidden = np.minimum(t["ep"], t["compute"])
     busy = _busy(t)
@@ -140,8 +150,8 @@ def split_dispatch_exposed_s(a2a_s, expert_s, chunks: int = SPLIT_CHUNKS):
 
 
 def ep_split_saving_s(model: ModelSpec, S: StrategyBatch, ut: UnitTimes, times: StageTimes, m):
-    """(``ut`` is compact: one row per distinct combination of UNIT_KEYS, ``ut.rows`` maps strategies to it.)"""
-    """What cutting each micro-batch in two for dispatch/expert overlap would save (reported, not applied)."""
+    """What cutting each micro-batch in two for dispatch/expert overlap would save where the all-to-alls are not
+    already paired (reported as an alternative, not applied). ``ut`` is compact (``ut.rows`` maps to it)."""
     if model.moe is None:
         return 0.0
     full = S.recompute == Recompute.FULL
@@ -152,7 +162,7 @@ def ep_split_saving_s(model: ModelSpec, S: StrategyBatch, ut: UnitTimes, times: 
              + np.where(full, split_dispatch_exposed_s(a2a, e_fwd), 0.0))
     unsplit = 2.0 * a2a * passes
     ratio = np.where(unsplit > 0, split / np.maximum(unsplit, 1e-30), 1.0)
-    return m * times.parts["ep"] * (1.0 - ratio)
+    return np.where(expert_overlap(model, S, m), 0.0, m * times.parts["ep"] * (1.0 - ratio))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -167,34 +177,42 @@ class DataParallelTerms:
     optimizer_s: np.ndarray
 
 
-def data_parallel_terms(cluster: Cluster, S: StrategyBatch, dense_params, expert_params, layers_on_stage,
-                        micro_compute, m) -> DataParallelTerms:
-    """Gradient reduction and weight gathers, and how much of them hides behind compute.
+def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
+                        layers_on_stage, micro_compute, m) -> DataParallelTerms:
+    """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), and how
+    much of them hides behind compute.
 
-    ZeRO-0/1 reduce gradients once per step as each bucket completes (Megatron-Core overlap_grad_reduce); with
-    interleaving the chunks finish in turn (the cool-down runs the last pp micro-batches through chunk v-1, then
-    v-2, ...), so chunk c's reduction hides behind the pp (v-1) chunk-backwards still to come plus the last
-    chunk's own: ((v-1) pp + 1) / v micro-batch backwards in all; without interleaving, behind the last
-    micro-batch's backward. The next step's weight all-gather mirrors it in the warm-up forwards. ZeRO-2 keeps
-    only its gradient shard, so it reduce-scatters after every micro-batch's backward (DeepSpeed ZeRO-2 with
-    gradient accumulation); ZeRO-3 also gathers weights per micro-batch, forward and backward, prefetching
-    one layer ahead (its first layer's gather stays exposed)."""
-    dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage)
+    Once per step (ZeRO-0/1; Megatron-Core overlap_grad_reduce, DeepSpeed at the accumulation boundary; FSDP2
+    under a pipeline, which keeps the gathered stage for all micro-batches): the reduction hides behind the
+    last micro-batch's backward, or with interleaving behind the chunk-backwards still to come as the chunks
+    finish in turn (the cool-down runs the last pp micro-batches through chunk v-1, then v-2, ...: ((v-1) pp +
+    1) / v micro-batch backwards); the next step's weight gather mirrors it in the warm-up forwards. Per
+    micro-batch (ZeRO-2 keeps only its gradient shard; ZeRO-3 also gathers weights for forward and again for
+    backward, prefetching one layer ahead, its first layer's gather exposed). With async collectives (XLA's
+    latency-hiding scheduler) any collective may overlap any compute of the step."""
+    dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer)
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
-    zero3, zero2 = S.zero >= Zero.PARAMETERS, S.zero >= Zero.GRADIENTS
-    total = np.where(zero2, m, 1.0) * dpc.grad_sync_s + np.where(zero3, m, 1.0) * dpc.param_gather_s
-    first_layer_gather = dpc.param_gather_s / np.maximum(layers_on_stage, 1)
-    bwd_window = micro_compute * (1 - fwd_share)
-    interleaved_dp = (S.vpp > 1) & (S.zero <= Zero.OPTIMIZER)
+    zero3 = S.zero >= Zero.PARAMETERS
+    kept = zero3 & (S.pp > 1) & fw.fsdp_keeps_params_under_pp
+    gather_per_mb = zero3 & ~kept
+    grad_per_mb = gather_per_mb | ((S.zero == Zero.GRADIENTS) & fw.zero2_grad_per_micro_batch) | (
+        (S.zero <= Zero.OPTIMIZER) & (fw.zero_le1_grad_sync == GradSync.PER_MICRO_BATCH))
+    gather = np.where(kept, dpc.param_gather_s / 2, dpc.param_gather_s)  # kept: gathered for forward only
+    total = np.where(grad_per_mb, m, 1.0) * dpc.grad_sync_s + np.where(gather_per_mb, m, 1.0) * gather
+    first_layer_gather = gather / np.maximum(layers_on_stage, 1)
+    fwd, bwd = micro_compute * fwd_share, micro_compute * (1 - fwd_share)
+    interleaved_dp = (S.vpp > 1) & ~grad_per_mb
     chunks_ahead = np.where(interleaved_dp, ((S.vpp - 1) * np.minimum(m, S.pp) + 1) / S.vpp, 1.0)
-    exposed = np.where(
-        zero3,
-        m * (np.maximum(0.0, dpc.param_gather_s / 2 - micro_compute * fwd_share)
-             + np.maximum(0.0, dpc.param_gather_s / 2 + dpc.grad_sync_s - bwd_window) + first_layer_gather),
-        np.where(zero2, m * np.maximum(0.0, dpc.grad_sync_s - bwd_window),
-                 np.maximum(0.0, dpc.grad_sync_s - bwd_window * chunks_ahead))
-        + np.maximum(0.0, dpc.param_gather_s - micro_compute * fwd_share * chunks_ahead),
-    )
+    per_step_gather = np.maximum(0.0, gather - fwd * chunks_ahead)
+    exposed = np.select(
+        [gather_per_mb, grad_per_mb],
+        [m * (np.maximum(0.0, gather / 2 - fwd) + np.maximum(0.0, gather / 2 + dpc.grad_sync_s - bwd)
+              + first_layer_gather),
+         m * np.maximum(0.0, dpc.grad_sync_s - bwd) + per_step_gather],
+        np.maximum(0.0, dpc.grad_sync_s - bwd * chunks_ahead) + per_step_gather)
+    if fw.async_collectives:
+        exposed = np.minimum(exposed, np.where(gather_per_mb, m, 1.0) * first_layer_gather
+                             + np.maximum(0.0, total - m * micro_compute))
     shard_d, edp = dense_and_expert_shards(S)
     sharded = S.zero >= Zero.OPTIMIZER
     states = dense_params / np.where(sharded, shard_d, 1) + expert_params / np.where(sharded, edp, 1)
@@ -220,7 +238,8 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
     pp_total = 2 * m * vpp * pp_msg
     pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * pp_msg, pp_total)
     tp_hidden = m * stage["tp"] * fam.tp_overlap
-    unpaired = np.minimum(m, pp - 1)  # warm-up forwards and cool-down backwards: (pp - 1) micro-batches' worth
+    # the passes without a partner: the warm-up forwards and cool-down backwards, (pp - 1) micro-batches' worth
+    unpaired = np.minimum(m, pp - 1)
     ep_hidden = (m - unpaired) * stage["ep_hidden"]
     hidden = (dp.total_s - dp.exposed_s) + m * (stage["cp_total"] - stage["cp"]) + tp_hidden + ep_hidden
     exposed = {
@@ -246,21 +265,22 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     ut = unit if unit is not None else unit_times(model, cluster, train, S, UNIT_KEYS)
     f = figures if figures is not None else device_figures(model, train, S, ut)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
-    times = stage_times(model, S, f)
+    times = stage_times(model, S, f, m)
     bubble = pipeline_bubble_s(model, S, stages_of(model, S), times, m)
     c = times.critical  # the critical device's parameters set the data-parallel traffic
-    dp = data_parallel_terms(cluster, S, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
+    fw = framework_of(train, cluster)
+    dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
                              times.parts["compute"], m)
     exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m)
     if mem is None:
-        mem = memory(model, cluster.accelerator, train, S, figures=f)
+        mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
     return BatchEstimate(
         step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
         breakdown_s=breakdown, exposed_s=exposed,
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
                    "activations": mem.activations_gb, "allowance": mem.allowance_gb},
         memory_bound_s=m * times.parts["mem"], imbalance_s=np.where(S.pp == 1, 0.0, m * (times.t_max_s - times.t_avg_s)),
-        ep_split_saving_s=ep_split_saving_s(model, S, ut, times, m))
+        ep_split_saving_s=ep_split_saving_s(model, S, ut, times, m), dispatcher=ut.rows(ut.cm.dispatcher))
 
 
 @dataclass
@@ -335,8 +355,9 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
         alternatives["moe_split_dispatch"] = {
             "chunks": SPLIT_CHUNKS, "ep_comm_s": exposed["ep_comm"] - saving, "step_time_s": step - saving,
             "why": "each micro-batch cut in two so one half's dispatch/combine hides behind the other's experts"}
+    priced = None if be.dispatcher is None else int(np.broadcast_to(be.dispatcher, be.step_time_s.shape)[i])
     return Estimate(
-        strategy=S.strategy(i), step_time_s=step, tokens_per_s=tokens / step,
+        strategy=S.strategy(i, dispatcher=priced), step_time_s=step, tokens_per_s=tokens / step,
         tokens_per_s_per_device=tokens / step / devices, model_tflops_per_device=mft / 1e12, mfu=mft / peak,
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
@@ -344,12 +365,19 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
         bottleneck=bottleneck, evidence=evidence, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]))
 
 
+def framework_of(train: TrainSpec, cluster: Cluster) -> Framework:
+    """The job's training stack: the one it names, else the accelerator family's default."""
+    return get_framework(train.framework, cluster.accelerator.family)
+
+
 def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy | str | dict | None) -> Estimate:
-    """Price one strategy (a Strategy, or ``key=value`` text/mapping completed with the documented defaults)."""
+    """Price one strategy (a Strategy, or ``key=value`` text/mapping completed with the documented defaults and
+    the framework's; checked against the framework's options)."""
+    fw = framework_of(train, cluster)
     if isinstance(strategy, Strategy):
-        check_strategy(strategy, model, train, cluster.num_devices)
+        check_strategy(strategy, model, train, cluster.num_devices, framework=fw)
     else:
-        strategy = resolve_strategy(strategy, model, train, cluster.num_devices)
+        strategy = resolve_strategy(strategy, model, train, cluster.num_devices, framework=fw)
     S = StrategyBatch.from_strategies([strategy])
     be = estimate_batch(model, cluster, train, S)
     return estimate_from_batch(model, cluster, train, S, be, 0)

@@ -158,20 +158,24 @@ def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
     return np.where(pp > 1, out, 1.0)
 
 
-def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None) -> MemoryBreakdown:
+def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,
+           framework=None) -> MemoryBreakdown:
     """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
-    reported. ``figures`` passes the device figures when the caller has them."""
+    reported. ``figures`` passes the device figures when the caller has them. A framework whose FSDP keeps a
+    pipeline stage's gathered weights through its micro-batches (torchtitan) holds them unsharded."""
     from asap.cost.units import at, device_figures
 
     f = figures if figures is not None else device_figures(model, train, S)
     dense_shard, edp = dense_and_expert_shards(S)
-    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, S.zero, sh) for sh in (dense_shard, edp))
+    kept = (S.zero >= Zero.PARAMETERS) & (S.pp > 1) & bool(framework and framework.fsdp_keeps_params_under_pp)
+    zero = np.where(kept, Zero.GRADIENTS, S.zero)  # kept: the weights unsharded, like ZeRO-2
+    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh) for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next
     # (two of the model's largest layers, the one computing and the one prefetched)
     dense_p, expert_p = f.rows(f.dense_params), f.rows(f.expert_params)
     states = dense_p * (wd + gd + od)[:, None] + expert_p * (we + ge + oe)[:, None]
-    gathered = np.where(S.zero >= Zero.PARAMETERS, 2.0 * 2.0 * f.rows(f.largest_layer_params), 0.0)
+    gathered = np.where(zero >= Zero.PARAMETERS, 2.0 * 2.0 * f.rows(f.largest_layer_params), 0.0)
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
     a = (in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)

@@ -241,7 +241,7 @@ def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
 # knobs they depend on (the unit knobs and the layout; not ZeRO, the schedule or anything per step)
 # ------------------------------------------------------------------------------------------------------------
 
-DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "recompute", "pp", "vpp", "split")
+DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp", "vpp", "split")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
-from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch
+from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch, framework_of
 from asap.cost.memory import MemoryBreakdown, memory
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
@@ -72,8 +72,9 @@ class PlanResult:
 def explain_empty_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any]) -> AsapError:
     """Why no legal strategy exists: the first rule the pinned keys break, named like ``estimate`` names it."""
     try:
-        s = complete_strategy(fixed, cluster.num_devices, field="fix")
-        check_strategy(s, model, train, cluster.num_devices, field="fix")
+        fw = framework_of(train, cluster)
+        s = complete_strategy(fixed, cluster.num_devices, field="fix", framework=fw)
+        check_strategy(s, model, train, cluster.num_devices, field="fix", framework=fw)
     except AsapError as e:
         return e
     return AsapError("fix", f"no legal strategy keeps {fixed} for {model.name} on {cluster.num_devices} devices "
@@ -103,7 +104,7 @@ def price_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strateg
         part = S.take(slice(i, i + CHUNK))
         ut = unit_times(model, cluster, train, part, UNIT_KEYS)
         f = device_figures(model, train, part, ut)
-        mem = memory(model, cluster.accelerator, train, part, figures=f)
+        mem = memory(model, cluster.accelerator, train, part, figures=f, framework=framework_of(train, cluster))
         fits = mem.peak_gb <= cluster.hbm_gb
         n_fit += int(fits.sum())
         j = int(np.argmin(mem.peak_gb))
@@ -131,7 +132,8 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy."""
     t0 = time.perf_counter()
     fixed = dict(fixed or {})
-    S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed)
+    fw = framework_of(train, cluster)
+    S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     if len(S) == 0:
         raise explain_empty_space(model, cluster, train, fixed)
     searched = len(S)

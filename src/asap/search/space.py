@@ -13,6 +13,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch
 from asap.errors import AsapError
+from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framework
 from asap.spec.legality import legal_rows
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import KEYS, RECOMPUTE, SCHEDULES, Recompute, Schedule, Zero
@@ -30,10 +31,12 @@ def _divisors(n: int) -> list[int]:
 
 
 def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
-                     fixed: dict[str, Any]) -> dict[str, list]:
-    """Per-key candidates. Free TP stays inside the scale-up domain (TP across the network is never faster
-    on any catalog part: it moves 2 activations per layer and pass on the slowest link)."""
+                     fixed: dict[str, Any], framework: Framework = FRAMEWORKS["megatron"]) -> dict[str, list]:
+    """Per-key candidates, as far as the framework offers them. Free TP stays inside the scale-up domain (TP
+    across the network is never faster on any catalog part: it moves 2 activations per layer and pass on the
+    slowest link). A dense model has no MoE switches: they keep the framework's defaults."""
     divs = _divisors(devices)
+    moe = model.moe is not None
     cands: dict[str, list] = dict(
         tp=[d for d in divs if d <= scale_up_domain and model.num_attention_heads % d == 0],
         pp=[d for d in divs if d <= model.num_layers],
@@ -44,12 +47,19 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         etp=[d for d in EXPERT_TP if d <= scale_up_domain] if model.moe else [1],
         recompute=[int(r) for r in Recompute], zero=[int(z) for z in Zero], sp=[0, 1],
         schedule=[int(s) for s in Schedule],
+        dispatcher=list(range(len(DISPATCHERS))) if moe else [DISPATCHERS.index(framework.dispatcher.value)],
+        a2a_overlap=[0, 1] if moe else [framework.a2a_overlap],
     )
+    labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}
+    for key, allowed in framework.offers.items():
+        names = labels.get(key)
+        cands[key] = [v for v in cands[key] if (names[v] if names else v) in allowed] or cands[key][:1]
+    if moe and len(cands["dispatcher"]) == len(DISPATCHERS):  # every dispatcher offered: price the fastest
+        cands["dispatcher"] = [BEST_DISPATCHER]
+    cands["a2a_overlap"] = cands["a2a_overlap"][-1:]  # the overlap only hides traffic: where offered, never slower
     for k, v in fixed.items():
-        if k == "recompute":
-            cands[k] = [RECOMPUTE.index(v)]
-        elif k == "schedule":
-            cands[k] = [SCHEDULES.index(v)]
+        if k in labels:
+            cands[k] = [labels[k].index(v)]
         elif k not in ("dp", "layer_split"):
             cands[k] = [int(v)]
     return cands
@@ -84,7 +94,7 @@ def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.nda
     interleaved schedule with chunks, GPipe (1F1B's time with more memory), expert TP above tp."""
     n = len(next(iter(cols.values())))
     drop = np.zeros(n, dtype=bool)
-    if "sp" in cols and "sp" not in fixed:
+    if "sp" in cols and "sp" not in fixed and cols["sp"].max(initial=0) == 1:
         drop |= cols["sp"] != (cols["tp"] > 1)
     if "schedule" in cols and "schedule" not in fixed:
         s, pp, vpp = cols["schedule"], cols["pp"], cols["vpp"]
@@ -97,7 +107,8 @@ def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.nda
 
 
 def enumerate_space(model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
-                    fixed: dict[str, Any] | None = None) -> StrategyBatch:
+                    fixed: dict[str, Any] | None = None,
+                    framework: Framework = FRAMEWORKS["megatron"]) -> StrategyBatch:
     """Every legal strategy with the ``fixed`` keys pinned; empty batch if none.
 
     Built by joining per-concern grids and pruning after each join (mesh shape, then micro-batch, then the
@@ -106,19 +117,21 @@ def enumerate_space(model: ModelSpec, devices: int, scale_up_domain: int, train:
     for k in fixed:
         if k not in KEYS:
             raise AsapError(f"fix.{k}", f"unknown key (known: {', '.join(KEYS)})")
-    c = candidate_values(model, devices, scale_up_domain, train, fixed)
+    c = candidate_values(model, devices, scale_up_domain, train, fixed, framework)
     cols = _grid(tp=c["tp"], pp=c["pp"], cp=c["cp"])
     cols = _where(cols, devices % (cols["tp"] * cols["pp"] * cols["cp"]) == 0)
     cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
     if "dp" in fixed:
         cols = _where(cols, cols["dp"] == int(fixed["dp"]))
     joins = (dict(sp=c["sp"]), dict(mbs=c["mbs"]), dict(vpp=c["vpp"], schedule=c["schedule"]),
-             dict(ep=c["ep"], etp=c["etp"]), dict(recompute=c["recompute"], zero=c["zero"]))
+             dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
+             dict(recompute=c["recompute"], zero=c["zero"]))
     cols = _where(cols, legal_rows(cols, model, train, devices))
     for values in joins:
         cols = _cross(cols, _grid(**values))
         keep = legal_rows(cols, model, train, devices, only_new=tuple(values)) & ~redundant_rows(cols, fixed)
         cols = _where(cols, keep)
+    cols = _where(cols, (cols["pp"] == 1) | (cols["zero"] <= framework.max_zero_with_pp))
     S = StrategyBatch(**{k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()})
     if "layer_split" in fixed:
         S = _with_layer_split(S, model, fixed["layer_split"])

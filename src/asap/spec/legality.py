@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from asap.errors import AsapError
+from asap.spec.framework import DISPATCHERS
 from asap.spec.layout import check_layer_split
 from asap.spec.strategy import KEYS, SCHEDULES, Recompute, Schedule, Strategy
 
@@ -114,17 +115,28 @@ def legal_rows(cols: Cols, model, train, devices: int, only_new: tuple[str, ...]
 def strategy_columns(s: Strategy) -> dict[str, np.ndarray]:
     """One strategy as the columns the rules read."""
     cols = {k: np.array([getattr(s, k)], dtype=np.int64) for k in KEYS if k not in ("recompute", "schedule",
-                                                                                    "layer_split")}
+                                                                                    "dispatcher", "layer_split")}
     cols["recompute"] = np.array([Recompute[s.recompute.upper()]], dtype=np.int64)
     cols["schedule"] = np.array([SCHEDULES.index(s.schedule)], dtype=np.int64)
+    cols["dispatcher"] = np.array([DISPATCHERS.index(s.dispatcher)], dtype=np.int64)
     return cols
 
 
-def first_broken_rule(s: Strategy, model, train, devices: int, field: str = "strategy") -> AsapError | None:
+def first_broken_rule(s: Strategy, model, train, devices: int, field: str = "strategy",
+                      framework=None) -> AsapError | None:
     cols = strategy_columns(s)
     for rule in RULES:
         if not _ok(rule, cols, model, train, devices)[0]:
             return AsapError(f"{field}.{rule.key}", rule.problem(s, model, train, devices))
+    if framework is not None:
+        if s.pp > 1 and s.zero > framework.max_zero_with_pp:
+            return AsapError(f"{field}.zero", f"zero={s.zero} with pp={s.pp} is not available in {framework.name} "
+                                              f"(at most zero={framework.max_zero_with_pp} with a pipeline)")
+        for key, allowed in framework.offers.items():
+            value = getattr(s, key)
+            if value not in allowed:
+                return AsapError(f"{field}.{key}", f"{key}={value} is not available in {framework.name} "
+                                                   f"(offers {', '.join(map(str, allowed))})")
     if s.layer_split:
         try:
             check_layer_split(s.layer_split, model.num_layers, s.pp * s.vpp, f"{field}.layer_split")

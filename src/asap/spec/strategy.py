@@ -1,13 +1,15 @@
 """Parallel strategies: parse ``key=value`` lists, fill defaults, check legality.
 
 Keys (design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full), zero (0|1|2|3),
-sp (0|1), schedule (1f1b|interleaved|zb|gpipe), layer_split (layers per pipeline chunk, ``5/4/4/3``).
+sp (0|1), schedule (1f1b|interleaved|zb|gpipe), dispatcher (alltoall|allgather|dedup), a2a_overlap (0|1),
+layer_split (layers per pipeline chunk, ``5/4/4/3``).
 
 Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   tp=pp=vpp=cp=ep=1, dp = devices / (tp*pp*cp), mbs=1, recompute=none, zero=1 (distributed optimizer, the
   Megatron-Core and torchtitan default for large runs), sp=1 when tp>1, etp=tp when that placement is
-  legal else 1, schedule = interleaved when vpp>1 else 1f1b, layer_split = the default split of
-  ``asap.spec.layout`` (L // (pp vpp) per chunk, the remainder from the middle chunks outwards).
+  legal else 1, schedule = interleaved when vpp>1 else 1f1b, dispatcher and a2a_overlap = the framework's
+  defaults (``asap.spec.framework``), layer_split = the default split of ``asap.spec.layout`` (L // (pp vpp)
+  per chunk, the remainder from the middle chunks outwards).
 
 The rules a strategy must keep live in one table, ``asap.spec.legality``.
 
@@ -23,6 +25,7 @@ from enum import IntEnum
 from typing import Any
 
 from asap.errors import AsapError
+from asap.spec.framework import DISPATCHERS
 from asap.spec.layout import format_layer_split, parse_layer_split
 
 
@@ -62,8 +65,8 @@ class Zero(IntEnum):
 
 RECOMPUTE = tuple(r.label for r in Recompute)
 SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
-INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp")
-KEYS = INT_KEYS + ("recompute", "schedule", "layer_split")
+INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "a2a_overlap")
+KEYS = INT_KEYS[:-1] + ("recompute", "schedule", "dispatcher", "a2a_overlap", "layer_split")
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class Strategy:
     zero: int = 1
     sp: int = 0
     schedule: str = "1f1b"
+    dispatcher: str = "alltoall"  # how MoE tokens reach their experts (asap.spec.framework.Dispatcher)
+    a2a_overlap: int = 0  # expert all-to-alls of one micro-batch hide behind another's computation
     layer_split: tuple[int, ...] = ()  # layers per pipeline chunk; () = the default split
 
     @property
@@ -114,9 +119,9 @@ def _parse_int(k: str, v: Any, field: str) -> int:
         raise AsapError(f"{field}.{k}", f"must be an integer, got {v!r}") from None
     if k == "zero" and iv not in tuple(Zero):
         raise AsapError(f"{field}.zero", f"must be 0, 1, 2 or 3, got {iv}")
-    if k == "sp" and iv not in (0, 1):
-        raise AsapError(f"{field}.sp", f"must be 0 or 1, got {iv}")
-    if k not in ("zero", "sp") and iv < 1:
+    if k in ("sp", "a2a_overlap") and iv not in (0, 1):
+        raise AsapError(f"{field}.{k}", f"must be 0 or 1, got {iv}")
+    if k not in ("zero", "sp", "a2a_overlap") and iv < 1:
         raise AsapError(f"{field}.{k}", f"must be >= 1, got {iv}")
     if iv > 1 << 40:
         raise AsapError(f"{field}.{k}", f"is absurdly large ({iv})")
@@ -128,7 +133,7 @@ def _parse_value(k: str, v: Any, field: str) -> Any:
         return _parse_int(k, v, field)
     if k == "layer_split":
         return parse_layer_split(v, f"{field}.layer_split")
-    choices = RECOMPUTE if k == "recompute" else SCHEDULES
+    choices = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}[k]
     if str(v) not in choices:
         raise AsapError(f"{field}.{k}", f"must be one of {', '.join(choices)}, got {v!r}")
     return str(v)
@@ -165,8 +170,9 @@ def default_etp(tp: int, cp: int, dp: int, ep: int) -> int:
     return tp if (tp * cp * dp) % (tp * ep) == 0 else 1
 
 
-def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strategy") -> Strategy:
-    """Fill omitted keys with the documented defaults (no model-dependent checks here)."""
+def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strategy", framework=None) -> Strategy:
+    """Fill omitted keys with the documented defaults (no model-dependent checks here); ``framework`` (an
+    ``asap.spec.framework.Framework``) gives the MoE switches' defaults (Megatron's without one)."""
     p = dict(partial)
     tp, pp, cp = p.get("tp", 1), p.get("pp", 1), p.get("cp", 1)
     if "dp" not in p:
@@ -177,6 +183,14 @@ def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strat
     p.setdefault("etp", default_etp(tp, cp, p["dp"], ep))
     p.setdefault("sp", 1 if tp > 1 else 0)
     p.setdefault("schedule", "interleaved" if p.get("vpp", 1) > 1 else "1f1b")
+    if framework is not None:
+        p.setdefault("dispatcher", framework.dispatcher.value)
+        p.setdefault("a2a_overlap", framework.a2a_overlap)
+        p.setdefault("zero", framework.zero_default)
+        for key in ("sp", "schedule"):  # a default the stack does not offer: its first option
+            allowed = framework.offers.get(key)
+            if key not in partial and allowed is not None and p[key] not in allowed:
+                p[key] = allowed[0]
     return Strategy(**p)
 
 
@@ -198,19 +212,21 @@ def non_default_keys(s: Strategy, devices: int, moe: bool = True) -> str:
     return ",".join(f"{k}={v}" for k, v in short.items()) or "defaults"
 
 
-def check_strategy(s: Strategy, model, train, devices: int, field: str = "strategy") -> None:
-    """Raise AsapError naming the first rule ``s`` breaks for this model, batch and device count."""
+def check_strategy(s: Strategy, model, train, devices: int, field: str = "strategy", framework=None) -> None:
+    """Raise AsapError naming the first rule ``s`` breaks for this model, batch and device count (and, with a
+    ``framework``, the first option that stack does not offer)."""
     from asap.spec.legality import first_broken_rule
 
-    broken = first_broken_rule(s, model, train, devices, field)
+    broken = first_broken_rule(s, model, train, devices, field, framework)
     if broken is not None:
         raise broken
 
 
-def resolve_strategy(text: str | dict | None, model, train, devices: int, field: str = "strategy") -> Strategy:
+def resolve_strategy(text: str | dict | None, model, train, devices: int, field: str = "strategy",
+                     framework=None) -> Strategy:
     """Parse, fill defaults and check: the one call ``estimate`` and ``run`` make."""
-    s = complete_strategy(parse_strategy(text, field), devices, field)
+    s = complete_strategy(parse_strategy(text, field), devices, field, framework)
     if model.moe is None and s.etp != 1:
         s = replace(s, etp=1)
-    check_strategy(s, model, train, devices, field)
+    check_strategy(s, model, train, devices, field, framework)
     return s

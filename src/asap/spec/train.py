@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from asap.errors import AsapError
+from asap.spec.framework import FRAMEWORK_NAMES
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
 
@@ -14,6 +15,8 @@ class TrainSpec:
     global_batch: int
     seq_len: int
     precision: str = "bf16"
+    framework: str | None = None  # the training stack (asap.spec.framework); None: the accelerator's default
+    moe_imbalance: float = 1.0  # tokens on the busiest expert rank over the mean (1.0: force-balanced routing)
 
     def __post_init__(self):
         for key in ("global_batch", "seq_len"):
@@ -22,6 +25,10 @@ class TrainSpec:
                 raise AsapError(key.replace("_", "-"), f"must be a positive integer, got {v!r}")
         if self.precision not in PRECISIONS:
             raise AsapError("precision", f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if not (isinstance(self.moe_imbalance, (int, float)) and 1.0 <= self.moe_imbalance <= 1e3):
+            raise AsapError("moe-imbalance", f"must be a number from 1 to 1000, got {self.moe_imbalance!r}")
+        if self.framework is not None and self.framework not in FRAMEWORK_NAMES:
+            raise AsapError("framework", f"must be one of {', '.join(FRAMEWORK_NAMES)}, got {self.framework!r}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -34,4 +41,6 @@ class TrainSpec:
         for key in ("global_batch", "seq_len"):
             if key not in d:
                 raise AsapError(f"train.{key}", "missing")
-        return cls(int(d["global_batch"]), int(d["seq_len"]), str(d.get("precision", "bf16")))
+        framework = d.get("framework")
+        return cls(int(d["global_batch"]), int(d["seq_len"]), str(d.get("precision", "bf16")),
+                   None if framework is None else str(framework))

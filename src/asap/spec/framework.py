@@ -1,0 +1,128 @@
+"""The training stacks whose semantics the cost model follows (``--framework``), one small table.
+
+A strategy's degrees mean the same in every stack; what differs is when gradients are reduced, which
+communication overlaps exist, how finely ZeRO-3 gathers, the MoE dispatcher a run gets by default, and which
+options the stack offers at all (so that the planner never completes a run with a knob its stack did not have).
+
+Sources, per entry:
+- Megatron-LM / Megatron-Core (``megatron/core/distributed``, ``megatron/training/arguments.py``): the
+  distributed optimizer keeps one contiguous gradient buffer and reduce-scatters it once per step, bucket by
+  bucket, as the last micro-batch's backward completes (``--overlap-grad-reduce``; the other micro-batches
+  run under ``no_sync``), and all-gathers the updated weights during the next forward
+  (``--overlap-param-gather``). TP communication overlap (``--tp-comm-overlap``, Transformer Engine
+  userbuffers); MoE dispatchers ``--moe-token-dispatcher-type`` allgather | alltoall | flex (DeepEP, node-
+  deduplicated); the expert all-to-all overlap ``--overlap-moe-expert-parallel-comm`` is off by default.
+  Recipes set the alltoall dispatcher for expert parallelism, which is the default taken here.
+- DeepSpeed (``deepspeed/runtime/zero/stage_1_and_2.py``, ``stage3.py``, ``pipe/engine.py``): ZeRO-1 reduces
+  gradients at the gradient-accumulation boundary (once per step); ZeRO-2 partitions gradients and
+  reduce-scatters them in every micro-batch's backward (``overlap_comm``); ZeRO-3 fetches parameters module by
+  module with a prefetch bucket (``stage3_prefetch_bucket_size``) and re-fetches them for backward, and
+  reduce-scatters each micro-batch's gradients; every parameter tensor is its own collective (about
+  ``ZERO3_TENSORS_PER_LAYER`` per transformer layer). The pipeline engine runs 1F1B (``TrainSchedule``) with
+  ZeRO-1 at most; activation checkpointing is whole-layer; no sequence or context parallelism (Megatron-
+  DeepSpeed of 2021-22).
+- torchtitan (``torchtitan/models/llama3/infra/parallelize.py: apply_fsdp``; ``torch.distributed.pipelining``):
+  FSDP2 per transformer block; ``reshard_after_forward`` is off when pipeline parallelism is on (the
+  "default" policy), so a stage keeps its gathered parameters through all its micro-batches, and the pipeline
+  schedule disables gradient sync for all but the last micro-batch: one gather and one reduce-scatter per
+  step. Without PP, FSDP2 gathers per micro-batch for forward and backward and reduce-scatters each
+  backward. Data parallelism is DDP (zero 0), FSDP2 without resharding (zero 2) or FSDP2 (zero 3); no
+  distributed optimizer (zero 1). Async TP is optional; MoE with the all-to-all dispatcher.
+- MaxText (``MaxText/configs/base.yml``): XLA SPMD over named mesh axes; the latency-hiding scheduler issues
+  collectives asynchronously, so FSDP weight gathers and gradient reduce-scatters overlap the neighbouring
+  layers' compute; remat policies (none, a selective policy such as ``minimal``/``save_qkv_proj``, full);
+  ``data`` (zero 0) or ``fsdp`` (zero 3) sharding; MoE all-to-all (ragged dispatch).
+- MindSpore / MindFormers (``parallel_config``: data/model/pipeline/context/expert parallel, ``pp_interleave``
+  , ``optimizer_shard``): Megatron-like semantics; the Ascend MoE training report exchanges tokens by a
+  hierarchical (node-deduplicated) all-to-all overlapped with expert computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Mapping
+
+from asap.errors import AsapError
+
+ZERO3_TENSORS_PER_LAYER = 9  # Q, K, V, O, gate, up, down and two norms: DeepSpeed gathers each separately
+# torchtitan runs eager unless compiled (``compile = false`` by default): RMSNorm as pow, mean, rsqrt and two
+# multiplies, RoPE as several complex-number ops, SwiGLU as silu then multiply, each a kernel reading and
+# writing its tensors, about twice the HBM traffic of the fused kernels Transformer Engine, Megatron-Core and
+# XLA run (RMSNorm alone: ~5 passes against 2).
+EAGER_ELEMENTWISE_TRAFFIC = 2.0
+
+
+class Dispatcher(str, Enum):
+    """How MoE tokens reach their experts."""
+
+    ALLTOALL = "alltoall"  # every routed copy travels on its own (Megatron-Core alltoall)
+    ALLGATHER = "allgather"  # every rank gathers all tokens of its EP group and keeps its experts' (Megatron)
+    DEDUP = "dedup"  # a token crosses the network once per remote domain, then fans out (DeepEP, Ascend)
+
+
+DISPATCHERS = tuple(d.value for d in Dispatcher)
+BEST_DISPATCHER = len(DISPATCHERS)  # a planner row whose dispatcher is free: the cost model prices the fastest
+
+
+class GradSync(str, Enum):
+    """When data-parallel gradients are reduced under ZeRO 0/1."""
+
+    PER_STEP = "per_step"  # accumulate locally, reduce once as the last micro-batch's backward completes
+    PER_MICRO_BATCH = "per_micro_batch"
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    zero_le1_grad_sync: GradSync  # ZeRO 0/1
+    zero2_grad_per_micro_batch: bool  # ZeRO-2 reduce-scatters every micro-batch
+    fsdp_keeps_params_under_pp: bool  # ZeRO-3 with pp > 1: gather once per step, sync gradients once
+    collectives_per_layer: int  # ZeRO-3 collectives per transformer layer and pass (FSDP: one per block)
+    async_collectives: bool  # the compiler overlaps every data-parallel collective with compute (XLA)
+    dispatcher: Dispatcher  # the default MoE dispatcher
+    a2a_overlap: int  # the default of the expert all-to-all overlap switch
+    offers: Mapping[str, tuple]  # the options the stack has, per strategy key (absent: every option)
+    zero_default: int = 1  # the data-parallel sharding a run gets when it names none
+    elementwise_traffic: float = 1.0  # HBM traffic of norms, RoPE, activations, residuals over fused kernels
+    max_zero_with_pp: int = 3  # the deepest ZeRO stage the stack combines with pipeline parallelism
+
+
+_ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
+
+FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
+    Framework("megatron", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
+              offers={"schedule": ("1f1b", "interleaved", "zb"), "dispatcher": DISPATCHERS}),
+    Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_TENSORS_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
+              offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1),
+    Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
+              offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
+                      "a2a_overlap": (0,)}, zero_default=3, elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC),
+    Framework("maxtext", GradSync.PER_STEP, True, False, 1, True, Dispatcher.ALLTOALL, 0,
+              offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3),
+    Framework("mindspore", GradSync.PER_STEP, True, False, 1, False, Dispatcher.DEDUP, 1,
+              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),
+)})
+FRAMEWORK_NAMES = tuple(FRAMEWORKS)
+DEFAULT_BY_FAMILY = {"tpu": "maxtext", "ascend": "mindspore"}  # every other family: megatron
+
+
+def default_framework(accelerator_family: str) -> str:
+    """GPU stacks default to Megatron, TPUs to MaxText, Ascend to MindSpore (design.md)."""
+    return DEFAULT_BY_FAMILY.get(accelerator_family, "megatron")
+
+
+def get_framework(name: str | None, accelerator_family: str, field: str = "framework") -> Framework:
+    key = default_framework(accelerator_family) if name in (None, "") else str(name).lower().strip()
+    if key not in FRAMEWORKS:
+        raise AsapError(field, f"unknown framework '{name}' (known: {', '.join(FRAMEWORK_NAMES)})")
+    return FRAMEWORKS[key]
+
+
+def offered(framework: Framework, key: str, values) -> list:
+    """The candidate values of a strategy key that the stack offers."""
+    allowed = framework.offers.get(key)
+    return list(values) if allowed is None else [v for v in values if v in allowed]
