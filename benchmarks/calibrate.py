@@ -27,7 +27,8 @@ BOUNDS = {"gemm_efficiency": (0.4, 0.95), "gemm_half_dim": (8.0, 1024.0), "atten
 
 
 def family_of(case) -> str:
-    return hardware.get_accelerator(case["cluster"]["accelerator"]).family
+    acc = case["cluster"]["accelerator"]
+    return acc.get("family", "hopper") if isinstance(acc, dict) else hardware.get_accelerator(acc).family
 
 
 def errors(cases, constants: hardware.Family | None = None) -> np.ndarray:
@@ -47,10 +48,10 @@ def objective(x, family, cases, params):
     return e.mean() + 2.0 * np.maximum(e - 0.30, 0).sum() / len(e)
 
 
-def fit(family, cases, params) -> hardware.Family:
+def fit(family, cases, params, maxiter: int = 600) -> hardware.Family:
     x0 = np.array([getattr(hardware.FAMILIES[family], p) for p in params])
     res = minimize(objective, x0, args=(family, cases, params), method="Nelder-Mead",
-                   options={"maxiter": 600, "xatol": 1e-3, "fatol": 1e-4})
+                   options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-4})
     return constants_at(res.x, family, params)
 
 

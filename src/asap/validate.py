@@ -56,6 +56,12 @@ class CaseResult:
         return dict(self.__dict__)
 
 
+def source_of(case: dict[str, Any]) -> str:
+    """The publication a case comes from (its ``source`` up to the first " — "): the unit of leave-one-source-
+    out accuracy."""
+    return str(case.get("source", case.get("id", ""))).split(" — ")[0].strip()
+
+
 def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str, Family] | None = None) -> CaseResult:
     """One case: the best completion of its published knobs, priced. ``efficiency`` (family name -> constants)
     prices it with other constants than the catalog's (``benchmarks/calibrate.py`` fits them this way)."""

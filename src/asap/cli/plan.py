@@ -67,12 +67,16 @@ def candidates_table(result, devices: int, moe: bool) -> Table:
     every key in ``strategy_string``) and the figures estimate gives for it."""
     from asap.spec.strategy import non_default_keys
 
-    table = Table(title="fastest configurations (asap estimate --strategy <strategy> gives each row)")
-    for col in ("#", "strategy", "step s", "MFU", "GiB", "bottleneck"):
+    table = Table(title="fastest configurations (asap estimate --strategy <strategy> gives each row)",
+                  caption="≈: within the cost model's held-out error of the best (step_time_range_s overlaps): "
+                          "a tie the model cannot break; measure to decide.")
+    for col in ("#", "strategy", "step s", "range s", "MFU", "GiB", "bottleneck"):
         table.add_column(col, justify="left" if col in ("strategy", "bottleneck") else "right")
-    for i, e in enumerate(result.candidates, 1):
-        table.add_row(str(i), non_default_keys(e.strategy, devices, moe), f"{e.step_time_s:.3f}", f"{e.mfu:.1%}",
-                      f"{e.peak_memory_gb:.1f}", e.bottleneck)
+    for i, (e, tie) in enumerate(zip(result.candidates, result.ties()), 1):
+        low, high = e.step_time_range_s
+        table.add_row(f"{i}{' ≈' if tie and i > 1 else ''}", non_default_keys(e.strategy, devices, moe),
+                      f"{e.step_time_s:.3f}", f"{low:.2f}-{high:.2f}", f"{e.mfu:.1%}", f"{e.peak_memory_gb:.1f}",
+                      e.bottleneck)
     return table
 
 

@@ -21,7 +21,10 @@ for separate key and value head sizes (without causal savings, as published MFUs
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -300,12 +303,14 @@ class Estimate:
     evidence: list[str] = field(default_factory=list)
     alternatives: dict[str, Any] = field(default_factory=dict)
     imbalance_s: float = 0.0  # the heaviest pipeline stage's excess over the mean, over the step
+    step_time_range_s: tuple[float, float] = (0.0, 0.0)  # the family's held-out error band around step_time_s
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "strategy": self.strategy.to_dict(),
             "strategy_string": str(self.strategy),
             "step_time_s": self.step_time_s,
+            "step_time_range_s": list(self.step_time_range_s),
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
             "model_tflops_per_device": self.model_tflops_per_device,
@@ -340,6 +345,22 @@ def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_
     return name, evidence
 
 
+@lru_cache(maxsize=1)
+def error_bands() -> dict[str, Any]:
+    """Held-out residuals (predicted / published - 1) per accelerator family, from leave-one-source-out fits
+    on the calibration runs (``benchmarks/loso.py --write``, shipped as ``asap/data/error_bands.json``)."""
+    return json.loads(resources.files("asap").joinpath("data/error_bands.json").read_text())
+
+
+def step_time_range_s(step_s: float, family: str) -> tuple[float, float]:
+    """[low, high] step times consistent with the family's held-out residuals: a prediction off by e means the
+    true step is step / (1 + e), so the band is [step / (1 + e_max), step / (1 + e_min)]. Families without
+    calibration runs take the range pooled over all families."""
+    bands = error_bands()
+    band = bands["families"].get(family, bands["pooled"])
+    return step_s / (1.0 + band["high"]), step_s / (1.0 + band["low"])
+
+
 def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
                         be: BatchEstimate, i: int) -> Estimate:
     step = float(be.step_time_s[i])
@@ -362,7 +383,8 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
-        bottleneck=bottleneck, evidence=evidence, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]))
+        bottleneck=bottleneck, evidence=evidence, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
+        step_time_range_s=step_time_range_s(step, cluster.accelerator.family))
 
 
 def framework_of(train: TrainSpec, cluster: Cluster) -> Framework:

@@ -49,11 +49,20 @@ class PlanResult:
     meshes: list[dict[str, int] | None] = field(default_factory=list)
     stage_splits: list[dict[str, Any] | None] = field(default_factory=list)
 
+    def ties(self) -> list[bool]:
+        """Whether each candidate's error band reaches the best one's: the model cannot tell them apart."""
+        if not self.candidates:
+            return []
+        best_high = self.candidates[0].step_time_range_s[1]
+        return [e.step_time_range_s[0] <= best_high for e in self.candidates]
+
     def to_dict(self) -> dict[str, Any]:
         cands = []
         n = len(self.candidates)
-        for est, mesh, split in zip(self.candidates, self.meshes or [None] * n, self.stage_splits or [None] * n):
+        for est, mesh, split, tie in zip(self.candidates, self.meshes or [None] * n, self.stage_splits or [None] * n,
+                                         self.ties()):
             d = est.to_dict()
+            d["tie_with_best"] = tie
             if mesh is not None:
                 d["mesh"] = mesh
             if split is not None:
