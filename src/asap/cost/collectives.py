@@ -78,9 +78,24 @@ def _latency_s(cluster: Cluster, group, spans, ring: bool = True):
     return topo.launch_latency_s + hops * hop_s
 
 
+# Small messages do not reach the bus bandwidth: a ring step moves one rank's chunk, and a chunk of this many
+# bytes runs at half the peak (nccl-tests all-gather / reduce-scatter curves on DGX H100 and A100 reach half
+# their bus bandwidth around 64-256 KiB per rank and saturate in the MiB range); the achieved bandwidth is
+# busbw * chunk / (chunk + HALF_BANDWIDTH_CHUNK_BYTES). Per-parameter ZeRO-3 gathers over thousands of
+# ranks are where this dominates.
+HALF_BANDWIDTH_CHUNK_BYTES = 128 * 1024
+
+
+def message_efficiency(chunk_bytes):
+    """The share of the bus bandwidth a collective moving ``chunk_bytes`` per rank and step reaches."""
+    chunk = np.maximum(np.asarray(chunk_bytes, dtype=float), 1.0)
+    return chunk / (chunk + HALF_BANDWIDTH_CHUNK_BYTES)
+
+
 def all_reduce_s(cluster: Cluster, size_bytes, group, stride):
     g = np.maximum(group, 1)
     _, spans, busbw = _link(cluster, g, stride)
+    busbw = busbw * message_efficiency(size_bytes / g)
     t = 2.0 * (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans, ring=False)
     return np.where(g > 1, t, 0.0)
 
@@ -89,6 +104,7 @@ def all_gather_s(cluster: Cluster, size_bytes, group, stride):
     """``size_bytes`` is the gathered (full) buffer; reduce-scatter costs the same."""
     g = np.maximum(group, 1)
     _, spans, busbw = _link(cluster, g, stride)
+    busbw = busbw * message_efficiency(size_bytes / g)
     t = (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans)
     return np.where(g > 1, t, 0.0)
 

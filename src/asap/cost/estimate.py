@@ -281,7 +281,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
         step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
         breakdown_s=breakdown, exposed_s=exposed,
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
-                   "activations": mem.activations_gb, "allowance": mem.allowance_gb},
+                   "activations": mem.activations_gb, "allowance": mem.allowance_gb,
+                   "allocated": mem.peak_gb - mem.allowance_gb},
         memory_bound_s=m * times.parts["mem"], imbalance_s=np.where(S.pp == 1, 0.0, m * (times.t_max_s - times.t_avg_s)),
         ep_split_saving_s=ep_split_saving_s(model, S, ut, times, m), dispatcher=ut.rows(ut.cm.dispatcher))
 

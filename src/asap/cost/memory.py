@@ -33,6 +33,11 @@ also holds the fp32 logits of one micro-batch); the fullest one is the peak.
 
 Allowance: 5% of the total for allocator fragmentation plus a fixed 1 GB for the CUDA/driver context,
 NCCL buffers and GEMM workspaces (0.25 GB on CPU).
+
+Which figure is which: ``peak_memory_gb`` is the device memory the job holds at its peak, the caching
+allocator's reserve plus the context (what ``torch.cuda.max_memory_reserved`` plus the context, and
+nvidia-smi, show; what has to fit in HBM); ``memory_gb["allocated"]`` is the tensors alone (what
+``torch.cuda.max_memory_allocated`` reports, Megatron's "max allocated"): the peak less the allowance.
 """
 
 from __future__ import annotations
