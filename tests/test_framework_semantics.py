@@ -6,8 +6,11 @@ shapes), the catalog (hardware.py) and the family constants, never by calling th
   hopper net_efficiency 0.90, collective_latency_s (launch) 20e-6, hop_latency_s 5e-6.
 Bus bandwidth of a group of g ranks with k of them per node (collectives.py): inside a node 0.9 * 450e9 =
 405e9 B/s; spanning nodes 0.9 * min(450e9, k * 50e9), which for k = 8 is 0.9 * 400e9 = 360e9 B/s.
-Ring all-gather / reduce-scatter of an S-byte (full) buffer: (g-1)/g * S / busbw + 20e-6 + (g-1) * 5e-6;
-tree all-reduce: 2 (g-1)/g * S / busbw + 20e-6 + 2 log2(g) * 5e-6.
+Small chunks do not reach the bus bandwidth: a collective moving c = S/g bytes per rank and step (at least
+1 byte) runs at busbw * c / (c + 128 KiB) (HALF_BANDWIDTH_CHUNK_BYTES = 131_072).
+Ring all-gather / reduce-scatter of an S-byte (full) buffer: (g-1)/g * S / achieved + 20e-6 + (g-1) * 5e-6,
+which for c >= 1 B is (g-1) (S/g + 131_072) / busbw + 20e-6 + (g-1) * 5e-6;
+tree all-reduce: 2 (g-1)/g * S / achieved + 20e-6 + 2 log2(g) * 5e-6.
 Data-parallel traffic (communication.py): gradients are reduce-scattered in fp32 (4 B/param), weights
 all-gathered in bf16 (2 B/param); ZeRO-3 issues ``collectives_per_layer`` collectives per layer and pass, the
 first priced with its bytes, every other one adding one ring latency.
@@ -31,6 +34,7 @@ GIB = float(1 << 30)  # memory is reported in GiB
 LAUNCH, HOP = 20e-6, 5e-6  # hopper collective_latency_s, hop_latency_s
 INTRA_BUSBW = 0.9 * 450e9  # 405e9 B/s: a group inside one H100 node
 INTER_BUSBW = 0.9 * min(450e9, 8 * 50e9)  # 360e9 B/s: a group with 8 members per node spanning nodes
+HALF_CHUNK = 128 * 1024  # bytes per rank and step at which a collective reaches half the bus bandwidth
 
 # A small GPT-style dense model: 4 layers, h = 1024, ffn = 4096, 16 heads (MHA, head_dim 64), gelu, V = 1024.
 H, FFN, V, L = 1024, 4096, 1024, 4
@@ -43,9 +47,16 @@ HEAD = V * H + H  # untied LM head + final norm: 1_049_600
 N_SMALL = EMBED + L * LAYER + HEAD  # 52_438_016 parameters
 
 
+def achieved_Bps(size_bytes, g, busbw):
+    """The bus bandwidth a collective of ``size_bytes`` over g ranks reaches: chunks of size/g bytes per rank
+    (at least one byte) at busbw * chunk / (chunk + 128 KiB)."""
+    chunk = max(size_bytes / g, 1.0)
+    return busbw * chunk / (chunk + HALF_CHUNK)
+
+
 def ring_s(size_bytes, g, busbw):
     """A ring all-gather / reduce-scatter by hand: bytes term + launch + (g-1) hops."""
-    return (g - 1) / g * size_bytes / busbw + LAUNCH + (g - 1) * HOP
+    return (g - 1) / g * size_bytes / achieved_Bps(size_bytes, g, busbw) + LAUNCH + (g - 1) * HOP
 
 
 def test_hand_parameter_counts_match_the_model():
@@ -64,8 +75,10 @@ def test_hand_parameter_counts_match_the_model():
 DP_CLUSTER = load_cluster("h100-sxm", nodes=2)
 DP, M_DP = 16, 4
 RING16 = LAUNCH + (DP - 1) * HOP  # 95e-6 s
-RS_GRAD = ring_s(4.0 * N_SMALL, DP, INTER_BUSBW)  # 15/16 * 209_752_064 B / 360e9 + 95e-6 = 641.23e-6 s
-AG_WEIGHTS = ring_s(2.0 * N_SMALL, DP, INTER_BUSBW)  # 15/16 * 104_876_032 B / 360e9 + 95e-6 = 368.11e-6 s
+# gradients 4 B * N = 209_752_064 B, chunks of 13_109_504 B: 15 * (13_109_504 + 131_072) / 360e9 + 95e-6
+RS_GRAD = ring_s(4.0 * N_SMALL, DP, INTER_BUSBW)  # = 551.691e-6 + 95e-6 = 646.691e-6 s
+# weights 2 B * N = 104_876_032 B, chunks of 6_554_752 B: 15 * (6_554_752 + 131_072) / 360e9 + 95e-6
+AG_WEIGHTS = ring_s(2.0 * N_SMALL, DP, INTER_BUSBW)  # = 278.576e-6 + 95e-6 = 373.576e-6 s
 
 
 def _dp_comm(framework, strategy, cluster=DP_CLUSTER, train=None):
@@ -75,30 +88,32 @@ def _dp_comm(framework, strategy, cluster=DP_CLUSTER, train=None):
 
 def test_hand_ring_figures_of_the_dp_group():
     assert RING16 == pytest.approx(95e-6)
-    assert RS_GRAD == pytest.approx(641.229e-6, rel=1e-5)
-    assert AG_WEIGHTS == pytest.approx(368.115e-6, rel=1e-5)
+    assert RS_GRAD == pytest.approx(15 * (4 * N_SMALL / 16 + HALF_CHUNK) / 360e9 + 95e-6, rel=1e-12)
+    assert AG_WEIGHTS == pytest.approx(15 * (2 * N_SMALL / 16 + HALF_CHUNK) / 360e9 + 95e-6, rel=1e-12)
+    assert RS_GRAD == pytest.approx(646.691e-6, rel=1e-6)
+    assert AG_WEIGHTS == pytest.approx(373.576e-6, rel=1e-6)
 
 
 @pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
 def test_zero1_reduces_gradients_once_per_step(framework):
     """ZeRO-1 (Megatron's distributed optimizer; DeepSpeed at the accumulation boundary): one reduce-scatter of
     the fp32 gradients and one all-gather of the bf16 weights per step, whatever m:
-    641.229e-6 + 368.115e-6 = 1009.344e-6 s."""
+    646.691e-6 + 373.576e-6 = 1020.267e-6 s."""
     est = _dp_comm(framework, "tp=1,pp=1,zero=1")
     assert est.strategy.dp == DP
     assert est.breakdown_s["dp_comm"] == pytest.approx(RS_GRAD + AG_WEIGHTS, rel=1e-9)
-    assert est.breakdown_s["dp_comm"] == pytest.approx(1009.344e-6, rel=1e-5)
+    assert est.breakdown_s["dp_comm"] == pytest.approx(1020.267e-6, rel=1e-6)
 
 
 @pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
 def test_zero2_reduce_scatters_every_micro_batch(framework):
     """ZeRO-2 keeps only its gradient shard, so both stacks (zero2_grad_per_micro_batch) reduce-scatter after
-    each of the m = 4 backwards, and gather the weights once: 4 * 641.229e-6 + 368.115e-6 = 2933.03e-6 s."""
+    each of the m = 4 backwards, and gather the weights once: 4 * 646.691e-6 + 373.576e-6 = 2960.339e-6 s."""
     assert FRAMEWORKS[framework].zero2_grad_per_micro_batch
     z1 = _dp_comm(framework, "tp=1,pp=1,zero=1").breakdown_s["dp_comm"]
     z2 = _dp_comm(framework, "tp=1,pp=1,zero=2").breakdown_s["dp_comm"]
     assert z2 == pytest.approx(M_DP * RS_GRAD + AG_WEIGHTS, rel=1e-9)
-    assert z2 == pytest.approx(2933.03e-6, rel=1e-5)
+    assert z2 == pytest.approx(2960.339e-6, rel=1e-6)
     assert z2 - z1 == pytest.approx((M_DP - 1) * RS_GRAD, rel=1e-9)  # the three extra reduce-scatters
 
 
@@ -113,13 +128,13 @@ def test_deepspeed_zero3_pays_a_latency_per_parameter_tensor():
     """Megatron / FSDP: one collective per layer and pass -> 4 * 1 - 1 = 3 extra latencies;
     DeepSpeed: ZERO3_TENSORS_PER_LAYER = 9 per layer -> 4 * 9 - 1 = 35 extra latencies.
     Difference = m * 3 passes * (35 - 3) * 95e-6 = 4 * 3 * 32 * 95e-6 = 36.48e-3 s.
-    Megatron by hand: 4 * (641.229 + 285 + 2 * (368.115 + 285)) e-6 = 4 * 2232.459e-6 = 8929.83e-6 s."""
+    Megatron by hand: 4 * (646.691 + 285 + 2 * (373.576 + 285)) e-6 = 4 * 2248.843e-6 = 8995.371e-6 s."""
     assert ZERO3_TENSORS_PER_LAYER == 9
     meg = _dp_comm("megatron", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
     ds = _dp_comm("deepspeed", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
     fsdp = _dp_comm("torchtitan", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
     assert meg == pytest.approx(_zero3_by_hand(1), rel=1e-9)
-    assert meg == pytest.approx(8929.83e-6, rel=1e-5)
+    assert meg == pytest.approx(8995.371e-6, rel=1e-6)
     assert ds == pytest.approx(_zero3_by_hand(ZERO3_TENSORS_PER_LAYER), rel=1e-9)
     assert ds - meg == pytest.approx(M_DP * 3 * (L * 9 - L) * RING16, rel=1e-9)
     assert ds - meg == pytest.approx(36.48e-3, rel=1e-9)
@@ -142,15 +157,19 @@ PP_TP, PP_DP, PP_M = 2, 4, 16
 STAGE0 = (2 * LAYER + EMBED) // PP_TP  # 13_109_248
 STAGE1 = (2 * LAYER + HEAD) // PP_TP  # 13_109_760
 RING4 = LAUNCH + 3 * HOP  # 35e-6 s
-RS_STAGE = ring_s(4.0 * STAGE1, PP_DP, INTRA_BUSBW)  # 3/4 * 52_439_040 / 405e9 + 35e-6 = 132.109e-6 s
-AG_STAGE = ring_s(2.0 * STAGE1, PP_DP, INTRA_BUSBW)  # 3/4 * 26_219_520 / 405e9 + 35e-6 = 83.555e-6 s
+# gradients 4 B * 13_109_760 = 52_439_040 B, chunks of 13_109_760 B: 3 * (13_109_760 + 131_072) / 405e9
+RS_STAGE = ring_s(4.0 * STAGE1, PP_DP, INTRA_BUSBW)  # = 98.080e-6 + 35e-6 = 133.080e-6 s
+# weights 2 B * 13_109_760 = 26_219_520 B, chunks of 6_554_880 B: 3 * (6_554_880 + 131_072) / 405e9
+AG_STAGE = ring_s(2.0 * STAGE1, PP_DP, INTRA_BUSBW)  # = 49.526e-6 + 35e-6 = 84.526e-6 s
 EXTRA_STAGE = (2 * 1 - 1) * RING4  # one FSDP unit per layer, 2 layers on the stage: one more latency
 
 
 def test_hand_stage_figures():
     assert STAGE0 == 13_109_248 and STAGE1 == 13_109_760
-    assert RS_STAGE == pytest.approx(132.109e-6, rel=1e-5)
-    assert AG_STAGE == pytest.approx(83.555e-6, rel=1e-5)
+    assert RS_STAGE == pytest.approx(3 * (STAGE1 + HALF_CHUNK) / 405e9 + 35e-6, rel=1e-12)
+    assert AG_STAGE == pytest.approx(3 * (STAGE1 / 2 + HALF_CHUNK) / 405e9 + 35e-6, rel=1e-12)
+    assert RS_STAGE == pytest.approx(133.080e-6, rel=1e-5)
+    assert AG_STAGE == pytest.approx(84.526e-6, rel=1e-5)
 
 
 def _pp_estimate(framework):
@@ -160,21 +179,21 @@ def _pp_estimate(framework):
 
 def test_fsdp2_under_pp_gathers_and_reduces_once_per_step():
     """torchtitan, zero 3, pp 2: one forward gather and one reduce-scatter per step:
-    (132.109 + 35) + (83.555 + 35) = 285.664e-6 s."""
+    (133.080 + 35) + (84.526 + 35) = 287.606e-6 s."""
     assert FRAMEWORKS["torchtitan"].fsdp_keeps_params_under_pp
     est = _pp_estimate("torchtitan")
     assert (est.strategy.tp, est.strategy.pp, est.strategy.dp, est.strategy.zero) == (2, 2, 4, 3)
     assert est.breakdown_s["dp_comm"] == pytest.approx(RS_STAGE + EXTRA_STAGE + AG_STAGE + EXTRA_STAGE, rel=1e-9)
-    assert est.breakdown_s["dp_comm"] == pytest.approx(285.664e-6, rel=1e-5)
+    assert est.breakdown_s["dp_comm"] == pytest.approx(287.606e-6, rel=1e-5)
 
 
 def test_megatron_zero3_under_pp_gathers_twice_and_reduces_every_micro_batch():
     """Megatron zero 3, pp 2: per micro-batch a reduce-scatter and two gathers (forward, backward):
-    16 * (132.109 + 35) + 16 * 2 * (83.555 + 35) = 2673.74e-6 + 3793.76e-6 = 6467.50e-6 s."""
+    16 * (133.080 + 35) + 16 * 2 * (84.526 + 35) = 2689.28e-6 + 3824.82e-6 = 6514.10e-6 s."""
     est = _pp_estimate("megatron")
     by_hand = PP_M * (RS_STAGE + EXTRA_STAGE) + PP_M * 2 * (AG_STAGE + EXTRA_STAGE)
     assert est.breakdown_s["dp_comm"] == pytest.approx(by_hand, rel=1e-9)
-    assert est.breakdown_s["dp_comm"] == pytest.approx(6467.50e-6, rel=1e-5)
+    assert est.breakdown_s["dp_comm"] == pytest.approx(6514.10e-6, rel=1e-5)
 
 
 def test_fsdp2_under_pp_holds_the_stage_unsharded():
@@ -222,23 +241,33 @@ BIG = load_cluster("h100-sxm", nodes=64)  # 512 GPUs, 8 per node
     (512, INTER_BUSBW, 2575e-6, 110e-6),
 ])
 def test_latency_of_a_tiny_collective(g, busbw, ring_by_hand, tree_by_hand):
-    """A 1-byte buffer: the bytes term ((g-1)/g / busbw ~ 2.5e-12 s) is negligible beside the hops."""
+    """A 1-byte buffer: its chunk (1/g B, floored at 1 B) runs at busbw / 131_073, so the bytes term is
+    (g-1)/g * 131_073 / busbw: 0.283e-6 s at g = 8 (405e9), 0.358e-6 at 64 and 0.363e-6 at 512 (360e9) for the
+    ring, twice that for the tree; the rest is launch + hops. ``collective_latency_s`` is the hops alone."""
     assert LAUNCH + (g - 1) * HOP == pytest.approx(ring_by_hand)
     assert LAUNCH + 2 * math.log2(g) * HOP == pytest.approx(tree_by_hand)
+    bytes_term = (g - 1) / g * (1 + HALF_CHUNK) / busbw
+    assert bytes_term == pytest.approx({8: 0.2832e-6, 64: 0.3584e-6, 512: 0.3634e-6}[g], rel=1e-3)
     ag = float(all_gather_s(BIG, 1.0, g, 1))
-    assert ag == pytest.approx((g - 1) / g / busbw + ring_by_hand, rel=1e-12)
-    assert ag == pytest.approx(ring_by_hand, rel=1e-6)
+    assert ag == pytest.approx(bytes_term + ring_by_hand, rel=1e-12)
     assert float(reduce_scatter_s(BIG, 1.0, g, 1)) == pytest.approx(ag, rel=1e-12)
     assert float(collective_latency_s(BIG, g)) == pytest.approx(ring_by_hand, rel=1e-12)
     ar = float(all_reduce_s(BIG, 1.0, g, 1))
-    assert ar == pytest.approx(2 * (g - 1) / g / busbw + tree_by_hand, rel=1e-12)
+    assert ar == pytest.approx(2 * bytes_term + tree_by_hand, rel=1e-12)
 
 
 def test_ring_latency_grows_linearly_and_tree_logarithmically():
-    ag = {g: float(all_gather_s(BIG, 1.0, g, 1)) for g in (8, 64, 512)}
-    ar = {g: float(all_reduce_s(BIG, 1.0, g, 1)) for g in (8, 64, 512)}
-    assert ag[512] - ag[64] == pytest.approx((511 - 63) * HOP, rel=1e-6)  # 448 hops = 2.24e-3 s
-    assert ar[512] - ar[64] == pytest.approx(2 * (9 - 6) * HOP, rel=1e-6)  # 6 hops = 30e-6 s
+    """From 64 to 512 ranks the ring gains 448 hops = 2.24e-3 s, the tree 2 * (9 - 6) = 6 hops = 30e-6 s; the
+    1-byte bytes term barely moves ((511/512 - 63/64) * 131_073 / 360e9 = 5.0e-9 s, twice that for the tree)."""
+    lat = {g: float(collective_latency_s(BIG, g)) for g in (8, 64, 512)}
+    assert lat[64] - lat[8] == pytest.approx((63 - 7) * HOP, rel=1e-9)  # 56 hops = 280e-6 s
+    assert lat[512] - lat[64] == pytest.approx((511 - 63) * HOP, rel=1e-9)
+    ag = {g: float(all_gather_s(BIG, 1.0, g, 1)) for g in (64, 512)}
+    ar = {g: float(all_reduce_s(BIG, 1.0, g, 1)) for g in (64, 512)}
+    drift = (511 / 512 - 63 / 64) * (1 + HALF_CHUNK) / INTER_BUSBW
+    assert drift == pytest.approx(4.99e-9, rel=1e-2)
+    assert ag[512] - ag[64] == pytest.approx((511 - 63) * HOP + drift, rel=1e-9)
+    assert ar[512] - ar[64] == pytest.approx(2 * (9 - 6) * HOP + 2 * drift, rel=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------------------
