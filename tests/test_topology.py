@@ -265,8 +265,8 @@ def test_tpu_v5p_hosts_and_slice_give_the_same_fsdp_estimate():
     assert a.breakdown_s == pytest.approx(b.breakdown_s, rel=1e-12)
     P, bw, ring_latency = 8_030_261_248, 0.85 * 180e9 * 3, 15e-6 + 63 * 5e-6
     per_layer_extra = 31 * ring_latency
-    grad = 63 / 64 * 4 * P / (bw * small(4 * P, 64)) + ring_latency + per_layer_extra
-    gathers = 2 * (63 / 64 * 2 * P / (bw * small(2 * P, 64)) + ring_latency + per_layer_extra)
+    grad = 63 / 64 * 4 * P / (bw * small(4 * P / 32, 64)) + ring_latency + per_layer_extra  # 32 per-layer chunks
+    gathers = 2 * (63 / 64 * 2 * P / (bw * small(2 * P / 32, 64)) + ring_latency + per_layer_extra)
     assert a.breakdown_s["dp_comm"] == pytest.approx(grad + gathers, rel=1e-9)
 
 

@@ -25,7 +25,7 @@ def plan(
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
     ilp_candidates: int = typer.Option(1, "--ilp-candidates", min=0,
                                        help="How many of the best pipelined candidates get the stage-split ILP."),
-    ilp_time_limit: float = typer.Option(0.5, "--ilp-time-limit", min=0.05, help="HiGHS time limit per ILP (s)."),
+    ilp_time_limit: float = typer.Option(0.2, "--ilp-time-limit", min=0.05, help="HiGHS time limit per ILP (s)."),
     precision: str = PrecisionOpt,
     framework: Optional[str] = FrameworkOpt,
     moe_imbalance: float = MoEImbalanceOpt,

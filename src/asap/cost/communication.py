@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.collectives import (all_gather_s, all_reduce_s, collective_latency_s, expert_dispatch_s, p2p_s,
+from asap.cost.collectives import (all_gather_s, all_reduce_s, expert_dispatch_s, p2p_s,
                                    reduce_scatter_s, spans_domains)
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
@@ -112,24 +112,23 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
                        layers_on_stage=1.0, collectives_per_layer: int = 1) -> DataParallelComm:
     """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
 
-    ZeRO-0/1/2 reduce gradients in large buckets (one collective's latency per step); ZeRO-3 gathers and
-    reduce-scatters layer by layer (``collectives_per_layer`` each: one per FSDP unit, one per parameter tensor
-    in DeepSpeed), so it pays each collective's latency once per layer on the stage — at thousands of ranks
-    the ring's (g-1) hops per collective become a real cost."""
+    ZeRO-0/1/2 reduce gradients in large buckets (one collective per step); ZeRO-3 gathers and reduce-scatters
+    layer by layer, ``collectives_per_layer`` each (one per FSDP unit, one per parameter tensor in DeepSpeed):
+    n = layers * collectives_per_layer collectives of 1/n of the stage each, every one paying its ring latency
+    (at thousands of ranks the (g-1) hops become a real cost) and reaching only the bandwidth its chunk size
+    allows (``collectives.message_efficiency``)."""
     d = S.dp * S.cp
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
-    grad_dense = np.where(S.zero == Zero.NONE, all_reduce_s(cluster, 4.0 * dense_params, d, S.tp),
-                          reduce_scatter_s(cluster, 4.0 * dense_params, d, S.tp))
+    zero3 = S.zero >= Zero.PARAMETERS
+    n = np.where(zero3, np.maximum(layers_on_stage, 1.0) * collectives_per_layer, 1.0)
     has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
-    grad_expert = has_experts * np.where(S.zero == Zero.NONE, all_reduce_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep),
-                                         reduce_scatter_s(cluster, 4.0 * expert_params, edp, S.etp * S.ep))
-    gather = (all_gather_s(cluster, 2.0 * dense_params, d, S.tp)
-              + has_experts * all_gather_s(cluster, 2.0 * expert_params, edp, S.etp * S.ep))
-    per_layer = np.where(S.zero >= Zero.PARAMETERS,
-                         np.maximum(layers_on_stage, 1.0) * collectives_per_layer - 1.0, 0.0)
-    dense_lat = collective_latency_s(cluster, d)
-    expert_lat = np.where(has_experts, collective_latency_s(cluster, edp), 0.0)
-    extra = per_layer * (dense_lat + expert_lat)  # the other layers' collectives, each with its own latency
-    grad = grad_dense + grad_expert + extra
-    gather = np.where(S.zero == Zero.NONE, 0.0, np.where(S.zero >= Zero.PARAMETERS, 2 * (gather + extra), gather))
+
+    def both(fn, bytes_per_param):
+        dense = n * fn(cluster, bytes_per_param * dense_params / n, d, S.tp)
+        return dense + has_experts * n * fn(cluster, bytes_per_param * expert_params / n, edp, S.etp * S.ep)
+
+    grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, 4.0), both(reduce_scatter_s, 4.0))
+    gather = both(all_gather_s, 2.0)
+    # ZeRO-3 gathers for forward and again for backward; ZeRO-0 keeps the weights and gathers nothing
+    gather = np.where(S.zero == Zero.NONE, 0.0, np.where(zero3, 2 * gather, gather))
     return DataParallelComm(grad_sync_s=grad, param_gather_s=gather)

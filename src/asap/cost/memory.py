@@ -167,13 +167,16 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
            framework=None) -> MemoryBreakdown:
     """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
     reported. ``figures`` passes the device figures when the caller has them. A framework whose FSDP keeps a
-    pipeline stage's gathered weights through its micro-batches (torchtitan) holds them unsharded."""
+    pipeline stage's gathered weights through its micro-batches (torchtitan) holds them, and the gradients
+    it accumulates until the step's one reduce-scatter, unsharded."""
     from asap.cost.units import at, device_figures
 
     f = figures if figures is not None else device_figures(model, train, S)
     dense_shard, edp = dense_and_expert_shards(S)
     kept = (S.zero >= Zero.PARAMETERS) & (S.pp > 1) & bool(framework and framework.fsdp_keeps_params_under_pp)
-    zero = np.where(kept, Zero.GRADIENTS, S.zero)  # kept: the weights unsharded, like ZeRO-2
+    # kept: the weights stay unsharded through the step, and the gradients accumulate unsharded until the one
+    # reduce-scatter (FSDP2 with gradient sync off for all but the last micro-batch: unsharded_accumulated_grad)
+    zero = np.where(kept, Zero.OPTIMIZER, S.zero)
     (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh) for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next

@@ -33,6 +33,7 @@ CHUNK = 131072
 # estimate puts it under this share of the step, no split gains more than the model resolves, and the ILP is
 # not run.
 ILP_MIN_IMBALANCE = 0.01
+ILP_TIME_LIMIT_S = 0.2  # HiGHS per candidate; the heuristic start is already within a few tenths of a percent
 
 
 class NoFitError(AsapError):
@@ -135,7 +136,7 @@ def price_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strateg
 
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = 1, ilp_time_limit_s: float = 0.5) -> PlanResult:
+         ilp_candidates: int = 1, ilp_time_limit_s: float = ILP_TIME_LIMIT_S) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
     split (``search.stages``, ``ilp_time_limit_s`` each), adopted as their layout when the estimate says it is
     faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy."""

@@ -302,10 +302,11 @@ def _constraints(prob: StageProblem, v: _Columns, scale_t: float, scale_m: float
     rows = _Rows(v.n)
     rows.block([B[:, :-1], B[:, 1:]], [1.0, -1.0], -np.inf, 0.0)  # b[l, j] <= b[l, j+1]
     rows.block([B[1:, :], B[:-1, :]], [1.0, -1.0], -np.inf, 0.0)  # prefix: b[l+1, j] <= b[l, j]
+    lo, hi = _units_per_stage_bounds(prob)
     for j in range(S):  # x[l, j] = b[l, j] - b[l, j-1]; stage j holds at least one unit
         cols = B[:, j] if j == 0 else np.concatenate([B[:, j], B[:, j - 1]])
         vals = np.ones(U) if j == 0 else np.concatenate([np.ones(U), -np.ones(U)])
-        rows.row(cols, vals, 1.0, np.inf)
+        rows.row(cols, vals, lo[j], hi[j])
     # z = x r, linearised: z <= x, z <= r, z >= x + r - 1 (first stage: x = b)
     prev = np.where(v.J > 0, B - 1, 0)
     has_prev = (v.J > 0).astype(float)
@@ -347,6 +348,22 @@ def _objective_and_bounds(prob: StageProblem, v: _Columns, scale_t: float, allow
     if not allow_recompute_choice or prob.base_recompute == "full":  # recompute fixed to the strategy's
         lb[v.R] = ub[v.R] = 1.0 if prob.base_recompute == "full" else 0.0
     return c, lb, ub
+
+
+CHUNK_SLACK_LAYERS = 1  # interleaved chunks may move this many layers off the default split
+
+
+def _units_per_stage_bounds(prob: StageProblem) -> tuple[list[float], list[float]]:
+    """At least one unit per stage. Interleaved chunks stay within CHUNK_SLACK_LAYERS of the default split:
+    the event simulator shows unequal chunks stall the steady state (cost/pipeline.py), a cost the ILP's
+    closed form does not see, so wider moves are never adopted, and the bound keeps the problem small."""
+    S = prob.stages
+    if prob.vpp == 1 or not prob.default_layers:
+        return [1.0] * S, [np.inf] * S
+    units = list(prob.default_layers)
+    units[0] += 1
+    units[-1] += len(_tail_units(prob))
+    return ([max(1.0, n - CHUNK_SLACK_LAYERS) for n in units], [float(n + CHUNK_SLACK_LAYERS) for n in units])
 
 
 def _tail_units(prob: StageProblem) -> list[int]:
