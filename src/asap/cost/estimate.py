@@ -99,11 +99,14 @@ def _busy(parts):
 
 
 def expert_overlap(model: ModelSpec, S: StrategyBatch, m) -> np.ndarray:
-    """Rows whose expert all-to-alls hide behind a paired micro-batch's computation: the switch on
-    (``a2a_overlap``: Megatron-Core --overlap-moe-expert-parallel-comm with its combined 1F1B schedule,
-    DeepSeek-V3's DualPipe), an MoE model, and a pipeline whose steady state pairs one micro-batch's forward
-    with another's backward (pp > 1, not GPipe)."""
-    return (S.a2a_overlap == 1) & (S.schedule != Schedule.GPIPE) & (model.moe is not None) & (S.pp > 1) & (m >= 2)
+    """Rows whose expert all-to-alls hide behind an adjacent micro-batch's computation (Megatron-Core's
+    combined 1F1B, ``--overlap-moe-expert-parallel-comm``; DeepSeek-V3's DualPipe): the switch on, an MoE
+    model, a pipeline whose steady state pairs one micro-batch's forward with another's backward (pp > 1, not
+    GPipe), and no full recompute (the documented incompatibility). Megatron-Core (v0.14) also pairs
+    micro-batches without a pipeline; that is not priced: the one such calibration run (Qwen3-30B-A3B on 16
+    H100) is predicted 28% fast already, and pairing would take it to -46%."""
+    return ((S.a2a_overlap == 1) & (S.schedule != Schedule.GPIPE) & (model.moe is not None) & (S.pp > 1)
+            & (m >= 2) & (S.recompute != Recompute.FULL))
 
 
 def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, m) -> StageTimes:
