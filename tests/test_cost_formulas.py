@@ -154,18 +154,18 @@ def test_split_dispatch_overlap():
 def test_groups_that_do_not_tile_a_node_straddle_it():
     """tp = 3 on 8-GPU nodes puts ranks 6, 7 | 8 in one group: its ring crosses the network, so every tp = 3
     collective runs at one NIC's bandwidth; tp = 4 tiles the node and stays on NVLink."""
-    from asap.cost.collectives import all_reduce_s, bus_bandwidth_Bps, members_per_node, spans_nodes
+    from asap.cost.collectives import all_reduce_s, bus_bandwidth_Bps, members_per_domain, spans_domains
 
     cluster = load_cluster("h100-sxm", nodes=4)
-    assert members_per_node(cluster, 3, 1) == 1 and spans_nodes(cluster, 3, 1)
-    assert members_per_node(cluster, 4, 1) == 4 and not spans_nodes(cluster, 4, 1)
-    assert members_per_node(cluster, 4, 4) == 2  # dp over tp = 4: two members per node, evenly
-    assert members_per_node(cluster, 2, 3) == 1  # cp = 2 over tp = 3: ranks 6 | 9 straddle
+    assert members_per_domain(cluster, 3, 1) == 1 and spans_domains(cluster, 3, 1)
+    assert members_per_domain(cluster, 4, 1) == 4 and not spans_domains(cluster, 4, 1)
+    assert members_per_domain(cluster, 4, 4) == 2  # dp over tp = 4: two members per node, evenly
+    assert members_per_domain(cluster, 2, 3) == 1  # cp = 2 over tp = 3: ranks 6 | 9 straddle
     eff = cluster.accelerator.family_constants.net_efficiency
     assert bus_bandwidth_Bps(cluster, 3, 1) == pytest.approx(eff * cluster.accelerator.inter_node_gbps * 1e9)
     size = 1e9
     assert all_reduce_s(cluster, size, 3, 1) > 5 * all_reduce_s(cluster, size, 4, 1)
-    np.testing.assert_array_equal(members_per_node(cluster, np.array([3, 4, 8]), np.array([1, 1, 1])), [1, 4, 8])
+    np.testing.assert_array_equal(members_per_domain(cluster, np.array([3, 4, 8]), np.array([1, 1, 1])), [1, 4, 8])
 
 
 def test_unequal_interleaved_chunks_cost_what_the_simulator_says():

@@ -106,13 +106,6 @@ def unique_index(S: StrategyBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, n
     return first, inverse.reshape(-1)
 
 
-def unique_rows(S: StrategyBatch, keys: tuple[str, ...]) -> tuple[StrategyBatch, np.ndarray]:
-    """The distinct combinations of ``keys`` in S (other columns from a representative row) and, for every row
-    of S, the index of its combination: terms that depend on a few knobs are computed once per combination."""
-    first, inverse = unique_index(S, keys)
-    return S.take(first), inverse
-
-
 def expand(value, inverse: np.ndarray):
     """Map a per-combination result (array, dataclass or dict of arrays) back onto the rows of the batch."""
     if isinstance(value, np.ndarray) and value.ndim >= 1:
@@ -126,11 +119,3 @@ def expand(value, inverse: np.ndarray):
     if isinstance(value, list):  # a table shared by every row (e.g. the layouts)
         return value
     return value
-
-
-def by_unique(S: StrategyBatch, keys: tuple[str, ...], fn):
-    """``fn(S)`` evaluated once per distinct combination of ``keys`` and broadcast back to every row."""
-    if len(S) < 64:
-        return fn(S)
-    sub, inverse = unique_rows(S, keys)
-    return expand(fn(sub), inverse)

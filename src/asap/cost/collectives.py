@@ -41,9 +41,6 @@ def spans_domains(cluster: Cluster, group, stride):
     return cluster.topology.spans_domains(group, stride)
 
 
-# The names from before the topology, when a node was the scale-up domain.
-members_per_node = members_per_domain
-spans_nodes = spans_domains
 
 
 def _link(cluster: Cluster, group, stride):

@@ -1,5 +1,5 @@
 """The shared vocabulary (design.md, "Words"): what the cost model's estimate and the trace diagnosis call a
-bottleneck, and what bounds an operator. One table for both, so a predicted and a measured verdict compare."""
+bottleneck. One table for both, so a predicted and a measured verdict compare."""
 
 from __future__ import annotations
 
@@ -18,14 +18,4 @@ class Bottleneck(str, Enum):
         return self.value
 
 
-class OpBound(str, Enum):
-    COMPUTE = "compute"
-    MEMORY = "memory"
-    COMMUNICATION = "communication"
-
-    def __str__(self) -> str:
-        return self.value
-
-
 BOTTLENECKS = tuple(b.value for b in Bottleneck)
-OP_BOUNDS = tuple(b.value for b in OpBound)
