@@ -25,7 +25,7 @@ import pytest
 from asap.cost.collectives import all_gather_s, all_reduce_s, collective_latency_s, reduce_scatter_s
 from asap.cost.compute import kv_heads_per_device, qkv_width_per_device
 from asap.cost.estimate import estimate
-from asap.spec.framework import FRAMEWORKS, ZERO3_TENSORS_PER_LAYER
+from asap.spec.framework import FRAMEWORKS, ZERO3_MODULES_PER_LAYER
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
@@ -122,27 +122,28 @@ TITAN_PP_S = 289.548e-6  # 2 * ring(4 S1 / 2) + 2 * ring(2 S1 / 2) inside a node
 MEGATRON_PP_S = 6560.705e-6  # 16 * RS_UNITS + 32 * AG_UNITS
 
 
-def _zero3_by_hand(collectives_per_layer):
-    """ZeRO-3 at pp = 1: per micro-batch a forward gather, a backward gather and a reduce-scatter, each as
-    n = L * collectives_per_layer rings of 1/n of the buffer (each its own latency and its own, smaller,
-    chunks)."""
-    n = L * collectives_per_layer
-    return M_DP * (n * ring_s(4.0 * N_SMALL / n, DP, INTER_BUSBW) + 2 * n * ring_s(2.0 * N_SMALL / n, DP, INTER_BUSBW))
+def _zero3_by_hand(gathers_per_layer):
+    """ZeRO-3 at pp = 1: per micro-batch a forward and a backward gather, each n = L * gathers_per_layer rings
+    of 1/n of the weights, and a reduce-scatter of the gradients a layer at a time (L rings of 1/L), each ring
+    with its own latency and its own, smaller, chunks."""
+    n = L * gathers_per_layer
+    return M_DP * (L * ring_s(4.0 * N_SMALL / L, DP, INTER_BUSBW) + 2 * n * ring_s(2.0 * N_SMALL / n, DP, INTER_BUSBW))
 
 
-def test_deepspeed_zero3_pays_a_latency_per_parameter_tensor():
-    """Megatron / FSDP: one collective per layer and pass, 4 rings of a quarter of the buffer; DeepSpeed:
-    ZERO3_TENSORS_PER_LAYER = 9 per layer, 36 rings of a 36th. Each ring pays 95e-6 s of latency, so DeepSpeed
-    pays m * 3 passes * (36 - 4) * 95e-6 = 36.48e-3 s more in latency alone, and its 36x smaller chunks reach
-    less of the bus bandwidth: by hand 4 * (4 * ring(4N/4) + 8 * ring(2N/4)) = 9191.979e-6 s for Megatron."""
-    assert ZERO3_TENSORS_PER_LAYER == 9
+def test_deepspeed_zero3_pays_a_latency_per_parameterised_module():
+    """Megatron / FSDP: one gather per layer and pass, 4 rings of a quarter of the weights; DeepSpeed: one per
+    parameterised submodule, ZERO3_MODULES_PER_LAYER = 6 per layer, 24 rings of a 24th. Both reduce-scatter a
+    layer at a time. Each ring pays 95e-6 s of latency, so DeepSpeed pays m * 2 gather passes * (24 - 4) *
+    95e-6 = 15.2e-3 s more in latency alone, and its 6x smaller chunks reach less of the bus bandwidth: by hand
+    4 * (4 * ring(4N/4) + 8 * ring(2N/4)) = 9191.979e-6 s for Megatron."""
+    assert ZERO3_MODULES_PER_LAYER == 6
     meg = _dp_comm("megatron", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
     ds = _dp_comm("deepspeed", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
     fsdp = _dp_comm("torchtitan", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
     assert meg == pytest.approx(_zero3_by_hand(1), rel=1e-9)
     assert meg == pytest.approx(MEGATRON_ZERO3_S, rel=1e-6)
-    assert ds == pytest.approx(_zero3_by_hand(ZERO3_TENSORS_PER_LAYER), rel=1e-9)
-    assert ds - meg > M_DP * 3 * (L * 9 - L) * RING16 == pytest.approx(36.48e-3, rel=1e-9)
+    assert ds == pytest.approx(_zero3_by_hand(ZERO3_MODULES_PER_LAYER), rel=1e-9)
+    assert ds - meg > M_DP * 2 * (L * 6 - L) * RING16 == pytest.approx(15.2e-3, rel=1e-9)
     assert fsdp == pytest.approx(meg, rel=1e-9)  # FSDP2 without PP: one collective per block, per micro-batch
 
 

@@ -112,23 +112,26 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
                        layers_on_stage=1.0, collectives_per_layer: int = 1) -> DataParallelComm:
     """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
 
-    ZeRO-0/1/2 reduce gradients in large buckets (one collective per step); ZeRO-3 gathers and reduce-scatters
-    layer by layer, ``collectives_per_layer`` each (one per FSDP unit, one per parameter tensor in DeepSpeed):
-    n = layers * collectives_per_layer collectives of 1/n of the stage each, every one paying its ring latency
-    (at thousands of ranks the (g-1) hops become a real cost) and reaching only the bandwidth its chunk size
-    allows (``collectives.message_efficiency``)."""
+    ZeRO-0/1/2 reduce gradients in large buckets (one collective per step); ZeRO-3 gathers weights module by
+    module, ``collectives_per_layer`` per layer (one per FSDP unit; one per parameterised submodule in
+    DeepSpeed), n = layers * collectives_per_layer gathers of 1/n of the stage each, and reduce-scatters
+    gradients a layer at a time (FSDP units; DeepSpeed's reduce buckets), every collective paying its ring
+    latency (at thousands of ranks the (g-1) hops become a real cost) and reaching only the bandwidth its chunk
+    size allows (``collectives.message_efficiency``)."""
     d = S.dp * S.cp
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
     zero3 = S.zero >= Zero.PARAMETERS
-    n = np.where(zero3, np.maximum(layers_on_stage, 1.0) * collectives_per_layer, 1.0)
+    layers = np.maximum(layers_on_stage, 1.0)
+    n_gather = np.where(zero3, layers * collectives_per_layer, 1.0)
+    n_reduce = np.where(zero3, layers, 1.0)  # gradients leave in buckets of at least a layer
     has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
 
-    def both(fn, bytes_per_param):
+    def both(fn, bytes_per_param, n):
         dense = n * fn(cluster, bytes_per_param * dense_params / n, d, S.tp)
         return dense + has_experts * n * fn(cluster, bytes_per_param * expert_params / n, edp, S.etp * S.ep)
 
-    grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, 4.0), both(reduce_scatter_s, 4.0))
-    gather = both(all_gather_s, 2.0)
+    grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, 4.0, n_reduce), both(reduce_scatter_s, 4.0, n_reduce))
+    gather = both(all_gather_s, 2.0, n_gather)
     # ZeRO-3 gathers for forward and again for backward; ZeRO-0 keeps the weights and gathers nothing
     gather = np.where(S.zero == Zero.NONE, 0.0, np.where(zero3, 2 * gather, gather))
     return DataParallelComm(grad_sync_s=grad, param_gather_s=gather)

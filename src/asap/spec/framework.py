@@ -46,7 +46,9 @@ from typing import Mapping
 
 from asap.errors import AsapError
 
-ZERO3_TENSORS_PER_LAYER = 9  # Q, K, V, O, gate, up, down and two norms: DeepSpeed gathers each separately
+# the submodules with parameters of a Megatron-DeepSpeed GPT block, each fetched on its own pre-forward hook:
+# input norm, fused QKV, attention output, post-attention norm, MLP in, MLP out
+ZERO3_MODULES_PER_LAYER = 6
 # torchtitan runs eager unless compiled (``compile = false`` by default): RMSNorm as pow, mean, rsqrt and two
 # multiplies, RoPE as several complex-number ops, SwiGLU as silu then multiply, each a kernel reading and
 # writing its tensors, about twice the HBM traffic of the fused kernels Transformer Engine, Megatron-Core and
@@ -79,7 +81,7 @@ class Framework:
     zero_le1_grad_sync: GradSync  # ZeRO 0/1
     zero2_grad_per_micro_batch: bool  # ZeRO-2 reduce-scatters every micro-batch
     fsdp_keeps_params_under_pp: bool  # ZeRO-3 with pp > 1: gather once per step, sync gradients once
-    collectives_per_layer: int  # ZeRO-3 collectives per transformer layer and pass (FSDP: one per block)
+    collectives_per_layer: int  # ZeRO-3 weight gathers per transformer layer and pass (FSDP: one per block)
     async_collectives: bool  # the compiler overlaps every data-parallel collective with compute (XLA)
     dispatcher: Dispatcher  # the default MoE dispatcher
     a2a_overlap: int  # the default of the expert all-to-all overlap switch
@@ -94,7 +96,7 @@ _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework("megatron", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b", "interleaved", "zb"), "dispatcher": DISPATCHERS}),
-    Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_TENSORS_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
+    Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1),
     Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
