@@ -31,8 +31,9 @@ pp (1 + (pp-1)/(pp v)); GPipe all m. Every device of the pipeline is priced with
 (``asap.cost.units``: one device per distinct unit count, the one with most micro-batches in flight; the last
 also holds the fp32 logits of one micro-batch); the fullest one is the peak.
 
-Allowance: 5% of the total for allocator fragmentation plus a fixed 1 GB for the CUDA/driver context,
-NCCL buffers and GEMM workspaces (0.25 GB on CPU).
+Allowance: the stack's allocator reserve (``asap.spec.framework``: 5% of the total for Megatron and
+MindSpore, 10% for the per-parameter gathers of FSDP2 and DeepSpeed, 2% for XLA's static plan) plus a fixed
+1 GB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GB for a TPU runtime, 0.25 GB on CPU).
 
 Which figure is which: ``peak_memory_gb`` is the device memory the job holds at its peak, the caching
 allocator's reserve plus the context (what ``torch.cuda.max_memory_reserved`` plus the context, and
@@ -57,7 +58,7 @@ from asap.spec.train import TrainSpec
 
 GB = float(2**30)  # memory is reported in GiB, as nvidia-smi and torch.cuda do; "80 GB" HBM is 80 GiB
 FRAGMENTATION = 0.05
-FIXED_ALLOWANCE_GB = {"cpu": 0.25}
+FIXED_ALLOWANCE_GB = {"cpu": 0.25, "tpu": 0.5}
 DEFAULT_FIXED_ALLOWANCE_GB = 1.0
 LAYER_UNITS = (Unit.DENSE, Unit.MOE, Unit.MTP)  # the units that are transformer blocks
 
@@ -192,7 +193,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
     peak_body = at(body, which)
-    allowance = FRAGMENTATION * peak_body + fixed_allowance_bytes(acc)
+    fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
+    allowance = fragmentation * peak_body + fixed_allowance_bytes(acc)
     return MemoryBreakdown(weights_gb=(dense_at * wd + expert_at * we + gathered) / GB,
                            grads_gb=(dense_at * gd + expert_at * ge) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,

@@ -34,10 +34,11 @@ import numpy as np
 from scipy.sparse import coo_matrix
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.memory import FRAGMENTATION, GB, dense_and_expert_shards, fixed_allowance_bytes, state_bytes_per_param
+from asap.cost.memory import GB, dense_and_expert_shards, fixed_allowance_bytes, state_bytes_per_param
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
+from asap.spec.framework import get_framework
 from asap.spec.hardware import Cluster
 from asap.spec.layout import Unit, layout
 from asap.spec.model import ModelSpec
@@ -150,7 +151,8 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     units = [unit(Unit.EMBEDDING)]
     units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
     units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
-    hbm = cluster.hbm_gb * GB / (1 + FRAGMENTATION) - fixed_allowance_bytes(cluster.accelerator)
+    fragmentation = get_framework(train.framework, cluster.accelerator.family).fragmentation
+    hbm = cluster.hbm_gb * GB / (1 + fragmentation) - fixed_allowance_bytes(cluster.accelerator)
     return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
                         hbm_bytes=hbm, base_recompute=s.recompute,
                         default_layers=layout(model, s.pp, s.vpp).chunk_layers)

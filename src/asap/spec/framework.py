@@ -54,6 +54,13 @@ ZERO3_MODULES_PER_LAYER = 6
 # writing its tensors, about twice the HBM traffic of the fused kernels Transformer Engine, Megatron-Core and
 # XLA run (RMSNorm alone: ~5 passes against 2).
 EAGER_ELEMENTWISE_TRAFFIC = 2.0
+# The allocator's reserve beyond the live tensors. PyTorch's caching allocator keeps freed blocks for reuse:
+# 5% where one contiguous gradient buffer and fused kernels keep block sizes few (Megatron-Core, its
+# distributed optimizer's buffers); twice that where FSDP2 / DeepSpeed allocate and free per-parameter
+# gathers and reduce buckets every layer and eager kernels leave many sizes (the PyTorch memory docs'
+# "reserved but unallocated" gap; expandable segments narrow it). XLA plans TPU memory statically: 2%.
+EAGER_FRAGMENTATION = 0.10
+STATIC_FRAGMENTATION = 0.02
 
 
 class Dispatcher(str, Enum):
@@ -89,6 +96,7 @@ class Framework:
     zero_default: int = 1  # the data-parallel sharding a run gets when it names none
     elementwise_traffic: float = 1.0  # HBM traffic of norms, RoPE, activations, residuals over fused kernels
     max_zero_with_pp: int = 3  # the deepest ZeRO stage the stack combines with pipeline parallelism
+    fragmentation: float = 0.05  # the allocator's reserve beyond the live tensors, as a share of them
 
 
 _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
@@ -98,13 +106,16 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b", "interleaved", "zb"), "dispatcher": DISPATCHERS}),
     Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1),
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1,
+              fragmentation=EAGER_FRAGMENTATION),
     Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
-                      "a2a_overlap": (0,)}, zero_default=3, elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC),
+                      "a2a_overlap": (0,)}, zero_default=3, elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC,
+              fragmentation=EAGER_FRAGMENTATION),
     Framework("maxtext", GradSync.PER_STEP, True, False, 1, True, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3),
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3,
+              fragmentation=STATIC_FRAGMENTATION),
     Framework("mindspore", GradSync.PER_STEP, True, False, 1, False, Dispatcher.DEDUP, 1,
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),
 )})
