@@ -52,7 +52,9 @@ def plan(
         return
     out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name}: searched {result.searched:,} "
                       f"configurations ({result.fitting:,} fit) in {result.search_time_s:.2f} s")
-    out_console.print(candidates_table(result, c.num_devices, m.moe is not None))
+    from asap.cost.estimate import framework_of
+
+    out_console.print(candidates_table(result, c.num_devices, m.moe is not None, framework_of(t, c)))
     for e, mesh in zip(result.candidates, result.meshes):
         if mesh:
             out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
@@ -62,7 +64,7 @@ def plan(
             out_console.print(stage_split_line(i, e, split))
 
 
-def candidates_table(result, devices: int, moe: bool) -> Table:
+def candidates_table(result, devices: int, moe: bool, framework=None) -> Table:
     """One row per candidate: its strategy (the keys that differ from estimate's defaults; the JSON output has
     every key in ``strategy_string``) and the figures estimate gives for it."""
     from asap.spec.strategy import non_default_keys
@@ -74,7 +76,7 @@ def candidates_table(result, devices: int, moe: bool) -> Table:
         table.add_column(col, justify="left" if col in ("strategy", "bottleneck") else "right")
     for i, (e, tie) in enumerate(zip(result.candidates, result.ties()), 1):
         low, high = e.step_time_range_s
-        table.add_row(f"{i}{' ≈' if tie and i > 1 else ''}", non_default_keys(e.strategy, devices, moe),
+        table.add_row(f"{i}{' ≈' if tie and i > 1 else ''}", non_default_keys(e.strategy, devices, moe, framework),
                       f"{e.step_time_s:.3f}", f"{low:.2f}-{high:.2f}", f"{e.mfu:.1%}", f"{e.peak_memory_gb:.1f}",
                       e.bottleneck)
     return table

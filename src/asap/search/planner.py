@@ -23,6 +23,7 @@ from asap.search.mesh import tpu_mesh
 from asap.search.space import enumerate_space
 from asap.search.stages import build_problem, simulate_split, solve_split, uniform_split_or_none
 from asap.spec.hardware import Cluster
+from asap.spec.legality import check_offered
 from asap.spec.layout import layout
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import check_strategy, complete_strategy
@@ -143,6 +144,7 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     t0 = time.perf_counter()
     fixed = dict(fixed or {})
     fw = framework_of(train, cluster)
+    check_offered(fixed, fw)
     S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     if len(S) == 0:
         raise explain_empty_space(model, cluster, train, fixed)

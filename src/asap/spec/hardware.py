@@ -84,9 +84,10 @@ _FAMILY_TABLE = (
            collective_latency_s=20e-6, kernel_overhead_s=4e-6,
            tp_overlap=0.3),  # Megatron-Core/NeMo recipes enable TE userbuffer TP overlap, torchtitan async TP;
     # not every run uses them, so a part, not all
-    # NVIDIA Blackwell (B200/GB200/GB300): Hopper's fractions carried over, except fp8, fitted on the one
-    # Blackwell calibration run (Megatron-Bridge, Llama 3.1 405B on 256 GB200): fp8 GEMMs at 0.60 of the fp8
-    # peak, above Hopper's 0.49 as the second-generation Transformer Engine scales per block in hardware.
+    # NVIDIA Blackwell (B200/GB200/GB300): first estimates from Hopper's (bf16 GEMMs a little higher at 0.63 for
+    # the larger tensor cores, fused elementwise at 0.86 of the faster HBM3e), fp8 fitted on the one Blackwell
+    # calibration run (Megatron-Bridge, Llama 3.1 405B on 256 GB200): fp8 GEMMs at 0.60 of the fp8 peak, above
+    # Hopper's 0.49 as the second-generation Transformer Engine scales per block in hardware.
     Family(name="blackwell", gemm_efficiency=0.63, gemm_half_dim=64.0, attention_efficiency=0.30,
            fp8_gemm_efficiency=0.60, hbm_efficiency=0.86, net_efficiency=0.90, collective_latency_s=20e-6,
            kernel_overhead_s=4e-6),

@@ -122,6 +122,14 @@ def strategy_columns(s: Strategy) -> dict[str, np.ndarray]:
     return cols
 
 
+def check_offered(values: Mapping[str, Any], framework, field: str = "fix") -> None:
+    """Raise AsapError for the first pinned value the framework does not offer (``plan --fix``)."""
+    for key, allowed in framework.offers.items():
+        if key in values and values[key] not in allowed:
+            raise AsapError(f"{field}.{key}", f"{key}={values[key]} is not available in {framework.name} "
+                                              f"(offers {', '.join(map(str, allowed))})")
+
+
 def first_broken_rule(s: Strategy, model, train, devices: int, field: str = "strategy",
                       framework=None) -> AsapError | None:
     cols = strategy_columns(s)

@@ -194,15 +194,16 @@ def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strat
     return Strategy(**p)
 
 
-def non_default_keys(s: Strategy, devices: int, moe: bool = True) -> str:
+def non_default_keys(s: Strategy, devices: int, moe: bool = True, framework=None) -> str:
     """``key=value,...`` with only the keys whose value differs from what ``estimate`` would fill in for it
-    (given the others): the short, equally copy-pasteable spelling the human tables show."""
+    (given the others, and the framework's defaults): the short, equally copy-pasteable spelling the human
+    tables show."""
     full = {k: v for k, v in s.to_dict().items() if v is not None}
     short = {}
     for k, v in full.items():
         rest = parse_strategy({key: val for key, val in full.items() if key != k})
         try:
-            filled = complete_strategy(rest, devices)
+            filled = complete_strategy(rest, devices, framework=framework)
             if not moe:
                 filled = replace(filled, etp=1)
             if getattr(filled, k) != getattr(s, k):

@@ -8,6 +8,7 @@ from asap.errors import AsapError
 from asap.spec.framework import FRAMEWORK_NAMES
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+TRAIN_KEYS = {"global_batch", "seq_len", "precision", "framework", "moe_imbalance"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,12 @@ class TrainSpec:
         for key in ("global_batch", "seq_len"):
             if key not in d:
                 raise AsapError(f"train.{key}", "missing")
+        unknown = set(d) - TRAIN_KEYS
+        if unknown:
+            raise AsapError(f"train.{sorted(unknown)[0]}", f"unknown field (allowed: {', '.join(sorted(TRAIN_KEYS))})")
         framework = d.get("framework")
+        imbalance = d.get("moe_imbalance", 1.0)
+        if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)):
+            raise AsapError("train.moe_imbalance", f"must be a number from 1 to 1000, got {imbalance!r}")
         return cls(int(d["global_batch"]), int(d["seq_len"]), str(d.get("precision", "bf16")),
-                   None if framework is None else str(framework))
+                   None if framework is None else str(framework).lower().strip(), float(imbalance))
