@@ -127,8 +127,9 @@ def validate(
 
 
 def _shape(s) -> str:
+    moe = f" {s['dispatcher']}{' +a2a-overlap' if s['a2a_overlap'] else ''}" if s["ep"] > 1 else ""
     return (f"tp{s['tp']} pp{s['pp']} vpp{s['vpp']} cp{s['cp']} ep{s['ep']} dp{s['dp']} mbs{s['mbs']} "
-            f"{s['recompute']} z{s['zero']}")
+            f"{s['recompute']} z{s['zero']}{moe}")
 
 
 def validation_markdown(result) -> str:
