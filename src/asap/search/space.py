@@ -56,7 +56,6 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         cands[key] = [v for v in cands[key] if (names[v] if names else v) in allowed] or cands[key][:1]
     if moe and len(cands["dispatcher"]) == len(DISPATCHERS):  # every dispatcher offered: price the fastest
         cands["dispatcher"] = [BEST_DISPATCHER]
-    cands["a2a_overlap"] = cands["a2a_overlap"][-1:]  # the overlap only hides traffic: where offered, never slower
     for k, v in fixed.items():
         if k in labels:
             cands[k] = [labels[k].index(v)]
@@ -106,6 +105,14 @@ def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.nda
     return drop
 
 
+def overlap_pays(cols: dict[str, np.ndarray]) -> np.ndarray:
+    """Where the expert all-to-all overlap can pair micro-batches (a pipeline, not GPipe, no full recompute:
+    cost.estimate.expert_overlap) it only hides traffic, so the switch is on; elsewhere it changes nothing
+    and keeps the stack's default, off."""
+    return ((cols["pp"] > 1) & (cols["schedule"] != Schedule.GPIPE)
+            & (cols["recompute"] != Recompute.FULL)).astype(np.int64)
+
+
 def enumerate_space(model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
                     fixed: dict[str, Any] | None = None,
                     framework: Framework = FRAMEWORKS["megatron"]) -> StrategyBatch:
@@ -132,6 +139,8 @@ def enumerate_space(model: ModelSpec, devices: int, scale_up_domain: int, train:
         keep = legal_rows(cols, model, train, devices, only_new=tuple(values)) & ~redundant_rows(cols, fixed)
         cols = _where(cols, keep)
     cols = _where(cols, (cols["pp"] == 1) | (cols["zero"] <= framework.max_zero_with_pp))
+    if "a2a_overlap" not in fixed and len(c["a2a_overlap"]) > 1:
+        cols = _where(cols, cols["a2a_overlap"] == overlap_pays(cols))
     S = StrategyBatch(**{k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()})
     if "layer_split" in fixed:
         S = _with_layer_split(S, model, fixed["layer_split"])
