@@ -33,7 +33,7 @@ FIT = {"ampere": ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"),
        "tpu": ("gemm_efficiency", "attention_efficiency", "tp_overlap")}
 # the constants single-source families had before their one source was fitted (the first estimates, derived
 # from Hopper's, for Blackwell; the first TPU estimates for TPU)
-PRIOR = {"blackwell": {"fp8_gemm_efficiency": 0.52},
+PRIOR = {"blackwell": {"fp8_gemm_efficiency": 0.60},
          "tpu": {"gemm_efficiency": 0.65, "attention_efficiency": 0.40, "tp_overlap": 0.0}}
 BANDS = Path(__file__).resolve().parents[1] / "src" / "asap" / "data" / "error_bands.json"
 

@@ -1,5 +1,9 @@
 """Roofline timing of one operator on one device (Williams, Waterman, Patterson, CACM 2009).
 
+An fp8 GEMM first quantises its activation input (Transformer Engine's cast, torchao's float8 conversion):
+a memory-bound pass of 2 B read and 1 B written per input element, priced beside the GEMM; weights are cast
+once per step and are left out.
+
 time = max(FLOPs / achievable FLOP/s, bytes / achievable bytes/s) + a launch gap per kernel.
 
 Achievable FLOP/s of a GEMM (m x k) @ (k x n) falls for thin shapes: tensor cores work on fixed tiles, so a
@@ -15,6 +19,7 @@ import numpy as np
 from asap.spec.hardware import Accelerator
 
 BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+FP8_CAST_BYTES_PER_ELEMENT = 3.0  # an fp8 GEMM's activation input, cast from bf16 (2 B read, 1 B written)
 
 
 def act_bytes(precision: str) -> int:
@@ -45,6 +50,8 @@ def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0):
     rate = peak * gemm_efficiency(acc, m, n, k)
     bytes_moved = elem * (m * k + k * n) + act_bytes(precision) * m * n
     t = np.maximum(flops / rate, bytes_moved / (acc.hbm_gbps * 1e9 * fam.hbm_efficiency))
+    if precision == "fp8":  # the input is quantised first: read bf16, write fp8 (Transformer Engine, torchao)
+        t = t + elementwise_time_s(acc, FP8_CAST_BYTES_PER_ELEMENT * m * k)
     return count * (t + fam.kernel_overhead_s)
 
 
