@@ -110,13 +110,9 @@ def expert_overlap(model: ModelSpec, S: StrategyBatch, m) -> np.ndarray:
 
 
 def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, m) -> StageTimes:
-    """The critical device: the busiest representative once paired EP traffic hides.
-
-    In a pipeline's steady state each forward is paired with another micro-batch's backward, and the expert
-    all-to-alls of one run while the other computes (DeepSeek-V3's DualPipe, Megatron-Core's
-    --overlap-moe-expert-parallel-comm): up to the pair's computation hides. Without a pipeline (or under
-    GPipe) nothing pairs; the warm-up and cool-down passes have no partner (``compose``). Both cases are
-    ranked once per device-figure row, then each strategy takes its own."""
+    """The critical device: the busiest representative once paired EP traffic hides (``expert_overlap``: up to
+    the paired micro-batch's computation; the unpaired warm-up and cool-down passes are ``compose``'s). Both
+    cases are ranked once per device-figure row, then each strategy takes its own."""
     paired = expert_overlap(model, S, m)
     t, w = f.time, f.whole_time
     hidden = np.minimum(t["ep"], t["compute"])
