@@ -125,6 +125,9 @@ def enumerate_space(model: ModelSpec, devices: int, scale_up_domain: int, train:
         if k not in KEYS:
             raise AsapError(f"fix.{k}", f"unknown key (known: {', '.join(KEYS)})")
     c = candidate_values(model, devices, scale_up_domain, train, fixed, framework)
+    free_overlap = "a2a_overlap" not in fixed and len(c["a2a_overlap"]) > 1
+    if free_overlap:
+        c["a2a_overlap"] = [0]  # decided per row once schedule and recompute are known (overlap_pays)
     cols = _grid(tp=c["tp"], pp=c["pp"], cp=c["cp"])
     cols = _where(cols, devices % (cols["tp"] * cols["pp"] * cols["cp"]) == 0)
     cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
@@ -138,9 +141,11 @@ def enumerate_space(model: ModelSpec, devices: int, scale_up_domain: int, train:
         cols = _cross(cols, _grid(**values))
         keep = legal_rows(cols, model, train, devices, only_new=tuple(values)) & ~redundant_rows(cols, fixed)
         cols = _where(cols, keep)
-    cols = _where(cols, (cols["pp"] == 1) | (cols["zero"] <= framework.max_zero_with_pp))
-    if "a2a_overlap" not in fixed and len(c["a2a_overlap"]) > 1:
-        cols = _where(cols, cols["a2a_overlap"] == overlap_pays(cols))
+    keep = (cols["pp"] == 1) | (cols["zero"] <= framework.max_zero_with_pp)
+    if not keep.all():
+        cols = _where(cols, keep)
+    if free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing
+        cols["a2a_overlap"] = overlap_pays(cols)
     S = StrategyBatch(**{k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()})
     if "layer_split" in fixed:
         S = _with_layer_split(S, model, fixed["layer_split"])
