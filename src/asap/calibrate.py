@@ -33,6 +33,7 @@ standard library at the top, so that a worker starts fast).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -46,6 +47,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
+
+from asap.subprocs import kill_group, log_tail
 
 CALIBRATION_FORMAT = "asap-calibration/1"
 KIB, MIB = 1024, 1024 * 1024
@@ -202,7 +205,6 @@ def _run_workers(plan: dict, nproc: int, dev: str, timeout_s: float,
                  progress: Callable[[str, int, int], None] | None) -> list[dict[str, Any]]:
     """Start the workers in their own process groups, follow rank 0's progress, collect every rank's file;
     on a crash, a timeout or an interruption every group is killed."""
-    from asap.subprocs import kill_group
 
     with tempfile.TemporaryDirectory(prefix="asap-calibrate-") as tmp:
         work = Path(tmp)
@@ -234,7 +236,7 @@ def _run_workers(plan: dict, nproc: int, dev: str, timeout_s: float,
                     break
                 if time.monotonic() > t_end:
                     raise CalibrationFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the workers "
-                                                       "were killed", _tail(work / "rank0.log"))
+                                                       "were killed", log_tail(work / "rank0.log", 30))
                 if progress is not None:
                     state = _read_progress(work / "progress.json")
                     if state is not None and state != last:
@@ -250,7 +252,7 @@ def _run_workers(plan: dict, nproc: int, dev: str, timeout_s: float,
                 path = work / f"result{rank}.json"
                 if not path.exists():
                     raise CalibrationFailed("crash", f"rank {rank} exited without its result",
-                                            _tail(work / f"rank{rank}.log"))
+                                            log_tail(work / f"rank{rank}.log", 30))
                 results.append(json.loads(path.read_text()))
             return results
         finally:
@@ -269,13 +271,6 @@ def _read_progress(path: Path):
         return None
 
 
-def _tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
-
-
 def _failure(work: Path, bad: list[tuple[int, int]]) -> CalibrationFailed:
     errs = sorted(work.glob("error_rank*.txt"), key=lambda p: p.stat().st_mtime)
     secondary = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket Timeout")
@@ -284,9 +279,9 @@ def _failure(work: Path, bad: list[tuple[int, int]]) -> CalibrationFailed:
     if errs:
         rank = errs[0].stem.rsplit("rank", 1)[-1]
         line = (errs[0].read_text(errors="replace").splitlines() or ["?"])[0]
-        return CalibrationFailed("crash", f"rank {rank}: {line}", _tail(work / f"rank{rank}.log"))
+        return CalibrationFailed("crash", f"rank {rank}: {line}", log_tail(work / f"rank{rank}.log", 30))
     rank, rc = bad[0]
-    tail = _tail(work / f"rank{rank}.log")
+    tail = log_tail(work / f"rank{rank}.log", 30)
     if rc in (-9, 137):
         return CalibrationFailed("crash", f"rank {rank} was killed (signal 9), most likely out of memory", tail)
     last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "")
@@ -702,8 +697,8 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
         dev = torch.device("cpu")
         backend, dtype = "gloo", torch.float32
 
-        def sync():
-            pass
+        def sync():  # CPU ops return when done: nothing to wait for
+            return None
     dist.init_process_group(backend, init_method=f"file://{cfg['init_file']}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=float(cfg["pg_timeout_s"])),
                             **({"device_id": dev} if dev_kind == "cuda" else {}))
@@ -915,10 +910,8 @@ def _info(torch, dev_kind: str) -> dict[str, Any]:
     machine: dict[str, Any] = {}
     if dev_kind == "cuda":
         versions["cuda"] = torch.version.cuda
-        try:
+        with contextlib.suppress(Exception):  # an NCCL-less build: the version is simply not recorded
             versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception:
-            pass
         machine["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     return {"versions": versions, "machine": machine}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -32,3 +33,11 @@ def wait_or_kill(proc: subprocess.Popen, timeout_s: float | None) -> bool:
         kill_group(proc)
         raise
     return False
+
+
+def log_tail(path: Path, n: int = 40) -> str:
+    """The last ``n`` lines of a child's log ("" when there is none): what a failure message quotes."""
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""

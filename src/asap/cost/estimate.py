@@ -35,7 +35,7 @@ from asap.cost.compute import BWD_GEMM
 from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
-from asap.cost.units import DeviceFigures, Stages, UnitTimes, device_figures, stages_of, unit_times
+from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
 from asap.spec.framework import Framework, GradSync, get_framework
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
@@ -130,13 +130,13 @@ def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, m) -> Stag
 # --------------------------------------------------------------------------------------------------------
 
 
-def pipeline_bubble_s(model: ModelSpec, S: StrategyBatch, st: Stages, times: StageTimes, m) -> np.ndarray:
+def pipeline_bubble_s(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, times: StageTimes, m) -> np.ndarray:
     """Fill and drain over the closed form (cost/pipeline.py), plus the stall of unequal interleaved chunks and
     ZB-H1's unfilled warm-up when m < pp, both from the event simulator."""
     t_avg, t_max = times.t_avg_s, times.t_max_s
     m_int = m.astype(np.int64)
     return (bubble_s(S.pp, S.vpp, S.schedule, t_avg, t_max)
-            + uneven_chunk_excess_s(st.layouts, st.layout_id, S.schedule, m_int, t_avg, model.num_layers)
+            + uneven_chunk_excess_s(f.layouts, f.rows(f.layout_id), S.schedule, m_int, t_avg, model.num_layers)
             + zb_small_batch_excess_s(S.pp, S.vpp, S.schedule, m_int, t_avg))
 
 
@@ -268,7 +268,7 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     f = figures if figures is not None else device_figures(model, train, S, ut)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     times = stage_times(model, S, f, m)
-    bubble = pipeline_bubble_s(model, S, stages_of(model, S), times, m)
+    bubble = pipeline_bubble_s(model, S, f, times, m)
     c = times.critical  # the critical device's parameters set the data-parallel traffic
     fw = framework_of(train, cluster)
     dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),

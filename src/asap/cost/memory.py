@@ -147,21 +147,26 @@ def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBa
 
 
 
-def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
-    """Micro-batches' worth of its own activations pipeline stage ``device`` holds at its peak: 1F1B (and
-    ZB-H1) keeps pp - d micro-batches; interleaved 1F1B runs (pp - d - 1) 2 + (v - 1) pp warm-up chunks plus one
-    (Megatron-Core's schedule), 1/v of a stage each, which for d = 0 is pp (1 + (pp-1)/(pp v)); GPipe all m."""
-    m = train.global_batch // (S.dp * S.mbs)
-    pp = np.asarray(S.pp, dtype=float)
-    vpp = np.asarray(S.vpp, dtype=float)
-    if np.ndim(device) == 2:
-        m, pp, vpp = m[:, None], pp[:, None], vpp[:, None]
-    schedule = S.schedule if np.ndim(device) < 2 else S.schedule[:, None]
+def micro_batches_in_flight(m, pp, vpp, schedule, device):
+    """Micro-batches' worth of its own activations pipeline stage ``device`` holds at its peak (arrays
+    broadcast): 1F1B (and ZB-H1) keeps pp - d micro-batches; interleaved 1F1B runs (pp - d - 1) 2 + (v - 1) pp
+    warm-up chunks plus one (Megatron-Core's schedule), 1/v of a stage each, which for d = 0 is
+    pp (1 + (pp-1)/(pp v)); GPipe all m; without a pipeline one."""
+    m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
     one_f_one_b = np.minimum(m, np.maximum(pp - device, 1))
     chunks = np.maximum((pp - device - 1) * 2 + (vpp - 1) * pp + 1, 1)
     interleaved = np.minimum(chunks / vpp, m)
     out = np.select([schedule == Schedule.INTERLEAVED, schedule == Schedule.GPIPE], [interleaved, m], one_f_one_b)
     return np.where(pp > 1, out, 1.0)
+
+
+def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
+    """``micro_batches_in_flight`` for every row of S; ``device`` may be [N, K] (one column per device)."""
+    m = train.global_batch // (S.dp * S.mbs)
+    cols = (m, S.pp, S.vpp, S.schedule)
+    if np.ndim(device) == 2:
+        cols = tuple(np.asarray(c)[:, None] for c in cols)
+    return micro_batches_in_flight(*cols, device)
 
 
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,

@@ -20,6 +20,7 @@ stage holds every unit. The estimate, the memory model and the stage ILP all rea
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -198,7 +199,7 @@ class Stages:
     table_device: np.ndarray  # [layouts, K]
     whole: np.ndarray  # [len(Unit)] unit counts of the whole model
 
-    @property
+    @cached_property
     def counts(self) -> np.ndarray:
         return self.table_counts[self.layout_id]
 
@@ -250,6 +251,8 @@ class DeviceFigures:
     combination of DEVICE_KEYS; ``row`` maps every strategy of the batch to its combination."""
 
     row: np.ndarray  # [N]
+    layout_id: np.ndarray  # [n] index into ``layouts``
+    layouts: list[Layout]
     device: np.ndarray  # pipeline rank
     dense_params: np.ndarray
     expert_params: np.ndarray
@@ -285,7 +288,7 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
     layer_mask = np.isin(np.arange(len(UNITS)), LAYER_UNITS).astype(float)
     dense_p, expert_p, kept, once = st.per_device(params.dense, params.expert, acts.kept, acts.once)
     figures = DeviceFigures(
-        row=row, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
+        row=row, layout_id=st.layout_id, layouts=st.layouts, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
         kept_bytes=kept, once_bytes=once,
         largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
         working_bytes=np.max(acts.working[:, kinds], axis=1))

@@ -34,7 +34,8 @@ import numpy as np
 from scipy.sparse import coo_matrix
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.memory import GB, dense_and_expert_shards, fixed_allowance_bytes, state_bytes_per_param
+from asap.cost.memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
+                              state_bytes_per_param)
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
@@ -42,7 +43,7 @@ from asap.spec.framework import get_framework
 from asap.spec.hardware import Cluster
 from asap.spec.layout import Unit, layout
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Strategy
+from asap.spec.strategy import SCHEDULES, Schedule, Strategy
 from asap.spec.train import TrainSpec
 
 
@@ -66,18 +67,16 @@ class StageProblem:
     hbm_bytes: float
     base_recompute: str
     default_layers: tuple[int, ...] = ()  # the layout's default layers per chunk
+    schedule: str = "1f1b"
 
     @property
     def stages(self) -> int:
         return self.pp * self.vpp
 
     def in_flight(self, device: int) -> float:
-        """Micro-batches' worth of activations device ``device`` holds at its peak."""
-        pp, vpp, m = self.pp, self.vpp, self.micro_batches
-        if vpp == 1:
-            return float(min(m, pp - device))
-        chunks = min(m * vpp, (pp - device - 1) * 2 + (vpp - 1) * pp + 1)
-        return chunks / vpp
+        """Micro-batches' worth of activations device ``device`` holds at its peak (the memory model's count)."""
+        code = Schedule(SCHEDULES.index(self.schedule))
+        return float(micro_batches_in_flight(self.micro_batches, self.pp, self.vpp, code, device))
 
 
 @dataclass
@@ -155,7 +154,7 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     hbm = cluster.hbm_gb * GB / (1 + fragmentation) - fixed_allowance_bytes(cluster.accelerator)
     return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
                         hbm_bytes=hbm, base_recompute=s.recompute,
-                        default_layers=layout(model, s.pp, s.vpp).chunk_layers)
+                        default_layers=layout(model, s.pp, s.vpp).chunk_layers, schedule=s.schedule)
 
 
 # ------------------------------------------------------------------------------------------------------------

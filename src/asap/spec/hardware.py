@@ -7,6 +7,7 @@ rates live per accelerator *family* (``FAMILIES``), each with its reason; none n
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -433,19 +434,15 @@ def machine_identity() -> dict[str, Any]:
     import socket
 
     processor = platform.processor() or platform.machine()
-    try:
+    with contextlib.suppress(OSError):  # no /proc (not Linux): platform's name stands
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
                 processor = line.split(":", 1)[1].strip()
                 break
-    except OSError:
-        pass
     ident: dict[str, Any] = {"hostname": socket.gethostname(), "platform": platform.platform(),
                              "cpu_count": os.cpu_count() or 1, "processor": processor}
-    try:
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # no sysconf: memory is not recorded
         ident["memory_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1)
-    except (ValueError, OSError, AttributeError):
-        pass
     return ident
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from asap.errors import AsapError
-from asap.subprocs import wait_or_kill
+from asap.subprocs import log_tail, wait_or_kill
 from asap.spec.model import ModelSpec
 from asap.spec.layout import layout, parse_layer_split
 from asap.spec.strategy import Strategy, parse_strategy, resolve_strategy
@@ -195,16 +195,9 @@ def _child_env(device: str, nproc: int) -> dict[str, str]:
     return env
 
 
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
-
-
 def _failure_from_files(out: Path, log_path: Path, rc: int) -> RunFailed:
     errs = sorted(out.glob("error_job*_rank*.txt"), key=lambda p: p.stat().st_mtime)
-    tail = _tail(log_path)
+    tail = log_tail(log_path)
     # ranks that only saw a peer vanish say so; the cause is elsewhere (another rank's error, or a kill)
     secondary = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted",
                  "ProcessGroupNCCL's watchdog", "Socket Timeout")
@@ -253,7 +246,7 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
                                     timeout_s, echo)
         wall = time.perf_counter() - t0
         if timed_out:
-            raise RunFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the run was killed", _tail(log_path))
+            raise RunFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the run was killed", log_tail(log_path))
         if rc != 0:
             raise _failure_from_files(out, log_path, rc)
         return [_collect(out, j, c, nproc, dev, wall / len(configs)) for j, c in enumerate(configs)]
