@@ -117,17 +117,18 @@ def test_zero2_reduce_scatters_every_micro_batch(framework):
     assert z2 - z1 == pytest.approx((M_DP - 1) * RS_GRAD, rel=1e-9)  # the three extra reduce-scatters
 
 
-MEGATRON_ZERO3_S = 9191.979e-6  # m = 4 micro-batches of 4 per-layer reduce-scatters and 8 gathers
+FP32_ZERO3_S = 9191.979e-6  # m = 4 micro-batches of 4 per-layer fp32 reduce-scatters and 8 gathers
 TITAN_PP_S = 289.548e-6  # 2 * ring(4 S1 / 2) + 2 * ring(2 S1 / 2) inside a node
-MEGATRON_PP_S = 6560.705e-6  # 16 * RS_UNITS + 32 * AG_UNITS
+MEGATRON_PP_S = 5783.831e-6  # 16 * RS16_UNITS + 32 * AG_UNITS (Megatron-FSDP reduces in bf16)
 
 
-def _zero3_by_hand(gathers_per_layer):
+def _zero3_by_hand(gathers_per_layer, grad_bytes=4.0):
     """ZeRO-3 at pp = 1: per micro-batch a forward and a backward gather, each n = L * gathers_per_layer rings
     of 1/n of the weights, and a reduce-scatter of the gradients a layer at a time (L rings of 1/L), each ring
     with its own latency and its own, smaller, chunks."""
     n = L * gathers_per_layer
-    return M_DP * (L * ring_s(4.0 * N_SMALL / L, DP, INTER_BUSBW) + 2 * n * ring_s(2.0 * N_SMALL / n, DP, INTER_BUSBW))
+    return M_DP * (L * ring_s(grad_bytes * N_SMALL / L, DP, INTER_BUSBW)
+                   + 2 * n * ring_s(2.0 * N_SMALL / n, DP, INTER_BUSBW))
 
 
 def test_deepspeed_zero3_pays_a_latency_per_parameterised_module():
@@ -135,16 +136,18 @@ def test_deepspeed_zero3_pays_a_latency_per_parameterised_module():
     parameterised submodule, ZERO3_MODULES_PER_LAYER = 6 per layer, 24 rings of a 24th. Both reduce-scatter a
     layer at a time. Each ring pays 95e-6 s of latency, so DeepSpeed pays m * 2 gather passes * (24 - 4) *
     95e-6 = 15.2e-3 s more in latency alone, and its 6x smaller chunks reach less of the bus bandwidth: by hand
-    4 * (4 * ring(4N/4) + 8 * ring(2N/4)) = 9191.979e-6 s for Megatron."""
+    4 * (4 * ring(4N/4) + 8 * ring(2N/4)) = 9191.979e-6 s for FSDP2 (fp32 reduce-scatters). Megatron-FSDP
+    reduces in bf16 (``--grad-reduce-in-bf16``, its user guide's setting): 4 * (4 * ring(2N/4) + 8 * ring(2N/4))."""
     assert ZERO3_MODULES_PER_LAYER == 6
     meg = _dp_comm("megatron", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
     ds = _dp_comm("deepspeed", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
     fsdp = _dp_comm("torchtitan", "tp=1,pp=1,zero=3").breakdown_s["dp_comm"]
-    assert meg == pytest.approx(_zero3_by_hand(1), rel=1e-9)
-    assert meg == pytest.approx(MEGATRON_ZERO3_S, rel=1e-6)
+    assert fsdp == pytest.approx(_zero3_by_hand(1), rel=1e-9)  # FSDP2 without PP: one collective per block
+    assert fsdp == pytest.approx(FP32_ZERO3_S, rel=1e-6)
+    assert meg == pytest.approx(_zero3_by_hand(1, grad_bytes=2.0), rel=1e-9)
+    assert meg < fsdp
     assert ds == pytest.approx(_zero3_by_hand(ZERO3_MODULES_PER_LAYER), rel=1e-9)
-    assert ds - meg > M_DP * 2 * (L * 6 - L) * RING16 == pytest.approx(15.2e-3, rel=1e-9)
-    assert fsdp == pytest.approx(meg, rel=1e-9)  # FSDP2 without PP: one collective per block, per micro-batch
+    assert ds - fsdp > M_DP * 2 * (L * 6 - L) * RING16 == pytest.approx(15.2e-3, rel=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -170,6 +173,7 @@ AG_STAGE = ring_s(2.0 * STAGE1, PP_DP, INTRA_BUSBW)  # = 49.526e-6 + 35e-6 = 84.
 # one FSDP unit per layer, 2 layers on the stage: two rings of half the stage each
 RS_UNITS = 2 * ring_s(4.0 * STAGE1 / 2, PP_DP, INTRA_BUSBW)
 AG_UNITS = 2 * ring_s(2.0 * STAGE1 / 2, PP_DP, INTRA_BUSBW)
+RS16_UNITS = 2 * ring_s(2.0 * STAGE1 / 2, PP_DP, INTRA_BUSBW)  # bf16 gradients: the same rings as the gathers
 
 
 def test_hand_stage_figures():
@@ -196,10 +200,10 @@ def test_fsdp2_under_pp_gathers_and_reduces_once_per_step():
 
 
 def test_megatron_zero3_under_pp_gathers_twice_and_reduces_every_micro_batch():
-    """Megatron zero 3, pp 2: per micro-batch a reduce-scatter and two gathers (forward, backward), each two
-    per-layer rings: 16 * RS_UNITS + 16 * 2 * AG_UNITS by hand."""
+    """Megatron zero 3, pp 2: per micro-batch a reduce-scatter (of bf16 gradients) and two gathers (forward,
+    backward), each two per-layer rings: 16 * RS16_UNITS + 16 * 2 * AG_UNITS by hand."""
     est = _pp_estimate("megatron")
-    by_hand = PP_M * RS_UNITS + PP_M * 2 * AG_UNITS
+    by_hand = PP_M * RS16_UNITS + PP_M * 2 * AG_UNITS
     assert est.breakdown_s["dp_comm"] == pytest.approx(by_hand, rel=1e-9)
     assert est.breakdown_s["dp_comm"] == pytest.approx(MEGATRON_PP_S, rel=1e-5)
 
@@ -209,14 +213,14 @@ def test_fsdp2_under_pp_holds_the_stage_unsharded():
     torchtitan keeps the stage gathered: 2 B * 13_109_248 = 26_218_496 B = 0.024418 GiB (no dp sharding);
     Megatron ZeRO-3 shards by dp*cp = 4 and holds two gathered layers (computing + prefetched):
     2 B * 13_109_248 / 4 + 2 * 2 B * 12_584_960 / 2 = 6_554_624 + 25_169_920 = 31_724_544 B = 0.029546 GiB.
-    Megatron's gradients are sharded (ZeRO-3): 4 B * 13_109_248 / 4 = 13_109_248 B."""
+    Megatron's gradients are sharded (ZeRO-3) and bf16 (Megatron-FSDP): 2 B * 13_109_248 / 4 = 6_554_624 B."""
     tt = _pp_estimate("torchtitan").memory_gb
     meg = _pp_estimate("megatron").memory_gb
     assert tt["weights"] == pytest.approx(2.0 * STAGE0 / GIB, rel=1e-9)
     assert tt["weights"] == pytest.approx(26_218_496 / GIB, rel=1e-9)
     assert meg["weights"] == pytest.approx((2.0 * STAGE0 / (PP_DP * 1) + 2 * 2.0 * LAYER / PP_TP) / GIB, rel=1e-9)
     assert meg["weights"] == pytest.approx(31_724_544 / GIB, rel=1e-9)
-    assert meg["grads"] == pytest.approx(4.0 * STAGE0 / PP_DP / GIB, rel=1e-9)
+    assert meg["grads"] == pytest.approx(2.0 * STAGE0 / PP_DP / GIB, rel=1e-9)
 
 
 def test_fsdp2_under_pp_accumulates_unsharded_gradients():

@@ -31,7 +31,8 @@ WALL: dict[str, float] = {}
 # more schedules, ZeRO stages, recomputation and folding, in one launch of mixed models
 EXTRA = [("tiny-dense", "pp=2,dp=2,schedule=gpipe,zero=0"), ("tiny-dense", "pp=2,vpp=2,dp=2,schedule=zb,zero=2"),
          ("tiny-dense", "dp=2,tp=2,sp=0,zero=0,recompute=full"), ("tiny-dense", "pp=2,tp=2,mbs=2,recompute=selective"),
-         ("tiny-moe", "dp=4,etp=2,zero=2,recompute=full")]
+         ("tiny-moe", "dp=4,etp=2,zero=2,recompute=full"),
+         ("tiny-dense", "dp=2,tp=2,recompute=layernorm+mlp"), ("tiny-moe", "dp=4,ep=2,recompute=core_attn+layernorm+moe")]
 
 
 def _launch(model: str | list[str], strategies: list[str], tmp_path_factory) -> dict[str, object]:

@@ -14,7 +14,7 @@ from typing import Iterable
 import numpy as np
 
 from asap.spec.framework import DISPATCHERS
-from asap.spec.strategy import RECOMPUTE, SCHEDULES, Strategy
+from asap.spec.strategy import SCHEDULES, Strategy, recompute_code, recompute_label
 
 COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "dispatcher",
            "a2a_overlap", "split")
@@ -66,7 +66,7 @@ class StrategyBatch:
         for s in rows:
             if s.layer_split and s.layer_split not in splits:
                 splits.append(s.layer_split)
-        cols = {"recompute": [RECOMPUTE.index(s.recompute) for s in rows],
+        cols = {"recompute": [recompute_code(s.recompute) for s in rows],
                 "schedule": [SCHEDULES.index(s.schedule) for s in rows],
                 "dispatcher": [DISPATCHERS.index(s.dispatcher) for s in rows],
                 "split": [splits.index(s.layer_split) for s in rows]}
@@ -85,7 +85,7 @@ class StrategyBatch:
         """Row ``i`` as a Strategy; ``dispatcher`` gives the priced one for a row left to the fastest (an unpriced
         such row reads as the first dispatcher)."""
         d = {k: int(getattr(self, k)[i]) for k in COLUMNS if k != "split"}
-        d["recompute"] = RECOMPUTE[d["recompute"]]
+        d["recompute"] = recompute_label(d["recompute"])
         d["schedule"] = SCHEDULES[d["schedule"]]
         code = d["dispatcher"] if dispatcher is None else dispatcher
         d["dispatcher"] = DISPATCHERS[code if code < len(DISPATCHERS) else 0]

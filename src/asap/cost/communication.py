@@ -42,7 +42,7 @@ from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Recompute, Zero
+from asap.spec.strategy import Recompute, RecomputeModule, Zero, module_recomputed
 from asap.spec.train import TrainSpec
 
 
@@ -73,7 +73,9 @@ def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
         # the busiest expert rank receives moe_imbalance times the mean of routed tokens
         a2a, dispatcher = dispatch_s(cluster, T_sp * train.moe_imbalance, mo.top_k, h * ab, S)
         etp_gather = all_reduce_s(cluster, T_sp * mo.top_k * S.etp * h * ab, S.etp, 1)
-        ep = passes * (2 * a2a + etp_gather)
+        # recomputing the MoE block (``moe`` module) re-runs its dispatch and combine as full recompute does
+        ep_passes = np.where(module_recomputed(S.recompute, RecomputeModule.MOE), 3, passes)
+        ep = ep_passes * (2 * a2a + etp_gather)
     else:
         tp_moe = np.zeros_like(tp_dense)
         ep = np.zeros_like(tp_dense)
@@ -109,7 +111,7 @@ class DataParallelComm:
 
 
 def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params,
-                       layers_on_stage=1.0, collectives_per_layer: int = 1) -> DataParallelComm:
+                       layers_on_stage=1.0, collectives_per_layer: int = 1, grad_bytes=4.0) -> DataParallelComm:
     """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
 
     ZeRO-0/1/2 reduce gradients in large buckets (one collective per step); ZeRO-3 gathers weights module by
@@ -117,7 +119,8 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     DeepSpeed), n = layers * collectives_per_layer gathers of 1/n of the stage each, and reduce-scatters
     gradients a layer at a time (FSDP units; DeepSpeed's reduce buckets), every collective paying its ring
     latency (at thousands of ranks the (g-1) hops become a real cost) and reaching only the bandwidth its chunk
-    size allows (``collectives.message_efficiency``)."""
+    size allows (``collectives.message_efficiency``). Gradients travel at ``grad_bytes`` per element (the
+    stack's ``Framework.grad_bytes``), weights in 16 bits."""
     d = S.dp * S.cp
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
     zero3 = S.zero >= Zero.PARAMETERS
@@ -130,7 +133,8 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
         dense = n * fn(cluster, bytes_per_param * dense_params / n, d, S.tp)
         return dense + has_experts * n * fn(cluster, bytes_per_param * expert_params / n, edp, S.etp * S.ep)
 
-    grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, 4.0, n_reduce), both(reduce_scatter_s, 4.0, n_reduce))
+    grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, grad_bytes, n_reduce),
+                    both(reduce_scatter_s, grad_bytes, n_reduce))
     gather = both(all_gather_s, 2.0, n_gather)
     # ZeRO-3 gathers for forward and again for backward; ZeRO-0 keeps the weights and gathers nothing
     gather = np.where(S.zero == Zero.NONE, 0.0, np.where(zero3, 2 * gather, gather))

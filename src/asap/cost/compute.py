@@ -42,6 +42,12 @@ class LayerCompute:
     head_fwd_s: np.ndarray  # final norm, LM head GEMM and the cross-entropy loss
     expert_fwd_s: np.ndarray  # the routed experts' GEMMs and activation alone (what dispatch can overlap)
     embed_fwd_s: np.ndarray
+    # what re-running each recompute module's forward costs (``RecomputeModule`` label -> seconds), per layer
+    # kind: the dense layer's and the MoE layer's (modules a kind lacks cost nothing there)
+    dense_module_fwd_s: dict
+    moe_module_fwd_s: dict
+    dense_gemm_fwd_s: np.ndarray  # every GEMM of a dense layer's forward (torchtitan's op-level SAC redoes half)
+    moe_gemm_fwd_s: np.ndarray
 
     def attn_bwd_s(self):
         core = self.attn_core_fwd_s
@@ -109,33 +115,37 @@ class _Shapes:
 
 
 def _projections(model: ModelSpec, acc: Accelerator, x: _Shapes):
-    """(QKV / MLA projection GEMMs, their elementwise bytes: lora norms and RoPE)."""
+    """(QKV / MLA projection GEMMs, their elementwise bytes: lora norms and RoPE, MLA's up-projections with
+    their RoPE alone: what ``mla_up_proj`` recompute redoes)."""
     p, T, tp, h, ab = x.p, x.T, x.tp, x.h, x.ab
     if model.mla is None:
         proj = gemm_time_s(acc, p, T, qkv_width_per_device(model, tp), h)
         rope = 2 * ab * T * (model.num_attention_heads / tp + kv_heads_per_device(model, tp)) * model.head_dim
-        return proj, rope
+        return proj, rope, np.zeros_like(proj)
     m, nh = model.mla, model.num_attention_heads
     d_qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     if m.q_lora_rank:
-        proj = gemm_time_s(acc, p, T, m.q_lora_rank, h) + gemm_time_s(acc, p, T, nh * d_qk / tp, m.q_lora_rank)
+        q_down = gemm_time_s(acc, p, T, m.q_lora_rank, h)
+        q_up = gemm_time_s(acc, p, T, nh * d_qk / tp, m.q_lora_rank)
     else:
-        proj = gemm_time_s(acc, p, T, nh * d_qk / tp, h)
-    proj = proj + gemm_time_s(acc, p, T, m.kv_lora_rank + m.qk_rope_head_dim, h)  # kv down (replicated over tp)
-    proj = proj + gemm_time_s(acc, p, T, nh * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank)  # kv up
+        q_down, q_up = gemm_time_s(acc, p, T, nh * d_qk / tp, h), 0.0
+    kv_down = gemm_time_s(acc, p, T, m.kv_lora_rank + m.qk_rope_head_dim, h)  # replicated over tp
+    kv_up = gemm_time_s(acc, p, T, nh * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank)
     lora_norm = 2 * ab * T * ((m.q_lora_rank or 0) + m.kv_lora_rank)
     rope = 2 * ab * T * (nh / tp + 1) * m.qk_rope_head_dim
-    return proj, lora_norm + rope
+    up = q_up + kv_up + elementwise_time_s(acc, rope * x.unfused, kernels=1)
+    return q_down + q_up + kv_down + kv_up, lora_norm + rope, up
 
 
 def attention_block(model: ModelSpec, acc: Accelerator, x: _Shapes):
-    """(attention block forward, the flash kernel alone, its memory-bound part)."""
+    """(attention block forward, the flash kernel alone, its memory-bound part, its GEMMs, MLA's
+    up-projections)."""
     _, out_width, _, _ = _attention_dims(model)
-    proj, elem_bytes = _projections(model, acc, x)
+    proj, elem_bytes, up = _projections(model, acc, x)
     out_proj = gemm_time_s(acc, x.p, x.T, x.h, out_width / x.tp)
     core = attention_time_s(acc, x.p, attention_flops_fwd(model, x.b, x.s, x.cp, x.tp))
     elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes + elem_bytes * x.unfused, kernels=4)
-    return proj + out_proj + core + elem, core, elem
+    return proj + out_proj + core + elem, core, elem, proj + out_proj, up
 
 
 def mlp_time(model: ModelSpec, acc: Accelerator, x: _Shapes, tokens, ffn_per_device, count=1.0):
@@ -162,27 +172,33 @@ def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch, 
     gemms, act = mlp_time(model, acc, x, rows / local_experts, mo.expert_ffn_hidden_size / etp, count=local_experts)
     expert = gemms + act
     moe = router + expert + elementwise_time_s(acc, topk_bytes + permute_bytes, kernels=4)
+    shared = np.zeros_like(moe)
     if mo.shared_experts:
         sg, sa = mlp_time(model, acc, x, x.T, mo.shared_experts * mo.expert_ffn_hidden_size / x.tp)
-        moe = moe + sg + sa
-    return moe, expert, act + elementwise_time_s(acc, topk_bytes + permute_bytes)
+        moe, shared, gemms = moe + sg + sa, sg + sa, gemms + sg
+    parts = dict(moe=moe, moe_act=act, shared_experts=shared, gemms=gemms + router)
+    return moe, expert, act + elementwise_time_s(acc, topk_bytes + permute_bytes), parts
 
 
 def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch) -> LayerCompute:
     from asap.spec.framework import get_framework
 
     x = _Shapes.of(model, train, S, get_framework(train.framework, acc.family).elementwise_traffic)
-    attn_fwd, core, attn_elem = attention_block(model, acc, x)
+    attn_fwd, core, attn_elem, attn_gemm, mla_up = attention_block(model, acc, x)
     dense_gemm, dense_act = mlp_time(model, acc, x, x.T, model.ffn_hidden_size / x.tp)
     mlp_elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes, kernels=2)
     dense_mlp_fwd = dense_gemm + dense_act + mlp_elem
+    zero = np.zeros_like(dense_mlp_fwd)
+    both = dict(core_attn=core, layernorm=elementwise_time_s(acc, 2 * x.norm_bytes, kernels=2), mla_up_proj=mla_up)
+    dense_modules = dict(both, mlp=dense_gemm + dense_act)
     if model.moe is not None:
-        moe, expert, moe_memory_bound = moe_block(model, acc, x, S, train.moe_imbalance)
+        moe, expert, moe_memory_bound, moe_parts = moe_block(model, acc, x, S, train.moe_imbalance)
         moe_mlp_fwd = moe + mlp_elem
         memory_bound = attn_elem + mlp_elem + moe_memory_bound
+        moe_modules = dict(both, moe=moe, moe_act=moe_parts["moe_act"], shared_experts=moe_parts["shared_experts"])
+        moe_gemm = attn_gemm + moe_parts["gemms"]
     else:
-        moe_mlp_fwd = np.zeros_like(dense_mlp_fwd)
-        expert = np.zeros_like(dense_mlp_fwd)
+        moe_mlp_fwd, expert, moe_modules, moe_gemm = zero, zero, dense_modules, zero
         memory_bound = attn_elem + mlp_elem + dense_act
     # LM head and the cross entropy over fp32-upcast logits: read bf16 logits, ~4 passes of 4 bytes
     V = float(model.vocab_size)
@@ -191,4 +207,6 @@ def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: Strat
     embed_fwd = elementwise_time_s(acc, 2 * x.ab * x.T_sp * x.h, kernels=1)
     return LayerCompute(attn_fwd_s=attn_fwd, attn_core_fwd_s=core, dense_mlp_fwd_s=dense_mlp_fwd,
                         moe_mlp_fwd_s=moe_mlp_fwd, memory_bound_fwd_s=memory_bound,
-                        head_fwd_s=head_fwd, embed_fwd_s=embed_fwd, expert_fwd_s=expert)
+                        head_fwd_s=head_fwd, embed_fwd_s=embed_fwd, expert_fwd_s=expert,
+                        dense_module_fwd_s=dense_modules, moe_module_fwd_s=moe_modules,
+                        dense_gemm_fwd_s=attn_gemm + dense_gemm, moe_gemm_fwd_s=moe_gemm)

@@ -180,7 +180,7 @@ class DataParallelTerms:
 
 
 def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
-                        layers_on_stage, micro_compute, m) -> DataParallelTerms:
+                        layers_on_stage, micro_compute, m, precision: str = "bf16") -> DataParallelTerms:
     """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), and how
     much of them hides behind compute.
 
@@ -192,7 +192,8 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     micro-batch (ZeRO-2 keeps only its gradient shard; ZeRO-3 also gathers weights for forward and again for
     backward, prefetching one layer ahead, its first layer's gather exposed). With async collectives (XLA's
     latency-hiding scheduler) any collective may overlap any compute of the step."""
-    dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer)
+    dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
+                             fw.grad_bytes(precision, S.zero))
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
     zero3 = S.zero >= Zero.PARAMETERS
     kept = zero3 & (S.pp > 1) & fw.fsdp_keeps_params_under_pp
@@ -272,7 +273,7 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     c = times.critical  # the critical device's parameters set the data-parallel traffic
     fw = framework_of(train, cluster)
     dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
-                             times.parts["compute"], m)
+                             times.parts["compute"], m, train.precision)
     exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m)
     if mem is None:
         mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)

@@ -86,10 +86,11 @@ class MemoryBreakdown:
         return cls(**out)
 
 
-def state_bytes_per_param(precision: str, zero, shard):
-    """Bytes per parameter for weights, gradients and optimizer states under ZeRO stage ``zero``."""
+def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0):
+    """Bytes per parameter for weights, gradients (``grad_bytes``: the stack's ``Framework.grad_bytes``) and
+    optimizer states under ZeRO stage ``zero``."""
     w = 4.0 if precision == "fp32" else 2.0
-    g = 4.0
+    g = grad_bytes
     o = 8.0 if precision == "fp32" else 12.0
     if precision == "fp8":
         w = w + 1.0
@@ -107,9 +108,9 @@ def dense_and_expert_shards(S: StrategyBatch):
     return S.dp * S.cp, edp
 
 
-def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool, selective=False):
-    """Stored activation bytes of one layer for one micro-batch on one device, without recompute, or under
-    selective recompute (only GEMM outputs and the layer inputs are kept)."""
+def activation_terms(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool) -> dict[str, np.ndarray]:
+    """The stored activation bytes of one layer for one micro-batch on one device, term by term (the module
+    docstring's accounting): what each recompute policy keeps is a sum of these."""
     ab = act_bytes(train.precision)
     h = model.hidden_size
     tp = S.tp.astype(float)
@@ -120,31 +121,63 @@ def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBa
         m = model.mla
         qkv_per_device = nh * (2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
         out_width = nh * m.v_head_dim
-        replicated_extra = ab * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
+        latents = ab * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
     else:
         qkv_per_device = qkv_width_per_device(model, tp)  # KV heads replicated when tp exceeds them
         out_width = nh * model.head_dim
-        replicated_extra = 0.0
+        latents = 0.0
     mult = 2.0 if model.gated else 1.0
     gemm_in = 1.0 if train.precision == "fp8" else ab  # fp8 GEMMs save their inputs in fp8 (Transformer Engine)
-    if selective:  # layer input + mid-layer residual; Q, K, V; attention output; fc1 output(s)
-        per_token = (2 * ab * h / sp_div + ab * qkv_per_device + gemm_in * out_width / tp + replicated_extra)
-        ffn_bytes = ab * mult
-    else:  # 2 norm inputs, QKV and MLP inputs; Q, K, V, attention output; fc1 out, fc2 in
-        per_token = ((2 * ab + 2 * gemm_in) * h / sp_div
-                     + ab * qkv_per_device + gemm_in * out_width / tp + replicated_extra)
-        ffn_bytes = ab * mult + gemm_in
+    zero = np.zeros(len(S))
+    t = dict(norm_inputs=T * 2 * ab * h / sp_div,  # the layer input and the mid-layer residual
+             norm_outputs=T * 2 * gemm_in * h / sp_div,  # the QKV and MLP inputs
+             qkv=T * ab * qkv_per_device, attn_out=T * gemm_in * out_width / tp, latents=T * latents + zero,
+             mlp_fc1=zero, mlp_fc2_in=zero, routed_in=zero, routed_fc1=zero, routed_fc2_in=zero,
+             shared_fc1=zero, shared_fc2_in=zero, router=zero)
     if not moe:
-        return T * (per_token + ffn_bytes * model.ffn_hidden_size / tp)
+        t.update(mlp_fc1=T * ab * mult * model.ffn_hidden_size / tp,
+                 mlp_fc2_in=T * gemm_in * model.ffn_hidden_size / tp)
+        return t
     mo = model.moe
     etp = S.etp.astype(float)
     rows = T * mo.top_k * etp / tp  # routed copies this device stores
-    routed = rows * ((ab + gemm_in) * h + ffn_bytes * mo.expert_ffn_hidden_size / etp)
-    shared = T * ffn_bytes * mo.shared_experts * mo.expert_ffn_hidden_size / tp
-    router = 4.0 * T / sp_div * mo.num_experts
-    return T * per_token + routed + shared + router
+    t.update(routed_in=rows * (ab + gemm_in) * h, routed_fc1=rows * ab * mult * mo.expert_ffn_hidden_size / etp,
+             routed_fc2_in=rows * gemm_in * mo.expert_ffn_hidden_size / etp,
+             shared_fc1=T * ab * mult * mo.shared_experts * mo.expert_ffn_hidden_size / tp,
+             shared_fc2_in=T * gemm_in * mo.shared_experts * mo.expert_ffn_hidden_size / tp,
+             router=4.0 * T / sp_div * mo.num_experts)
+    return t
 
 
+# what each recompute module stops storing (``RecomputeModule`` label -> activation terms); core_attn saves
+# nothing with flash attention (its inputs Q, K, V are kept as its checkpoint's inputs, its output as the
+# out-projection's input); mla_up_proj keeps the latents and drops the up-projected Q, K, V
+MODULE_SAVES = {"core_attn": (), "layernorm": ("norm_outputs",), "mlp": ("mlp_fc1", "mlp_fc2_in"),
+                "moe_act": ("routed_fc2_in",), "moe": ("routed_in", "routed_fc1", "routed_fc2_in", "shared_fc1", "shared_fc2_in", "router"),
+                "shared_experts": ("shared_fc1", "shared_fc2_in"), "mla_up_proj": ("qkv",)}
+# selective recompute (the kernels policy) stops storing the norm outputs and the activation outputs
+SELECTIVE_SAVES = ("norm_outputs", "mlp_fc2_in", "routed_fc2_in", "shared_fc2_in")
+
+
+def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool, selective=False):
+    """Stored activation bytes of one layer for one micro-batch on one device, without recompute, or under
+    selective recompute (the norm outputs and the activation functions' outputs are recomputed)."""
+    t = activation_terms(model, train, S, moe)
+    dropped = SELECTIVE_SAVES if selective else ()
+    return sum(v for k, v in t.items() if k not in dropped)
+
+
+def module_kept_bytes(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool):
+    """Per row: what a layer stores when its recompute value is a module set (the other rows: everything)."""
+    from asap.spec.strategy import RecomputeModule, module_recomputed
+
+    t = activation_terms(model, train, S, moe)
+    dropped = {k: np.zeros(len(S), dtype=bool) for k in t}
+    for m in RecomputeModule:
+        on = module_recomputed(S.recompute, m)
+        for k in MODULE_SAVES[m.label]:
+            dropped[k] = dropped[k] | on
+    return sum(np.where(dropped[k], 0.0, v) for k, v in t.items())
 
 
 def micro_batches_in_flight(m, pp, vpp, schedule, device):
@@ -183,7 +216,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # kept: the weights stay unsharded through the step, and the gradients accumulate unsharded until the one
     # reduce-scatter (FSDP2 with gradient sync off for all but the last micro-batch: unsharded_accumulated_grad)
     zero = np.where(kept, Zero.OPTIMIZER, S.zero)
-    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh) for sh in (dense_shard, edp))
+    g = framework.grad_bytes(train.precision, S.zero) if framework is not None else 4.0
+    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g) for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next
     # (two of the model's largest layers, the one computing and the one prefetched)

@@ -28,12 +28,13 @@ from asap.cost.batch import StrategyBatch, unique_index
 from asap.cost.communication import LayerComm, layer_comm
 from asap.cost.compute import (BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device,
                                layer_compute)
-from asap.cost.memory import LAYER_UNITS, activation_bytes_per_layer
+from asap.cost.memory import LAYER_UNITS, activation_bytes_per_layer, module_kept_bytes
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.layout import UNITS, Layout, Unit, layout
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Recompute
+from asap.spec.framework import SelectivePolicy, get_framework
+from asap.spec.strategy import Recompute, RecomputeModule, module_recomputed
 from asap.spec.train import TrainSpec
 
 TIME_PARTS = ("compute", "tp", "ep", "cp", "cp_total", "mem")
@@ -52,16 +53,31 @@ def _columns(n: int, **by_unit) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def layer_parts(lc: LayerCompute, cm: LayerComm, mlp_fwd, tp_comm, ep_comm, recompute) -> dict[str, np.ndarray]:
-    """One layer, one micro-batch: compute (forward + backward + recompute) and in-layer communication.
+def recompute_extra_s(lc: LayerCompute, fwd, recompute, moe: bool, selective: SelectivePolicy):
+    """Forward work a layer re-runs in backward: all of it (full); under ``selective`` the stack's policy (the
+    attention kernel and the memory-bound kernels; torchtitan's op-level SAC: every second GEMM and every
+    op off its save list); under a module set the sum of the modules' forwards (``LayerCompute``)."""
+    if selective == SelectivePolicy.OP_SAC:
+        sel = 0.5 * (lc.moe_gemm_fwd_s if moe else lc.dense_gemm_fwd_s) + lc.memory_bound_fwd_s
+    else:
+        sel = lc.attn_core_fwd_s + lc.memory_bound_fwd_s
+    per_module = lc.moe_module_fwd_s if moe else lc.dense_module_fwd_s
+    modules = sum(np.where(module_recomputed(recompute, m), per_module.get(m.label, 0.0), 0.0)
+                  for m in RecomputeModule)
+    return np.select([recompute == Recompute.FULL, recompute == Recompute.SELECTIVE], [fwd, sel], modules)
 
-    Full recompute redoes the forward; selective redoes the attention kernel and the memory-bound kernels. CP's
-    ring hides behind the attention kernel of the same pass (backward: 2x the traffic against 2.5x the kernel).
-    TP and EP traffic repeats in a recomputed forward (passes: 3 instead of 2, see ``layer_comm``)."""
+
+def layer_parts(lc: LayerCompute, cm: LayerComm, mlp_fwd, tp_comm, ep_comm, recompute, moe: bool = False,
+                selective: SelectivePolicy = SelectivePolicy.KERNELS) -> dict[str, np.ndarray]:
+    """One layer, one micro-batch: compute (forward + backward + recompute, ``recompute_extra_s``) and in-layer
+    communication.
+
+    CP's ring hides behind the attention kernel of the same pass (backward: 2x the traffic against 2.5x the
+    kernel). TP and EP traffic repeats in a recomputed forward (passes: 3 instead of 2, see ``layer_comm``)."""
     fwd = lc.attn_fwd_s + mlp_fwd
     bwd = lc.attn_bwd_s() + mlp_fwd * BWD_GEMM
     full = recompute == Recompute.FULL
-    extra = np.select([full, recompute == Recompute.SELECTIVE], [fwd, lc.attn_core_fwd_s + lc.memory_bound_fwd_s], 0.0)
+    extra = recompute_extra_s(lc, fwd, recompute, moe, selective)
     cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
                   + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * BWD_ATTENTION)
                   + np.where(full, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
@@ -95,8 +111,10 @@ def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     lc = layer_compute(model, cluster.accelerator, train, S)
     cm = layer_comm(model, cluster, train, S)
     n = len(S)
-    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute)
-    moe = layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute) if model.moe else dense
+    selective = get_framework(train.framework, cluster.accelerator.family).selective
+    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, selective)
+    moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, selective)
+           if model.moe else dense)
     parts = {k: _columns(n, dense=dense[k], moe=moe[k], mtp=moe[k]) for k in TIME_PARTS}
     # the embedding lookup (memory-bound, backward scatters twice the bytes); the LM head and loss run once
     # per prediction depth (the main head and every MTP module's)
@@ -173,8 +191,9 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> Un
     for kind, is_moe in (("dense", False), ("moe", model.moe is not None)):
         full = activation_bytes_per_layer(model, train, S, moe=is_moe)
         selective = activation_bytes_per_layer(model, train, S, moe=is_moe, selective=True)
-        kept[kind] = np.select([S.recompute == Recompute.FULL, S.recompute == Recompute.SELECTIVE],
-                               [layer_input, selective], full)
+        modules = module_kept_bytes(model, train, S, moe=is_moe)
+        kept[kind] = np.select([S.recompute == Recompute.FULL, S.recompute == Recompute.SELECTIVE,
+                                S.recompute >= Recompute.MODULES], [layer_input, selective, modules], full)
         working[kind] = np.where(S.recompute == Recompute.FULL, full, 0.0)
     logits = T * model.vocab_size / S.tp * (ab + 4.0) * (1 + model.mtp_layers)
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),

@@ -16,7 +16,8 @@ from asap.errors import AsapError
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framework
 from asap.spec.legality import legal_rows
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import KEYS, RECOMPUTE, SCHEDULES, Recompute, Schedule, Zero
+from asap.spec.strategy import (KEYS, RECOMPUTE, SCHEDULES, Recompute, Schedule, Zero, recompute_code,
+                                recompute_label)
 from asap.spec.train import TrainSpec
 
 MAX_CP = 32  # context parallelism beyond 32 ranks is not offered by any stack the catalog targets
@@ -45,7 +46,7 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         mbs=[b for b in MICRO_BATCH_SIZES if b <= train.global_batch],
         ep=[d for d in _divisors(model.moe.num_experts) if d <= devices] if model.moe else [1],
         etp=[d for d in EXPERT_TP if d <= scale_up_domain] if model.moe else [1],
-        recompute=[int(r) for r in Recompute], zero=[int(z) for z in Zero], sp=[0, 1],
+        recompute=recompute_candidates(model, framework), zero=[int(z) for z in Zero], sp=[0, 1],
         schedule=[int(s) for s in Schedule],
         dispatcher=list(range(len(DISPATCHERS))) if moe else [DISPATCHERS.index(framework.dispatcher.value)],
         a2a_overlap=[0, 1] if moe else [framework.a2a_overlap],
@@ -53,15 +54,36 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
     labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}
     for key, allowed in framework.offers.items():
         names = labels.get(key)
-        cands[key] = [v for v in cands[key] if (names[v] if names else v) in allowed] or cands[key][:1]
+        cands[key] = [v for v in cands[key] if (_label(key, v, names)) in allowed] or cands[key][:1]
     if moe and len(cands["dispatcher"]) == len(DISPATCHERS):  # every dispatcher offered: price the fastest
         cands["dispatcher"] = [BEST_DISPATCHER]
     for k, v in fixed.items():
-        if k in labels:
+        if k == "recompute":
+            cands[k] = [recompute_code(v)]
+        elif k in labels:
             cands[k] = [labels[k].index(v)]
         elif k not in ("dp", "layer_split"):
             cands[k] = [int(v)]
     return cands
+
+
+def _label(key: str, code: int, names):
+    if key == "recompute":
+        return recompute_label(code)
+    return names[code] if names else code
+
+
+# the module set the planner tries besides none/selective/full where the stack has Megatron-Core's recompute
+# modules: for MoE layers the Model Zoo's recipe (norms and the experts' activation function)
+MOE_RECOMPUTE_MODULES = "layernorm+moe_act"
+
+
+def recompute_candidates(model: ModelSpec, framework) -> list[int]:
+    codes = [int(Recompute.NONE), int(Recompute.SELECTIVE), int(Recompute.FULL)]
+    allowed = framework.offers.get("recompute")
+    if model.moe is not None and (allowed is None or MOE_RECOMPUTE_MODULES in allowed):
+        codes.append(recompute_code(MOE_RECOMPUTE_MODULES))
+    return codes
 
 
 def legal_mask(model: ModelSpec, train: TrainSpec, devices: int, S: StrategyBatch) -> np.ndarray:

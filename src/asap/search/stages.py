@@ -137,8 +137,10 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     a_base, a_full = unit_activations(model, train, base), unit_activations(model, train, full)
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
-    dense_state = sum(state_bytes_per_param(train.precision, base.zero, dense_shard))[0]
-    expert_state = sum(state_bytes_per_param(train.precision, base.zero, edp))[0]
+    fw = get_framework(train.framework, cluster.accelerator.family)
+    g = fw.grad_bytes(train.precision, base.zero)
+    dense_state = sum(state_bytes_per_param(train.precision, base.zero, dense_shard, g))[0]
+    expert_state = sum(state_bytes_per_param(train.precision, base.zero, edp, g))[0]
     states = params.dense[0] * dense_state + params.expert[0] * expert_state
 
     def unit(kind: Unit) -> StageUnit:
@@ -150,7 +152,7 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     units = [unit(Unit.EMBEDDING)]
     units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
     units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
-    fragmentation = get_framework(train.framework, cluster.accelerator.family).fragmentation
+    fragmentation = fw.fragmentation
     hbm = cluster.hbm_gb * GB / (1 + fragmentation) - fixed_allowance_bytes(cluster.accelerator)
     return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
                         hbm_bytes=hbm, base_recompute=s.recompute,

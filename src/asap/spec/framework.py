@@ -44,6 +44,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Mapping
 
+import numpy as np
+
 from asap.errors import AsapError
 
 # the submodules with parameters of a Megatron-DeepSpeed GPT block, each fetched on its own pre-forward hook:
@@ -75,6 +77,17 @@ DISPATCHERS = tuple(d.value for d in Dispatcher)
 BEST_DISPATCHER = len(DISPATCHERS)  # a planner row whose dispatcher is free: the cost model prices the fastest
 
 
+class SelectivePolicy(str, Enum):
+    """What ``recompute=selective`` means in a stack."""
+
+    # Megatron-Core ``--recompute-granularity selective``: the attention kernel, with the norms and activation
+    # functions its recipes checkpoint alongside (``--recompute-modules core_attn layernorm moe_act``)
+    KERNELS = "kernels"
+    # torchtitan ``selective_ac_option = "op"``: saves the outputs of the ops on its save list (matmuls,
+    # attention, reduce-scatters) except every second matmul of a block, and recomputes everything else
+    OP_SAC = "op_sac"
+
+
 class GradSync(str, Enum):
     """When data-parallel gradients are reduced under ZeRO 0/1."""
 
@@ -97,24 +110,36 @@ class Framework:
     elementwise_traffic: float = 1.0  # HBM traffic of norms, RoPE, activations, residuals over fused kernels
     max_zero_with_pp: int = 3  # the deepest ZeRO stage the stack combines with pipeline parallelism
     fragmentation: float = 0.05  # the allocator's reserve beyond the live tensors, as a share of them
+    fsdp_grad_bytes: float = 4.0  # bytes per gradient element that ZeRO-3 accumulates and reduce-scatters
+    selective: SelectivePolicy = SelectivePolicy.KERNELS  # what ``recompute=selective`` recomputes
+
+    def grad_bytes(self, precision: str, zero):
+        """Bytes per gradient element in the buffer and on the wire: fp32 (Megatron turns
+        ``accumulate_allreduce_grads_in_fp32`` on for bf16; FSDP2's ``reduce_dtype`` float32 in torchtitan; ZeRO
+        and XLA keep fp32 master gradients), except the stack's ZeRO-3 where its documented setting reduces
+        in 16 bits (Megatron-FSDP's user guide: ``--grad-reduce-in-bf16``)."""
+        wide = 4.0 if precision == "fp32" else np.where(np.asarray(zero) >= 3, self.fsdp_grad_bytes, 4.0)
+        return np.asarray(wide, dtype=float)
 
 
 _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 
 FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework("megatron", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
-              offers={"schedule": ("1f1b", "interleaved", "zb"), "dispatcher": DISPATCHERS}),
+              offers={"schedule": ("1f1b", "interleaved", "zb"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0),
     Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION),
     Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
-                      "a2a_overlap": (0,)}, zero_default=3, elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC,
-              fragmentation=EAGER_FRAGMENTATION),
+                      "a2a_overlap": (0,), "recompute": ("none", "selective", "full")}, zero_default=3,
+              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fragmentation=EAGER_FRAGMENTATION,
+              selective=SelectivePolicy.OP_SAC),
     Framework("maxtext", GradSync.PER_STEP, True, False, 1, True, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3,
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "recompute": ("none", "selective", "full")},
+              zero_default=3,
               fragmentation=STATIC_FRAGMENTATION),
     Framework("mindspore", GradSync.PER_STEP, True, False, 1, False, Dispatcher.DEDUP, 1,
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),

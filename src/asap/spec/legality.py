@@ -17,7 +17,7 @@ import numpy as np
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS
 from asap.spec.layout import check_layer_split
-from asap.spec.strategy import KEYS, SCHEDULES, Recompute, Schedule, Strategy
+from asap.spec.strategy import KEYS, SCHEDULES, Schedule, Strategy, recompute_code
 
 Cols = Mapping[str, np.ndarray]
 PIPELINE_SCHEDULES_WITH_CHUNKS = (Schedule.INTERLEAVED, Schedule.ZB)
@@ -116,7 +116,7 @@ def strategy_columns(s: Strategy) -> dict[str, np.ndarray]:
     """One strategy as the columns the rules read."""
     cols = {k: np.array([getattr(s, k)], dtype=np.int64) for k in KEYS if k not in ("recompute", "schedule",
                                                                                     "dispatcher", "layer_split")}
-    cols["recompute"] = np.array([Recompute[s.recompute.upper()]], dtype=np.int64)
+    cols["recompute"] = np.array([recompute_code(s.recompute)], dtype=np.int64)
     cols["schedule"] = np.array([SCHEDULES.index(s.schedule)], dtype=np.int64)
     cols["dispatcher"] = np.array([DISPATCHERS.index(s.dispatcher)], dtype=np.int64)
     return cols

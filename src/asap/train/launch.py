@@ -143,6 +143,13 @@ def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type
                                    "(sequence parallelism and the MoE token split shard the sequence)")
     if s.cp > 1 and s.tp > 1 and train.seq_len % (2 * s.cp * s.tp):
         raise AsapError(f"{f}.cp", f"seq_len={train.seq_len} is not divisible by 2*cp*tp={2 * s.cp * s.tp}")
+    if s.recompute not in ("none", "selective", "full"):
+        from asap.train.parallel import TRAINER_RECOMPUTE_MODULES
+
+        missing = [m for m in s.recompute.split("+") if m not in TRAINER_RECOMPUTE_MODULES]
+        if missing:
+            raise AsapError(f"{f}.recompute", f"the reference trainer recomputes the modules "
+                                              f"{', '.join(TRAINER_RECOMPUTE_MODULES)}; not {', '.join(missing)}")
     layout(model, s.pp, s.vpp, s.layer_split)  # the chunks the trainer will cut: AsapError if there are none
     m = s.micro_batches(train.global_batch)
     if s.pp > 1:

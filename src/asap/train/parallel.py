@@ -203,17 +203,31 @@ def expert_params(module: nn.Module) -> list[nn.Parameter]:
 # ------------------------------------------------------------------------------------------------------------
 
 
+# the recompute modules the reference trainer builds (Megatron-Core's names, asap.spec.strategy.RecomputeModule)
+TRAINER_RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe")
+
+
 def apply_ac(model: Transformer, mode: str) -> None:
+    """none; selective (the attention kernel, Korthikanti et al. 2022); full (every block); or a set of modules
+    joined by ``+``, each submodule wrapped in a checkpoint of its own."""
     if mode == "none":
-        return
-    if mode == "selective":
-        for block in model.layers.values():
-            block.attention.recompute_core = True
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    for name, block in list(model.layers.items()):
-        model.layers[name] = checkpoint_wrapper(block, preserve_rng_state=False)
+    if mode == "full":
+        for name, block in list(model.layers.items()):
+            model.layers[name] = checkpoint_wrapper(block, preserve_rng_state=False)
+        return
+    modules = {"core_attn"} if mode == "selective" else set(mode.split("+"))
+    for block in model.layers.values():
+        block.attention.recompute_core = "core_attn" in modules
+        if "layernorm" in modules:
+            block.attention_norm = checkpoint_wrapper(block.attention_norm, preserve_rng_state=False)
+            block.ffn_norm = checkpoint_wrapper(block.ffn_norm, preserve_rng_state=False)
+        if "mlp" in modules and block.feed_forward is not None:
+            block.feed_forward = checkpoint_wrapper(block.feed_forward, preserve_rng_state=False)
+        if "moe" in modules and block.moe is not None:
+            block.moe = checkpoint_wrapper(block.moe, preserve_rng_state=False)
 
 
 # ------------------------------------------------------------------------------------------------------------
