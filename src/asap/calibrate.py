@@ -303,7 +303,7 @@ def _stats(items: list[dict]) -> dict[str, float]:
     flat = [x for it in per_rank for x in it["times_s"]]
     med = statistics.median(medians)
     out = {"time_s": med, "low_s": min(min(flat), med), "high_s": max(max(flat), med),
-           "rel_spread": (max(max(flat), med) - min(min(flat), med)) / med, "repeats": len(flat),
+           "rel_spread": (max(max(flat), med) - min(min(flat), med)) / max(med, 1e-12), "repeats": len(flat),
            "calls": sum(int(it.get("calls", 0)) for it in per_rank)}
     if all("mean_s" in it for it in per_rank):
         out["mean_s"] = statistics.median(it["mean_s"] for it in per_rank)
@@ -365,6 +365,7 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
     memory = {d["name"]: d for d in _merge(raw, "memory")}
     host = {d["name"]: d for d in _merge(raw, "host")}
     collectives = _merge(raw, "collectives")
+    sync_points = _merge(raw, "sync") if raw[0].get("sync") else []
 
     # ---- host overhead per operator: a dispatched operator under autograd, what a training step is made of
     lin = host["linear_fwd_bwd"]
@@ -460,8 +461,13 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
         eff_net = net["busbw_gbps"]["value"] / intra
         if eff_net > 1.0:
             intra, eff_net = net["busbw_gbps"]["value"], 1.0
+    # the host: per operator, the DTensor extra, and the wait of a blocking call between bursts of compute (the
+    # median over group sizes); on a CPU the per-operator cost is the host's alone (no device launch gap)
+    dtensor = host.get("dtensor_op_extra")
+    sync_s = statistics.median(p["time_s"] for p in sync_points) if sync_points else 0.0
     constants = {"gemm_efficiency": eff_gemm, "gemm_half_dim": dh, "hbm_efficiency": eff_hbm,
-                 "kernel_overhead_s": overhead["value"]}
+                 "kernel_overhead_s": 0.0 if dev == "cpu" else overhead["value"], "host_op_s": overhead["value"],
+                 "sync_s": sync_s, **({"dtensor_op_s": dtensor["time_s"]} if dtensor else {})}
     if net:
         constants.update(net_efficiency=eff_net, collective_latency_s=net["collective_latency_s"]["value"])
         if net["hop_latency_s"]["measured"]:
@@ -497,8 +503,12 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
                 pts = [c for c in collectives if c["op"] == op and c["group"] == g]
                 if pts:
                     by_group.append(_group_fit(op, g, pts))
-    fitted = {"kernel_overhead_s": overhead, "hbm_gbps": hbm_gbps_achieved, "gemm_tflops": gemm_tflops,
-              "gemm_half_dim": half_dim, **net}
+    fitted = {"kernel_overhead_s": overhead, "host_op_s": overhead, "hbm_gbps": hbm_gbps_achieved,
+              "gemm_tflops": gemm_tflops, "gemm_half_dim": half_dim, **net}
+    if dtensor:
+        fitted["dtensor_op_s"] = _band(dtensor["time_s"], dtensor["low_s"], dtensor["high_s"])
+    if sync_points:
+        fitted["sync_s"] = _band(sync_s, min(p["low_s"] for p in sync_points), max(p["high_s"] for p in sync_points))
     rel_err = {"gemm": _median_abs_rel([(g["model_s"], g["time_s"]) for g in gemm]),
                "memory": _median_abs_rel([(d["model_s"], d["time_s"]) for d in memory.values()])}
     if collectives:
@@ -514,9 +524,13 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
                  "host": statistics.median(d["rel_spread"] for d in host.values()),
                  **({"collectives": statistics.median(c["rel_spread"] for c in collectives)} if collectives else {})},
              "fitted_rel_range": {k: (v["high"] - v["low"]) / v["value"] for k, v in fitted.items() if v["value"]}}
+    if sync_points:
+        noise["median_rel_spread"]["sync"] = statistics.median(p["rel_spread"] for p in sync_points)
     host_out = {"add_op_s": _clean_stats(host["tiny_add"]),
                 "linear_fwd_bwd_s": _clean_stats(lin), "linear_fwd_bwd_ops": ops,
-                "per_op_s": {k: v for k, v in per_op.items()}}
+                "per_op_s": {k: v for k, v in per_op.items()},
+                **({"dtensor_op_extra_s": _clean_stats(dtensor)} if dtensor else {}),
+                "sync_wait_s": [{"group": p["group"], **_clean_stats(p)} for p in sync_points]}
     warnings = []
     cpus = os.cpu_count() or 1
     if dev == "cpu" and nproc > cpus:
@@ -705,7 +719,9 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
     groups = [g for g in cfg["groups"] if g <= world]
     subgroups = {g: dist.new_group(list(range(g))) for g in groups}
     ms = [(m, n, k) for m in plan["gemm_m"] for n in plan["gemm_nk"] for k in plan["gemm_nk"]]
-    total = len(ms) + 2 + 2 + len(groups) * int(plan["coll_repeats"])
+    total = len(ms) + 2 + 2 + 1 + len(groups) * (int(plan["coll_repeats"]) + 1)
+    # every rank in one group of each size (consecutive ranks), for the synchronised-call measurement
+    partitions = {g: [dist.new_group(list(range(i, i + g))) for i in range(0, world - world % g, g)] for g in groups}
     state = {"done": 0}
     progress_path = Path(cfg["out_dir"]) / "progress.json"
     target, repeats = float(plan["target_s"]), int(plan["repeats"])
@@ -730,7 +746,7 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
 
     tick("starting", 0)
     result: dict[str, Any] = {"rank": rank, "threads": torch.get_num_threads(), "gemm": [], "memory": [],
-                              "host": [], "collectives": []}
+                              "host": [], "collectives": [], "sync": []}
     # GEMMs
     for (m, n, k) in ms:
         a = torch.randn(m, k, device=dev, dtype=dtype)
@@ -766,6 +782,8 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
     ops = _count_ops(step)
     result["host"].append({"name": "linear_fwd_bwd", "ops": ops, **timed(step, repeats, target)})
     tick("host: linear fwd+bwd")
+    result["host"].append(_dtensor_add(torch, dist, dev, dev_kind, world, timed, repeats, target))
+    tick("host: DTensor add")
     # collectives: per group, every (op, size) point's repeats taken in turn, so that a burst of stalls (they
     # last a few tenths of a second here) falls on one repeat of many points, not on every repeat of one
     ag_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -803,11 +821,87 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
         for (op, size), t in zip(points, timings):
             result["collectives"].append({"op": op, "group": g, "bytes": size, **t})
         del fns, points, timings
+    # blocking calls between bursts of compute, every rank in a group of g at once, as a training step
+    # interleaves them: what one costs beyond the compute and the call timed apart (peers late, descheduled)
+    burn_a = torch.randn(64, 64, device=dev, dtype=dtype)
+    small = torch.ones(64, device=dev, dtype=torch.float32)
+    for g in groups:
+        own = partitions[g][rank // g] if rank < len(partitions[g]) * g else None
+        result["sync"].append({"group": g, **_sync_wait(torch, dist, sync, agree, own, burn_a, small, plan)})
+        tick(f"synchronised calls g={g}")
     if rank == 0:
         result["info"] = _info(torch, dev_kind)
     dist.barrier()
     dist.destroy_process_group()
     return result
+
+
+# Compute between two blocking calls in the synchronised-call measurement: about what a small step's layer
+# spends between its collectives
+SYNC_BURST_S = 0.5e-3
+
+
+def _sync_wait(torch, dist, sync, agree, group, a, small, plan) -> dict[str, Any]:
+    """Seconds per call that (compute burst, blocking all-reduce in ``group``) costs beyond the burst alone and
+    the call alone, each loop timed with every rank busy the same way at once; ``times_s`` per repeat."""
+    one = time.perf_counter()
+    torch.mm(a, a)
+    sync()
+    per_mm = max(time.perf_counter() - one, 1e-6)
+    n_mm, calls = agree(max(1, int(SYNC_BURST_S / per_mm)), max(20, int(float(plan["coll_target_s"]) / 2e-3)))
+
+    def burst():
+        for _ in range(n_mm):
+            torch.mm(a, a)
+        sync()
+
+    def call():
+        if group is not None:
+            dist.all_reduce(small, group=group)
+        sync()
+
+    def loop(fn):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) / calls
+
+    for fn in (burst, call):  # warm-up
+        loop(fn)
+    times = []
+    for _ in range(int(plan["coll_repeats"])):
+        t_burst, t_call = loop(burst), loop(call)
+        t_both = loop(lambda: (burst(), call()))
+        times.append(max(0.0, t_both - t_burst - t_call))
+    return {"times_s": times, "burst_s": SYNC_BURST_S, "calls": calls * len(times)}
+
+
+def _dtensor_add(torch, dist, dev, dev_kind: str, world: int, timed, repeats: int, target: float) -> dict[str, Any]:
+    """The extra host time of an operator on DTensors: a column-parallel linear's forward and backward on
+    DTensors (a Shard(0) weight over all ranks, as torch's ColwiseParallel builds it; local compute only)
+    against the same on plain tensors, over the DTensor operators it dispatches."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+
+    mesh = init_device_mesh(dev_kind, (world,))
+    x = torch.randn(8, 16, device=dev)
+    w = torch.randn(16, 16, device=dev)
+    dx = DTensor.from_local(x, mesh, [Replicate()], run_check=False)
+    dw = torch.nn.Parameter(DTensor.from_local(w, mesh, [Shard(0)], run_check=False))
+    pw = torch.nn.Parameter(w.clone())
+
+    def on_dtensors():
+        torch.nn.functional.linear(dx, dw).to_local().sum().backward()
+
+    def on_tensors():
+        torch.nn.functional.linear(x, pw).sum().backward()
+
+    n_dt = max(_count_ops(on_dtensors, of_type=DTensor), 1)
+    plain = timed(on_tensors, repeats, target)
+    dt = timed(on_dtensors, repeats, target)
+    extra = [max(0.0, d - p) / n_dt for d, p in zip(dt["times_s"], plain["times_s"])]
+    return {"name": "dtensor_op_extra", "ops": n_dt, "times_s": extra, "calls": dt["calls"]}
 
 
 # Collective calls at least this long are timed one by one on CPU (the median over calls: gloo over a virtual
@@ -886,16 +980,19 @@ def _timed_many(fns, sync, agree, reps: int, tgt: float, warmup: int, barrier, p
     return out
 
 
-def _count_ops(step) -> int:
-    """Operators one call of ``step`` dispatches (forward and backward), counted by a dispatch mode."""
+def _count_ops(step, of_type=None) -> int:
+    """Operators one call of ``step`` dispatches (forward and backward), counted by a dispatch mode; with
+    ``of_type``, only those with an argument of that tensor subclass (DTensor)."""
     try:
         from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
 
         class Count(TorchDispatchMode):
             n = 0
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                Count.n += 1
+                if of_type is None or any(isinstance(a, of_type) for a in tree_leaves((args, kwargs or {}))):
+                    Count.n += 1
                 return func(*args, **(kwargs or {}))
 
         with Count():

@@ -111,7 +111,8 @@ class DataParallelComm:
 
 
 def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params,
-                       layers_on_stage=1.0, collectives_per_layer: int = 1, grad_bytes=4.0) -> DataParallelComm:
+                       layers_on_stage=1.0, collectives_per_layer: int = 1, grad_bytes=4.0,
+                       zero1_gathers=1.0, weight_bytes=2.0) -> DataParallelComm:
     """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
 
     ZeRO-0/1/2 reduce gradients in large buckets (one collective per step); ZeRO-3 gathers weights module by
@@ -120,12 +121,14 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     gradients a layer at a time (FSDP units; DeepSpeed's reduce buckets), every collective paying its ring
     latency (at thousands of ranks the (g-1) hops become a real cost) and reaching only the bandwidth its chunk
     size allows (``collectives.message_efficiency``). Gradients travel at ``grad_bytes`` per element (the
-    stack's ``Framework.grad_bytes``), weights in 16 bits."""
+    stack's ``Framework.grad_bytes``), weights at ``weight_bytes`` (16 bits; 32 in fp32 runs). ``zero1_gathers``: the weight gathers after a ZeRO-1
+    step (1: bucketed; torch's ZeroRedundancyOptimizer broadcasts each parameter tensor on its own)."""
     d = S.dp * S.cp
     edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
     zero3 = S.zero >= Zero.PARAMETERS
     layers = np.maximum(layers_on_stage, 1.0)
-    n_gather = np.where(zero3, layers * collectives_per_layer, 1.0)
+    n_gather = np.where(zero3, layers * collectives_per_layer,
+                        np.where(S.zero == Zero.OPTIMIZER, np.maximum(zero1_gathers, 1.0), 1.0))
     n_reduce = np.where(zero3, layers, 1.0)  # gradients leave in buckets of at least a layer
     has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
 
@@ -135,7 +138,7 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
 
     grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, grad_bytes, n_reduce),
                     both(reduce_scatter_s, grad_bytes, n_reduce))
-    gather = both(all_gather_s, 2.0, n_gather)
+    gather = both(all_gather_s, weight_bytes, n_gather)
     # ZeRO-3 gathers for forward and again for backward; ZeRO-0 keeps the weights and gathers nothing
     gather = np.where(S.zero == Zero.NONE, 0.0, np.where(zero3, 2 * gather, gather))
     return DataParallelComm(grad_sync_s=grad, param_gather_s=gather)

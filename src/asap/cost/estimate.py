@@ -31,6 +31,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.communication import data_parallel_comm
+from asap.cost.host import step_host_s
 from asap.cost.compute import BWD_GEMM
 from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
@@ -95,7 +96,7 @@ class StageTimes:
 
 
 def _busy(parts):
-    return parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
+    return parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"] + parts["host"]
 
 
 def expert_overlap(model: ModelSpec, S: StrategyBatch, m) -> np.ndarray:
@@ -180,7 +181,8 @@ class DataParallelTerms:
 
 
 def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
-                        layers_on_stage, micro_compute, m, precision: str = "bf16") -> DataParallelTerms:
+                        layers_on_stage, micro_compute, m, precision: str = "bf16",
+                        tensors_on_stage=None) -> DataParallelTerms:
     """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), and how
     much of them hides behind compute.
 
@@ -192,8 +194,9 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     micro-batch (ZeRO-2 keeps only its gradient shard; ZeRO-3 also gathers weights for forward and again for
     backward, prefetching one layer ahead, its first layer's gather exposed). With async collectives (XLA's
     latency-hiding scheduler) any collective may overlap any compute of the step."""
+    zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
-                             fw.grad_bytes(precision, S.zero))
+                             fw.grad_bytes(precision, S.zero), zero1_gathers, 4.0 if precision == "fp32" else 2.0)
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
     zero3 = S.zero >= Zero.PARAMETERS
     kept = zero3 & (S.pp > 1) & fw.fsdp_keeps_params_under_pp
@@ -216,6 +219,8 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     if fw.async_collectives:
         exposed = np.minimum(exposed, np.where(gather_per_mb, m, 1.0) * first_layer_gather
                              + np.maximum(0.0, total - m * micro_compute))
+    if not fw.dp_overlap:  # reduced after the backward, gathered after the step: nothing hides
+        exposed = total
     shard_d, edp = dense_and_expert_shards(S)
     sharded = S.zero >= Zero.OPTIMIZER
     states = dense_params / np.where(sharded, shard_d, 1) + expert_params / np.where(sharded, edp, 1)
@@ -229,9 +234,10 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
 
 
 def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes, dp: DataParallelTerms,
-            bubble, m) -> tuple[dict, dict]:
+            bubble, m, step_host=0.0) -> tuple[dict, dict]:
     """(exposed, breakdown) terms of the step. Overlapped communication still slows the computation it hides
-    behind (the SMs and HBM bandwidth it occupies): the family's ``overlap_tax`` of every hidden second."""
+    behind (the SMs and HBM bandwidth it occupies): the family's ``overlap_tax`` of every hidden second. The
+    host's time (``asap.cost.host``) is its own term: the units' share of every micro-batch and the step's."""
     fam = cluster.accelerator.family_constants
     stage = times.parts
     pp, vpp = S.pp.astype(float), S.vpp.astype(float)
@@ -254,6 +260,7 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
         "dp_comm": dp.exposed_s,
         "bubble": bubble,
         "optimizer": dp.optimizer_s,
+        "host": m * stage["host"] + step_host,
     }
     breakdown = dict(exposed, tp_comm=m * stage["tp"], cp_comm=m * stage["cp_total"], pp_comm=pp_total,
                      dp_comm=dp.total_s, ep_comm=m * (stage["ep"] + stage["ep_hidden"]))
@@ -266,15 +273,19 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     """Price every row of S; ``mem``, ``figures`` and ``unit`` pass what the caller computed already for S (the
     planner prices memory first and prunes by it)."""
     ut = unit if unit is not None else unit_times(model, cluster, train, S, UNIT_KEYS)
-    f = figures if figures is not None else device_figures(model, train, S, ut)
+    f = figures if figures is not None else device_figures(model, train, S, ut,
+                                                           framework_of(train, cluster).selective)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     times = stage_times(model, S, f, m)
     bubble = pipeline_bubble_s(model, S, f, times, m)
     c = times.critical  # the critical device's parameters set the data-parallel traffic
     fw = framework_of(train, cluster)
+    tensors = f.at(f.param_tensors, c)
     dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
-                             times.parts["compute"], m, train.precision)
-    exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m)
+                             times.parts["compute"], m, train.precision, tensors)
+    step_host = step_host_s(cluster, S, fw, f.at(f.layers, c), tensors, m, float(model.moe is not None),
+                            dp.optimizer_s)
+    exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m, step_host)
     if mem is None:
         mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
     return BatchEstimate(

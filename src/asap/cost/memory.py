@@ -209,8 +209,10 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     pipeline stage's gathered weights through its micro-batches (torchtitan) holds them, and the gradients
     it accumulates until the step's one reduce-scatter, unsharded."""
     from asap.cost.units import at, device_figures
+    from asap.spec.framework import SelectivePolicy
 
-    f = figures if figures is not None else device_figures(model, train, S)
+    f = figures if figures is not None else device_figures(
+        model, train, S, selective=framework.selective if framework is not None else SelectivePolicy.KERNELS)
     dense_shard, edp = dense_and_expert_shards(S)
     kept = (S.zero >= Zero.PARAMETERS) & (S.pp > 1) & bool(framework and framework.fsdp_keeps_params_under_pp)
     # kept: the weights stay unsharded through the step, and the gradients accumulate unsharded until the one

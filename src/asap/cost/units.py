@@ -28,6 +28,7 @@ from asap.cost.batch import StrategyBatch, unique_index
 from asap.cost.communication import LayerComm, layer_comm
 from asap.cost.compute import (BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device,
                                layer_compute)
+from asap.cost.host import unit_host_s
 from asap.cost.memory import LAYER_UNITS, activation_bytes_per_layer, module_kept_bytes
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
@@ -37,7 +38,7 @@ from asap.spec.framework import SelectivePolicy, get_framework
 from asap.spec.strategy import Recompute, RecomputeModule, module_recomputed
 from asap.spec.train import TrainSpec
 
-TIME_PARTS = ("compute", "tp", "ep", "cp", "cp_total", "mem")
+TIME_PARTS = ("compute", "tp", "ep", "cp", "cp_total", "mem", "host")
 
 
 def _columns(n: int, **by_unit) -> np.ndarray:
@@ -59,6 +60,8 @@ def recompute_extra_s(lc: LayerCompute, fwd, recompute, moe: bool, selective: Se
     op off its save list); under a module set the sum of the modules' forwards (``LayerCompute``)."""
     if selective == SelectivePolicy.OP_SAC:
         sel = 0.5 * (lc.moe_gemm_fwd_s if moe else lc.dense_gemm_fwd_s) + lc.memory_bound_fwd_s
+    elif selective == SelectivePolicy.CORE_ATTN:
+        sel = lc.attn_core_fwd_s
     else:
         sel = lc.attn_core_fwd_s + lc.memory_bound_fwd_s
     per_module = lc.moe_module_fwd_s if moe else lc.dense_module_fwd_s
@@ -111,15 +114,17 @@ def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     lc = layer_compute(model, cluster.accelerator, train, S)
     cm = layer_comm(model, cluster, train, S)
     n = len(S)
-    selective = get_framework(train.framework, cluster.accelerator.family).selective
-    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, selective)
-    moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, selective)
+    fw = get_framework(train.framework, cluster.accelerator.family)
+    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, fw.selective)
+    moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, fw.selective)
            if model.moe else dense)
-    parts = {k: _columns(n, dense=dense[k], moe=moe[k], mtp=moe[k]) for k in TIME_PARTS}
+    parts = {k: _columns(n, dense=dense[k], moe=moe[k], mtp=moe[k]) for k in TIME_PARTS if k != "host"}
     # the embedding lookup (memory-bound, backward scatters twice the bytes); the LM head and loss run once
     # per prediction depth (the main head and every MTP module's)
     parts["compute"][:, Unit.EMBEDDING] = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
     parts["compute"][:, Unit.HEAD] = lc.head_fwd_s * (1 + BWD_GEMM) * (1 + model.mtp_layers)
+    device = parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
+    parts["host"] = unit_host_s(model, cluster, fw, S, device)
     return UnitTimes(parts=parts, lc=lc, cm=cm, row=row)
 
 
@@ -135,6 +140,22 @@ def moe_layer_params(model: ModelSpec) -> tuple[float, float]:
     dense = (model.attention_params() + 2 * model.hidden_size + model.hidden_size * mo.num_experts
              + mo.shared_experts * model.expert_params())
     return dense, mo.num_experts * model.expert_params()
+
+
+def unit_tensors(model: ModelSpec, S: StrategyBatch) -> np.ndarray:
+    """[N, len(Unit)] parameter tensors per unit (what an optimizer steps one by one and ZeRO-1 gathers one by
+    one in torch's ZeroRedundancyOptimizer): attention (Q, K, V, O; MLA's down/up projections and latent norms),
+    two norms, the MLP (3 gated, 2 plain) or the router, the grouped experts and the shared experts."""
+    gated = 3 if model.gated else 2
+    if model.mla is not None:
+        attn = (3 if model.mla.q_lora_rank else 1) + 3 + 1
+    else:
+        attn = 4
+    dense_layer = attn + 2 + gated
+    moe_layer = attn + 2 + 1 + gated + (gated if model.moe is not None and model.moe.shared_experts else 0)
+    layer = moe_layer if model.moe is not None else dense_layer
+    head = np.where((S.pp > 1) | (not model.tie_embeddings), 2.0, 1.0)  # final norm, untied output
+    return _columns(len(S), embedding=1.0, dense=dense_layer, moe=moe_layer, mtp=layer + 2, head=head)
 
 
 @dataclass
@@ -182,7 +203,10 @@ class UnitActivations:
     once: np.ndarray  # [N, len(Unit)] bytes that live for one micro-batch only (the logits)
 
 
-def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> UnitActivations:
+def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
+                     selective: SelectivePolicy = SelectivePolicy.KERNELS) -> UnitActivations:
+    """Activation bytes per unit; ``selective`` is the stack's policy (recomputing the attention kernel alone
+    stores what no recompute stores: flash attention keeps only its inputs and output)."""
     n = len(S)
     ab = act_bytes(train.precision)
     T = S.mbs * train.seq_len / S.cp
@@ -190,10 +214,11 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> Un
     kept, working = {}, {}
     for kind, is_moe in (("dense", False), ("moe", model.moe is not None)):
         full = activation_bytes_per_layer(model, train, S, moe=is_moe)
-        selective = activation_bytes_per_layer(model, train, S, moe=is_moe, selective=True)
+        sel_kept = (full if selective == SelectivePolicy.CORE_ATTN
+                    else activation_bytes_per_layer(model, train, S, moe=is_moe, selective=True))
         modules = module_kept_bytes(model, train, S, moe=is_moe)
         kept[kind] = np.select([S.recompute == Recompute.FULL, S.recompute == Recompute.SELECTIVE,
-                                S.recompute >= Recompute.MODULES], [layer_input, selective, modules], full)
+                                S.recompute >= Recompute.MODULES], [layer_input, sel_kept, modules], full)
         working[kind] = np.where(S.recompute == Recompute.FULL, full, 0.0)
     logits = T * model.vocab_size / S.tp * (ab + 4.0) * (1 + model.mtp_layers)
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
@@ -278,6 +303,7 @@ class DeviceFigures:
     layers: np.ndarray  # transformer layers and MTP modules
     kept_bytes: np.ndarray  # activations kept per in-flight micro-batch
     once_bytes: np.ndarray  # the logits of one micro-batch (the head's device)
+    param_tensors: np.ndarray  # parameter tensors the device holds
     largest_layer_params: np.ndarray  # [n] the model's largest transformer layer on one device
     working_bytes: np.ndarray  # [n] the largest layer re-materialised under full recompute
     time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n, K] seconds per micro-batch
@@ -296,19 +322,21 @@ class DeviceFigures:
         return replace(self, row=self.row[rows])
 
 
-def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None) -> DeviceFigures:
+def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
+                   selective: SelectivePolicy = SelectivePolicy.KERNELS) -> DeviceFigures:
     """Parameters and activations of every representative device, and its times when the units' are given,
     once per distinct combination of DEVICE_KEYS."""
     first, row = unique_index(S, DEVICE_KEYS)
     sub = S.take(first)
     st = stages_of(model, sub)
-    params, acts = unit_params(model, sub), unit_activations(model, train, sub)
+    params, acts = unit_params(model, sub), unit_activations(model, train, sub, selective)
     kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
     layer_mask = np.isin(np.arange(len(UNITS)), LAYER_UNITS).astype(float)
-    dense_p, expert_p, kept, once = st.per_device(params.dense, params.expert, acts.kept, acts.once)
+    dense_p, expert_p, kept, once, tensors = st.per_device(params.dense, params.expert, acts.kept, acts.once,
+                                                           unit_tensors(model, sub))
     figures = DeviceFigures(
         row=row, layout_id=st.layout_id, layouts=st.layouts, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
-        kept_bytes=kept, once_bytes=once,
+        kept_bytes=kept, once_bytes=once, param_tensors=tensors,
         largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
         working_bytes=np.max(acts.working[:, kinds], axis=1))
     if ut is not None:

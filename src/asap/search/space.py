@@ -80,8 +80,9 @@ MOE_RECOMPUTE_MODULES = "layernorm+moe_act"
 
 def recompute_candidates(model: ModelSpec, framework) -> list[int]:
     codes = [int(Recompute.NONE), int(Recompute.SELECTIVE), int(Recompute.FULL)]
-    allowed = framework.offers.get("recompute")
-    if model.moe is not None and (allowed is None or MOE_RECOMPUTE_MODULES in allowed):
+    offered = framework.recompute_modules
+    wanted = MOE_RECOMPUTE_MODULES.split("+")
+    if model.moe is not None and (offered is None or all(m in offered for m in wanted)):
         codes.append(recompute_code(MOE_RECOMPUTE_MODULES))
     return codes
 

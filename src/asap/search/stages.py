@@ -131,13 +131,13 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
 
     def unit_time(t):
         ep = np.maximum(t["ep"] - t["compute"], 0.0) if paired else t["ep"]
-        return (t["compute"] + t["tp"] + ep + t["cp"])[0]
+        return (t["compute"] + t["tp"] + ep + t["cp"] + t["host"])[0]
 
     time_base, time_full = unit_time(t_base), unit_time(t_full)
-    a_base, a_full = unit_activations(model, train, base), unit_activations(model, train, full)
+    fw = get_framework(train.framework, cluster.accelerator.family)
+    a_base, a_full = (unit_activations(model, train, b, fw.selective) for b in (base, full))
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
-    fw = get_framework(train.framework, cluster.accelerator.family)
     g = fw.grad_bytes(train.precision, base.zero)
     dense_state = sum(state_bytes_per_param(train.precision, base.zero, dense_shard, g))[0]
     expert_state = sum(state_bytes_per_param(train.precision, base.zero, edp, g))[0]

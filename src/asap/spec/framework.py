@@ -39,7 +39,7 @@ Sources, per entry:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from types import MappingProxyType
 from typing import Mapping
@@ -86,6 +86,46 @@ class SelectivePolicy(str, Enum):
     # torchtitan ``selective_ac_option = "op"``: saves the outputs of the ops on its save list (matmuls,
     # attention, reduce-scatters) except every second matmul of a block, and recomputes everything else
     OP_SAC = "op_sac"
+    # the attention kernel alone (Korthikanti et al. 2022's definition; the reference trainer)
+    CORE_ATTN = "core_attn"
+
+
+@dataclass(frozen=True)
+class HostOps:
+    """Operators a stack's host dispatches per micro-batch (forward, backward), and per step in its optimizer.
+
+    ``dense_layer`` / ``moe_layer`` / ``ends`` (embedding, final norm, head and loss): (forward, backward)
+    operator counts; ``per_local_expert``: what each expert a rank holds adds to an MoE layer (a loop over
+    experts; 0 with grouped GEMMs); ``optimizer_per_tensor``: the optimizer's operators per parameter tensor it
+    steps; ``dtensor_share``: the share of a tensor-parallel layer's operators that run on DTensors, without
+    and with sequence parallelism (0 where TP is built on plain tensors)."""
+
+    dense_layer: tuple[float, float]
+    moe_layer: tuple[float, float]
+    per_local_expert: tuple[float, float]
+    ends: tuple[float, float]
+    optimizer_per_tensor: float
+    dtensor_share: tuple[float, float] = (0.0, 0.0)
+
+
+# The reference trainer (asap.train.model), counted by a dispatch mode over one forward and one backward
+# (tests/test_host_overhead.py recounts them): a dense block 97 + 156 operators; an MoE block 126 + 193 plus 8 +
+# 23 per local expert (its experts run in a loop); embedding, final norm, head and cross-entropy 13 + 18; AdamW
+# (torch's single-tensor path on CPU) 13 per tensor. Under tensor parallelism (DTensor, torch's
+# parallelize_module) 34% of a layer's operators run on DTensors, 55% with sequence parallelism.
+EAGER_HOST_OPS = HostOps(dense_layer=(97, 156), moe_layer=(126, 193), per_local_expert=(8, 23), ends=(13, 18),
+                         optimizer_per_tensor=13, dtensor_share=(0.34, 0.55))
+# torchtitan: the same eager module structure (the reference trainer follows it), grouped-GEMM experts
+TORCHTITAN_HOST_OPS = replace(EAGER_HOST_OPS, per_local_expert=(0, 0), optimizer_per_tensor=0.1)
+# Transformer Engine stacks (Megatron-Core, MindSpeed): fused norm+linear, fused attention, fused RoPE and
+# bias-activation kernels, grouped expert GEMMs, a multi-tensor fused Adam: about a third of the eager count
+FUSED_HOST_OPS = HostOps(dense_layer=(35, 55), moe_layer=(60, 90), per_local_expert=(0, 0), ends=(8, 12),
+                         optimizer_per_tensor=0.1)
+# Megatron-DeepSpeed: Megatron's fused kernels without Transformer Engine, experts in a loop (DeepSpeed-MoE)
+DEEPSPEED_HOST_OPS = replace(FUSED_HOST_OPS, dense_layer=(50, 80), per_local_expert=(8, 23))
+# XLA compiles the whole step: the host launches one program
+COMPILED_HOST_OPS = HostOps(dense_layer=(0, 0), moe_layer=(0, 0), per_local_expert=(0, 0), ends=(0, 0),
+                            optimizer_per_tensor=0)
 
 
 class GradSync(str, Enum):
@@ -112,6 +152,15 @@ class Framework:
     fragmentation: float = 0.05  # the allocator's reserve beyond the live tensors, as a share of them
     fsdp_grad_bytes: float = 4.0  # bytes per gradient element that ZeRO-3 accumulates and reduce-scatters
     selective: SelectivePolicy = SelectivePolicy.KERNELS  # what ``recompute=selective`` recomputes
+    host_ops: HostOps = field(default=FUSED_HOST_OPS)  # what its host dispatches (``asap.cost.host``)
+    # ZeRO-1's weight gather after the optimizer step: one collective per parameter tensor (torch's
+    # ZeroRedundancyOptimizer broadcasts each from its owner) instead of a bucketed all-gather
+    zero1_gather_per_tensor: bool = False
+    # the data-parallel collectives overlap compute (bucketed reduction during backward, gathers during the
+    # next forward); False: they run after the backward, exposed
+    dp_overlap: bool = True
+    # the Megatron-Core recompute modules the stack offers for ``recompute=a+b`` (None: all of them)
+    recompute_modules: tuple[str, ...] | None = None
 
     def grad_bytes(self, precision: str, zero):
         """Bytes per gradient element in the buffer and on the wire: fp32 (Megatron turns
@@ -130,26 +179,35 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1,
-              fragmentation=EAGER_FRAGMENTATION),
+              fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=()),
     Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
-                      "a2a_overlap": (0,), "recompute": ("none", "selective", "full")}, zero_default=3,
+                      "a2a_overlap": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fragmentation=EAGER_FRAGMENTATION,
-              selective=SelectivePolicy.OP_SAC),
+              selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=()),
     Framework("maxtext", GradSync.PER_STEP, True, False, 1, True, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "recompute": ("none", "selective", "full")},
-              zero_default=3,
-              fragmentation=STATIC_FRAGMENTATION),
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3,
+              fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=()),
     Framework("mindspore", GradSync.PER_STEP, True, False, 1, False, Dispatcher.DEDUP, 1,
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),
+    # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
+    # torch's ZeroRedundancyOptimizer for zero 1 (a broadcast per parameter tensor after the step), FSDP2 per
+    # block for zero 2/3, DTensor TP, torch.distributed.pipelining, eager kernels, experts in a loop
+    Framework("asap", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
+              offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,)},
+              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fragmentation=EAGER_FRAGMENTATION,
+              selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
+              dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe")),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
-DEFAULT_BY_FAMILY = {"tpu": "maxtext", "ascend": "mindspore"}  # every other family: megatron
+# every other family: megatron; a CPU is where the reference trainer runs
+DEFAULT_BY_FAMILY = {"tpu": "maxtext", "ascend": "mindspore", "cpu": "asap"}
 
 
 def default_framework(accelerator_family: str) -> str:
-    """GPU stacks default to Megatron, TPUs to MaxText, Ascend to MindSpore (design.md)."""
+    """GPU stacks default to Megatron, TPUs to MaxText, Ascend to MindSpore (design.md); CPUs to the reference
+    trainer (``asap run``), whose semantics a CPU estimate has to follow."""
     return DEFAULT_BY_FAMILY.get(accelerator_family, "megatron")
 
 

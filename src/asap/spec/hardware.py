@@ -43,6 +43,13 @@ class Family:
         (g-1 steps), all-reduce as a tree at scale (2 log2 g steps) (NCCL tuning docs; nccl-tests latencies).
     overlap_tax: fraction of an overlapped collective's duration added to the computation it hides behind:
         NCCL kernels occupy SMs (16-32 channels of 132 SMs on H100) and HBM bandwidth while they run.
+    host_op_s: host time to dispatch one framework operator (PyTorch eager: the Python frame, the dispatcher,
+        the launch; ~3-10 us), priced per operator the stack's host runs (``asap.cost.host``).
+    dtensor_op_s: the extra host time of an operator on DTensors (sharding propagation and the subclass's
+        Python dispatch), for tensor-parallel layers built on DTensor (torchtitan, the reference trainer).
+    sync_s: the wait of one blocking collective call beyond its transfer and latency: what a rank waits for
+        peers that are descheduled when processes outnumber cores; 0 on dedicated devices; measured by
+        ``asap calibrate``.
     tp_overlap: fraction of tensor-parallel communication hidden behind the neighbouring GEMMs by the
         generation's usual stack (Megatron-Core --tp-comm-overlap with Transformer Engine userbuffers and
         torchtitan's async TP on Hopper; none in the 2021-22 Megatron-LM that A100 runs used, Korthikanti 2022
@@ -61,6 +68,12 @@ class Family:
     hop_latency_s: float = 5e-6
     overlap_tax: float = 0.15
     tp_overlap: float = 0.0
+    host_op_s: float = 6e-6
+    dtensor_op_s: float = 20e-6
+    sync_s: float = 0.0
+    # the host runs ahead of an accelerator (kernels queue; the host only shows where it is slower than the
+    # device); a CPU runs its operators on the host itself, so host and compute add up
+    async_host: bool = True
 
 
 _FAMILY_TABLE = (
@@ -111,14 +124,18 @@ _FAMILY_TABLE = (
            fp8_gemm_efficiency=0.50, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=30e-6,
            kernel_overhead_s=6e-6),
     # A CPU runs BLAS at a fair share of its vector peak; gloo over loopback is memory-copy bound.
+    # Its per-operator cost is the host's (``host_op_s``, PyTorch eager on one core: ~3 us), priced per
+    # operator the framework dispatches, so the roofline adds no launch gap of its own (kernel_overhead_s 0).
     Family(name="cpu", gemm_efficiency=0.50, gemm_half_dim=32.0, attention_efficiency=0.30,
            fp8_gemm_efficiency=0.50, hbm_efficiency=0.60, net_efficiency=0.50, collective_latency_s=50e-6,
-           kernel_overhead_s=10e-6),
+           kernel_overhead_s=0.0, host_op_s=3e-6, async_host=False),
 )
 # read-only: an accelerator carries its own constants (``Accelerator.efficiency``); a cluster file's
 # ``efficiency`` mapping, or ``dataclasses.replace``, makes a variant, never a change to this table
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in _FAMILY_TABLE})
-EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k != "name")
+EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k not in ("name", "async_host"))
+# constants that may be 0 (the others are positive)
+ZERO_ALLOWED_KEYS = ("tp_overlap", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "sync_s")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -551,7 +568,7 @@ def efficiency_from_dict(d: Any, base: Family, field_name: str) -> Family:
     for k, v in d.items():
         if k not in EFFICIENCY_KEYS:
             raise AsapError(f"{field_name}.{k}", f"unknown constant (known: {', '.join(EFFICIENCY_KEYS)})")
-        x = float(v) if k in ("tp_overlap", "overlap_tax") and v == 0 else _positive_number(v, f"{field_name}.{k}")
+        x = float(v) if k in ZERO_ALLOWED_KEYS and v == 0 else _positive_number(v, f"{field_name}.{k}")
         if (k.endswith("efficiency") or k in ("tp_overlap", "overlap_tax")) and x > 1:
             raise AsapError(f"{field_name}.{k}", f"is a fraction of peak, at most 1, got {v!r}")
         values[k] = x

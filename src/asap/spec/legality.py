@@ -17,7 +17,7 @@ import numpy as np
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS
 from asap.spec.layout import check_layer_split
-from asap.spec.strategy import KEYS, SCHEDULES, Schedule, Strategy, recompute_code
+from asap.spec.strategy import KEYS, RECOMPUTE, SCHEDULES, Schedule, Strategy, recompute_code
 
 Cols = Mapping[str, np.ndarray]
 PIPELINE_SCHEDULES_WITH_CHUNKS = (Schedule.INTERLEAVED, Schedule.ZB)
@@ -122,12 +122,30 @@ def strategy_columns(s: Strategy) -> dict[str, np.ndarray]:
     return cols
 
 
+def unoffered_modules(recompute: str, framework) -> list[str]:
+    """The recompute modules of a module-set value that the stack does not offer ([] for none/selective/full)."""
+    if recompute in RECOMPUTE or framework.recompute_modules is None:
+        return []
+    return [m for m in recompute.split("+") if m not in framework.recompute_modules]
+
+
+def _modules_error(recompute: str, framework, field: str) -> AsapError | None:
+    missing = unoffered_modules(recompute, framework)
+    if not missing:
+        return None
+    offered = ", ".join(framework.recompute_modules) or "none"
+    return AsapError(f"{field}.recompute", f"recompute module {missing[0]} is not available in {framework.name} "
+                                           f"(its recompute modules: {offered})")
+
+
 def check_offered(values: Mapping[str, Any], framework, field: str = "fix") -> None:
     """Raise AsapError for the first pinned value the framework does not offer (``plan --fix``)."""
     for key, allowed in framework.offers.items():
         if key in values and values[key] not in allowed:
             raise AsapError(f"{field}.{key}", f"{key}={values[key]} is not available in {framework.name} "
                                               f"(offers {', '.join(map(str, allowed))})")
+    if "recompute" in values and (err := _modules_error(values["recompute"], framework, field)) is not None:
+        raise err
 
 
 def first_broken_rule(s: Strategy, model, train, devices: int, field: str = "strategy",
@@ -145,6 +163,8 @@ def first_broken_rule(s: Strategy, model, train, devices: int, field: str = "str
             if value not in allowed:
                 return AsapError(f"{field}.{key}", f"{key}={value} is not available in {framework.name} "
                                                    f"(offers {', '.join(map(str, allowed))})")
+        if (err := _modules_error(s.recompute, framework, field)) is not None:
+            return err
     if s.layer_split:
         try:
             check_layer_split(s.layer_split, model.num_layers, s.pp * s.vpp, f"{field}.layer_split")
