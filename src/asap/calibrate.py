@@ -410,13 +410,14 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
     # ---- collectives: net_efficiency (against intra_node_gbps), collective_latency_s and hop_latency_s
     # through collectives.all_reduce_s / all_gather_s, and, per group size, NCCL's busbw convention
     fit_cluster = base.with_devices(nproc) if nproc <= base.num_devices else base
-    fit_cluster = replace(fit_cluster, scale_up_domain=max(fit_cluster.scale_up_domain, nproc))
+    fit_cluster = replace(fit_cluster, scale_up_domain=max(fit_cluster.scale_up_domain, nproc), measured=None)
     groups = sorted({c["group"] for c in collectives})
     net: dict[str, Any] = {}
     if collectives:
-        ops_ = [c["op"] for c in collectives]
-        sizes = np.array([c["bytes"] for c in collectives], dtype=float)
-        gs = np.array([c["group"] for c in collectives], dtype=float)
+        fit_pts = [c for c in collectives if c["op"] != "broadcast"]  # the formulas price reductions and gathers
+        ops_ = [c["op"] for c in fit_pts]
+        sizes = np.array([c["bytes"] for c in fit_pts], dtype=float)
+        gs = np.array([c["group"] for c in fit_pts], dtype=float)
         is_ar = np.array([o == "all_reduce" for o in ops_])
         fit_hop = len(groups) > 1  # a growth per rank needs two group sizes at least
 
@@ -435,9 +436,9 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
             p = _fit(lambda q: predict(q, acc_fit), x0, lo, hi, times)
             return p + ([] if fit_hop else [fam.hop_latency_s])
 
-        mid = net_fit([c["time_s"] for c in collectives])
-        fast = net_fit([c["low_s"] for c in collectives])
-        slow = net_fit([c["high_s"] for c in collectives])
+        mid = net_fit([per_call_s(c) for c in fit_pts])
+        fast = net_fit([c["low_s"] for c in fit_pts])
+        slow = net_fit([c["high_s"] for c in fit_pts])
         intra = acc.intra_node_gbps
         net = {"busbw_gbps": _band(mid[0] * intra, slow[0] * intra, fast[0] * intra),
                "collective_latency_s": _band(mid[1], fast[1], slow[1]),
@@ -483,6 +484,12 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
                    "hbm_gbps": _round(hbm_gbps), "intra_node_gbps": _round(intra),
                    "inter_node_gbps": acc.inter_node_gbps, "devices_per_node": acc.devices_per_node,
                    "scale_up_domain": acc.scale_up_domain, "interconnect": acc.interconnect}
+    blocks = [d for name, d in host.items() if name.startswith("block_")]
+    host_op = overhead
+    if blocks:  # a real layer's operators cost more than a bare Linear's: fitted through the unit pricing
+        fitted_op = _host_op_from_blocks(blocks, accelerator, constants, prec)
+        host_op = {k: max(fitted_op[k], overhead[k]) for k in ("value", "low", "high")}
+        constants["host_op_s"] = _round(host_op["value"])
 
     # ---- what the written constants predict for every point measured (the model's own error here)
     written = _written_accelerator(accelerator, constants)
@@ -498,12 +505,12 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
         for c in collectives:
             f = coll.all_reduce_s if c["op"] == "all_reduce" else coll.all_gather_s
             c["model_s"] = float(f(cl, float(c["bytes"]), c["group"], 1))
-        for op in ("all_reduce", "all_gather"):
+        for op in ("all_reduce", "all_gather", "broadcast"):
             for g in groups:
                 pts = [c for c in collectives if c["op"] == op and c["group"] == g]
                 if pts:
                     by_group.append(_group_fit(op, g, pts))
-    fitted = {"kernel_overhead_s": overhead, "host_op_s": overhead, "hbm_gbps": hbm_gbps_achieved,
+    fitted = {"kernel_overhead_s": overhead, "host_op_s": host_op, "hbm_gbps": hbm_gbps_achieved,
               "gemm_tflops": gemm_tflops, "gemm_half_dim": half_dim, **net}
     if dtensor:
         fitted["dtensor_op_s"] = _band(dtensor["time_s"], dtensor["low_s"], dtensor["high_s"])
@@ -566,20 +573,52 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
             "scale_up_domain": base.scale_up_domain, "efficiency": constants, "measured": measured}
 
 
+def _host_op_from_blocks(blocks: list[dict], accelerator: dict, constants_so_far: dict,
+                         precision: str) -> dict[str, float]:
+    """The host's time per operator of a real layer: each block's measured forward + backward less what the cost
+    model's own unit pricing gives for its computation (``asap.cost.units``, with the constants fitted above),
+    over the operators it dispatched; the median over the blocks (and over their fastest / slowest repeats)."""
+    from asap.cost.batch import StrategyBatch
+    from asap.cost.units import unit_times
+    from asap.spec.hardware import cluster_from_dict
+    from asap.spec.layout import Unit
+    from asap.spec.strategy import complete_strategy
+    from asap.spec.train import TrainSpec
+
+    cluster = cluster_from_dict({"accelerator": dict(accelerator, devices_per_node=1), "devices_per_node": 1,
+                                 "nodes": 1, "efficiency": dict(constants_so_far, host_op_s=0.0, sync_s=0.0)})
+    S = StrategyBatch.from_strategies([complete_strategy({"dp": 1}, 1)])
+    per_op = {"value": [], "low": [], "high": []}
+    for b in blocks:
+        train = TrainSpec(1, int(b["seq"]), precision, framework="asap")
+        ut = unit_times(block_spec(int(b["hidden"]), int(b["seq"])), cluster, train, S)
+        compute = float(ut.parts["compute"][0, Unit.DENSE])
+        for key, t in (("value", b["time_s"]), ("low", b["low_s"]), ("high", b["high_s"])):
+            per_op[key].append(max(t - compute, 0.0) / max(int(b["ops"]), 1))
+    return {k: statistics.median(v) for k, v in per_op.items()}
+
+
 def _band(value: float, *others: float) -> dict[str, float]:
     """A fitted figure and the range of its refits on the fastest and the slowest repeats (value included)."""
     return {"value": value, "low": min(value, *others), "high": max(value, *others)}
 
 
+def per_call_s(point: dict[str, Any]) -> float:
+    """What a run pays per call on average: the mean over the calls timed one by one (their stalls included:
+    a step waits for every one of them), else the median of the loop means."""
+    return float(point.get("mean_s") or point["time_s"])
+
+
 def _group_fit(op: str, g: int, pts: list[dict]) -> dict[str, Any]:
     """Latency (intercept) and bus bandwidth (slope) of one collective over one group size, NCCL's busbw
     convention: all-reduce moves 2 (g-1)/g S, all-gather (g-1)/g S of its gathered buffer S, at busbw, after a
-    fixed latency; a least-squares line in relative terms (each point weighted by 1 / its time)."""
+    fixed latency; a least-squares line in relative terms (each point weighted by 1 / its time) through the
+    mean time per call (``per_call_s``)."""
     import numpy as np
 
     factor = 2.0 * (g - 1) / g if op == "all_reduce" else (g - 1) / g
     x = np.array([factor * p["bytes"] for p in pts], dtype=float)
-    t = np.array([p["time_s"] for p in pts], dtype=float)
+    t = np.array([per_call_s(p) for p in pts], dtype=float)
     w = 1.0 / t
     A = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
     lat, inv_bw = np.linalg.lstsq(A, t * w, rcond=None)[0]
@@ -587,7 +626,7 @@ def _group_fit(op: str, g: int, pts: list[dict]) -> dict[str, Any]:
         lat, inv_bw = float(np.median(t)), 0.0
     elif lat < 0:  # no visible intercept: the line through the origin
         lat, inv_bw = 0.0, float(np.sum(w * w * x * t) / np.sum(w * w * x * x))
-    points = [{"bytes": int(p["bytes"]), **_clean_stats(p), "busbw_gbps": factor * p["bytes"] / p["time_s"] / 1e9,
+    points = [{"bytes": int(p["bytes"]), **_clean_stats(p), "busbw_gbps": factor * p["bytes"] / per_call_s(p) / 1e9,
                "model_s": p.get("model_s")} for p in pts]
     return {"op": op, "group": int(g), "latency_s": float(lat),
             "busbw_gbps": float(1.0 / inv_bw / 1e9) if inv_bw > 0 else None, "points": points}
@@ -717,7 +756,6 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
                             timeout=timedelta(seconds=float(cfg["pg_timeout_s"])),
                             **({"device_id": dev} if dev_kind == "cuda" else {}))
     groups = [g for g in cfg["groups"] if g <= world]
-    subgroups = {g: dist.new_group(list(range(g))) for g in groups}
     ms = [(m, n, k) for m in plan["gemm_m"] for n in plan["gemm_nk"] for k in plan["gemm_nk"]]
     total = len(ms) + 2 + 2 + 1 + len(groups) * (int(plan["coll_repeats"]) + 1)
     # every rank in one group of each size (consecutive ranks), for the synchronised-call measurement
@@ -784,15 +822,20 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
     tick("host: linear fwd+bwd")
     result["host"].append(_dtensor_add(torch, dist, dev, dev_kind, world, timed, repeats, target))
     tick("host: DTensor add")
+    for hidden, seq in HOST_BLOCKS:
+        result["host"].append(_block_step(torch, dev, dtype, hidden, seq, timed, repeats, target))
+    tick("host: transformer blocks")
     # collectives: per group, every (op, size) point's repeats taken in turn, so that a burst of stalls (they
     # last a few tenths of a second here) falls on one repeat of many points, not on every repeat of one
     ag_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     coll_reps = int(plan["coll_repeats"])
     for g in groups:
-        sub = subgroups[g]
-        member = rank < g
+        # every rank in a group of g at once (consecutive ranks), as a run's tensor- or data-parallel groups
+        # communicate side by side: the figures are a loaded machine's, not one lone group's
+        sub = partitions[g][rank // g] if rank < len(partitions[g]) * g else None
+        member = sub is not None
         points, fns = [], []
-        for op in ("all_reduce", "all_gather"):
+        for op in ("all_reduce", "all_gather", "broadcast"):
             for size in plan["coll_bytes"]:
                 size = int(size) // (4 * g) * (4 * g)
                 if op == "all_reduce":
@@ -800,6 +843,11 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
 
                     def fn(buf=buf, sub=sub):
                         dist.all_reduce(buf, group=sub)
+                elif op == "broadcast":  # from the group's first rank (torch's ZeRO-1 broadcasts each tensor)
+                    buf = torch.ones(size // 4, device=dev, dtype=torch.float32)
+
+                    def fn(buf=buf, sub=sub, src=rank // g * g):
+                        dist.broadcast(buf, src=src, group=sub)
                 else:
                     full = torch.empty(size // 4, device=dev, dtype=torch.float32)
                     part = torch.ones(size // 4 // g, device=dev, dtype=torch.float32)
@@ -875,6 +923,35 @@ def _sync_wait(torch, dist, sync, agree, group, a, small, plan) -> dict[str, Any
         t_both = loop(lambda: (burst(), call()))
         times.append(max(0.0, t_both - t_burst - t_call))
     return {"times_s": times, "burst_s": SYNC_BURST_S, "calls": calls * len(times)}
+
+
+# Transformer blocks (hidden size, tokens) of the reference trainer, timed forward + backward: what a small step's
+# layer costs its host. Head size 32, 4 heads of which 2 KV, SwiGLU of twice the hidden size.
+HOST_BLOCKS = ((64, 32), (128, 64))
+
+
+def block_spec(hidden: int, seq: int):
+    """The ``ModelSpec`` of one ``HOST_BLOCKS`` block (one layer): what the cost model prices it as."""
+    from asap.spec.model import model_from_dict
+
+    return model_from_dict(dict(name=f"block-{hidden}x{seq}", num_layers=1, hidden_size=hidden,
+                                ffn_hidden_size=2 * hidden, num_attention_heads=hidden // 32, num_kv_heads=max(1, hidden // 64),
+                                vocab_size=64, activation="swiglu"))
+
+
+def _block_step(torch, dev, dtype, hidden: int, seq: int, timed, repeats: int, target: float) -> dict[str, Any]:
+    from asap.train.model import ModelArgs, TransformerBlock, rope_table
+
+    args = ModelArgs.from_spec(block_spec(hidden, seq), seq)
+    block = TransformerBlock(0, args).to(device=dev, dtype=dtype)
+    rope = rope_table(args.rope_dim, seq, args.rope_theta).to(dev)
+    x = torch.randn(1, seq, hidden, device=dev, dtype=dtype, requires_grad=True)
+
+    def step():
+        block(x, rope).sum().backward()
+
+    return {"name": f"block_{hidden}x{seq}", "hidden": hidden, "seq": seq, "ops": _count_ops(step),
+            **timed(step, repeats, target)}
 
 
 def _dtensor_add(torch, dist, dev, dev_kind: str, world: int, timed, repeats: int, target: float) -> dict[str, Any]:

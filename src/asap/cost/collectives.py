@@ -89,8 +89,29 @@ def message_efficiency(chunk_bytes):
     return chunk / (chunk + HALF_BANDWIDTH_CHUNK_BYTES)
 
 
+def measured_line(cluster: Cluster, op: str, group):
+    """(latency s, bus bandwidth B/s) per group from a calibrated cluster's own measurements of ``op``
+    (``measured.collectives``: one line per group size, every rank of the machine in a group of that size at
+    once), interpolated in log2(group) between the sizes measured and held at the ends; None for a cluster
+    without them. What one machine measured is what its collectives cost, whatever the formula would say."""
+    m = cluster.measured
+    lines = [c for c in (m or {}).get("collectives", ()) if c.get("op") == op and c.get("busbw_gbps")]
+    if not lines:
+        return None
+    lines.sort(key=lambda c: c["group"])
+    x = np.log2([float(c["group"]) for c in lines])
+    lg = np.log2(np.maximum(np.asarray(group, dtype=float), 2.0))
+    lat = np.interp(lg, x, [float(c["latency_s"]) for c in lines])
+    bw = np.interp(lg, x, [float(c["busbw_gbps"]) * 1e9 for c in lines])
+    return lat, bw
+
+
 def all_reduce_s(cluster: Cluster, size_bytes, group, stride):
     g = np.maximum(group, 1)
+    line = measured_line(cluster, "all_reduce", g)
+    if line is not None:
+        t = line[0] + 2.0 * (g - 1) / g * size_bytes / line[1]
+        return np.where(g > 1, t, 0.0)
     _, spans, busbw = _link(cluster, g, stride)
     busbw = busbw * message_efficiency(size_bytes / g)
     t = 2.0 * (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans, ring=False)
@@ -100,13 +121,33 @@ def all_reduce_s(cluster: Cluster, size_bytes, group, stride):
 def all_gather_s(cluster: Cluster, size_bytes, group, stride):
     """``size_bytes`` is the gathered (full) buffer; reduce-scatter costs the same."""
     g = np.maximum(group, 1)
+    line = measured_line(cluster, "all_gather", g)
+    if line is not None:
+        t = line[0] + (g - 1) / g * size_bytes / line[1]
+        return np.where(g > 1, t, 0.0)
     _, spans, busbw = _link(cluster, g, stride)
     busbw = busbw * message_efficiency(size_bytes / g)
     t = (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans)
     return np.where(g > 1, t, 0.0)
 
 
-reduce_scatter_s = all_gather_s
+def broadcast_s(cluster: Cluster, size_bytes, group, stride):
+    """One rank's ``size_bytes`` to the rest of the group: a calibrated machine's broadcast line, else as an
+    all-gather of the same buffer (a pipelined broadcast moves as many bytes per link)."""
+    g = np.maximum(group, 1)
+    line = measured_line(cluster, "broadcast", g)
+    if line is not None:
+        return np.where(g > 1, line[0] + (g - 1) / g * size_bytes / line[1], 0.0)
+    return all_gather_s(cluster, size_bytes, group, stride)
+
+
+def reduce_scatter_s(cluster: Cluster, size_bytes, group, stride):
+    """As an all-gather of the same buffer, except on a calibrated gloo machine: gloo has no reduce-scatter and
+    torch runs it as an all-reduce (``ProcessGroupGloo``), so it costs what that machine's all-reduce costs."""
+    m = cluster.measured
+    if m is not None and m.get("backend") == "gloo" and measured_line(cluster, "all_reduce", group) is not None:
+        return all_reduce_s(cluster, size_bytes, group, stride)
+    return all_gather_s(cluster, size_bytes, group, stride)
 
 
 def _tier_Bps(cluster: Cluster) -> tuple[float, float]:
@@ -119,8 +160,11 @@ def _tier_Bps(cluster: Cluster) -> tuple[float, float]:
 def all_to_all_s(cluster: Cluster, size_bytes, group, stride):
     """``size_bytes`` leaves each device, spread evenly over the group (EP token dispatch or combine): the
     (g-k)/g leaving the domain on the scale-out tier, the (k-1)/g staying in it on the scale-up tier, at once."""
-    intra, inter = _tier_Bps(cluster)
     g = np.maximum(group, 1)
+    line = measured_line(cluster, "all_gather", g)
+    if line is not None:  # a calibrated machine: its all-gather's pattern of g-1 messages per rank
+        return np.where(g > 1, line[0] + (g - 1) / g * size_bytes / line[1], 0.0)
+    intra, inter = _tier_Bps(cluster)
     k = members_per_domain(cluster, g, stride)
     off_domain = size_bytes * (g - k) / g / inter
     on_domain = size_bytes * (k - 1) / g / intra

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.collectives import (all_gather_s, all_reduce_s, expert_dispatch_s, p2p_s,
+from asap.cost.collectives import (all_gather_s, all_reduce_s, broadcast_s, expert_dispatch_s, p2p_s,
                                    reduce_scatter_s, spans_domains)
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
@@ -139,6 +139,9 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, grad_bytes, n_reduce),
                     both(reduce_scatter_s, grad_bytes, n_reduce))
     gather = both(all_gather_s, weight_bytes, n_gather)
+    if np.any(zero1_gathers > 1.0) if np.ndim(zero1_gathers) else zero1_gathers > 1.0:
+        # ZeRO-1 by torch's ZeroRedundancyOptimizer: each tensor broadcast from the rank that stepped it
+        gather = np.where(S.zero == Zero.OPTIMIZER, both(broadcast_s, weight_bytes, n_gather), gather)
     # ZeRO-3 gathers for forward and again for backward; ZeRO-0 keeps the weights and gathers nothing
     gather = np.where(S.zero == Zero.NONE, 0.0, np.where(zero3, 2 * gather, gather))
     return DataParallelComm(grad_sync_s=grad, param_gather_s=gather)

@@ -295,11 +295,19 @@ class Cluster:
     scale_up_domain: int = 0
     # provenance of a calibrated cluster file (``asap calibrate``): its ``measured`` block, validated; None otherwise
     measured: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # the accelerator as written (a calibrated CPU's figures are the share of the machine each of its measured
+    # processes had; ``accelerator`` is rescaled to the share each of this cluster's devices gets)
+    written_accelerator: Accelerator | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.scale_up_domain <= 0:
             default = self.accelerator.scale_up_domain or self.devices_per_node
             object.__setattr__(self, "scale_up_domain", default)
+        if self.written_accelerator is None:
+            object.__setattr__(self, "written_accelerator", self.accelerator)
+        if self.accelerator.family == "cpu" and self.measured is not None:
+            object.__setattr__(self, "accelerator", cpu_share(self.written_accelerator, self.measured,
+                                                              self.num_devices))
 
     @property
     def num_devices(self) -> int:
@@ -609,6 +617,27 @@ def _custom_accelerator(d: dict) -> Accelerator:
         devices_per_node=_positive_int(d.get("devices_per_node", 8), "cluster.accelerator.devices_per_node"),
         scale_up_domain=_scale_up_domain(d, "cluster.accelerator.scale_up_domain"),
         interconnect=str(d.get("interconnect", "nvlink")), source="user-supplied")
+
+
+def cpu_share(acc: Accelerator, measured: Mapping[str, Any], devices: int) -> Accelerator:
+    """A calibrated CPU's figures for a job of ``devices`` processes. ``asap calibrate`` measured P processes of
+    max(1, C // P) threads on C cores, all busy: each had min(threads, C / P) cores for its GEMMs and streams
+    and min(1, C / P) for its single-threaded host work. A job of n processes gets min(max(1, C // n), C / n) and
+    min(1, C / n): the figures scale by the ratio (``asap run`` starts its processes the same way)."""
+    P = int(measured.get("processes") or devices)
+    C = int((measured.get("machine") or {}).get("cpu_count") or P)
+    if P == devices or P <= 0 or C <= 0:
+        return acc
+
+    def cores(n: int) -> tuple[float, float]:
+        return min(max(1, C // n), C / n), min(1.0, C / n)
+
+    (c_job, h_job), (c_cal, h_cal) = cores(devices), cores(P)
+    f_compute, f_host = c_job / c_cal, h_job / h_cal
+    fam = acc.efficiency
+    eff = replace(fam, host_op_s=fam.host_op_s / f_host, dtensor_op_s=fam.dtensor_op_s / f_host)
+    return replace(acc, peak_tflops={k: v * f_compute for k, v in acc.peak_tflops.items()},
+                   hbm_gbps=acc.hbm_gbps * f_compute, efficiency=eff)
 
 
 def load_cluster(spec: str | dict | Cluster, nodes: int | None = None, devices: int | None = None) -> Cluster:
