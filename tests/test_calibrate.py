@@ -287,3 +287,39 @@ def test_cli_bad_input_is_one_line(tmp_path, args, field):
     proc = run_cli("calibrate", *args, "--json", cwd=tmp_path)
     assert_one_line_error(proc, field)
     assert proc.stdout == ""
+
+
+def test_the_torch_executor_prices_trials_with_this_machines_calibration(calibrated, tmp_path, monkeypatch):
+    """``asap calibrate`` keeps a copy as this machine's calibration; the torch executor's cluster is that file
+    (a foreign one, another hostname, is passed over for the catalog's local-cpu)."""
+    import shutil
+
+    from asap.calibrate import find_machine_calibration, machine_calibration_path
+    from asap.execute.torch_exec import TorchExecutor
+    from asap.spec.loader import load_model
+    from asap.spec.train import TrainSpec
+
+    _, path, _ = calibrated
+    monkeypatch.setenv("ASAP_DATA_DIR", str(tmp_path))
+    ex = TorchExecutor(load_model("tiny-dense"), TrainSpec(4, 32, "fp32"))
+    assert find_machine_calibration("cpu") is None and ex.cluster(2).measured is None
+    mine = machine_calibration_path("cpu")
+    mine.parent.mkdir(parents=True)
+    shutil.copy(path, mine)
+    assert find_machine_calibration("cpu") == mine
+    assert ex.cluster(2).measured is not None and ex.calibration == mine
+    doc = _doc(mine)
+    doc["measured"]["machine"]["hostname"] = "elsewhere"
+    mine.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert find_machine_calibration("cpu") is None and ex.cluster(2).measured is None
+
+
+def test_estimate_says_which_figures_were_measured(calibrated, cli):
+    _, path, _ = calibrated
+    measured = json.loads(cli("estimate", "-m", "tiny-dense", "-c", str(path), "-b", "4", "-s", "32",
+                              "--precision", "fp32", "--json").stdout)["figures"]
+    assert measured["source"] == "calibration" and "host_op_s" in measured["measured"]
+    assert "attention_efficiency" in measured["catalog"]
+    catalog = json.loads(cli("estimate", "-m", "tiny-dense", "-c", "local-cpu", "-b", "4", "-s", "32",
+                             "--precision", "fp32", "--json").stdout)["figures"]
+    assert catalog["source"] == "catalog" and catalog["measured"] == []

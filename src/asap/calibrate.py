@@ -94,15 +94,44 @@ class CalibrationFailed(RuntimeError):
 # ------------------------------------------------------------------------------------------------------------
 
 
+def machine_calibration_path(device: str = "cpu") -> Path:
+    """Where this machine's own calibration is kept (``asap calibrate`` writes a copy there): the user's data
+    folder (platformdirs; ``ASAP_DATA_DIR`` overrides it), ``calibrations/<hostname>-<cpu|cuda>.yaml``."""
+    import socket
+
+    base = os.environ.get("ASAP_DATA_DIR")
+    if not base:
+        from platformdirs import user_data_dir
+
+        base = user_data_dir("asap")
+    return Path(base) / "calibrations" / f"{socket.gethostname()}-{device}.yaml"
+
+
+def find_machine_calibration(device: str = "cpu") -> Path | None:
+    """This machine's calibration if there is one and it is this machine's (``check_calibration_file``)."""
+    from asap.errors import AsapError
+    from asap.spec.hardware import check_calibration_file
+
+    path = machine_calibration_path(device)
+    if not path.exists():
+        return None
+    try:
+        check_calibration_file(str(path), this_machine=True)
+    except AsapError:
+        return None
+    return path
+
+
 def calibrate(cluster: Any, devices: int | None = None, out: str | Path | None = None, quick: bool = False,
               progress: Callable[[str, int, int], None] | None = None, *, device: str = "auto",
-              timeout_s: float | None = None) -> dict[str, Any]:
+              timeout_s: float | None = None, remember: bool = False) -> dict[str, Any]:
     """Measure this machine and write ``out`` (a cluster file); returns ``{cluster_file, measured, time_s}``.
 
     ``cluster``: the cluster being calibrated (a preset, a file, a mapping or a Cluster) whose accelerator
     gives the family and the nominal peaks the efficiencies are expressed against; ``devices`` overrides its
     device count (``--devices``). Processes: that count, at most 2 x cpu_count on CPU (at least 2) or the GPUs
-    visible on CUDA. ``progress(label, done, total)`` is called as the workers go.
+    visible on CUDA. ``progress(label, done, total)`` is called as the workers go. ``remember`` also keeps a
+    copy as this machine's calibration (``machine_calibration_path``), which the torch executor reads.
     """
     from asap.spec.hardware import load_cluster
 
@@ -117,6 +146,10 @@ def calibrate(cluster: Any, devices: int | None = None, out: str | Path | None =
     if out is not None:
         write_cluster_file(doc, out)
         load_cluster(str(out))  # what it wrote, every --cluster option reads
+    if remember:
+        mine = machine_calibration_path(dev)
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        write_cluster_file(doc, mine)
     else:
         from asap.spec.hardware import cluster_from_dict
 

@@ -74,7 +74,7 @@ def calibrate_command(
                 progress.update(task, description=label, completed=done, total=total)
 
             result = calibrate(cluster, devices=devices, out=out, quick=quick, progress=on_progress, device=device,
-                               timeout_s=timeout)
+                               timeout_s=timeout, remember=True)
     except CalibrationFailed as e:
         print(f"error: calibration failed ({e.kind}): {e.reason}", file=sys.stderr)
         raise typer.Exit(1)
@@ -85,7 +85,7 @@ def calibrate_command(
         return
     out_console.print(summary_table(result))
     out_console.print(f"wrote {result['cluster_file']} in {result['time_s']:.1f} s; use it as --cluster "
-                      f"{result['cluster_file']}")
+                      f"{result['cluster_file']} (kept as this machine's calibration for the torch executor too)")
 
 
 def summary_table(result) -> Table:
@@ -96,7 +96,10 @@ def summary_table(result) -> Table:
     for col, just in (("figure", "left"), ("value", "right"), ("low", "right"), ("high", "right")):
         table.add_column(col, justify=just)
     rows = (("GEMM asymptote TFLOP/s per device", "gemm_tflops", 1.0), ("gemm_half_dim", "gemm_half_dim", 1.0),
-            ("memory GB/s per device", "hbm_gbps", 1.0), ("host overhead per operator (us)", "kernel_overhead_s", 1e6),
+            ("memory GB/s per device", "hbm_gbps", 1.0), ("bare operator (us)", "kernel_overhead_s", 1e6),
+            ("host time per operator of a layer (us)", "host_op_s", 1e6),
+            ("DTensor extra per operator (us)", "dtensor_op_s", 1e6),
+            ("wait per blocking call between compute (us)", "sync_s", 1e6),
             ("collective bus bandwidth GB/s", "busbw_gbps", 1.0),
             ("collective launch latency (us)", "collective_latency_s", 1e6),
             ("hop latency per ring step (us)", "hop_latency_s", 1e6))

@@ -75,14 +75,18 @@ def estimate(
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
     from asap.cost.estimate import estimate as run_estimate
 
+    from asap.spec.hardware import figures_provenance
+
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
     est = run_estimate(m, c, t, strategy)
+    figures = figures_provenance(c)
     if json_out:
-        print_json(est.to_dict())
+        print_json({**est.to_dict(), "figures": figures})
         return
     out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name} · {est.strategy}")
     out_console.print(estimate_table(est))
     out_console.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    out_console.print(figures_line(figures), highlight=False)
     if explain:
         mem = Table(title="peak memory per device (GiB)")
         mem.add_column("term")
@@ -92,6 +96,13 @@ def estimate(
         out_console.print(mem)
         for line in est.evidence:
             out_console.print(f"  · {line}")
+
+
+def figures_line(figures: dict) -> str:
+    if figures["source"] == "catalog":
+        return f"figures: the catalog's ({figures['catalog'][0].split(': ', 1)[-1]}); no calibration of this cluster"
+    return (f"figures: measured on {figures['machine']} {figures['date']} with {figures['processes']} processes "
+            f"({', '.join(figures['measured'])}); the catalog's: {', '.join(figures['catalog']) or 'none'}")
 
 
 @app.command()

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
+from asap.errors import AsapError
 from asap.execute.base import Executor, Failure, Measurement, Result
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
@@ -25,6 +27,24 @@ class TorchExecutor(Executor):
         self.device, self.profile_dir, self.timeout_s = device, profile_dir, timeout_s
         self.seed, self.data, self.lr = seed, data, lr
         self.trials = 0
+        self.calibration = None  # this machine's calibration (``asap calibrate``), when there is one
+
+    def cluster(self, devices: int):
+        """The cluster a trial of ``devices`` processes runs on, as the cost model should price it: this machine's
+        calibration when ``asap calibrate`` made one here (CPU runs), else the catalog's local-cpu."""
+        from asap.calibrate import find_machine_calibration
+        from asap.spec.hardware import load_cluster
+
+        if self.device in ("auto", "cpu"):
+            self.calibration = find_machine_calibration("cpu")
+        return load_cluster(str(self.calibration) if self.calibration else "local-cpu", devices=devices)
+
+    def predict(self, strategy: Strategy):
+        """The cost model's estimate of ``strategy`` on this machine (``cluster``)."""
+        from asap.cost.estimate import estimate
+
+        train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
+        return estimate(self.model, self.cluster(strategy.devices), train, strategy)
 
     def _run(self, strategy: Strategy | str | dict) -> Result:
         from asap.train.launch import RunFailed, resolve_run_strategy, run
@@ -39,5 +59,13 @@ class TorchExecutor(Executor):
                     timeout_s=self.timeout_s)
         except RunFailed as e:
             return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
+        details = r.to_dict()
+        if r.device == "cpu":  # what the cost model says of the same trial on this machine's figures
+            cluster = self.cluster(s.devices)
+            details["cluster"] = str(self.calibration) if self.calibration else "local-cpu (catalog)"
+            from asap.cost.estimate import estimate
+
+            with contextlib.suppress(AsapError):  # a strategy the cost model refuses still ran: no prediction
+                details["predicted_step_time_s"] = estimate(self.model, cluster, train, s).step_time_s
         return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
-                           losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=r.to_dict())
+                           losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)

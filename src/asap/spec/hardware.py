@@ -538,6 +538,18 @@ def _check_numbers(obj: Any, where: str, depth: int) -> None:
             raise AsapError(where, f"must be a finite, non-negative number, got {obj!r}")
 
 
+def figures_provenance(cluster: "Cluster") -> dict[str, Any]:
+    """Which of a cluster's figures were measured on the machine (``asap calibrate``) and which are the
+    catalog's (datasheet peaks and the family's fitted constants)."""
+    m = cluster.measured
+    if m is None:
+        return {"source": "catalog", "measured": [],
+                "catalog": ["every figure: " + (cluster.accelerator.source or cluster.accelerator.name)]}
+    measured = sorted(m.get("fitted", {})) + (["collectives by group size"] if m.get("collectives") else [])
+    return {"source": "calibration", "date": m.get("date"), "machine": (m.get("machine") or {}).get("hostname"),
+            "processes": m.get("processes"), "measured": measured, "catalog": list(m.get("not_measured", []))}
+
+
 def check_calibration_file(cluster: "str | dict | Cluster", this_machine: bool = True) -> dict[str, Any]:
     """Refuse, with one AsapError line, a cluster that is not a calibration (no ``measured`` block) or, with
     ``this_machine``, one made on another machine (another hostname or CPU count). Returns the calibration's
