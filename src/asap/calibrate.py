@@ -498,10 +498,12 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
     # the host: per operator, the DTensor extra, and the wait of a blocking call between bursts of compute (the
     # median over group sizes); on a CPU the per-operator cost is the host's alone (no device launch gap)
     dtensor = host.get("dtensor_op_extra")
+    functional = host.get("functional_call_extra")
     sync_s = statistics.median(p["time_s"] for p in sync_points) if sync_points else 0.0
     constants = {"gemm_efficiency": eff_gemm, "gemm_half_dim": dh, "hbm_efficiency": eff_hbm,
                  "kernel_overhead_s": 0.0 if dev == "cpu" else overhead["value"], "host_op_s": overhead["value"],
-                 "sync_s": sync_s, **({"dtensor_op_s": dtensor["time_s"]} if dtensor else {})}
+                 "sync_s": sync_s, **({"dtensor_op_s": dtensor["time_s"]} if dtensor else {}),
+                 **({"dtensor_call_s": functional["time_s"]} if functional else {})}
     if net:
         constants.update(net_efficiency=eff_net, collective_latency_s=net["collective_latency_s"]["value"])
         if net["hop_latency_s"]["measured"]:
@@ -547,6 +549,8 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
               "gemm_tflops": gemm_tflops, "gemm_half_dim": half_dim, **net}
     if dtensor:
         fitted["dtensor_op_s"] = _band(dtensor["time_s"], dtensor["low_s"], dtensor["high_s"])
+    if functional:
+        fitted["dtensor_call_s"] = _band(functional["time_s"], functional["low_s"], functional["high_s"])
     if sync_points:
         fitted["sync_s"] = _band(sync_s, min(p["low_s"] for p in sync_points), max(p["high_s"] for p in sync_points))
     rel_err = {"gemm": _median_abs_rel([(g["model_s"], g["time_s"]) for g in gemm]),
@@ -570,6 +574,7 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
                 "linear_fwd_bwd_s": _clean_stats(lin), "linear_fwd_bwd_ops": ops,
                 "per_op_s": {k: v for k, v in per_op.items()},
                 **({"dtensor_op_extra_s": _clean_stats(dtensor)} if dtensor else {}),
+                **({"functional_call_extra_s": _clean_stats(functional)} if functional else {}),
                 "sync_wait_s": [{"group": p["group"], **_clean_stats(p)} for p in sync_points]}
     warnings = []
     cpus = os.cpu_count() or 1
@@ -910,6 +915,8 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
         own = partitions[g][rank // g] if rank < len(partitions[g]) * g else None
         result["sync"].append({"group": g, **_sync_wait(torch, dist, sync, agree, own, burn_a, small, plan)})
         tick(f"synchronised calls g={g}")
+    pair = partitions[groups[0]][rank // groups[0]] if rank < len(partitions[groups[0]]) * groups[0] else None
+    result["host"].append(_functional_call_extra(torch, dist, dev, pair, timed, plan))
     if rank == 0:
         result["info"] = _info(torch, dev_kind)
     dist.barrier()
@@ -960,7 +967,7 @@ def _sync_wait(torch, dist, sync, agree, group, a, small, plan) -> dict[str, Any
 
 # Transformer blocks (hidden size, tokens) of the reference trainer, timed forward + backward: what a small step's
 # layer costs its host. Head size 32, 4 heads of which 2 KV, SwiGLU of twice the hidden size.
-HOST_BLOCKS = ((64, 32), (128, 64))
+HOST_BLOCKS = ((128, 64), (256, 128))
 
 
 def block_spec(hidden: int, seq: int):
@@ -985,6 +992,31 @@ def _block_step(torch, dev, dtype, hidden: int, seq: int, timed, repeats: int, t
 
     return {"name": f"block_{hidden}x{seq}", "hidden": hidden, "seq": seq, "ops": _count_ops(step),
             **timed(step, repeats, target)}
+
+
+def _functional_call_extra(torch, dist, dev, group, timed, plan) -> dict[str, Any]:
+    """What a collective costs more through torch's functional collectives (the path DTensor's redistributes
+    take: the work queued on the process group's thread, then waited on) than called directly: an all-gather
+    of 32 KiB in the smallest group, every rank in one, both ways; per call."""
+    import torch.distributed._functional_collectives as fc
+
+    x = torch.ones(8 * KIB, device=dev)
+    g = dist.get_world_size(group) if group is not None else 1
+    out = torch.empty(g * x.numel(), device=dev)
+    gather = getattr(fc, "all_gather_single", None) or fc.all_gather_tensor
+
+    def direct():
+        if group is not None:
+            dist.all_gather_into_tensor(out, x, group=group)
+
+    def functional():
+        if group is not None:
+            fc.wait_tensor(gather(x, 0, group))
+
+    reps, tgt = int(plan["coll_repeats"]), float(plan["coll_target_s"])
+    d, f = timed(direct, reps, tgt, min_calls=COLL_MIN_CALLS), timed(functional, reps, tgt, min_calls=COLL_MIN_CALLS)
+    return {"name": "functional_call_extra", "ops": 1, "calls": f["calls"],
+            "times_s": [max(0.0, b - a) for a, b in zip(d["times_s"], f["times_s"])]}
 
 
 def _dtensor_add(torch, dist, dev, dev_kind: str, world: int, timed, repeats: int, target: float) -> dict[str, Any]:

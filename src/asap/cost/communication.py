@@ -7,7 +7,8 @@ etp), edp (stride etp*ep).
 
 Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per activation:
 - TP (Shoeybi et al. 2019; with SP, Korthikanti 2022 sec. 4.2.2): a dense layer does two all-reduces of
-  T h ab in forward and two in backward (with SP an all-gather + reduce-scatter pair costs the same); full
+  T h ab in forward and two in backward (with SP each is an all-gather + reduce-scatter pair: the same bytes,
+  two calls' latency); full
   recompute repeats the forward pair. An MoE layer keeps the attention pair (and the shared-expert pair); the
   routed experts exchange tokens by all-to-all instead. The family's ``tp_overlap`` share of it hides behind
   the GEMMs (estimate.py); the rest is exposed.
@@ -55,6 +56,7 @@ class LayerComm:
     ep_s: np.ndarray
     cp_fwd_s: np.ndarray  # one forward ring pass; backward is 2x
     pp_msg_s: np.ndarray  # one p2p message between stages
+    tp_pair_s: np.ndarray  # one TP exchange of a micro-batch's T h ab (the embedding's and the head's)
     dispatcher: np.ndarray  # the dispatcher priced (index into DISPATCHERS; the fastest for BEST_DISPATCHER rows)
 
 
@@ -64,7 +66,10 @@ def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     T = S.mbs * train.seq_len / S.cp
     T_sp = T / np.where(S.sp > 0, S.tp, 1)
     passes = np.where(S.recompute == Recompute.FULL, 3, 2)  # forward, backward, and the recomputed forward
-    tp_pair = all_reduce_s(cluster, T * h * ab, S.tp, 1)
+    # a block's TP exchange: one all-reduce, or under SP an all-gather and a reduce-scatter of the same bytes
+    # (two calls, two latencies)
+    tp_pair = np.where(S.sp > 0, all_gather_s(cluster, T * h * ab, S.tp, 1) + reduce_scatter_s(cluster, T * h * ab, S.tp, 1),
+                       all_reduce_s(cluster, T * h * ab, S.tp, 1))
     tp_dense = 2 * passes * tp_pair
     if model.moe is not None:
         mo = model.moe
@@ -91,7 +96,7 @@ def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     pp_spans = spans_domains(cluster, S.pp, S.tp * S.cp * S.dp)
     pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
     return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, pp_msg_s=pp_msg,
-                     dispatcher=dispatcher)
+                     tp_pair_s=np.broadcast_to(tp_pair, np.shape(tp_dense)), dispatcher=dispatcher)
 
 
 def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch):

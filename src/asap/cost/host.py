@@ -9,6 +9,7 @@ counts per stack in ``asap.spec.framework.HostOps``.
 Per unit and micro-batch (a time part of ``asap.cost.units``, beside compute):
 
     host_u = ops_u * host_op_s + dtensor_share * ops_u * dtensor_op_s + calls_u * sync_s
+             + tp_calls_u * dtensor_call_s   (stacks whose TP runs on DTensor)
 
 - ops_u: the stack's operators for the unit, forward + backward, the forward again under full recompute; an
   MoE layer adds ``per_local_expert`` for each of the num_experts / ep experts a rank holds; the head carries
@@ -18,7 +19,8 @@ Per unit and micro-batch (a time part of ``asap.cost.units``, beside compute):
   parallelism (the all-reduces after the attention and MLP blocks, and their transposes in backward), 4 with it
   (all-gather + reduce-scatter pairs), for each of the 2 passes (3 under full recompute); expert parallelism 3
   in forward (token counts, dispatch, combine) and 2 in backward (+3 under full recompute); context
-  parallelism cp - 1 ring steps forward and 2 (cp - 1) backward.
+  parallelism cp - 1 ring steps forward and 2 (cp - 1) backward; the embedding and the head one TP exchange each
+  (2 calls with SP, 1 without).
 
 On an accelerator the host runs ahead of the device (kernels queue): a unit shows only the host time beyond
 its device time, max(0, host_u - device_u). A CPU runs the operators on the host itself: host_u adds up.
@@ -66,17 +68,27 @@ def unit_ops(model: ModelSpec, fw: Framework, S: StrategyBatch) -> np.ndarray:
     return out
 
 
-def unit_calls(model: ModelSpec, S: StrategyBatch) -> np.ndarray:
-    """[n, len(Unit)] blocking collective calls per unit and micro-batch."""
+def tp_calls(model: ModelSpec, S: StrategyBatch) -> np.ndarray:
+    """[n, len(Unit)] tensor-parallel collective calls per unit and micro-batch."""
     full = S.recompute == Recompute.FULL
     n_pass = np.where(full, 3.0, 2.0)
     tp = np.where(S.tp > 1, np.where(S.sp > 0, CALLS_PER_TP_PASS[1], CALLS_PER_TP_PASS[0]) * n_pass, 0.0)
+    vocab = np.where(S.tp > 1, np.where(S.sp > 0, 2.0, 1.0), 0.0)  # the embedding's and the head's exchange
+    out = np.zeros((len(S), len(UNITS)))
+    out[:, Unit.DENSE] = out[:, Unit.MOE] = out[:, Unit.MTP] = tp
+    out[:, Unit.EMBEDDING] = out[:, Unit.HEAD] = vocab
+    return out
+
+
+def unit_calls(model: ModelSpec, S: StrategyBatch) -> np.ndarray:
+    """[n, len(Unit)] blocking collective calls per unit and micro-batch: TP's (``tp_calls``), EP's, CP's."""
+    full = S.recompute == Recompute.FULL
     cp = np.where(S.cp > 1, 3.0 * (S.cp - 1), 0.0)
     ep = np.where(S.ep > 1, EP_CALLS_FORWARD * (1.0 + full) + EP_CALLS_BACKWARD, 0.0)
-    out = np.zeros((len(S), len(UNITS)))
-    out[:, Unit.DENSE] = tp + cp
-    out[:, Unit.MOE] = tp + cp + (ep if model.moe is not None else 0.0)
-    out[:, Unit.MTP] = out[:, Unit.MOE] if model.moe is not None else out[:, Unit.DENSE]
+    out = tp_calls(model, S)
+    out[:, Unit.DENSE] += cp
+    out[:, Unit.MOE] += cp + (ep if model.moe is not None else 0.0)
+    out[:, Unit.MTP] += cp + (ep if model.moe is not None else 0.0)
     return out
 
 
@@ -86,7 +98,11 @@ def unit_host_s(model: ModelSpec, cluster: Cluster, fw: Framework, S: StrategyBa
     fam = cluster.accelerator.family_constants
     ops = unit_ops(model, fw, S)
     share = np.where(S.tp > 1, np.where(S.sp > 0, fw.host_ops.dtensor_share[1], fw.host_ops.dtensor_share[0]), 0.0)
-    host = ops * fam.host_op_s + share[:, None] * ops * fam.dtensor_op_s + unit_calls(model, S) * fam.sync_s
+    calls = unit_calls(model, S)
+    # a stack whose TP runs on DTensor issues its TP collectives through functional collectives
+    dtensor_calls = tp_calls(model, S) * (fw.host_ops.dtensor_share[0] > 0)
+    host = (ops * fam.host_op_s + share[:, None] * ops * fam.dtensor_op_s + calls * fam.sync_s
+            + dtensor_calls * fam.dtensor_call_s)
     return np.maximum(0.0, host - device_s) if fam.async_host else host
 
 

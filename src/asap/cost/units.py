@@ -123,6 +123,11 @@ def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     # per prediction depth (the main head and every MTP module's)
     parts["compute"][:, Unit.EMBEDDING] = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
     parts["compute"][:, Unit.HEAD] = lc.head_fwd_s * (1 + BWD_GEMM) * (1 + model.mtp_layers)
+    # tensor parallelism around the vocabulary: the vocab-parallel embedding's reduction (an all-reduce, with SP
+    # a reduce-scatter forward and an all-gather backward) and the head's input gather (with SP an all-gather
+    # forward and a reduce-scatter backward; without, the backward's all-reduce): one exchange each
+    parts["tp"][:, Unit.EMBEDDING] = cm.tp_pair_s
+    parts["tp"][:, Unit.HEAD] = cm.tp_pair_s * (1 + model.mtp_layers)
     device = parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
     parts["host"] = unit_host_s(model, cluster, fw, S, device)
     return UnitTimes(parts=parts, lc=lc, cm=cm, row=row)

@@ -47,6 +47,8 @@ class Family:
         the launch; ~3-10 us), priced per operator the stack's host runs (``asap.cost.host``).
     dtensor_op_s: the extra host time of an operator on DTensors (sharding propagation and the subclass's
         Python dispatch), for tensor-parallel layers built on DTensor (torchtitan, the reference trainer).
+    dtensor_call_s: the extra host time of a collective issued through torch's functional collectives (DTensor's
+        redistributes: queued on the process group's thread, then waited on) over a direct call.
     sync_s: the wait of one blocking collective call beyond its transfer and latency: what a rank waits for
         peers that are descheduled when processes outnumber cores; 0 on dedicated devices; measured by
         ``asap calibrate``.
@@ -70,6 +72,7 @@ class Family:
     tp_overlap: float = 0.0
     host_op_s: float = 6e-6
     dtensor_op_s: float = 20e-6
+    dtensor_call_s: float = 0.0
     sync_s: float = 0.0
     # the host runs ahead of an accelerator (kernels queue; the host only shows where it is slower than the
     # device); a CPU runs its operators on the host itself, so host and compute add up
@@ -135,7 +138,8 @@ _FAMILY_TABLE = (
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in _FAMILY_TABLE})
 EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k not in ("name", "async_host"))
 # constants that may be 0 (the others are positive)
-ZERO_ALLOWED_KEYS = ("tp_overlap", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "sync_s")
+ZERO_ALLOWED_KEYS = ("tp_overlap", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
+                     "sync_s")
 
 
 # ----------------------------------------------------------------------------------------------------------
