@@ -20,9 +20,9 @@ SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
 PrecisionOpt = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp32")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 FrameworkOpt = typer.Option(None, "--framework",
-                            help="megatron | deepspeed | torchtitan | maxtext | mindspore: the stack whose semantics "
-                                 "the cost model follows (default by accelerator family: GPU megatron, TPU maxtext, "
-                                 "Ascend mindspore).")
+                            help="megatron | deepspeed | torchtitan | maxtext | mindspore (| asap, the reference "
+                                 "trainer): the stack whose semantics the cost model follows (default by accelerator "
+                                 "family: GPU megatron, TPU maxtext, Ascend mindspore, CPU asap).")
 MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
                                help="Tokens on the busiest expert rank over the mean (1.0: force-balanced routing).")
 

@@ -35,6 +35,11 @@ Sources, per entry:
 - MindSpore / MindFormers (``parallel_config``: data/model/pipeline/context/expert parallel, ``pp_interleave``
   , ``optimizer_shard``): Megatron-like semantics; the Ascend MoE training report exchanges tokens by a
   hierarchical (node-deduplicated) all-to-all overlapped with expert computation.
+- asap, the reference trainer (``asap.train``; the CPU default, what ``asap run`` measures): DDP with
+  ``no_sync`` (or one all-reduce after the backward under pp or DTensor TP), torch's ZeroRedundancyOptimizer
+  for ZeRO-1 (a broadcast per parameter tensor after the step), FSDP2 per block for ZeRO-2/3, DTensor TP,
+  ``torch.distributed.pipelining``, eager kernels, experts in a loop; none of its data-parallel collectives
+  overlaps compute.
 """
 
 from __future__ import annotations
