@@ -77,8 +77,13 @@ def record_gloo_job(out: Path, n_mm: int, mm_per_step: int, n_grad: int, mode: s
                     extra_mm_per_rank: int = 0) -> list[Path]:
     script = out / "job.py"
     script.write_text(GLOO_JOB)
-    subprocess.run([sys.executable, str(script), str(out), str(_free_port()), mode, str(n_mm), str(mm_per_step),
-                    str(extra_mm_per_rank), str(n_grad)], check=True, timeout=180, capture_output=True)
+    for attempt in range(3):  # the free port can be taken by another process before the job binds it: retry
+        p = subprocess.run([sys.executable, str(script), str(out), str(_free_port()), mode, str(n_mm),
+                            str(mm_per_step), str(extra_mm_per_rank), str(n_grad)], timeout=180, capture_output=True,
+                           text=True)
+        if p.returncode == 0 or "address already in use" not in (p.stderr or "").lower() or attempt == 2:
+            break
+    assert p.returncode == 0, p.stderr[-2000:]
     return [out / "rank0.json.gz", out / "rank1.json.gz"]
 
 

@@ -144,7 +144,7 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, grad_bytes, n_reduce),
                     both(reduce_scatter_s, grad_bytes, n_reduce))
     gather = both(all_gather_s, weight_bytes, n_gather)
-    if np.any(zero1_gathers > 1.0) if np.ndim(zero1_gathers) else zero1_gathers > 1.0:
+    if np.any(np.asarray(zero1_gathers) > 1.0):
         # ZeRO-1 by torch's ZeroRedundancyOptimizer: each tensor broadcast from the rank that stepped it
         gather = np.where(S.zero == Zero.OPTIMIZER, both(broadcast_s, weight_bytes, n_gather), gather)
     # ZeRO-3 gathers for forward and again for backward; ZeRO-0 keeps the weights and gathers nothing

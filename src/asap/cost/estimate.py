@@ -272,14 +272,13 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
                    unit: UnitTimes | None = None) -> BatchEstimate:
     """Price every row of S; ``mem``, ``figures`` and ``unit`` pass what the caller computed already for S (the
     planner prices memory first and prunes by it)."""
+    fw = framework_of(train, cluster)
     ut = unit if unit is not None else unit_times(model, cluster, train, S, UNIT_KEYS)
-    f = figures if figures is not None else device_figures(model, train, S, ut,
-                                                           framework_of(train, cluster).selective)
+    f = figures if figures is not None else device_figures(model, train, S, ut, fw.selective)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     times = stage_times(model, S, f, m)
     bubble = pipeline_bubble_s(model, S, f, times, m)
     c = times.critical  # the critical device's parameters set the data-parallel traffic
-    fw = framework_of(train, cluster)
     tensors = f.at(f.param_tensors, c)
     dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
                              times.parts["compute"], m, train.precision, tensors)

@@ -3,8 +3,8 @@ tensor-parallel layers, and the wait of every blocking collective call.
 
 Small steps pay it: tiny micro-batches, MoE experts with few tokens, deep pipelines of thin chunks, and any
 run with more processes than cores. Figures per family in ``asap.spec.hardware.Family`` (``host_op_s``,
-``dtensor_op_s``, ``sync_s``; ``asap calibrate`` measures all three on the machine it runs on), operator
-counts per stack in ``asap.spec.framework.HostOps``.
+``dtensor_op_s``, ``dtensor_call_s``, ``sync_s``; ``asap calibrate`` measures them on the machine it runs
+on), operator counts per stack in ``asap.spec.framework.HostOps``.
 
 Per unit and micro-batch (a time part of ``asap.cost.units``, beside compute):
 

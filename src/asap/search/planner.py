@@ -114,8 +114,9 @@ def price_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strateg
     for i in range(0, searched, CHUNK):
         part = S.take(slice(i, i + CHUNK))
         ut = unit_times(model, cluster, train, part, UNIT_KEYS)
-        f = device_figures(model, train, part, ut, framework_of(train, cluster).selective)
-        mem = memory(model, cluster.accelerator, train, part, figures=f, framework=framework_of(train, cluster))
+        fw = framework_of(train, cluster)
+        f = device_figures(model, train, part, ut, fw.selective)
+        mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
         fits = mem.peak_gb <= cluster.hbm_gb
         n_fit += int(fits.sum())
         j = int(np.argmin(mem.peak_gb))
