@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from asap.errors import AsapError
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
 from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
 from asap.profile.windows import US, window_figures, window_index
@@ -388,9 +389,32 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None
         traces=sorted({tl.source for tl in timelines}), notes=notes)
 
 
+def check_one_job(timelines: list[Timeline]) -> None:
+    """Refuse, with one line, traces that cannot come from one job: different world sizes, different device
+    kinds or names, or one rank id recorded twice by different files."""
+    sizes = sorted({tl.world_size for tl in timelines if tl.world_size is not None})
+    if len(sizes) > 1:
+        raise AsapError("traces", f"come from different jobs: world sizes {', '.join(map(str, sizes))} "
+                                  "(diagnose one job at a time)")
+    devices = sorted({f"{tl.device_kind}:{tl.device_name or '?'}" for tl in timelines})
+    if len(devices) > 1:
+        raise AsapError("traces", f"come from different jobs: devices {', '.join(devices)} (diagnose one job at a time)")
+    seen: dict[tuple, str] = {}
+    for tl in timelines:
+        key = (tl.rank, tl.label)
+        if tl.rank is not None and key in seen and seen[key] != tl.source:
+            raise AsapError("traces", f"come from different jobs: rank {tl.rank} is in both {seen[key]} and "
+                                      f"{tl.source} (diagnose one job at a time)")
+        seen.setdefault(key, tl.source)
+    if sizes and any(tl.rank is not None and tl.rank >= sizes[0] for tl in timelines):
+        raise AsapError("traces", f"come from different jobs: a rank id beyond the world size {sizes[0]}")
+
+
 def diagnose(traces: list[str | Path], accelerator: str | None = None, top: int = 10,
              straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
              jitter_threshold: float = DEFAULT_JITTER_THRESHOLD) -> Diagnosis:
-    """Diagnose one job from its traces (one file, or a folder of them, per rank)."""
+    """Diagnose one job from its traces (one file, or a folder of them, per rank); traces of several jobs are
+    refused (``check_one_job``)."""
     timelines = [tl for path in expand_paths(list(traces)) for tl in load_timelines(path)]
+    check_one_job(timelines)
     return diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold)

@@ -88,14 +88,25 @@ def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
     rank = _rank(doc)
     label = f"rank {rank}" if rank is not None else source.rsplit("/", 1)[-1]
     if device_rows:
-        return _gpu_timelines(doc, source, rank, label, device_rows, thread_rows, launches, windows, notes)
-    return [_cpu_timeline(source, rank, label, thread_rows, windows, notes)]
+        out = _gpu_timelines(doc, source, rank, label, device_rows, thread_rows, launches, windows, notes)
+    else:
+        out = [_cpu_timeline(source, rank, label, thread_rows, windows, notes)]
+    for tl in out:
+        tl.world_size = _world_size(doc)
+    return out
 
 
 def _rank(doc: dict) -> int | None:
     info = doc.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int):
         return info["rank"]
+    return None
+
+
+def _world_size(doc: dict) -> int | None:
+    info = doc.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("world_size"), int):
+        return info["world_size"]
     return None
 
 

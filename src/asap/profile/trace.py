@@ -67,6 +67,7 @@ class Timeline:
     p2p: Intervals
     ops: list[OpInstance]
     notes: list[str] = field(default_factory=list)
+    world_size: int | None = None  # the job's size, where the trace records it (Kineto's distributedInfo)
 
 
 # ----------------------------------------------------------------------------------------------------------
