@@ -1,0 +1,103 @@
+"""``asap memory``: what the Sharding Memory holds: the experiments and the trials the tuning loop ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from asap.cli import app
+from asap.cli.common import _clean, err_console, out_console, print_json
+from asap.errors import AsapError
+
+
+@app.command("memory")
+def memory_command(
+    memory: Optional[str] = typer.Option(None, "--memory",
+                                         help="The memory file (SQLite; default memory.sqlite in the user's data "
+                                              "folder, or under $ASAP_DATA_DIR). Created empty if missing."),
+    experiment: Optional[int] = typer.Option(None, "--experiment", "-e",
+                                             help="Only this experiment (its id) and its trials."),
+    export: Optional[str] = typer.Option(None, "--export",
+                                         help="Write everything (experiments, trials and the agents' audit trail) "
+                                              "to this JSON file."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout: {trials, experiments}."),
+):
+    """List the experiments and trials kept in the Sharding Memory; export them with the audit trail."""
+    from asap.agents.memory import Memory
+
+    if export is not None and not export.strip():
+        raise AsapError("export", "needs a file name")
+    with Memory.open(memory) as mem:
+        if experiment is not None:
+            experiments = [mem.get_experiment(experiment)]  # AsapError("experiment", ...) when it is not there
+        else:
+            experiments = mem.experiments()
+        trials = mem.trials(experiment)
+        full = mem.export(experiment) if export is not None else None
+        for tid in mem.recovered:
+            err_console.print(f"note: trial {tid} was left running by a process that ended; marked killed",
+                              highlight=False)
+    if full is not None:
+        out = Path(export)
+        try:
+            if out.parent and not out.parent.exists():
+                out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(_clean(full), indent=2) + "\n")
+        except OSError as e:
+            raise AsapError("export", f"cannot write {export} ({e.strerror or e})") from None
+    if json_out:
+        print_json({"trials": trials, "experiments": experiments})
+        return
+    if not experiments:
+        out_console.print(f"{mem.path}: no experiments yet (asap tune --memory {mem.path} records them)",
+                          highlight=False)
+    else:
+        out_console.print(experiments_table(experiments, trials))
+        if trials:
+            out_console.print(trials_table(trials))
+    if full is not None:
+        out_console.print(f"wrote {export}: {len(full['experiments'])} experiments, {len(full['trials'])} trials, "
+                          f"{len(full['audit'])} audit rows", highlight=False)
+
+
+def _s(v) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def experiments_table(experiments: list[dict], trials: list[dict]) -> Table:
+    table = Table(title="experiments")
+    for col, just in (("id", "right"), ("model", "left"), ("accelerator", "left"), ("devices", "right"),
+                      ("batch", "right"), ("seq", "right"), ("precision", "left"), ("framework", "left"),
+                      ("trials", "right"), ("best measured (s)", "right")):
+        table.add_column(col, justify=just)
+    for e in experiments:
+        w = e["workload"]
+        mine = [t for t in trials if t["experiment_id"] == e["id"]]
+        ok = [t["measured_step_time_s"] for t in mine if t["status"] == "ok" and t["measured_step_time_s"]]
+        table.add_row(str(e["id"]), str(w.get("model") or "-"), str(w.get("accelerator") or "-"),
+                      str(w.get("devices") or "-"), str(w.get("global_batch") or "-"), str(w.get("seq_len") or "-"),
+                      str(w.get("precision") or "-"), str(w.get("framework") or "-"), str(len(mine)),
+                      _s(min(ok)) if ok else "-")
+    return table
+
+
+def trials_table(trials: list[dict]) -> Table:
+    table = Table(title="trials")
+    for col, just in (("id", "right"), ("exp", "right"), ("strategy", "left"), ("status", "left"),
+                      ("predicted (s)", "right"), ("measured (s)", "right"), ("executor", "left"),
+                      ("reason", "left")):
+        table.add_column(col, justify=just)
+    colours = {"ok": "green", "failed": "red", "killed": "red", "skipped": "yellow", "running": "cyan"}
+    for t in trials:
+        reason = t.get("reason") or ""
+        if len(reason) > 60:
+            reason = reason[:57] + "..."
+        status = t["status"]
+        table.add_row(str(t["id"]), str(t["experiment_id"]), t["strategy_string"] or "defaults",
+                      f"[{colours.get(status, 'white')}]{status}[/]", _s(t["predicted_step_time_s"]),
+                      _s(t["measured_step_time_s"]), t.get("executor") or "-", reason)
+    return table
