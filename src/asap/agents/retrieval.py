@@ -1,0 +1,139 @@
+"""Retrieval over the knowledge base: BM25 text relevance combined with applicability.
+
+score = BM25 (scaled so the best entry has 1) + BOTTLENECK_BOOST when the entry answers the diagnosed
+bottleneck + SPECIFIC_BONUS[field] for each of family / model kind / framework the entry names explicitly
+(rather than ``any``) and the workload has - EXCLUDED_PENALTY for each of them whose list excludes the
+workload.
+Excluded entries are demoted, never removed. Ties are broken by id, so the order is deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import bm25s
+import numpy as np
+
+from asap.agents.knowledge import BOTTLENECKS, KnowledgeEntry, load_knowledge
+from asap.errors import AsapError
+
+BOTTLENECK_BOOST = 3.0
+# an entry made for the workload's family or model kind is worth more than one that names its framework
+SPECIFIC_BONUS = {"families": 0.4, "model_kinds": 0.4, "frameworks": 0.2}
+EXCLUDED_PENALTY = 1.5
+STOPWORDS = frozenset("""a an and are as at be by can do does for from has have if in into is it its more
+no not of on one or so than that the their then there these this those to was when where which while with
+each less what who how any""".split())
+# words a bottleneck name implies, so the query meets entries that describe it in other words
+BOTTLENECK_WORDS = {
+    "compute": "compute bound matrix units busy flops",
+    "memory": "memory hbm capacity activations out of memory",
+    "communication": "communication collectives exposed bandwidth link",
+    "host": "host launch overhead idle python input",
+    "pipeline_bubble": "pipeline bubble idle stages warm-up",
+    "imbalance": "imbalance slowest straggler wait uneven",
+}
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    entry: KnowledgeEntry
+    score: float
+    why: str
+
+
+def _stem(word: str) -> str:
+    """A crude suffix stripper, enough for 'interleaving' ~ 'interleaved' ~ 'interleave'."""
+    for suffix in ("ations", "ation", "ings", "ing", "ies", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            return word[: -len(suffix)]
+    return word
+
+
+def tokenize(text: str) -> list[str]:
+    words = re.findall(r"[a-z0-9]+", text.lower().replace("_", " "))
+    return [_stem(w) for w in words if w not in STOPWORDS and (len(w) > 1 or w.isdigit())]
+
+
+def entry_text(e: KnowledgeEntry) -> str:
+    """What BM25 sees: title, body and the applicability fields as words."""
+    fields = [*e.bottlenecks, *e.families, *e.model_kinds, *e.frameworks, *(k for m in e.moves for k in m)]
+    return " ".join([e.title, e.title, " ".join(fields), e.body])
+
+
+@lru_cache(maxsize=8)
+def _index(texts: tuple[str, ...]) -> bm25s.BM25:
+    model = bm25s.BM25()
+    model.index([tokenize(t) or ["empty"] for t in texts], show_progress=False)
+    return model
+
+
+def _bm25(entries: list[KnowledgeEntry], query: list[str]) -> np.ndarray:
+    model = _index(tuple(entry_text(e) for e in entries))
+    known = [t for t in query if t in model.vocab_dict]
+    scores = model.get_scores(known) if known else np.zeros(len(entries))
+    top = float(np.max(scores)) if len(scores) else 0.0
+    return scores / top if top > 0 else scores
+
+
+def _workload_kinds(workload: dict[str, Any]) -> set[str]:
+    kinds = {str(workload["model_kind"])} if workload.get("model_kind") else set()
+    kinds |= {flag for flag in ("long_context", "mla") if workload.get(flag)}
+    return kinds
+
+
+def _applicability(e: KnowledgeEntry, workload: dict[str, Any]) -> tuple[float, list[str]]:
+    """The bonus/penalty for the workload's family, model kinds and framework, with the reasons."""
+    wanted = {"families": {workload.get("family")} - {None}, "model_kinds": _workload_kinds(workload),
+              "frameworks": {workload.get("framework")} - {None}}
+    delta, notes = 0.0, []
+    for field, have in wanted.items():
+        listed = getattr(e, field)
+        if not have or listed == ["any"]:
+            continue
+        if have & set(listed):
+            delta += SPECIFIC_BONUS[field]
+            notes.append(f"made for {'/'.join(sorted(have & set(listed)))}")
+        else:
+            delta -= EXCLUDED_PENALTY
+            notes.append(f"{field} {'/'.join(listed)} exclude {'/'.join(sorted(have))}")
+    return delta, notes
+
+
+def _query_words(bottleneck: str, workload: dict[str, Any], query: str) -> list[str]:
+    words = [bottleneck, BOTTLENECK_WORDS[bottleneck], query]
+    for key, value in sorted(workload.items()):
+        if isinstance(value, bool):
+            words.append(key if value else "")
+        elif isinstance(value, str):
+            words.append(value)
+    return tokenize(" ".join(words))
+
+
+def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int = 5,
+             entries: list[KnowledgeEntry] | None = None) -> list[Retrieved]:
+    """The ``k`` entries that best answer ``bottleneck`` on ``workload`` (keys: family, model_kind,
+    long_context, mla, framework, devices, anything else), best first; ``query`` adds free words."""
+    if bottleneck not in BOTTLENECKS:
+        raise AsapError("bottleneck", f"must be one of {', '.join(BOTTLENECKS)}, got {bottleneck!r}")
+    if k < 1:
+        raise AsapError("k", f"must be >= 1, got {k}")
+    entries = load_knowledge() if entries is None else list(entries)
+    if not entries:
+        return []
+    terms = _query_words(bottleneck, workload, query)
+    text_scores = _bm25(entries, terms)
+    ranked = []
+    for e, text in zip(entries, text_scores):
+        delta, notes = _applicability(e, workload)
+        hit = bottleneck in e.bottlenecks
+        score = round(float(text) + (BOTTLENECK_BOOST if hit else 0.0) + delta, 6)
+        matched = sorted(set(terms) & set(tokenize(entry_text(e))))[:6]
+        why = "; ".join([f"answers {bottleneck}" if hit else f"not listed for {bottleneck}", *notes,
+                         f"text {float(text):.2f} ({', '.join(matched) or 'no shared words'})"])
+        ranked.append(Retrieved(e, score, why))
+    ranked.sort(key=lambda r: (-r.score, r.entry.id))
+    return ranked[:k]
