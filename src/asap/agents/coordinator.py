@@ -1,0 +1,214 @@
+"""The Coordinator: Analyzer -> Proposer -> executor -> Memory, until the budget is spent or two trials in a row
+bring less than ``MIN_GAIN``; it never re-runs a strategy Memory already has for the same job, and after
+every measured trial it refits a per-run correction of the cost model (``Correction``) so that later
+predictions close in on the machine being tuned.
+
+The correction is two scale factors fitted by non-negative least squares on the trials so far, measured step
+= a * (compute-like terms: compute, bubble, optimizer, host) + b * (exposed communication), applied to the
+efficiency constants themselves (GEMM, attention and HBM efficiencies / a, host time * a; network efficiency /
+b, latencies * b), so that the planner and the proposer price every strategy on the corrected machine. With one
+trial both factors are its ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+
+from asap.agents.analyzer import Analyzer, Diagnosis
+from asap.agents.memory import canonical_strategy
+from asap.agents.proposer import Proposer, parse_current, workload_record
+from asap.cost.estimate import Estimate, estimate
+from asap.spec.hardware import Cluster
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import Strategy
+from asap.spec.train import TrainSpec
+
+def canon(strategy) -> str:
+    """Memory's spelling of a strategy (``asap.agents.memory.canonical_strategy``)."""
+    return canonical_strategy(str(strategy))[0]
+
+
+MIN_GAIN = 0.02  # two trials in a row below this improvement end the loop
+PATIENCE = 2
+COMPUTE_TERMS = ("compute", "bubble", "optimizer", "host")
+COMM_TERMS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
+
+
+@dataclass
+class Correction:
+    compute: float = 1.0
+    communication: float = 1.0
+    trials: int = 0
+
+    def apply(self, cluster: Cluster) -> Cluster:
+        """The cluster with its efficiency constants corrected (faster terms: higher efficiencies)."""
+        acc = cluster.accelerator
+        f, a, b = acc.efficiency, self.compute, self.communication
+        eff = replace(f, gemm_efficiency=f.gemm_efficiency / a, attention_efficiency=f.attention_efficiency / a,
+                      fp8_gemm_efficiency=f.fp8_gemm_efficiency / a, hbm_efficiency=f.hbm_efficiency / a,
+                      host_op_s=f.host_op_s * a, kernel_overhead_s=f.kernel_overhead_s * a,
+                      net_efficiency=f.net_efficiency / b, collective_latency_s=f.collective_latency_s * b,
+                      hop_latency_s=f.hop_latency_s * b, sync_s=f.sync_s * b)
+        new = replace(acc, efficiency=eff)
+        return replace(cluster, accelerator=new, written_accelerator=new)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fit_correction(pairs: list[tuple[Estimate, float]]) -> Correction:
+    """Scale factors that make the catalog's estimates (uncorrected) reproduce the measured step times."""
+    from scipy.optimize import nnls
+
+    if not pairs:
+        return Correction()
+    X = np.array([[sum(e.exposed_s.get(k, 0.0) for k in COMPUTE_TERMS),
+                   sum(e.exposed_s.get(k, 0.0) for k in COMM_TERMS)] for e, _ in pairs])
+    y = np.array([m for _, m in pairs])
+    if len(pairs) == 1 or np.linalg.matrix_rank(X) < 2:
+        r = float(y.sum() / max(X.sum(), 1e-12))
+        return Correction(r, r, len(pairs))
+    (a, b), _ = nnls(X, y)
+    ratio = float(y.sum() / max(X.sum(), 1e-12))
+    a, b = (a if a > 0 else ratio), (b if b > 0 else ratio)
+    return Correction(float(a), float(b), len(pairs))
+
+
+@dataclass
+class TrialRecord:
+    strategy: Strategy
+    status: str  # ok | failed | skipped
+    reason: str
+    measured_step_time_s: float | None
+    predicted_step_time_s: float | None
+    catalog_step_time_s: float | None
+    diagnosis: dict | None = None
+    trial_id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy.to_dict(), "strategy_string": str(self.strategy), "status": self.status,
+                "reason": self.reason, "measured_step_time_s": self.measured_step_time_s,
+                "predicted_step_time_s": self.predicted_step_time_s,
+                "catalog_step_time_s": self.catalog_step_time_s, "diagnosis": self.diagnosis,
+                "trial_id": self.trial_id}
+
+
+@dataclass
+class Coordinator:
+    model: ModelSpec
+    cluster: Cluster  # the catalog's (or calibrated) machine the loop's model starts from
+    train: TrainSpec
+    executor: Any  # asap.execute.base.Executor
+    memory: Any  # asap.agents.memory.Memory
+    budget: int
+    start: str | dict | None = None
+    on_trial: Callable[[TrialRecord, "Coordinator"], None] | None = None
+    trials: list[TrialRecord] = field(default_factory=list)
+    correction: Correction = field(default_factory=Correction)
+
+    def corrected(self) -> Cluster:
+        return self.correction.apply(self.cluster)
+
+    def run(self) -> dict[str, Any]:
+        exp = self.memory.experiment(workload_record(self.model, self.cluster, self.train))
+        known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ("ok", "failed")}
+        # (keys: Memory's canonical spelling of each strategy)
+        pairs = self._known_pairs(known)
+        self.correction = fit_correction(pairs)
+        current = parse_current(self.start, self.model, self.cluster, self.train)
+        best = self._best_known(known)
+        stall, executed = 0, 0
+        while executed < self.budget:
+            strategy, diagnosis, considered = self._next(current if not self.trials else None, best, known)
+            if strategy is None:
+                break
+            key = canon(strategy)
+            if key in known:
+                self._record_skip(strategy, known[key])
+                current = None
+                continue
+            record = self._trial(exp, strategy, diagnosis, considered)
+            executed += 1
+            known[key] = {"id": record.trial_id, "status": record.status,
+                          "measured_step_time_s": record.measured_step_time_s}
+            if record.status == "ok":
+                pairs.append((estimate(self.model, self.cluster, self.train, strategy), record.measured_step_time_s))
+                self.correction = fit_correction(pairs)
+                gain = 1.0 - record.measured_step_time_s / best[1] if best else 1.0
+                stall = stall + 1 if gain < MIN_GAIN else 0
+                if best is None or record.measured_step_time_s < best[1]:
+                    best = (strategy, record.measured_step_time_s)
+            else:
+                stall += 1
+            if stall >= PATIENCE:
+                break
+        return self.result(best)
+
+    def _next(self, first: Strategy | None, best, known) -> tuple[Strategy | None, Diagnosis | None, list]:
+        """The first trial runs the start; every later one the proposer's first proposal not tried yet."""
+        if first is not None:
+            return first, None, []
+        base = best[0] if best else parse_current(self.start, self.model, self.cluster, self.train)
+        cluster = self.corrected()
+        diagnosis = Analyzer(cluster).analyze(estimate(self.model, cluster, self.train, base))
+        proposer = Proposer(self.model, cluster, self.train, self.memory)
+        ps = proposer.propose(base, diagnosis, exclude=self._tried_strings(known))
+        fresh = [p.strategy for p in ps.proposals if canon(p.strategy) not in known]
+        return (fresh[0] if fresh else None), diagnosis, ps.considered
+
+    def _tried_strings(self, known: dict) -> set[str]:
+        """The full strategy strings (the proposer's spelling) of what Memory has."""
+        return {str(parse_current(text, self.model, self.cluster, self.train)) for text in known}
+
+    def _trial(self, exp: int, strategy: Strategy, diagnosis: Diagnosis | None, considered: list) -> TrialRecord:
+        catalog = estimate(self.model, self.cluster, self.train, strategy)
+        predicted = estimate(self.model, self.corrected(), self.train, strategy)
+        diag = diagnosis.to_dict() if diagnosis else None
+        tid = self.memory.begin_trial(exp, str(strategy), predicted.step_time_s, self.executor.name, diag)
+        self.memory.log(exp, "proposer", "candidates", inputs={"diagnosis": diag}, candidates=considered,
+                        outputs={"chosen": str(strategy)}, trial_id=tid)
+        res = self.executor.run(strategy)
+        measured = res.step_time_s if res.ok else None
+        status = "ok" if res.ok else "failed"
+        self.memory.finish_trial(tid, status, measured_step_time_s=measured, reason=res.reason or "",
+                                 diagnosis=diag, traces=list(getattr(res, "traces", []) or []))
+        self.memory.log(exp, "coordinator", "trial", inputs={"strategy": str(strategy)},
+                        outputs={"status": status, "measured_step_time_s": measured,
+                                 "correction": self.correction.to_dict()}, trial_id=tid)
+        record = TrialRecord(strategy, status, res.reason or "", measured, predicted.step_time_s,
+                             catalog.step_time_s, diag, tid)
+        self.trials.append(record)
+        if self.on_trial:
+            self.on_trial(record, self)
+        return record
+
+    def _record_skip(self, strategy: Strategy, known: dict) -> None:
+        record = TrialRecord(strategy, "skipped", f"already in memory (trial {known.get('id', '?')})",
+                             known.get("measured_step_time_s"), None, None)
+        self.trials.append(record)
+        if self.on_trial:
+            self.on_trial(record, self)
+
+    def _known_pairs(self, known: dict) -> list[tuple[Estimate, float]]:
+        pairs = []
+        for text, t in known.items():
+            if t["status"] == "ok" and t.get("measured_step_time_s"):
+                pairs.append((estimate(self.model, self.cluster, self.train, text), t["measured_step_time_s"]))
+        return pairs
+
+    def _best_known(self, known: dict):
+        ok = [(text, t["measured_step_time_s"]) for text, t in known.items()
+              if t["status"] == "ok" and t.get("measured_step_time_s")]
+        if not ok:
+            return None
+        text, step = min(ok, key=lambda x: x[1])
+        return parse_current(text, self.model, self.cluster, self.train), step
+
+    def result(self, best) -> dict[str, Any]:
+        return {"trials": [t.to_dict() for t in self.trials],
+                "best": {"strategy": best[0].to_dict(), "strategy_string": str(best[0]),
+                         "measured_step_time_s": best[1]} if best else None,
+                "correction": self.correction.to_dict()}

@@ -1,0 +1,130 @@
+"""``asap propose`` (one pass: diagnose, retrieve, propose three checked moves) and ``asap tune`` (the closed
+loop: propose, run, remember, recalibrate)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from asap.cli import app
+from asap.cli.common import err_console, out_console, print_json
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, ModelOpt, MoEImbalanceOpt,
+                               NodesOpt, PrecisionOpt, SeqOpt, load_job)
+from asap.errors import AsapError
+
+MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
+                                                 "data folder).")
+
+
+@app.command()
+def propose(
+    traces: Optional[list[str]] = typer.Argument(None, help="Profiler traces of the current run (optional)."),
+    model: str = ModelOpt,
+    cluster: str = ClusterOpt,
+    global_batch: int = BatchOpt,
+    seq_len: int = SeqOpt,
+    strategy: str = typer.Option("", "--strategy", "-S", help="The current strategy (key=value,...)."),
+    precision: str = PrecisionOpt,
+    framework: Optional[str] = FrameworkOpt,
+    moe_imbalance: float = MoEImbalanceOpt,
+    nodes: Optional[int] = NodesOpt,
+    devices: Optional[int] = DevicesOpt,
+    memory: Optional[str] = MemoryOpt,
+    json_out: bool = JsonOpt,
+):
+    """Diagnose the current strategy (its traces, or the cost model) and propose exactly three checked moves."""
+    from asap.agents.analyzer import Analyzer
+    from asap.agents.proposer import Proposer, parse_current
+    from asap.cost.estimate import estimate
+
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    current = parse_current(strategy, m, c, t)
+    diagnosis = Analyzer(c).analyze(estimate(m, c, t, current), traces=list(traces or []))
+    mem = _open_memory(memory) if memory else None
+    result = Proposer(m, c, t, mem).propose(current, diagnosis)
+    out = {"diagnosis": diagnosis.to_dict(), "current": {"strategy": current.to_dict(),
+                                                         "strategy_string": str(current)},
+           "within_error": result.within_error, "note": result.note,
+           "proposals": [p.to_dict() for p in result.proposals]}
+    if json_out:
+        print_json(out)
+        return
+    out_console.print(f"[bold]{diagnosis.bottleneck}[/]-bound ({diagnosis.source}): "
+                      + "; ".join(diagnosis.evidence[:3]), highlight=False)
+    table = Table(title=f"three proposals for {current}")
+    for col in ("#", "strategy", "speedup", "range", "predicted s", "why"):
+        table.add_column(col)
+    for i, p in enumerate(result.proposals, 1):
+        lo, hi = p.expected_speedup_range
+        table.add_row(str(i), str(p.strategy), f"{p.expected_speedup:.2f}x", f"{lo:.2f}-{hi:.2f}x",
+                      f"{p.predicted_step_time_s:.4g}", p.rationale)
+    out_console.print(table)
+    out_console.print(result.note, highlight=False)
+
+
+def _open_memory(path: str | None):
+    from asap.agents.memory import Memory
+
+    return Memory.open(path)
+
+
+def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int):
+    from asap.execute.base import make_executor
+    from asap.spec.hardware import load_cluster
+
+    if kind == "sim":
+        machine = load_cluster(sim_machine, devices=c.num_devices) if sim_machine else c
+        return make_executor("sim", model=m, cluster=machine, train=t)
+    if sim_machine:
+        raise AsapError("sim-machine", "only the sim executor takes --sim-machine")
+    if kind == "torch":
+        return make_executor("torch", model=m, train=t, steps=steps)
+    raise AsapError("executor", f"must be sim or torch here, got {kind!r} (the command executor: asap.execute)")
+
+
+@app.command()
+def tune(
+    model: str = ModelOpt,
+    cluster: str = ClusterOpt,
+    global_batch: int = BatchOpt,
+    seq_len: int = SeqOpt,
+    executor: str = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine) or torch."),
+    budget: int = typer.Option(6, "--budget", min=1, help="Trials to run at most."),
+    strategy: str = typer.Option("", "--strategy", "-S", help="The strategy to start from (key=value,...)."),
+    sim_machine: Optional[str] = typer.Option(None, "--sim-machine",
+                                              help="A cluster file the sim executor 'measures' on."),
+    steps: int = typer.Option(5, "--steps", min=2, help="Steps per torch trial."),
+    precision: str = PrecisionOpt,
+    framework: Optional[str] = FrameworkOpt,
+    nodes: Optional[int] = NodesOpt,
+    devices: Optional[int] = DevicesOpt,
+    memory: Optional[str] = MemoryOpt,
+    json_out: bool = JsonOpt,
+):
+    """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
+    from asap.agents.coordinator import Coordinator
+
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, 1.0)
+    ex = _executor(executor, m, c, t, sim_machine, steps)
+    table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})")
+    for col in ("#", "strategy", "status", "measured s", "predicted s", "correction"):
+        table.add_column(col)
+
+    def on_trial(rec, coord):
+        table.add_row(str(len(coord.trials)), str(rec.strategy), rec.status,
+                      f"{rec.measured_step_time_s:.4g}" if rec.measured_step_time_s else "-",
+                      f"{rec.predicted_step_time_s:.4g}" if rec.predicted_step_time_s else "-",
+                      f"{coord.correction.compute:.2f} / {coord.correction.communication:.2f}")
+
+    with _open_memory(memory) as mem, Live(table, console=err_console, transient=json_out, refresh_per_second=4):
+        result = Coordinator(m, c, t, ex, mem, budget, start=strategy or None, on_trial=on_trial).run()
+    if json_out:
+        print_json(result)
+        return
+    out_console.print(table)
+    if result["best"]:
+        out_console.print(f"best: {result['best']['strategy_string']} at "
+                          f"{result['best']['measured_step_time_s']:.4g} s/step", highlight=False)
