@@ -156,8 +156,20 @@ class Coordinator:
         diagnosis = Analyzer(cluster).analyze(estimate(self.model, cluster, self.train, base))
         proposer = Proposer(self.model, cluster, self.train, self.memory)
         ps = proposer.propose(base, diagnosis, exclude=self._tried_strings(known))
-        fresh = [p.strategy for p in ps.proposals if canon(p.strategy) not in known]
-        return (fresh[0] if fresh else None), diagnosis, ps.considered
+        fresh = [p for p in ps.proposals if canon(p.strategy) not in known]
+        if ps.within_error and len(fresh) > 1:
+            # the model cannot tell them apart: run the one whose mix of terms the trials so far know least
+            fresh.sort(key=lambda p: -self._novelty(p.strategy))
+        return (fresh[0].strategy if fresh else None), diagnosis, ps.considered
+
+    def _novelty(self, strategy: Strategy) -> float:
+        """How far a strategy's share of exposed communication is from every measured trial's: the experiment
+        that tells the correction's two factors apart."""
+        def comm_share(s):
+            e = estimate(self.model, self.cluster, self.train, s)
+            return sum(e.exposed_s.get(k, 0.0) for k in COMM_TERMS) / max(e.step_time_s, 1e-12)
+        seen = [comm_share(t.strategy) for t in self.trials if t.status == "ok"]
+        return min((abs(comm_share(strategy) - x) for x in seen), default=1.0)
 
     def _tried_strings(self, known: dict) -> set[str]:
         """The full strategy strings (the proposer's spelling) of what Memory has."""

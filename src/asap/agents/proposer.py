@@ -78,11 +78,16 @@ class ProposalSet:
     considered: list[dict[str, Any]]  # every candidate and why it was kept or dropped (the audit trail)
 
 
-def moved_strategy(current: Strategy, move: dict[str, str], devices: int) -> dict[str, Any] | None:
+MOE_KEYS = ("ep", "etp", "dispatcher", "a2a_overlap")  # knobs a dense model does not have
+
+
+def moved_strategy(current: Strategy, move: dict[str, str], devices: int, moe: bool = True) -> dict[str, Any] | None:
     """The strategy ``move`` makes of ``current`` (knowledge-entry ops), with the derived keys filled again
-    (dp from the devices); None where the move does not apply."""
+    (dp from the devices); None where the move does not apply (an MoE knob of a dense model)."""
     from asap.agents.knowledge import apply_move
 
+    if not moe and any(k in MOE_KEYS for k in move):
+        return None
     base = {k: v for k, v in current.to_dict().items() if k not in DERIVED and v is not None}
     new = apply_move(base, move)
     if new is None or new == base:
@@ -103,6 +108,10 @@ class Proposer:
         self.model, self.cluster, self.train = model, cluster, train
         self.memory, self.experiment_id = memory, experiment_id
 
+    @property
+    def moe(self) -> bool:
+        return self.model.moe is not None
+
     def workload(self) -> dict[str, Any]:
         fam = self.cluster.accelerator.family
         return {"family": fam, "model_kind": "moe" if self.model.moe is not None else "dense",
@@ -119,12 +128,12 @@ class Proposer:
         for r in retrieve(diagnosis.bottleneck, self.workload(), k=KNOWLEDGE_ENTRIES):
             for move in r.entry.moves:
                 why = f"{r.entry.title} ({r.why})"
-                self._add(out, considered, moved_strategy(current, move, self.cluster.num_devices), "knowledge",
-                          why, [f"knowledge:{r.entry.id}"])
+                self._add(out, considered, moved_strategy(current, move, self.cluster.num_devices, self.moe),
+                          "knowledge", why, [f"knowledge:{r.entry.id}"])
         for move in NEIGHBOUR_MOVES:
             desc = ", ".join(f"{k} {op}" for k, op in move.items())
-            self._add(out, considered, moved_strategy(current, move, self.cluster.num_devices), "neighbour",
-                      f"one-knob neighbour of the current strategy ({desc})", [])
+            self._add(out, considered, moved_strategy(current, move, self.cluster.num_devices, self.moe),
+                      "neighbour", f"one-knob neighbour of the current strategy ({desc})", [])
         for s in self._planner_best():
             self._add(out, considered, s.to_dict(), "planner", "the planner's best for this job", ["planner:top"])
         return out
