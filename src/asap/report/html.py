@@ -1,0 +1,260 @@
+"""The ``--report FILE.html`` page of ``asap tune``: one self-contained HTML file.
+
+The page holds three plotly figures (the trial history with the best-so-far line, predicted against
+measured step time, the exposed breakdown of the best strategy) and two tables (the proposals with their
+reasons, every trial). plotly.js is inlined once, with the first figure, so the file opens without a network.
+Every piece of text from the tune result is escaped with ``html.escape`` before it reaches the page or a
+figure (plotly reads ``&lt;`` and friends back as the characters). The page always carries a
+``window.onerror`` handler that writes script errors into ``<pre id="asap-errors">`` and shows it, so a
+broken figure is visible to a reader (and to a headless browser's dumped DOM).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any, Iterable
+
+import plotly.graph_objects as go
+
+FIGURE_IDS = ("asap-history", "asap-prediction", "asap-breakdown")
+STATUS_SYMBOLS = {"ok": "circle", "failed": "x", "skipped": "diamond-open"}
+BREAKDOWN_TERMS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "host")
+
+ERROR_CATCHER = """<pre id="asap-errors" hidden></pre>
+<script>
+(function () {
+  function note(text) {
+    var box = document.getElementById("asap-errors");
+    box.textContent += text + "\\n";
+    box.hidden = false;
+  }
+  window.addEventListener("error", function (e) {
+    note("error: " + e.message + " (" + (e.filename || "") + ":" + (e.lineno || 0) + ")");
+  });
+  window.addEventListener("unhandledrejection", function (e) {
+    note("unhandled rejection: " + (e.reason && e.reason.message ? e.reason.message : String(e.reason)));
+  });
+})();
+</script>"""
+
+STYLE = """<style>
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0 2em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; }
+td ul { margin: 0; padding-left: 1.2em; }
+.failed { color: #b00020; } .skipped { color: #777; }
+#asap-errors { color: #b00020; border: 1px solid #b00020; padding: 0.5em; }
+</style>"""
+
+
+def esc(value: Any) -> str:
+    """Text for the page: None as an empty string, everything else escaped."""
+    return "" if value is None else html.escape(str(value))
+
+
+def fmt_s(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g} s"
+
+
+def trial_label(trial: dict, index: int) -> str:
+    tid = trial.get("trial_id")
+    return f"#{index + 1}" if tid is None else f"#{index + 1} (trial {tid})"
+
+
+def trial_hover(trial: dict, index: int) -> str:
+    """Hover text of one trial: its number, strategy, status, reason and times (escaped)."""
+    lines = [esc(trial_label(trial, index)), esc(trial.get("strategy_string")), f"status: {esc(trial.get('status'))}"]
+    if trial.get("reason"):
+        lines.append(f"reason: {esc(trial['reason'])}")
+    for key, name in (("measured_step_time_s", "measured"), ("predicted_step_time_s", "predicted"),
+                      ("catalog_step_time_s", "catalog")):
+        if trial.get(key) is not None:
+            lines.append(f"{name}: {fmt_s(trial[key])}")
+    return "<br>".join(lines)
+
+
+def is_measured(trial: dict) -> bool:
+    return trial.get("status") == "ok" and trial.get("measured_step_time_s") is not None
+
+
+def best_so_far(trials: list[dict]) -> list[float | None]:
+    """The running minimum of measured step times (None until the first measured trial)."""
+    out, best = [], None
+    for t in trials:
+        if is_measured(t):
+            m = t["measured_step_time_s"]
+            best = m if best is None else min(best, m)
+        out.append(best)
+    return out
+
+
+def unmeasured_y(trial: dict, fallback: float) -> float:
+    """Where a failed or skipped trial sits on the history plot: its prediction, else the fallback height."""
+    for key in ("predicted_step_time_s", "catalog_step_time_s"):
+        if trial.get(key) is not None:
+            return trial[key]
+    return fallback
+
+
+def history_traces(trials: list[dict]) -> list[go.Scatter]:
+    ok = [(i, t) for i, t in enumerate(trials) if is_measured(t)]
+    others = [(i, t) for i, t in enumerate(trials) if not is_measured(t)]
+    top = max((t["measured_step_time_s"] for _, t in ok), default=1.0)
+    traces = [go.Scatter(x=[i + 1 for i, _ in ok], y=[t["measured_step_time_s"] for _, t in ok], mode="markers",
+                         name="measured", text=[trial_hover(t, i) for i, t in ok], hoverinfo="text",
+                         marker={"size": 10, "symbol": "circle"})]
+    for status in sorted({esc(t.get("status") or "unknown") for _, t in others}):
+        group = [(i, t) for i, t in others if esc(t.get("status") or "unknown") == status]
+        traces.append(go.Scatter(x=[i + 1 for i, _ in group], y=[unmeasured_y(t, top) for _, t in group],
+                                 mode="markers", name=f"{status} (no measurement)",
+                                 text=[trial_hover(t, i) for i, t in group], hoverinfo="text",
+                                 marker={"size": 12, "symbol": STATUS_SYMBOLS.get(status, "square-open")}))
+    traces.append(go.Scatter(x=list(range(1, len(trials) + 1)), y=best_so_far(trials), mode="lines",
+                             name="best so far", line={"shape": "hv", "dash": "dash"}, hoverinfo="y"))
+    return traces
+
+
+def history_figure(trials: list[dict]) -> go.Figure:
+    fig = go.Figure(history_traces(trials))
+    fig.update_layout(title="Trial history: measured step time", xaxis_title="trial",
+                      yaxis_title="step time (s)", xaxis={"dtick": 1})
+    return fig
+
+
+def prediction_trace(trials: list[dict], key: str, name: str, symbol: str) -> go.Scatter:
+    pts = [(i, t) for i, t in enumerate(trials) if is_measured(t) and t.get(key) is not None]
+    return go.Scatter(x=[t["measured_step_time_s"] for _, t in pts], y=[t[key] for _, t in pts], mode="markers",
+                      name=name, text=[trial_hover(t, i) for i, t in pts], hoverinfo="text",
+                      marker={"size": 10, "symbol": symbol})
+
+
+def identity_trace(trials: list[dict]) -> go.Scatter:
+    values = [t[k] for t in trials if is_measured(t)
+              for k in ("measured_step_time_s", "predicted_step_time_s", "catalog_step_time_s") if t.get(k) is not None]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = 0.05 * (hi - lo or hi or 1.0)
+    return go.Scatter(x=[lo - pad, hi + pad], y=[lo - pad, hi + pad], mode="lines", name="y = x",
+                      line={"color": "#888", "dash": "dot"}, hoverinfo="skip")
+
+
+def prediction_figure(trials: list[dict]) -> go.Figure:
+    fig = go.Figure([identity_trace(trials),
+                     prediction_trace(trials, "predicted_step_time_s", "loop's corrected prediction", "circle"),
+                     prediction_trace(trials, "catalog_step_time_s", "catalog prediction", "triangle-up")])
+    fig.update_layout(title="Predicted vs measured step time", xaxis_title="measured step time (s)",
+                      yaxis_title="predicted step time (s)")
+    return fig
+
+
+def breakdown_terms(estimate: dict) -> list[str]:
+    exposed = estimate.get("exposed_s") or {}
+    known = [k for k in BREAKDOWN_TERMS if k in exposed]
+    return known + sorted(k for k in exposed if k not in BREAKDOWN_TERMS)
+
+
+def breakdown_figure(best_estimate: dict | None, best: dict | None) -> go.Figure:
+    name = str((best or {}).get("strategy_string") or (best_estimate or {}).get("strategy_string") or "")
+    name = esc(name if len(name) <= 60 else name[:57] + "...")
+    fig = go.Figure()
+    if best_estimate and best_estimate.get("exposed_s"):
+        terms = breakdown_terms(best_estimate)
+        exposed, total = best_estimate["exposed_s"], best_estimate.get("breakdown_s") or {}
+        fig.add_bar(x=terms, y=[exposed[k] for k in terms], name="exposed (on the critical path)")
+        if total:
+            fig.add_bar(x=terms, y=[total.get(k, 0.0) for k in terms], name="total (incl. overlapped)", opacity=0.4)
+    else:
+        fig.add_annotation(text="no estimate of the best strategy was given", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.5)
+    fig.update_layout(title=f"Step-time breakdown of the best strategy {name}".strip(),
+                      yaxis_title="seconds per step", barmode="group")
+    return fig
+
+
+def figure_html(fig: go.Figure, div_id: str, first: bool) -> str:
+    """One figure as a div; the first carries plotly.js inline, the others reuse it."""
+    return fig.to_html(include_plotlyjs=bool(first), full_html=False, div_id=div_id,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def bullet_list(items: Iterable[Any] | None) -> str:
+    items = list(items or [])
+    return "<ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>" if items else ""
+
+
+def speedup_text(proposal: dict) -> str:
+    s, rng = proposal.get("expected_speedup"), proposal.get("expected_speedup_range")
+    text = "" if s is None else f"{s:.2f}x"
+    if rng and len(rng) == 2 and None not in rng:
+        text += f" ({rng[0]:.2f}x to {rng[1]:.2f}x)"
+    return text
+
+
+def table(headers: list[str], rows: list[list[str]], row_classes: list[str] | None = None) -> str:
+    """An HTML table; headers are escaped here, cells must come escaped."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    classes = row_classes or [""] * len(rows)
+    body = "".join(f'<tr class="{esc(c)}">' + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>"
+                   for row, c in zip(rows, classes))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def proposals_table(proposals: list[dict] | None) -> str:
+    if not proposals:
+        return "<p>No proposals were given.</p>"
+    rows = [[esc(p.get("strategy_string")), esc(speedup_text(p)), esc(fmt_s(p.get("predicted_step_time_s"))),
+             esc(p.get("fits")), esc(p.get("rationale")), bullet_list(p.get("tradeoffs")),
+             bullet_list(p.get("evidence")), esc(p.get("source"))] for p in proposals]
+    return table(["strategy", "expected speedup", "predicted step", "fits", "rationale", "trade-offs",
+                  "evidence", "source"], rows)
+
+
+def trials_table(trials: list[dict]) -> str:
+    if not trials:
+        return "<p>No trials were run.</p>"
+    rows = [[esc(trial_label(t, i)), esc(t.get("strategy_string")), esc(t.get("status")), esc(t.get("reason")),
+             esc(fmt_s(t.get("measured_step_time_s"))), esc(fmt_s(t.get("predicted_step_time_s"))),
+             esc(fmt_s(t.get("catalog_step_time_s")))] for i, t in enumerate(trials)]
+    return table(["trial", "strategy", "status", "reason", "measured", "corrected prediction", "catalog prediction"],
+                 rows, [str(t.get("status") or "") for t in trials])
+
+
+def summary_html(tune_result: dict) -> str:
+    best, corr = tune_result.get("best"), tune_result.get("correction") or {}
+    trials = tune_result.get("trials") or []
+    best_text = (f"{esc(best.get('strategy_string'))} at {esc(fmt_s(best.get('measured_step_time_s')))}"
+                 if best else "none (no trial was measured)")
+    corr_text = ", ".join(f"{esc(k)} {esc(f'{v:.3g}' if isinstance(v, float) else v)}" for k, v in corr.items())
+    return (f"<p><b>Best:</b> {best_text}<br><b>Trials:</b> {len(trials)} "
+            f"({sum(is_measured(t) for t in trials)} measured)<br><b>Correction:</b> {corr_text or 'none'}</p>")
+
+
+def page_html(title: str, body: list[str]) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{esc(title)}</title>\n{STYLE}\n</head>\n<body>\n{ERROR_CATCHER}\n"
+            f"<h1>{esc(title)}</h1>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+
+
+def report_html(tune_result: dict, best_estimate: dict | None = None, proposals: list[dict] | None = None,
+                title: str = "asap tune") -> str:
+    """The whole page as a string."""
+    trials = list(tune_result.get("trials") or [])
+    figures = [history_figure(trials), prediction_figure(trials),
+               breakdown_figure(best_estimate, tune_result.get("best"))]
+    plots = [figure_html(f, div_id, i == 0) for i, (f, div_id) in enumerate(zip(figures, FIGURE_IDS))]
+    return page_html(title, [summary_html(tune_result),
+                             "<h2>Trial history</h2>", plots[0],
+                             "<h2>Predicted vs measured</h2>", plots[1],
+                             "<h2>Breakdown of the best strategy</h2>", plots[2],
+                             "<h2>Proposals</h2>", proposals_table(proposals),
+                             "<h2>All trials</h2>", trials_table(trials)])
+
+
+def write_report(path: str | Path, tune_result: dict, best_estimate: dict | None = None,
+                 proposals: list[dict] | None = None, title: str = "asap tune") -> Path:
+    """Write the report of a tune result to ``path`` (one self-contained HTML file) and return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report_html(tune_result, best_estimate, proposals, title), encoding="utf-8")
+    return out
