@@ -7,6 +7,7 @@ strategy ``estimate`` prices the same; the loop reaches the planner's best and n
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -173,3 +174,108 @@ def test_tune_with_real_runs_on_four_cpu_processes(tmp_path, monkeypatch):
         r2 = Coordinator(m, c, t, TorchExecutor(m, t, steps=3), mem, budget=2).run()
     ran_again = [x for x in r2["trials"] if x["status"] != "skipped"]
     assert not {x["strategy_string"] for x in ran_again} & {x["strategy_string"] for x in r1["trials"]}
+
+
+FLAKY_LAUNCHER = """\
+import sys, time
+tp, dp = int(sys.argv[1]), int(sys.argv[2])
+if tp == 2:
+    print("RuntimeError: NCCL error in a collective", file=sys.stderr)
+    sys.exit(1)
+if tp == 4:
+    time.sleep(60)
+for _ in range(3):
+    print(f"step time: {1.0 + 0.05 * tp + 4.0 / dp:.4f} s", flush=True)
+"""
+
+
+def test_crashing_and_hanging_trials_fail_and_the_loop_goes_on(tmp_path):
+    """A launcher that crashes at tp=2 and hangs at tp=4 (killed after 3 s): both end as failed trials with
+    their reasons, and the loop goes on to trials that run."""
+    from asap.execute.command import CommandExecutor
+
+    script = tmp_path / "launch.py"
+    script.write_text(FLAKY_LAUNCHER)
+    m, c, t = load_model("llama3-8b"), load_cluster("h100-sxm", devices=16), TrainSpec(64, 4096)
+    ex = CommandExecutor(f"{sys.executable} {script} {{tp}} {{dp}}", step_time_regex=r"step time: ([0-9.]+)",
+                         timeout_s=3.0, workdir=str(tmp_path / "trials"))
+    with Memory.open(tmp_path / "memory.sqlite") as mem:
+        r = Coordinator(m, c, t, ex, mem, budget=5, start="tp=4").run()
+        crash = Coordinator(m, c, t, ex, mem, budget=1, start="tp=2").run()
+        stored = mem.trials()
+    hang = r["trials"][0]
+    assert hang["status"] == "failed" and "3" in hang["reason"] and "s" in hang["reason"], hang["reason"]
+    assert crash["trials"][0]["status"] == "failed" and "NCCL" in crash["trials"][0]["reason"]
+    assert any(x["status"] == "ok" for x in r["trials"])
+    assert len(stored) == len([x for x in r["trials"] + crash["trials"] if x["status"] != "skipped"])
+    assert all(x["status"] in ("ok", "failed") for x in stored)
+
+
+def _chat_server(answers: list[str]):
+    """A real local HTTP server speaking chat completions, replaying ``answers`` (message contents) in order."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    queue = list(answers)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server protocol
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            content = queue.pop(0) if queue else "{}"
+            body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content},
+                                            "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_llm_candidates_are_checked_like_the_others_and_malformed_answers_change_nothing(tmp_path):
+    from asap.agents.llm import LLMAdvisor, LLMConfig
+
+    good = json.dumps({"candidates": [{"strategy": {"tp": 2, "zero": 3}, "rationale": "shard the states"},
+                                      {"strategy": {"tp": 0}, "rationale": "invalid on purpose"}],
+                       "narrative": "memory-bound; shard"})
+    server = _chat_server([good, "this is not JSON {", good])
+    try:
+        advisor = LLMAdvisor(LLMConfig(f"http://127.0.0.1:{server.server_port}/v1", "replay", timeout_s=10))
+        m, c, t = load_model("llama3-8b"), load_cluster("h100-sxm", devices=16), TrainSpec(64, 4096)
+        s = parse_current("tp=1", m, c, t)
+        d = Analyzer(c).analyze(estimate(m, c, t, s))
+        with_llm = Proposer(m, c, t, llm=advisor).propose(s, d)
+        assert any(x["source"] == "llm" and x["why"].startswith("candidate") for x in with_llm.considered)
+        priced = [x for x in with_llm.considered if x["source"] == "llm" and x["strategy"]]
+        assert priced and "tp=2" in priced[0]["strategy"]
+        assert "LLM: memory-bound" in with_llm.note
+        malformed = Proposer(m, c, t, llm=advisor).propose(s, d)
+        plain = Proposer(m, c, t).propose(s, d)
+        assert [str(p.strategy) for p in malformed.proposals] == [str(p.strategy) for p in plain.proposals]
+        assert any(x["source"] == "llm" and "llm:" in x["why"] for x in malformed.considered)
+        with Memory.open(tmp_path / "memory.sqlite") as mem:  # the loop goes on with an LLM in it
+            r = Coordinator(m, c, t, SimExecutor(m, c, t), mem, budget=3, start="tp=1", llm=advisor).run()
+        assert r["best"] is not None
+    finally:
+        server.shutdown()
+
+
+def test_tune_cli_json_contract_memory_and_report(cli, tmp_path):
+    db, page = tmp_path / "m.sqlite", tmp_path / "tune.html"
+    p = cli("tune", "-m", "llama3-8b", "-c", "h100-sxm", "--devices", "16", "-b", "64", "-s", "4096",
+            "--executor", "sim", "--budget", "2", "--memory", str(db), "--report", str(page), "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert set(d) >= {"trials", "best"} and 1 <= len(d["trials"]) <= 2
+    for trial in d["trials"]:
+        assert set(trial) >= {"strategy", "status", "reason", "measured_step_time_s", "predicted_step_time_s",
+                              "diagnosis"}
+    assert page.exists() and "Plotly.newPlot" in page.read_text()
+    listed = json.loads(cli("memory", "--memory", str(db), "--json").stdout)
+    assert len(listed["trials"]) == len(d["trials"]) and len(listed["experiments"]) == 1

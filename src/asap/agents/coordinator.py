@@ -106,6 +106,7 @@ class Coordinator:
     budget: int
     start: str | dict | None = None
     on_trial: Callable[[TrialRecord, "Coordinator"], None] | None = None
+    llm: Any = None  # an asap.agents.llm.LLMAdvisor for the proposer, optional
     trials: list[TrialRecord] = field(default_factory=list)
     correction: Correction = field(default_factory=Correction)
 
@@ -154,7 +155,7 @@ class Coordinator:
         base = best[0] if best else parse_current(self.start, self.model, self.cluster, self.train)
         cluster = self.corrected()
         diagnosis = Analyzer(cluster).analyze(estimate(self.model, cluster, self.train, base))
-        proposer = Proposer(self.model, cluster, self.train, self.memory)
+        proposer = Proposer(self.model, cluster, self.train, self.memory, llm=self.llm)
         ps = proposer.propose(base, diagnosis, exclude=self._tried_strings(known))
         fresh = [p for p in ps.proposals if canon(p.strategy) not in known]
         if ps.within_error and len(fresh) > 1:

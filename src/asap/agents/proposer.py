@@ -32,7 +32,7 @@ NEIGHBOUR_MOVES: tuple[dict[str, str], ...] = (
 )
 # keys derived from the others (the data-parallel degree fills the devices; the rest follow their defaults)
 DERIVED = ("dp", "etp", "sp", "schedule", "layer_split")
-SOURCE_ORDER = {"knowledge": 0, "planner": 1, "neighbour": 2}
+SOURCE_ORDER = {"knowledge": 0, "planner": 1, "neighbour": 2, "llm": 3}
 
 
 @dataclass
@@ -104,9 +104,13 @@ def moved_strategy(current: Strategy, move: dict[str, str], devices: int, moe: b
 
 
 class Proposer:
-    def __init__(self, model: ModelSpec, cluster: Cluster, train: TrainSpec, memory=None, experiment_id=None):
+    def __init__(self, model: ModelSpec, cluster: Cluster, train: TrainSpec, memory=None, experiment_id=None,
+                 llm=None):
         self.model, self.cluster, self.train = model, cluster, train
         self.memory, self.experiment_id = memory, experiment_id
+        self.llm = llm  # an asap.agents.llm.LLMAdvisor: more candidates and a narrative, checked like the rest
+        self.narrative = ""
+        self.base: tuple[float, float] | None = None  # the current strategy's (step time, memory) while proposing
 
     @property
     def moe(self) -> bool:
@@ -136,9 +140,27 @@ class Proposer:
                       "neighbour", f"one-knob neighbour of the current strategy ({desc})", [])
         for s in self._planner_best():
             self._add(out, considered, s.to_dict(), "planner", "the planner's best for this job", ["planner:top"])
+        if self.llm is not None:
+            self._llm_candidates(current, diagnosis, out, considered)
         return out
 
-    def _planner_best(self, top: int = 6) -> list[Strategy]:
+    def _llm_candidates(self, current: Strategy, diagnosis: Diagnosis, out: list, considered: list) -> None:
+        """The LLM's candidates, parsed against its schema and priced like any other; a failure or a refusal
+        leaves the deterministic candidates as they are."""
+        context = {"model": self.model.name, "cluster": f"{self.cluster.num_devices} x {self.cluster.accelerator.name}",
+                   "global_batch": self.train.global_batch, "seq_len": self.train.seq_len,
+                   "current": current.to_dict(), "diagnosis": diagnosis.to_dict(),
+                   "best_so_far": [str(c.strategy) for c in sorted(out, key=lambda c: c.step_s)[:5]]}
+        advice = self.llm.advise(context)
+        for reason in advice.dropped:
+            considered.append({"strategy": "", "source": "llm", "kept": False, "why": reason})
+        if advice.error:
+            considered.append({"strategy": "", "source": "llm", "kept": False, "why": advice.error})
+        for strategy, rationale in advice.candidates:
+            self._add(out, considered, strategy, "llm", f"LLM: {rationale}", ["llm"])
+        self.narrative = advice.narrative
+
+    def _planner_best(self, top: int = 60) -> list[Strategy]:
         from asap.search.planner import NoFitError, plan
 
         try:
@@ -156,6 +178,10 @@ class Proposer:
         except AsapError as e:
             considered.append({"strategy": text, "source": source, "kept": False, "why": str(e)})
             return
+        if self.base is not None and (est.step_time_s, est.peak_memory_gb) == self.base:
+            considered.append({"strategy": str(est.strategy), "source": source, "kept": False,
+                               "why": "changes nothing the cost model sees (a knob without effect here)"})
+            return
         if not est.fits:
             considered.append({"strategy": str(est.strategy), "source": source, "kept": False,
                                "why": f"does not fit: {est.peak_memory_gb:.1f} GB > {self.cluster.hbm_gb:g} GB"})
@@ -166,6 +192,7 @@ class Proposer:
         """Exactly three proposals for moving on from ``current`` (``exclude``: strategy strings already tried)."""
         considered: list[dict[str, Any]] = []
         base = self.price(current)
+        self.base = (base.step_time_s, base.peak_memory_gb)
         skip = set(exclude) | {str(base.strategy)}
         unique: dict[str, Candidate] = {}
         for c in self.candidates(current, diagnosis, considered):
@@ -196,6 +223,8 @@ class Proposer:
             considered.append({"strategy": str(c.strategy), "source": c.source, "kept": c in chosen,
                                "why": "proposed" if c in chosen else "a faster candidate moves the same knob"})
         proposals = [self._proposal(c, base, diagnosis) for c in chosen]
+        if self.narrative:
+            note += f" | LLM: {self.narrative}"
         return ProposalSet(proposals, within, note, considered)
 
     def _proposal(self, c: Candidate, base: Estimate, diagnosis: Diagnosis) -> Proposal:
@@ -232,6 +261,7 @@ def workload_record(model: ModelSpec, cluster: Cluster, train: TrainSpec) -> dic
             "precision": train.precision, "framework": train.framework or ""}
 
 
+SMALL_MOVE = 2
 MAIN_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "recompute", "schedule", "dispatcher",
               "a2a_overlap")
 
@@ -242,16 +272,19 @@ def changed_keys(a: Strategy, b: Strategy) -> list[str]:
 
 def diverse(ranked: list[Candidate], current: Strategy, n: int = N_PROPOSALS,
             taken: list[Candidate] = ()) -> list[Candidate]:
-    """The best ``n`` whose moves differ from each other's and from ``taken``'s: a candidate is skipped when the
-    knobs it moves are one knob another chosen candidate already moves alone, or the very same set of knobs."""
+    """The best ``n`` whose moves differ from each other's and from ``taken``'s: a candidate is skipped when it
+    moves the same knobs as a chosen one, or when one of the two is a small move (at most ``SMALL_MOVE`` knobs)
+    that the other contains (a variant of that move), or when it is one knob's value apart from a chosen one."""
     chosen: list[Candidate] = []
     for c in ranked:
         keys = frozenset(changed_keys(c.strategy, current))
         if not keys:
             continue
         taken_keys = [frozenset(changed_keys(x.strategy, current)) for x in list(taken) + chosen]
-        if any(keys == t or (len(t) == 1 and t <= keys) or (len(keys) == 1 and keys <= t) for t in taken_keys):
+        if any(t == keys or (min(len(t), len(keys)) <= SMALL_MOVE and (t <= keys or keys <= t)) for t in taken_keys):
             continue
+        if any(len(changed_keys(c.strategy, x.strategy)) <= 1 for x in list(taken) + chosen):
+            continue  # one knob's value apart from a chosen candidate
         chosen.append(c)
         if len(chosen) == n:
             break

@@ -17,6 +17,22 @@ from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
                                                  "data folder).")
+LlmOpt = typer.Option(False, "--llm", help="Let an OpenAI-compatible model add candidates and a narrative "
+                                           "(checked like every other candidate; it never runs anything).")
+LlmUrlOpt = typer.Option(None, "--llm-base-url", help="Its base URL (default: ASAP_LLM_BASE_URL, OPENAI_BASE_URL).")
+LlmModelOpt = typer.Option(None, "--llm-model", help="Its model name (default: ASAP_LLM_MODEL).")
+LlmKeyOpt = typer.Option(None, "--llm-key", help="Its API key (default: ASAP_LLM_API_KEY, OPENAI_API_KEY).")
+
+
+def _llm(enabled: bool, base_url, model, key):
+    if not enabled:
+        return None
+    from asap.agents.llm import LLMAdvisor, LLMConfig
+
+    config = LLMConfig.from_env(base_url, model, key)
+    if config is None:
+        raise AsapError("llm-base-url", "missing: --llm needs --llm-base-url or ASAP_LLM_BASE_URL")
+    return LLMAdvisor(config)
 
 
 @app.command()
@@ -33,6 +49,10 @@ def propose(
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     memory: Optional[str] = MemoryOpt,
+    llm: bool = LlmOpt,
+    llm_base_url: Optional[str] = LlmUrlOpt,
+    llm_model: Optional[str] = LlmModelOpt,
+    llm_key: Optional[str] = LlmKeyOpt,
     json_out: bool = JsonOpt,
 ):
     """Diagnose the current strategy (its traces, or the cost model) and propose exactly three checked moves."""
@@ -44,7 +64,7 @@ def propose(
     current = parse_current(strategy, m, c, t)
     diagnosis = Analyzer(c).analyze(estimate(m, c, t, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
-    result = Proposer(m, c, t, mem).propose(current, diagnosis)
+    result = Proposer(m, c, t, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key)).propose(current, diagnosis)
     out = {"diagnosis": diagnosis.to_dict(), "current": {"strategy": current.to_dict(),
                                                          "strategy_string": str(current)},
            "within_error": result.within_error, "note": result.note,
@@ -85,6 +105,27 @@ def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int):
     raise AsapError("executor", f"must be sim or torch here, got {kind!r} (the command executor: asap.execute)")
 
 
+def _write_report(path: str, coord, result: dict, mem) -> None:
+    """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals."""
+    from asap.agents.analyzer import Analyzer
+    from asap.agents.proposer import Proposer, parse_current
+    from asap.cost.estimate import estimate
+    from asap.report.html import write_report
+
+    best_estimate, proposals = None, []
+    if result["best"]:
+        cluster = coord.corrected()
+        best = parse_current(result["best"]["strategy_string"], coord.model, coord.cluster, coord.train)
+        est = estimate(coord.model, cluster, coord.train, best)
+        best_estimate = est.to_dict()
+        diagnosis = Analyzer(cluster).analyze(est)
+        tried = {t["strategy_string"] for t in result["trials"]}
+        ps = Proposer(coord.model, cluster, coord.train, mem).propose(best, diagnosis, exclude=tried)
+        proposals = [p.to_dict() for p in ps.proposals]
+    write_report(path, result, best_estimate=best_estimate, proposals=proposals,
+                 title=f"asap tune: {coord.model.name} on {coord.cluster.num_devices} x {coord.cluster.accelerator.name}")
+
+
 @app.command()
 def tune(
     model: str = ModelOpt,
@@ -102,6 +143,11 @@ def tune(
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     memory: Optional[str] = MemoryOpt,
+    report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML page of the run."),
+    llm: bool = LlmOpt,
+    llm_base_url: Optional[str] = LlmUrlOpt,
+    llm_model: Optional[str] = LlmModelOpt,
+    llm_key: Optional[str] = LlmKeyOpt,
     json_out: bool = JsonOpt,
 ):
     """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
@@ -119,8 +165,12 @@ def tune(
                       f"{rec.predicted_step_time_s:.4g}" if rec.predicted_step_time_s else "-",
                       f"{coord.correction.compute:.2f} / {coord.correction.communication:.2f}")
 
+    advisor = _llm(llm, llm_base_url, llm_model, llm_key)
     with _open_memory(memory) as mem, Live(table, console=err_console, transient=json_out, refresh_per_second=4):
-        result = Coordinator(m, c, t, ex, mem, budget, start=strategy or None, on_trial=on_trial).run()
+        coord = Coordinator(m, c, t, ex, mem, budget, start=strategy or None, on_trial=on_trial, llm=advisor)
+        result = coord.run()
+        if report:
+            _write_report(report, coord, result, mem)
     if json_out:
         print_json(result)
         return
