@@ -279,3 +279,20 @@ def test_tune_cli_json_contract_memory_and_report(cli, tmp_path):
     assert page.exists() and "Plotly.newPlot" in page.read_text()
     listed = json.loads(cli("memory", "--memory", str(db), "--json").stdout)
     assert len(listed["trials"]) == len(d["trials"]) and len(listed["experiments"]) == 1
+
+
+def test_propose_on_the_traces_of_a_real_profiled_run(cli, tmp_path):
+    """``asap run --profile`` on 2 gloo processes, then ``asap propose`` on its traces: the diagnosis comes from
+    the traces and there are exactly three fitting proposals with rationale and evidence."""
+    prof = tmp_path / "prof"
+    r = cli("run", "--model", "tiny-dense", "--global-batch", "4", "--seq-len", "64", "--strategy", "dp=2",
+            "--steps", "4", "--profile", str(prof), "--json")
+    assert r.returncode == 0, r.stderr
+    p = cli("propose", str(prof), "-m", "tiny-dense", "-c", "local-cpu", "--devices", "2", "-b", "4", "-s", "64",
+            "-S", "dp=2", "--precision", "fp32", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["diagnosis"]["source"] == "trace"
+    assert len(d["proposals"]) == 3
+    for prop in d["proposals"]:
+        assert prop["fits"] and prop["rationale"] and prop["evidence"]
