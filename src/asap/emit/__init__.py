@@ -1,0 +1,33 @@
+"""Framework configs: a completed strategy in a training stack's own option names (``asap emit``).
+
+``emit(format, model, cluster, train, strategy) -> str``: Megatron-LM launch arguments, a torchtitan TOML job
+config, a MaxText YAML, a MindFormers YAML or a DeepSpeed JSON. What a stack cannot express is refused with an
+``AsapError`` naming the strategy key and the framework. Each emitter module names the version it follows.
+"""
+
+from __future__ import annotations
+
+from asap.emit import deepspeed, maxtext, megatron, mindformers, torchtitan
+from asap.errors import AsapError
+
+EMITTERS = {"megatron": megatron, "torchtitan": torchtitan, "maxtext": maxtext, "mindformers": mindformers,
+            "deepspeed": deepspeed}
+FORMATS = tuple(EMITTERS)
+# the stack (``asap.spec.framework``) whose defaults and offers a format's strategy is completed with
+FRAMEWORK_OF = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext",
+                "mindformers": "mindspore", "deepspeed": "deepspeed"}
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in EMITTERS:
+        raise AsapError("format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    return fmt
+
+
+def emit(fmt: str, model, cluster, train, strategy) -> str:
+    """The config text of ``strategy`` (a completed ``asap.spec.strategy.Strategy``) for format ``fmt``."""
+    return EMITTERS[check_format(fmt)].emit(model, cluster, train, strategy)
+
+
+def version(fmt: str) -> str:
+    return EMITTERS[check_format(fmt)].VERSION

@@ -1,0 +1,32 @@
+"""What every emitter shares: the layer split of a strategy, micro-batch counts and one-line refusals."""
+
+from __future__ import annotations
+
+from asap.errors import AsapError
+from asap.spec.layout import default_chunk_layers
+from asap.spec.strategy import RECOMPUTE
+
+
+def refuse(key: str, framework: str, problem: str) -> AsapError:
+    """The one-line refusal: ``strategy.<key>: <framework> cannot express ...``."""
+    return AsapError(f"strategy.{key}" if key not in ("precision", "model", "cluster") else key,
+                     f"{framework} cannot express {problem}")
+
+
+def chunk_layers(model, s) -> tuple[int, ...]:
+    """Transformer layers per pipeline chunk (virtual order), the strategy's split or the default one."""
+    return tuple(s.layer_split) if s.layer_split else default_chunk_layers(model.num_layers, s.pp * s.vpp)
+
+
+def is_uniform(model, s) -> bool:
+    chunks = chunk_layers(model, s)
+    return len(set(chunks)) == 1
+
+
+def micro_batches(train, s) -> int:
+    return train.global_batch // (s.dp * s.mbs)
+
+
+def recompute_modules(s) -> list[str] | None:
+    """The module names of a ``recompute=a+b`` set (None for none/selective/full)."""
+    return None if s.recompute in RECOMPUTE else s.recompute.split("+")

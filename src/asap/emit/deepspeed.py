@@ -1,0 +1,63 @@
+"""A DeepSpeed JSON config (``deepspeed.initialize(config=...)``).
+
+Option names follow DeepSpeed v0.19.8 (``deepspeed/runtime/config.py``, ``zero/config.py``): train_batch_size,
+train_micro_batch_size_per_gpu, gradient_accumulation_steps, zero_optimization.stage, bf16/fp16.enabled,
+``pipeline`` (stages, partition, activation_checkpoint_interval: read by the pipeline engine),
+``tensor_parallel.autotp_size`` (AutoTP training), ``activation_checkpointing`` (whole layers).
+Refused (what the JSON and the Megatron-DeepSpeed pipeline engine cannot express): vpp > 1 and schedules other
+than 1F1B, sequence parallelism, context parallelism, expert parallelism (set in the model code,
+``deepspeed.moe.layer.MoE(ep_size=...)``), ZeRO-2/3 with pipeline parallelism, recompute other than none or
+full, a layer split other than the uniform one, fp8.
+"""
+
+from __future__ import annotations
+
+import json
+
+from asap.emit.common import chunk_layers, micro_batches, refuse
+
+NAME = "deepspeed"
+VERSION = "DeepSpeed v0.19.8 (deepspeed/runtime/config.py)"
+
+
+def config(model, cluster, train, s) -> dict:
+    if s.vpp > 1 or s.schedule != "1f1b":
+        key = "vpp" if s.vpp > 1 else "schedule"
+        raise refuse(key, NAME, f"{key}={getattr(s, key)} (its pipeline engine runs 1F1B with one stage per rank)")
+    if s.sp:
+        raise refuse("sp", NAME, "sp=1 (no sequence parallelism)")
+    if s.cp > 1:
+        raise refuse("cp", NAME, f"cp={s.cp} (no context parallelism)")
+    if s.ep > 1:
+        raise refuse("ep", NAME, f"ep={s.ep} (expert parallelism is set in the model code, not the config)")
+    if s.pp > 1 and s.zero > 1:
+        raise refuse("zero", NAME, f"zero={s.zero} with pp={s.pp} (its pipeline engine takes ZeRO-1 at most)")
+    if s.recompute not in ("none", "full"):
+        raise refuse("recompute", NAME, f"recompute={s.recompute} (activation checkpointing is whole-layer)")
+    if s.layer_split and len(set(chunk_layers(model, s))) != 1:
+        raise refuse("layer_split", NAME, f"layer_split={'/'.join(map(str, s.layer_split))} "
+                                          "(pipeline.partition is uniform)")
+    if train.precision == "fp8":
+        raise refuse("precision", NAME, "fp8 (bf16 or fp16 only)")
+    cfg: dict = {
+        "train_batch_size": train.global_batch,
+        "train_micro_batch_size_per_gpu": s.mbs,
+        "gradient_accumulation_steps": micro_batches(train, s),
+        "zero_optimization": {"stage": s.zero},
+        "bf16": {"enabled": train.precision == "bf16"},
+        "fp16": {"enabled": train.precision == "fp16"},
+        "gradient_clipping": 1.0,
+    }
+    if s.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": s.tp}
+    if s.pp > 1:
+        cfg["pipeline"] = {"stages": s.pp, "partition": "uniform",
+                           "activation_checkpoint_interval": 1 if s.recompute == "full" else 0}
+    if s.recompute == "full":
+        cfg["activation_checkpointing"] = {"partition_activations": s.tp > 1, "contiguous_memory_optimization": False,
+                                           "cpu_checkpointing": False, "number_checkpoints": model.num_layers}
+    return cfg
+
+
+def emit(model, cluster, train, s) -> str:
+    return json.dumps(config(model, cluster, train, s), indent=2) + "\n"

@@ -1,0 +1,106 @@
+"""A MaxText YAML config (overrides of ``MaxText/configs/base.yml``).
+
+Option names follow MaxText's ``configs/base.yml`` (main branch, 2025): the mesh axes ``ici_*_parallelism``
+(within a slice: the cluster's scale-up domain) and ``dcn_*_parallelism`` (across slices) for data, fsdp,
+context, tensor, expert and pipeline; ``per_device_batch_size`` (global batch over all devices, fractional
+allowed), ``gradient_accumulation_steps``, ``num_pipeline_microbatches``, ``num_layers_per_pipeline_stage``
+(pp * vpp stages: the circular pipeline's repeats), ``max_target_length``, ``remat_policy`` (none |
+minimal | full), ``dtype`` / ``quantization``, and the model's ``base_*`` shape keys.
+Axes (as ``asap.search.mesh``): pp -> pipeline, dp -> data (zero 0) or fsdp (zero 3), cp -> context,
+tp -> tensor, ep -> expert (carved out of dp); pipeline and data/fsdp cross DCN, the others stay on ICI.
+Refused: zero 1 and 2, recompute module sets, uneven layer splits, the zero-bubble schedule, dispatchers other
+than all-to-all, the expert all-to-all overlap, meshes that would put tensor, context or expert axes across
+slices.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+from asap.emit.common import chunk_layers, micro_batches, recompute_modules, refuse
+
+NAME = "maxtext"
+VERSION = "MaxText configs/base.yml (main, 2025)"
+REMAT = {"none": "none", "selective": "minimal", "full": "full"}
+
+
+def mesh(cluster, s) -> dict[str, int]:
+    if s.dp % s.ep:
+        raise refuse("ep", NAME, f"ep={s.ep} not dividing dp={s.dp} (the expert axis is carved out of the batch)")
+    batch_axis = "fsdp" if s.zero == 3 else "data"
+    axes = {"data": 1, "fsdp": 1, "context": s.cp, "tensor": s.tp, "expert": s.ep, "pipeline": s.pp}
+    axes[batch_axis] = s.dp // s.ep
+    slices = max(1, cluster.topology.num_domains)
+    dcn = {name: 1 for name in axes}
+    for name in ("pipeline", batch_axis):
+        take = gcd(axes[name], slices)
+        dcn[name] = take
+        slices //= take
+    if slices != 1:
+        raise refuse("tp", NAME, f"this mesh over {cluster.topology.num_domains} slices (tensor, context and expert "
+                                 "axes must stay within a slice; pipeline and data cross DCN)")
+    out = {f"ici_{k}_parallelism": v // dcn[k] for k, v in axes.items()}
+    out.update({f"dcn_{k}_parallelism": dcn[k] for k in axes})
+    return out
+
+
+def config(model, cluster, train, s) -> dict:
+    if s.zero in (1, 2):
+        raise refuse("zero", NAME, f"zero={s.zero} (the batch axis is data, zero 0, or fsdp, zero 3)")
+    if recompute_modules(s):
+        raise refuse("recompute", NAME, f"recompute={s.recompute} (remat_policy is none, minimal or full here)")
+    if s.schedule == "zb":
+        raise refuse("schedule", NAME, "schedule=zb (its pipeline is a circular GPipe-style schedule)")
+    if model.moe is not None and s.dispatcher != "alltoall":
+        raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher}")
+    if model.moe is not None and s.a2a_overlap:
+        raise refuse("a2a_overlap", NAME, "a2a_overlap=1")
+    if model.moe is not None and s.etp not in (1, s.tp):
+        raise refuse("etp", NAME, f"etp={s.etp} (experts are sharded over the tensor axis or not at all)")
+    chunks = chunk_layers(model, s)
+    if s.pp > 1 and len(set(chunks)) != 1:
+        raise refuse("layer_split", NAME, f"an uneven layer split ({'/'.join(map(str, chunks))}): every pipeline "
+                                          "stage holds num_layers_per_pipeline_stage layers")
+    n_micro = micro_batches(train, s)
+    devices = s.devices
+    cfg: dict = dict(mesh(cluster, s))
+    if s.pp > 1:
+        ga = 1
+        cfg["num_pipeline_microbatches"] = n_micro
+        cfg["num_layers_per_pipeline_stage"] = chunks[0]
+    else:
+        ga = n_micro
+    per_device = train.global_batch / (devices * ga)
+    cfg["per_device_batch_size"] = int(per_device) if per_device == int(per_device) else per_device
+    cfg["gradient_accumulation_steps"] = ga
+    cfg["max_target_length"] = train.seq_len
+    cfg["remat_policy"] = REMAT[s.recompute]
+    cfg["dtype"] = {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16")
+    if train.precision == "fp8":
+        cfg["quantization"] = "fp8"
+    cfg.update({"base_num_decoder_layers": model.num_layers, "base_emb_dim": model.hidden_size,
+                "base_mlp_dim": model.ffn_hidden_size, "base_num_query_heads": model.num_attention_heads,
+                "base_num_kv_heads": model.num_kv_heads, "head_dim": model.head_dim,
+                "vocab_size": model.vocab_size, "logits_via_embedding": bool(model.tie_embeddings),
+                "mlp_activations": {"swiglu": ["silu", "linear"], "gelu": ["gelu"], "relu2": ["relu"]}
+                [model.activation]})
+    if model.moe is not None:
+        e = model.moe
+        cfg.update({"num_experts": e.num_experts, "num_experts_per_tok": e.top_k,
+                    "base_moe_mlp_dim": e.expert_ffn_hidden_size, "shared_experts": e.shared_experts,
+                    "first_num_dense_layers": e.first_dense_layers})
+    if model.mla is not None:
+        m = model.mla
+        cfg.update({"attention_type": "mla", "q_lora_rank": m.q_lora_rank or 0, "kv_lora_rank": m.kv_lora_rank,
+                    "qk_nope_head_dim": m.qk_nope_head_dim, "qk_rope_head_dim": m.qk_rope_head_dim,
+                    "v_head_dim": m.v_head_dim})
+    return cfg
+
+
+def emit(model, cluster, train, s) -> str:
+    import yaml
+
+    head = (f"# {VERSION}; asap strategy {s}\n"
+            f"# schedule={s.schedule}: MaxText's circular pipeline; sp={s.sp}: XLA shards activations on the "
+            "tensor axis itself\n")
+    return head + yaml.safe_dump(config(model, cluster, train, s), sort_keys=False)

@@ -1,0 +1,119 @@
+"""Megatron-LM ``pretrain_gpt.py`` command-line arguments.
+
+Option names follow Megatron-LM core_r0.14.0 (``megatron/training/arguments.py``): the parallel sizes,
+``--num-virtual-stages-per-pipeline-rank``, ``--pipeline-model-parallel-layout`` (``E`` embedding, ``t`` a
+transformer layer, ``m`` an MTP layer, ``L`` the loss, ``|`` between virtual stages) for splits the uniform
+division cannot give, ``--use-distributed-optimizer`` (zero 1), Megatron-FSDP (``--use-megatron-fsdp
+--data-parallel-sharding-strategy optim_grads|optim_grads_params``, zero 2/3), ``--recompute-granularity`` /
+``--recompute-modules`` / ``--recompute-method``, ``--moe-token-dispatcher-type`` (``flex`` with
+``--moe-enable-deepep`` for the node-deduplicated dispatcher) and ``--overlap-moe-expert-parallel-comm``.
+Not expressible (refused): the zero-bubble and GPipe schedules (no flag in Megatron-LM's training loop).
+"""
+
+from __future__ import annotations
+
+from asap.emit.common import chunk_layers, micro_batches, recompute_modules, refuse
+
+NAME = "megatron"
+VERSION = "Megatron-LM core_r0.14.0 (megatron/training/arguments.py)"
+SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act")  # asap.spec.framework.SelectivePolicy.KERNELS
+
+
+def pipeline_layout(model, s) -> str:
+    chunks = chunk_layers(model, s)
+    parts = []
+    for j, n in enumerate(chunks):
+        p = ("E" if j == 0 else "") + "t" * n
+        if j == len(chunks) - 1:
+            p += "m" * model.mtp_layers + "L"
+        parts.append(p)
+    return "|".join(parts)
+
+
+def args(model, cluster, train, s) -> list[tuple[str, ...]]:
+    if s.schedule in ("zb", "gpipe"):
+        raise refuse("schedule", NAME, f"schedule={s.schedule} (pretrain_gpt.py runs 1F1B or interleaved 1F1B)")
+    a: list[tuple[str, ...]] = [
+        ("--tensor-model-parallel-size", str(s.tp)),
+        ("--pipeline-model-parallel-size", str(s.pp)),
+        ("--context-parallel-size", str(s.cp)),
+    ]
+    if s.pp > 1:
+        uniform = not s.layer_split and model.num_layers % (s.pp * s.vpp) == 0 and not model.mtp_layers
+        if uniform:
+            if s.vpp > 1:
+                a.append(("--num-virtual-stages-per-pipeline-rank", str(s.vpp)))
+        else:  # the layout gives the split, and the virtual stages with it
+            a.append(("--pipeline-model-parallel-layout", pipeline_layout(model, s)))
+    if model.moe is not None:
+        a += [("--expert-model-parallel-size", str(s.ep)), ("--expert-tensor-parallel-size", str(s.etp))]
+    a += [("--micro-batch-size", str(s.mbs)), ("--global-batch-size", str(train.global_batch)),
+          ("--seq-length", str(train.seq_len)), ("--max-position-embeddings", str(train.seq_len))]
+    if s.sp:
+        a.append(("--sequence-parallel",))
+    if s.zero == 1:
+        a.append(("--use-distributed-optimizer",))
+    elif s.zero >= 2:
+        a += [("--use-megatron-fsdp",),
+              ("--data-parallel-sharding-strategy", "optim_grads_params" if s.zero == 3 else "optim_grads")]
+    mods = recompute_modules(s)
+    if s.recompute == "full":
+        a += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
+    elif s.recompute == "selective":
+        a += [("--recompute-granularity", "selective"), ("--recompute-modules", *SELECTIVE_MODULES)]
+    elif mods:
+        a += [("--recompute-granularity", "selective"), ("--recompute-modules", *mods)]
+    if model.moe is not None:
+        if s.dispatcher == "dedup":
+            a += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep",)]
+        else:
+            a.append(("--moe-token-dispatcher-type", s.dispatcher))
+        if s.a2a_overlap:
+            a.append(("--overlap-moe-expert-parallel-comm",))
+    p = train.precision
+    if p in ("bf16", "fp8"):
+        a.append(("--bf16",))
+    elif p == "fp16":
+        a.append(("--fp16",))
+    if p == "fp8":
+        a += [("--fp8-format", "hybrid")]
+    # the model's shape
+    a += [("--num-layers", str(model.num_layers)), ("--hidden-size", str(model.hidden_size)),
+          ("--ffn-hidden-size", str(model.ffn_hidden_size)),
+          ("--num-attention-heads", str(model.num_attention_heads)),
+          ("--kv-channels", str(model.head_dim)), ("--vocab-size", str(model.vocab_size))]
+    if model.num_kv_heads != model.num_attention_heads and model.mla is None:
+        a += [("--group-query-attention",), ("--num-query-groups", str(model.num_kv_heads))]
+    if model.activation == "swiglu":
+        a.append(("--swiglu",))
+    elif model.activation == "relu2":
+        a.append(("--squared-relu",))
+    if not model.tie_embeddings:
+        a.append(("--untie-embeddings-and-output-weights",))
+    if model.mla is not None:
+        m = model.mla
+        a.append(("--multi-latent-attention",))
+        if m.q_lora_rank:
+            a.append(("--q-lora-rank", str(m.q_lora_rank)))
+        a += [("--kv-lora-rank", str(m.kv_lora_rank)), ("--qk-head-dim", str(m.qk_nope_head_dim)),
+              ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)), ("--v-head-dim", str(m.v_head_dim))]
+    if model.moe is not None:
+        e = model.moe
+        a += [("--num-experts", str(e.num_experts)), ("--moe-router-topk", str(e.top_k)),
+              ("--moe-ffn-hidden-size", str(e.expert_ffn_hidden_size)), ("--moe-grouped-gemm",)]
+        if e.shared_experts:
+            a.append(("--moe-shared-expert-intermediate-size", str(e.shared_experts * e.expert_ffn_hidden_size)))
+        if e.first_dense_layers:
+            a.append(("--moe-layer-freq",
+                      f"([0]*{e.first_dense_layers}+[1]*{model.num_layers - e.first_dense_layers})"))
+    if model.mtp_layers:
+        a.append(("--mtp-num-layers", str(model.mtp_layers)))
+    assert micro_batches(train, s) >= 1
+    return a
+
+
+def emit(model, cluster, train, s) -> str:
+    import shlex
+
+    lines = [" ".join(shlex.quote(x) for x in group) for group in args(model, cluster, train, s)]
+    return f"# {VERSION}: arguments for pretrain_gpt.py\n" + " \\\n".join(lines) + "\n"

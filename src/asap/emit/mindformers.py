@@ -1,0 +1,83 @@
+"""A MindFormers YAML config (the parallel and recompute sections and the model's shape).
+
+Option names follow MindFormers r1.5.0 (``mindformers/modules/transformer/transformer.py`` TransformerOpParallel
+Config, ``configs/*/pretrain_*.yaml``): ``parallel_config`` data_parallel, model_parallel, pipeline_stage,
+context_parallel, expert_parallel, micro_batch_num, vocab_emb_dp, use_seq_parallel, gradient_aggregation_group,
+optimizer_shard; ``parallel.enable_parallel_optimizer`` (zero 1) and ``parallel.pipeline_config`` (pipeline_
+interleave); ``model.model_config`` pp_interleave_num and offset (the layer split: per stage, or per
+interleave and stage, the layers beyond num_layers // (pp * vpp)); ``recompute_config`` recompute (full) /
+select_recompute (selective); ``runner_config`` batch_size (the micro-batch) and gradient_accumulation_steps
+(without a pipeline); ``moe_config`` expert_num, num_experts_chosen, enable_deredundency + npu_nums_per_device
+(the node-deduplicated dispatcher).
+Refused: zero 2 and 3, recompute module sets, the zero-bubble and GPipe schedules, the all-gather dispatcher,
+expert tensor parallelism other than model_parallel.
+"""
+
+from __future__ import annotations
+
+from asap.emit.common import chunk_layers, micro_batches, recompute_modules, refuse
+
+NAME = "mindformers"
+VERSION = "MindFormers r1.5.0 (parallel_config, recompute_config)"
+
+
+def config(model, cluster, train, s) -> dict:
+    if s.zero > 1:
+        raise refuse("zero", NAME, f"zero={s.zero} (optimizer_shard shards optimizer states only: zero 0 or 1)")
+    if recompute_modules(s):
+        raise refuse("recompute", NAME, f"recompute={s.recompute} (recompute_config: recompute or select_recompute)")
+    if s.schedule in ("zb", "gpipe"):
+        raise refuse("schedule", NAME, f"schedule={s.schedule} (1F1B, interleaved with pp_interleave_num)")
+    if model.moe is not None and s.dispatcher == "allgather":
+        raise refuse("dispatcher", NAME, "dispatcher=allgather (all-to-all, or deduplicated with enable_deredundency)")
+    if model.moe is not None and s.etp != s.tp:
+        raise refuse("etp", NAME, f"etp={s.etp} with tp={s.tp} (experts are sharded by model_parallel)")
+    if train.precision == "fp8":
+        raise refuse("precision", NAME, "fp8 (compute_dtype is float32, float16 or bfloat16)")
+    n_micro = micro_batches(train, s)
+    chunks = chunk_layers(model, s)
+    base = model.num_layers // (s.pp * s.vpp)
+    offsets = [n - base for n in chunks]
+    if s.vpp > 1:
+        offset = [offsets[v * s.pp:(v + 1) * s.pp] for v in range(s.vpp)]
+    elif s.pp > 1:
+        offset = offsets
+    else:
+        offset = 0
+    pc = {"data_parallel": s.dp, "model_parallel": s.tp, "pipeline_stage": s.pp, "context_parallel": s.cp,
+          "expert_parallel": s.ep, "micro_batch_num": n_micro if s.pp > 1 else 1, "vocab_emb_dp": False,
+          "use_seq_parallel": bool(s.sp), "gradient_aggregation_group": 4, "optimizer_shard": s.zero == 1}
+    cfg: dict = {
+        "parallel": {"parallel_mode": 1, "enable_parallel_optimizer": s.zero == 1,
+                     "pipeline_config": {"pipeline_interleave": s.vpp > 1, "pipeline_scheduler": "1f1b"}},
+        "parallel_config": pc,
+        "runner_config": {"batch_size": s.mbs, "gradient_accumulation_steps": 1 if s.pp > 1 else n_micro,
+                          "sink_mode": True},
+        "recompute_config": {"recompute": s.recompute == "full", "select_recompute": s.recompute == "selective",
+                             "parallel_optimizer_comm_recompute": False, "mp_comm_recompute": True,
+                             "recompute_slice_activation": True},
+        "model": {"model_config": {
+            "seq_length": train.seq_len, "num_layers": model.num_layers, "hidden_size": model.hidden_size,
+            "intermediate_size": model.ffn_hidden_size, "num_heads": model.num_attention_heads,
+            "n_kv_heads": model.num_kv_heads, "head_dim": model.head_dim, "vocab_size": model.vocab_size,
+            "tie_word_embeddings": bool(model.tie_embeddings),
+            "compute_dtype": {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16"),
+            "pp_interleave_num": s.vpp, "offset": offset}},
+    }
+    if model.moe is not None:
+        e = model.moe
+        cfg["moe_config"] = {"expert_num": e.num_experts, "num_experts_chosen": e.top_k,
+                             "moe_intermediate_size": e.expert_ffn_hidden_size, "shared_expert_num": e.shared_experts,
+                             "first_k_dense_replace": e.first_dense_layers,
+                             "enable_deredundency": s.dispatcher == "dedup",
+                             "npu_nums_per_device": cluster.devices_per_node if s.dispatcher == "dedup" else 1}
+    return cfg
+
+
+def emit(model, cluster, train, s) -> str:
+    import yaml
+
+    head = f"# {VERSION}; asap strategy {s}\n"
+    if model.moe is not None and s.a2a_overlap:
+        head += "# a2a_overlap=1: priced with the expert all-to-all hidden behind expert compute (no config key)\n"
+    return head + yaml.safe_dump(config(model, cluster, train, s), sort_keys=False)

@@ -1,0 +1,93 @@
+"""A torchtitan TOML job config (``--job.config_file``).
+
+Option names follow torchtitan v0.2.2 (``torchtitan/config/job_config.py``): ``[parallelism]``
+data_parallel_replicate_degree (zero 0, DDP) / data_parallel_shard_degree (FSDP2: zero 3, or zero 2 with
+``fsdp_reshard_after_forward = "never"``), tensor_parallel_degree (always sequence-parallel), pipeline_parallel_
+degree, pipeline_parallel_schedule (1F1B, Interleaved1F1B, InterleavedZeroBubble, GPipe; the looped schedules
+take pp * vpp stages), pipeline_parallel_microbatch_size, module_fqns_per_model_part (the layer split, chunk by
+chunk), context_parallel_degree, expert_parallel_degree, expert_tensor_parallel_degree; ``[training]``
+local_batch_size, global_batch_size, seq_len, mixed_precision_param; ``[activation_checkpoint]`` mode none |
+selective (``selective_ac_option = "op"``, the op-level policy asap prices) | full; ``[compile]`` enable (off:
+asap prices eager kernels); ``[model]`` converters ``quantize.linear.float8`` for fp8.
+Refused: zero 1 (no distributed optimizer), recompute module sets, dispatchers other than all-to-all, the
+expert all-to-all overlap, tensor parallelism without sequence parallelism, zero-bubble without virtual stages,
+fp16.
+"""
+
+from __future__ import annotations
+
+from asap.emit.common import chunk_layers, micro_batches, recompute_modules, refuse
+
+NAME = "torchtitan"
+VERSION = "torchtitan v0.2.2 (torchtitan/config/job_config.py)"
+SCHEDULES = {("1f1b", False): "1F1B", ("interleaved", True): "Interleaved1F1B", ("zb", True): "InterleavedZeroBubble",
+             ("gpipe", False): "GPipe"}
+
+
+def config(model, cluster, train, s) -> dict:
+    if s.zero == 1:
+        raise refuse("zero", NAME, "zero=1 (FSDP2 shards parameters too: use zero 0, 2 or 3)")
+    if recompute_modules(s):
+        raise refuse("recompute", NAME, f"recompute={s.recompute} ([activation_checkpoint] mode is none, "
+                                        "selective or full)")
+    if model.moe is not None and s.dispatcher != "alltoall":
+        raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher} (its MoE dispatch is all-to-all)")
+    if model.moe is not None and s.a2a_overlap:
+        raise refuse("a2a_overlap", NAME, "a2a_overlap=1 (no expert all-to-all overlap outside DualPipeV)")
+    if s.tp > 1 and not s.sp:
+        raise refuse("sp", NAME, "sp=0 with tp>1 (its tensor parallelism is always sequence-parallel)")
+    if train.precision == "fp16":
+        raise refuse("precision", NAME, "fp16 (mixed_precision_param is bfloat16 or float32)")
+    if s.etp not in (1, s.tp):
+        raise refuse("etp", NAME, f"etp={s.etp} (expert_tensor_parallel_degree is 1 or tensor_parallel_degree)")
+    looped = s.vpp > 1
+    schedule = SCHEDULES.get((s.schedule, looped))
+    if s.pp > 1 and schedule is None:
+        raise refuse("schedule", NAME, f"schedule={s.schedule} with vpp={s.vpp}")
+    par: dict = {
+        "data_parallel_replicate_degree": s.dp if s.zero == 0 else 1,
+        "data_parallel_shard_degree": 1 if s.zero == 0 else s.dp,
+        "tensor_parallel_degree": s.tp,
+        "pipeline_parallel_degree": s.pp,
+        "context_parallel_degree": s.cp,
+        "expert_parallel_degree": s.ep,
+        "expert_tensor_parallel_degree": s.etp if model.moe is not None else 1,
+    }
+    if s.zero == 2:
+        par["fsdp_reshard_after_forward"] = "never"
+    training = {"global_batch_size": train.global_batch, "seq_len": train.seq_len,
+                "mixed_precision_param": "float32" if train.precision == "fp32" else "bfloat16"}
+    if s.pp > 1:
+        # a pipeline step takes the rank's whole batch and cuts it into micro-batches of mbs
+        training["local_batch_size"] = train.global_batch // s.dp
+        par["pipeline_parallel_schedule"] = schedule
+        par["pipeline_parallel_microbatch_size"] = s.mbs
+        chunks = chunk_layers(model, s)
+        fqns, start = [], 0
+        for j, n in enumerate(chunks):
+            part = (["tok_embeddings"] if j == 0 else []) + [f"layers.{i}" for i in range(start, start + n)]
+            if j == len(chunks) - 1:
+                part += ["norm", "output"]
+            fqns.append(part)
+            start += n
+        par["module_fqns_per_model_part"] = fqns
+    else:
+        # without a pipeline, local_batch_size is the micro-batch and the rest is gradient accumulation
+        training["local_batch_size"] = s.mbs
+    ac = {"mode": s.recompute}
+    if s.recompute == "selective":
+        ac["selective_ac_option"] = "op"
+    out = {"job": {"description": f"asap: {model.name} {s}"},
+           "model": {"converters": ["quantize.linear.float8"] + (["quantize.grouped_mm.float8"] if model.moe else [])}
+           if train.precision == "fp8" else {},
+           "training": training, "parallelism": par, "activation_checkpoint": ac, "compile": {"enable": False}}
+    if not out["model"]:
+        del out["model"]
+    assert micro_batches(train, s) >= 1
+    return out
+
+
+def emit(model, cluster, train, s) -> str:
+    from asap.emit.serialize import toml_dumps
+
+    return f"# {VERSION}\n" + toml_dumps(config(model, cluster, train, s))
