@@ -200,7 +200,7 @@ def test_deepspeed_own_loader():
     cfg = DeepSpeedConfig(json.loads(emit_strategy("deepspeed", m, c, t, "tp=2,pp=4,mbs=2,zero=1,recompute=full")))
     assert cfg.train_batch_size == 16 and cfg.train_micro_batch_size_per_gpu == 2
     assert cfg.gradient_accumulation_steps == 8 and cfg.zero_optimization_stage == 1
-    assert cfg.bfloat16_enabled and cfg.pipeline["stages"] == 4
+    assert cfg.bfloat16_config.enabled and cfg.pipeline["stages"] == 4
 
 
 def importlib_spec(name):
