@@ -207,3 +207,21 @@ def importlib_spec(name):
     import importlib.util
 
     return importlib.util.find_spec(name)
+
+
+def test_plan_emit_writes_the_best_plan_in_the_formats_options(cli):
+    """``plan --emit FORMAT`` plans with the format's own stack and emits the best candidate."""
+    p = cli("plan", "-m", "llama3-8b", "-c", "h100-sxm", "--devices", "16", "-b", "64", "-s", "4096",
+            "--emit", "torchtitan", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    import tomllib
+
+    cfg = tomllib.loads(d["emit"]["text"])
+    best = d["candidates"][0]["strategy"]
+    assert d["emit"]["format"] == "torchtitan"
+    assert cfg["parallelism"]["tensor_parallel_degree"] == best["tp"]
+    assert cfg["parallelism"]["pipeline_parallel_degree"] == best["pp"]
+    bad = cli("plan", "-m", "llama3-8b", "-c", "h100-sxm", "--devices", "16", "-b", "64", "-s", "4096",
+              "--emit", "nope")
+    assert_one_line_error(bad, "format")

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
+from asap.errors import AsapError
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, ModelOpt, MoEImbalanceOpt,
                                NodesOpt, PrecisionOpt, SeqOpt, load_job)
 
@@ -31,12 +32,19 @@ def plan(
     moe_imbalance: float = MoEImbalanceOpt,
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
+    emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
+                                                             "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
     json_out: bool = JsonOpt,
 ):
     """Search every legal parallel configuration and rank the fitting ones, fastest first."""
     from asap.search.planner import plan as run_plan
     from asap.spec.strategy import parse_strategy
 
+    if emit is not None:
+        from asap.emit import FRAMEWORK_OF, check_format
+
+        check_format(emit)  # an unknown format: one line before the search
+        framework = framework or FRAMEWORK_OF[emit]  # plan with the options the format's stack has
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
     fixed = parse_strategy(fix, field="fix")
     with Progress(console=err_console, transient=True) as progress:
@@ -47,8 +55,12 @@ def plan(
 
         result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit)
+    emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
     if json_out:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), **({"emit": emitted} if emitted else {})})
+        return
+    if emitted:
+        print(emitted["text"])
         return
     out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name}: searched {result.searched:,} "
                       f"configurations ({result.fitting:,} fit) in {result.search_time_s:.2f} s")
@@ -62,6 +74,15 @@ def plan(
     for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits), 1):
         if split and split.get("layers_per_stage"):
             out_console.print(stage_split_line(i, e, split))
+
+
+def _emit_best(fmt: str, m, c, t, result) -> dict:
+    """The best candidate in FORMAT's own options (``asap emit``), planned with the stack the format is."""
+    from asap.cli.emit import emit_strategy
+
+    if not result.candidates:
+        raise AsapError("emit", "no fitting candidate to emit")
+    return {"format": fmt, "text": emit_strategy(fmt, m, c, t, result.candidates[0].strategy)}
 
 
 def candidates_table(result, devices: int, moe: bool, framework=None) -> Table:
