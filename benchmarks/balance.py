@@ -13,26 +13,9 @@ down to a multiple of dp x micro-batches.
 from __future__ import annotations
 
 import argparse
-import sysconfig
 import time
-from pathlib import Path
 
-from asap.balance import attention_cost_coefficients, balance, pack
-
-
-def real_document_lengths() -> list[int]:
-    files = sorted(Path("/usr/share/common-licenses").glob("*"))
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files += [f for f in sorted(stdlib.rglob("*.py")) if "site-packages" not in f.parts]
-    out = []
-    for f in files:
-        try:
-            n = len(f.read_text(errors="replace").split())
-        except OSError:
-            continue
-        if n > 0:
-            out.append(n)
-    return out
+from asap.balance import attention_cost_coefficients, balance, offline_document_lengths, pack
 
 
 def main() -> None:
@@ -44,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
 
     t = time.perf_counter()
-    docs = real_document_lengths()
+    docs = offline_document_lengths()
     t_read = time.perf_counter() - t
     t = time.perf_counter()
     packed = pack(docs, args.seq_len)

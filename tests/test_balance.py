@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import json
-import sysconfig
-from pathlib import Path
 
 import pytest
 
-from asap.balance import attention_cost_coefficients, balance, pack, parse_samples, sample_costs
+from asap.balance import (attention_cost_coefficients, balance, offline_document_lengths, pack, parse_samples,
+                          sample_costs)
 from asap.errors import AsapError
 from conftest import assert_one_line_error
 
@@ -17,26 +16,9 @@ SEQ_LEN = 8192
 DP, MB = 8, 4
 
 
-def real_document_lengths(max_files: int = 600) -> list[int]:
-    """Word counts of real text files, in a fixed (sorted) order: licenses, then stdlib modules."""
-    files = sorted(Path("/usr/share/common-licenses").glob("*")) if Path("/usr/share/common-licenses").is_dir() \
-        else []
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files += [f for f in sorted(stdlib.rglob("*.py")) if "site-packages" not in f.parts][:max_files]
-    lengths = []
-    for f in files:
-        try:
-            n = len(f.read_text(errors="replace").split())
-        except OSError:
-            continue
-        if n > 0:
-            lengths.append(n)
-    return lengths
-
-
 @pytest.fixture(scope="module")
 def corpus():
-    lengths = real_document_lengths()
+    lengths = offline_document_lengths(600)
     samples = pack(lengths, SEQ_LEN)
     k = len(samples) // (DP * MB)
     assert k >= 3, f"only {len(samples)} packed samples from this machine's files"

@@ -314,3 +314,25 @@ def balance_lengths(data: Any, dp: int, micro_batches: int, seq_len: int, model=
     out = balance(samples, dp, micro_batches, coef, time_budget_s=time_budget_s, packed=packed)
     out["seq_len"] = seq_len
     return out
+
+
+def offline_document_lengths(max_stdlib_files: int | None = None) -> list[int]:
+    """Word counts of real text that every machine here has offline, in a fixed (sorted) order: the licenses
+    Debian installs, then the Python standard library's modules (at most ``max_stdlib_files`` of them). The
+    corpus the balance test and benchmark pack."""
+    import sysconfig
+
+    licenses = Path("/usr/share/common-licenses")
+    files = sorted(licenses.glob("*")) if licenses.is_dir() else []
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files += [f for f in sorted(stdlib.rglob("*.py")) if "site-packages" not in f.parts][:max_stdlib_files]
+    lengths = []
+    for f in files:
+        try:
+            n = len(f.read_text(errors="replace").split())
+        except OSError:
+            continue
+        if n > 0:
+            lengths.append(n)
+    return lengths
+

@@ -18,6 +18,8 @@ HTTP (``urllib.request``).
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import re
@@ -326,15 +328,13 @@ class LLMAdvisor:
     def _describe(e: BaseException, url: str, timeout: float) -> str:
         if isinstance(e, urllib.error.HTTPError):
             detail = ""
-            try:
+            with contextlib.suppress(Exception):  # an unreadable error body: the status line alone
                 raw = e.read(2000).decode("utf-8", errors="replace")
                 try:
                     err = json.loads(raw).get("error", raw)
                     detail = err.get("message", err) if isinstance(err, dict) else err
                 except (ValueError, AttributeError):
                     detail = raw
-            except Exception:  # noqa: BLE001
-                pass
             return f"{url} answered HTTP {e.code} {e.reason}" + (f": {detail}" if detail else "")
         if isinstance(e, TimeoutError) or (isinstance(e, urllib.error.URLError)
                                            and isinstance(e.reason, TimeoutError)):

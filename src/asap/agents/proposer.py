@@ -93,7 +93,10 @@ def moved_strategy(current: Strategy, move: dict[str, str], devices: int, moe: b
     if new is None or new == base:
         return None
     if "dp" in move:
-        new["dp"] = apply_move({"dp": current.dp}, {"dp": move["dp"]})["dp"]
+        dp = apply_move({"dp": current.dp}, {"dp": move["dp"]})
+        if dp is None:
+            return None
+        new["dp"] = dp["dp"]
     elif devices % (new.get("tp", 1) * new.get("pp", 1) * new.get("cp", 1)):
         return None
     if new.get("vpp", 1) > 1:
