@@ -336,3 +336,68 @@ def offline_document_lengths(max_stdlib_files: int | None = None) -> list[int]:
             lengths.append(n)
     return lengths
 
+
+
+# ------------------------------------------------------------------------ pricing a --lengths file
+
+@dataclass(frozen=True)
+class AttentionWork:
+    """How much attention a --lengths file's samples cost, as the cost model's factor on its attention FLOPs.
+
+    The cost model prices every sample as one causal document of S = seq_len tokens (S^2/2 query-key pairs
+    per head). A packed sample of documents l_1..l_n with document masking has sum(l_i^2)/2 of them, so its
+    factor is q = sum(l_i^2) / S^2 (1 for one full-length document, 1/n for n equal ones). Step k trains
+    samples [k*B, (k+1)*B) and data-parallel rank r the contiguous block r*B/D..(r+1)*B/D of them (the
+    reference trainer's ``local_rows``, and the usual distributed sampler over a packed dataset); the step
+    waits on the slowest rank at the gradient reduction, so the step's factor is the largest rank mean of q,
+    and over the file the mean of that over its whole steps. ``mean`` is the factor with perfectly even ranks."""
+
+    samples: int
+    steps: int
+    packed: bool
+    slowest: dict[int, float]  # dp degree -> the slowest rank's factor (mean over steps)
+    mean: float  # every rank at the mean
+
+    def train_pairs(self) -> tuple[tuple[int, float], ...]:
+        return tuple(sorted(self.slowest.items()))
+
+    def to_dict(self) -> dict:
+        return {"samples": self.samples, "steps": self.steps, "packed": self.packed,
+                "attention_work_mean": self.mean,
+                "attention_work_by_dp": {str(k): v for k, v in sorted(self.slowest.items())}}
+
+
+def attention_factors(samples: Sequence[Sequence[int]], seq_len: int) -> np.ndarray:
+    """q_i = sum(l^2) / seq_len^2 of each packed sample."""
+    return np.fromiter((sum(l * l for l in s) for s in samples), dtype=float, count=len(samples)) / float(seq_len) ** 2
+
+
+def attention_work(data: Any, global_batch: int, seq_len: int, dps: Sequence[int]) -> AttentionWork:
+    """The attention-work factors of a --lengths document for each dp degree in ``dps`` (those dividing the
+    global batch; others are left out and price as 1)."""
+    samples, packed = parse_samples(data, seq_len)
+    n, B = len(samples), int(global_batch)
+    if n < B:
+        raise AsapError("lengths", f"{n} samples, fewer than one global batch of {B}")
+    steps = n // B
+    q = attention_factors(samples, seq_len)[: steps * B].reshape(steps, B)
+    slowest = {int(d): float(q.reshape(steps, d, B // d).mean(axis=2).max(axis=1).mean())
+               for d in sorted(set(int(x) for x in dps)) if d > 0 and B % d == 0}
+    return AttentionWork(samples=n, steps=steps, packed=packed, slowest=slowest, mean=float(q.mean()))
+
+
+def balanced_attention_work(data: Any, global_batch: int, seq_len: int, dp: int, micro_batches: int,
+                            coefficients: Coefficients, max_steps: int = 8, time_budget_s: float = 0.2) -> float:
+    """The slowest rank's factor after ``balance`` placed each step's samples (over the first ``max_steps``
+    steps): what ``asap balance`` would leave."""
+    samples, _ = parse_samples(data, seq_len)
+    B = int(global_batch)
+    q = attention_factors(samples, seq_len)
+    worst = []
+    for k in range(min(len(samples) // B, max_steps)):
+        step = samples[k * B:(k + 1) * B]
+        out = balance(step, dp, micro_batches, coefficients, time_budget_s=time_budget_s)
+        ranks = [sum((out["assignment"][r * micro_batches + j] for j in range(micro_batches)), [])
+                 for r in range(dp)]
+        worst.append(max(float(q[k * B + np.array(r)].mean()) for r in ranks))
+    return float(np.mean(worst))

@@ -23,6 +23,9 @@ FrameworkOpt = typer.Option(None, "--framework",
                             help="megatron | deepspeed | torchtitan | maxtext | mindspore (| asap, the reference "
                                  "trainer): the stack whose semantics the cost model follows (default by accelerator "
                                  "family: GPU megatron, TPU maxtext, Ascend mindspore, CPU asap).")
+LengthsOpt = typer.Option(None, "--lengths", help="A JSON file of packed samples (lists of document lengths) or "
+                                                  "document lengths: price the attention work they leave on the "
+                                                  "slowest data-parallel rank (see asap balance).")
 MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
                                help="Tokens on the busiest expert rank over the mean (1.0: force-balanced routing).")
 
@@ -41,6 +44,46 @@ def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[i
     if precision == "fp8":
         c.accelerator.peak_flops("fp8")
     return m, c, t
+
+
+def with_lengths(c, t, path: Optional[str]):
+    """(train spec carrying the attention work of ``path``'s samples for every dp degree, its AttentionWork
+    and the parsed document), or (t, None, None) without a file."""
+    from dataclasses import replace
+
+    from asap.balance import attention_work, read_lengths
+
+    if path is None:
+        return t, None, None
+    data = read_lengths(path)
+    dps = [d for d in range(1, c.num_devices + 1) if c.num_devices % d == 0]
+    aw = attention_work(data, t.global_batch, t.seq_len, dps)
+    return replace(t, attention_work=aw.train_pairs()), aw, data
+
+
+def lengths_report(m, c, t, est, aw, data, path: str) -> dict:
+    """What the lengths file costs this strategy: the slowest rank's attention work against even ranks, and
+    what ``asap balance`` would leave (each re-priced by the same estimate)."""
+    from dataclasses import replace
+
+    from asap.balance import attention_cost_coefficients, balanced_attention_work
+    from asap.cost.estimate import estimate as run_estimate
+
+    s = est.strategy
+    dp = s.dp
+    work = aw.slowest.get(dp, 1.0)
+    even = run_estimate(m, c, replace(t, attention_work=((dp, aw.mean),)), s)
+    micro = t.global_batch // (dp * s.mbs)
+    coef = attention_cost_coefficients(m, c, precision=t.precision, seq_len=t.seq_len, framework=t.framework)
+    bal_work = balanced_attention_work(data, t.global_batch, t.seq_len, dp, micro, coef)
+    bal = run_estimate(m, c, replace(t, attention_work=((dp, bal_work),)), s)
+    return {**aw.to_dict(), "file": path, "attention_work": work,
+            "max_over_mean": work / aw.mean if aw.mean > 0 else 1.0,
+            "imbalance_s": est.step_time_s - even.step_time_s,
+            "balanced": {"attention_work": bal_work, "step_time_s": bal.step_time_s,
+                         "predicted_gain": 1.0 - bal.step_time_s / est.step_time_s,
+                         "command": f"asap balance --lengths {path} --dp {dp} --micro-batches {micro} "
+                                    f"--seq-len {t.seq_len}"}}
 
 
 def estimate_table(est) -> Table:
@@ -69,6 +112,7 @@ def estimate(
     moe_imbalance: float = MoEImbalanceOpt,
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
+    lengths: Optional[str] = LengthsOpt,
     explain: bool = typer.Option(False, "--explain", help="Show memory terms and the evidence for the bottleneck."),
     json_out: bool = JsonOpt,
 ):
@@ -78,14 +122,18 @@ def estimate(
     from asap.spec.hardware import figures_provenance
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    t, aw, data = with_lengths(c, t, lengths)
     est = run_estimate(m, c, t, strategy)
     figures = figures_provenance(c)
+    extra = {"lengths": lengths_report(m, c, t, est, aw, data, lengths)} if aw is not None else {}
     if json_out:
-        print_json({**est.to_dict(), "figures": figures})
+        print_json({**est.to_dict(), "figures": figures, **extra})
         return
     out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name} · {est.strategy}")
     out_console.print(estimate_table(est))
     out_console.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    if extra:
+        out_console.print(lengths_line(extra["lengths"]), highlight=False)
     out_console.print(figures_line(figures), highlight=False)
     if explain:
         mem = Table(title="peak memory per device (GiB)")
@@ -96,6 +144,13 @@ def estimate(
         out_console.print(mem)
         for line in est.evidence:
             out_console.print(f"  · {line}")
+
+
+def lengths_line(r: dict) -> str:
+    b = r["balanced"]
+    return (f"lengths: {r['samples']} samples over {r['steps']} steps; the slowest rank's attention work is "
+            f"{r['max_over_mean']:.2f}x the mean ({r['imbalance_s']:.3f} s of the step); balanced: "
+            f"{b['step_time_s']:.3f} s ({b['predicted_gain']:.1%} faster) with: {b['command']}")
 
 
 def figures_line(figures: dict) -> str:

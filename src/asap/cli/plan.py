@@ -11,8 +11,8 @@ from rich.table import Table
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, ModelOpt, MoEImbalanceOpt,
-                               NodesOpt, PrecisionOpt, SeqOpt, load_job)
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, ModelOpt,
+                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job, with_lengths)
 
 
 @app.command()
@@ -32,6 +32,7 @@ def plan(
     moe_imbalance: float = MoEImbalanceOpt,
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
+    lengths: Optional[str] = LengthsOpt,
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
                                                              "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
     json_out: bool = JsonOpt,
@@ -46,6 +47,7 @@ def plan(
         check_format(emit)  # an unknown format: one line before the search
         framework = framework or FRAMEWORK_OF[emit]  # plan with the options the format's stack has
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    t, aw, _ = with_lengths(c, t, lengths)
     fixed = parse_strategy(fix, field="fix")
     with Progress(console=err_console, transient=True) as progress:
         task = progress.add_task("pricing configurations", total=None, visible=False)
@@ -57,7 +59,8 @@ def plan(
                           ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit)
     emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
     if json_out:
-        print_json({**result.to_dict(), **({"emit": emitted} if emitted else {})})
+        print_json({**result.to_dict(), **({"emit": emitted} if emitted else {}),
+                    **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
         return
     if emitted:
         print(emitted["text"])

@@ -97,13 +97,14 @@ class _Shapes:
     T: np.ndarray
     T_sp: np.ndarray
     unfused: float  # the framework's elementwise traffic over fused kernels (asap.spec.framework)
+    attn_work: np.ndarray | float = 1.0  # attention FLOPs over full-length single-document samples (--lengths)
 
     @classmethod
     def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch, unfused: float = 1.0) -> "_Shapes":
         b, tp, cp = S.mbs.astype(float), S.tp.astype(float), S.cp.astype(float)
         T = b * train.seq_len / cp
         return cls(train.precision, act_bytes(train.precision), float(model.hidden_size), b, float(train.seq_len),
-                   tp, cp, T, T / np.where(S.sp > 0, tp, 1.0), unfused)
+                   tp, cp, T, T / np.where(S.sp > 0, tp, 1.0), unfused, train.attention_work_factor(S.dp))
 
     @property
     def norm_bytes(self):
@@ -143,7 +144,8 @@ def attention_block(model: ModelSpec, acc: Accelerator, x: _Shapes):
     _, out_width, _, _ = _attention_dims(model)
     proj, elem_bytes, up = _projections(model, acc, x)
     out_proj = gemm_time_s(acc, x.p, x.T, x.h, out_width / x.tp)
-    core = attention_time_s(acc, x.p, attention_flops_fwd(model, x.b, x.s, x.cp, x.tp))
+    # document-masked packed samples: the slowest dp rank's sum(l^2) over (its samples x seq_len^2)
+    core = attention_time_s(acc, x.p, attention_flops_fwd(model, x.b, x.s, x.cp, x.tp) * x.attn_work)
     elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes + elem_bytes * x.unfused, kernels=4)
     return proj + out_proj + core + elem, core, elem, proj + out_proj, up
 

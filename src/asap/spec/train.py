@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from asap.errors import AsapError
 from asap.spec.framework import FRAMEWORK_NAMES
 
@@ -18,6 +20,10 @@ class TrainSpec:
     precision: str = "bf16"
     framework: str | None = None  # the training stack (asap.spec.framework); None: the accelerator's default
     moe_imbalance: float = 1.0  # tokens on the busiest expert rank over the mean (1.0: force-balanced routing)
+    # the slowest data-parallel rank's attention work over that of full-length single-document samples, per dp
+    # degree: ((dp, factor), ...) from a --lengths file (asap.balance.attention_work); empty: every sample is one
+    # causal document of seq_len tokens (factor 1)
+    attention_work: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self):
         for key in ("global_batch", "seq_len"):
@@ -30,6 +36,14 @@ class TrainSpec:
             raise AsapError("moe-imbalance", f"must be a number from 1 to 1000, got {self.moe_imbalance!r}")
         if self.framework is not None and self.framework not in FRAMEWORK_NAMES:
             raise AsapError("framework", f"must be one of {', '.join(FRAMEWORK_NAMES)}, got {self.framework!r}")
+
+    def attention_work_factor(self, dp: np.ndarray) -> np.ndarray:
+        """The attention-work factor of each dp degree in ``dp`` (1 where the job has no lengths)."""
+        dp = np.asarray(dp)
+        out = np.ones(dp.shape, dtype=float)
+        for degree, factor in self.attention_work:
+            out = np.where(dp == degree, factor, out)
+        return out
 
     @property
     def tokens_per_step(self) -> int:
