@@ -27,6 +27,8 @@ def diagnose(
                                                    "step."),
     jitter_threshold: float = typer.Option(0.10, "--jitter-threshold",
                                            help="Step-time coefficient of variation above which jitter is flagged."),
+    fusion: bool = typer.Option(False, "--fusion", help="Add the chains of memory-bound operators one fused "
+                                                        "kernel would replace, with the bytes and time it saves."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Step time, busy/compute/communication/idle, top operators on a roofline, stragglers and the bottleneck."""
@@ -38,13 +40,13 @@ def diagnose(
         if not value > 0:
             raise AsapError(name, f"must be positive, got {value}")
     result = run_diagnosis(traces, accelerator=accelerator, top=top, straggler_threshold=straggler_threshold,
-                           jitter_threshold=jitter_threshold)
+                           jitter_threshold=jitter_threshold, fusion=fusion)
     for note in result.notes:  # one line each, unwrapped: logs go to stderr
         sys.stderr.write(f"note: {note}\n")
     if as_json:
         print_json(result.to_dict())
         return
-    _print_tables(result)
+    _print_tables(result, top)
 
 
 def _fmt(x, digits: int = 4) -> str:
@@ -55,7 +57,7 @@ def _fmt(x, digits: int = 4) -> str:
     return str(x)
 
 
-def _print_tables(d) -> None:
+def _print_tables(d, top: int) -> None:
     summary = Table(title=f"diagnosis: {d.bottleneck}", show_header=False)
     for label, value in (("step time (s)", d.step_time_s), ("compute (s)", d.compute_s),
                          ("communication (s)", d.communication_s), ("overlapped (s)", d.overlap_s),
@@ -85,7 +87,20 @@ def _print_tables(d) -> None:
             out_console.print(f"slowest rank: {d.slowest_rank['label']}", markup=False)
         if d.stragglers:
             out_console.print("stragglers: " + ", ".join(s["label"] for s in d.stragglers), markup=False)
+    if d.fusion is not None:
+        _print_fusion(d.fusion, top)
     for line in d.evidence:
         out_console.print(f"- {line}", markup=False, highlight=False)
     for line in d.jitter["where"]:
         out_console.print(f"jitter: {line}", markup=False, highlight=False)
+
+
+def _print_fusion(rows, top: int) -> None:
+    table = Table(title=f"fusible chains (per step; {len(rows)} kinds, the {min(top, len(rows))} largest savings)")
+    table.add_column("operators in order", min_width=30, overflow="fold")
+    for col in ("calls", "time (s)", "saved MB", "saved (s)"):
+        table.add_column(col)
+    for r in rows[:top]:
+        names = " > ".join(n.split("::", 1)[-1] for n in r.ops)
+        table.add_row(names[:160], _fmt(r.calls, 3), _fmt(r.time_s), _fmt(r.saved_bytes / 1e6, 3), _fmt(r.saved_s))
+    out_console.print(table)

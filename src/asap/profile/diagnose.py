@@ -15,6 +15,7 @@ import numpy as np
 
 from asap.errors import AsapError
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
+from asap.profile.fusion import fusion_table
 from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
 from asap.profile.windows import US, window_figures, window_index
 from asap.spec.words import BOTTLENECKS
@@ -90,10 +91,13 @@ class Diagnosis:
     roofline: Roofline
     traces: list[str]
     notes: list[str]
+    fusion: list | None = None  # asap.profile.fusion.FusionRow, when asked for (diagnose --fusion)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["roofline"] = self.roofline.to_dict()
+        if self.fusion is None:
+            d.pop("fusion")
         return d
 
 
@@ -364,7 +368,7 @@ def _mean_figures(ranks: list[RankFigures]) -> dict:
 
 def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None, top: int = 10,
                        straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
-                       jitter_threshold: float = DEFAULT_JITTER_THRESHOLD) -> Diagnosis:
+                       jitter_threshold: float = DEFAULT_JITTER_THRESHOLD, fusion: bool = False) -> Diagnosis:
     roofline, notes = choose_roofline(timelines, accelerator)
     ranks = [rank_figures(tl) for tl in timelines]
     fig = _mean_figures(ranks)
@@ -386,7 +390,8 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None
         scores_s=scores, top_ops=rows[:top], ranks=ranks, stragglers=stragglers(ranks, straggler_threshold),
         slowest_rank=slow, imbalance_s=imbalance, jitter=jitter(ranks, jitter_threshold),
         steps_source="+".join(sources), n_steps=n_steps, roofline=roofline,
-        traces=sorted({tl.source for tl in timelines}), notes=notes)
+        traces=sorted({tl.source for tl in timelines}), notes=notes,
+        fusion=fusion_table(timelines, roofline) if fusion else None)
 
 
 def check_one_job(timelines: list[Timeline]) -> None:
@@ -412,9 +417,9 @@ def check_one_job(timelines: list[Timeline]) -> None:
 
 def diagnose(traces: list[str | Path], accelerator: str | None = None, top: int = 10,
              straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
-             jitter_threshold: float = DEFAULT_JITTER_THRESHOLD) -> Diagnosis:
+             jitter_threshold: float = DEFAULT_JITTER_THRESHOLD, fusion: bool = False) -> Diagnosis:
     """Diagnose one job from its traces (one file, or a folder of them, per rank); traces of several jobs are
     refused (``check_one_job``)."""
     timelines = [tl for path in expand_paths(list(traces)) for tl in load_timelines(path)]
     check_one_job(timelines)
-    return diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold)
+    return diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold, fusion)

@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from asap.profile.ops import comm_bytes, op_cost
+from asap.profile.ops import comm_bytes, io_bytes, op_cost
 from asap.profile.trace import (OpInstance, Timeline, is_comm_kernel, is_comm_op, is_p2p, self_times,
                                 short_kernel_name, trim_windows, windows_array)
 from asap.profile.windows import Intervals
@@ -55,7 +55,7 @@ class _Thread:
 
 def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
     """One timeline per GPU with a real share of the trace's device work, or one CPU timeline."""
-    device_rows: list[tuple[int, float, float, str, int | None]] = []  # pid, start, end, name, correlation
+    device_rows: list[tuple] = []  # pid, start, end, name, correlation, stream
     thread_rows: dict[tuple, list] = defaultdict(list)
     launches: dict[int, tuple[tuple, float]] = {}
     steps: list[tuple[str, float, float]] = []
@@ -76,7 +76,8 @@ def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
         except (KeyError, TypeError, ValueError):
             continue
         if cat in DEVICE_CATS:
-            device_rows.append((e.get("pid"), start, end, str(e.get("name", "")), (e.get("args") or {}).get("correlation")))
+            device_rows.append((e.get("pid"), start, end, str(e.get("name", "")), (e.get("args") or {}).get("correlation"),
+                                e.get("tid")))
             continue
         name = str(e.get("name", ""))
         if name.startswith(STEP_PREFIX):
@@ -133,7 +134,7 @@ def _whole_trace_window(starts, ends, notes: list[str]) -> list[tuple[str, float
 
 def _gpu_timelines(doc, source, rank, label, device_rows, thread_rows, launches, windows, notes) -> list[Timeline]:
     busy_by_device: dict = defaultdict(float)
-    for pid, s, e, _, _ in device_rows:
+    for pid, s, e, *_ in device_rows:
         busy_by_device[pid] += e - s
     busiest = max(busy_by_device.values())
     devices = sorted(d for d, t in busy_by_device.items() if t >= 0.1 * busiest)
@@ -186,7 +187,7 @@ def _gpu_device(rows, threads, launches) -> tuple[Intervals, Intervals, Interval
     is_comm = np.zeros(len(rows), dtype=bool)
     is_pp = np.zeros(len(rows), dtype=bool)
     instances: dict[tuple, OpInstance] = {}
-    for k, (_, s, e, name, corr) in enumerate(rows):
+    for k, (_, s, e, name, corr, stream) in enumerate(rows):
         comm = is_comm_kernel(name)
         thread, i = _launcher(corr, threads, launches)
         if comm:
@@ -199,6 +200,7 @@ def _gpu_device(rows, threads, launches) -> tuple[Intervals, Intervals, Interval
         inst = instances.get(key)
         if inst is None:
             inst = _new_instance(name, s, thread, i, comm, bool(is_pp[k]))
+            inst.lane = stream if isinstance(stream, int) else hash(stream)
             instances[key] = inst
         inst.time_us += e - s
         inst.start_us = min(inst.start_us, s)
@@ -215,7 +217,8 @@ def _new_instance(kernel: str, start: float, thread: _Thread | None, i: int, com
     if thread is None or i < 0:
         return OpInstance(short_kernel_name(kernel), start, 0.0, kernel=kernel)
     flops, nbytes, precision = op_cost(thread.names[i], thread.args[i])
-    return OpInstance(thread.names[i], start, 0.0, flops, nbytes, precision, False, False, kernel)
+    return OpInstance(thread.names[i], start, 0.0, flops, nbytes, precision, False, False, kernel,
+                      io_bytes(thread.names[i], thread.args[i]))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -234,7 +237,7 @@ def _cpu_timeline(source, rank, label, thread_rows, windows, notes) -> Timeline:
     compute_parts, comm_s, comm_e, p2p_s, p2p_e = [], [], [], [], []
     ops: list[OpInstance] = []
     all_s, all_e = [], []
-    for th in threads:
+    for lane, th in enumerate(threads):
         comm_mask = np.array([is_comm_op(n) for n in th.names], dtype=bool)
         pp_mask = comm_mask & np.array([is_p2p(n) for n in th.names], dtype=bool)
         work = Intervals.union_of(th.starts[~comm_mask], th.ends[~comm_mask])
@@ -243,7 +246,7 @@ def _cpu_timeline(source, rank, label, thread_rows, windows, notes) -> Timeline:
         comm_s.append(th.starts[comm_mask]); comm_e.append(th.ends[comm_mask])
         p2p_s.append(th.starts[pp_mask]); p2p_e.append(th.ends[pp_mask])
         all_s.append(th.starts); all_e.append(th.ends)
-        ops.extend(_cpu_instances(th, comm_mask, pp_mask))
+        ops.extend(_cpu_instances(th, comm_mask, pp_mask, lane))
     compute = Intervals.empty()
     for part in compute_parts:
         compute = compute | part
@@ -268,7 +271,7 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _cpu_instances(th: _Thread, comm_mask: np.ndarray, pp_mask: np.ndarray) -> list[OpInstance]:
+def _cpu_instances(th: _Thread, comm_mask: np.ndarray, pp_mask: np.ndarray, lane: int = 0) -> list[OpInstance]:
     """One instance per operator with its self time and its self work.
 
     Like self time, self work is the op's FLOPs and bytes less those of its direct children: a composite op
@@ -283,6 +286,7 @@ def _cpu_instances(th: _Thread, comm_mask: np.ndarray, pp_mask: np.ndarray) -> l
         if p >= 0 and not comm_mask[i]:
             child_flops[p] += costs[i][0] or 0.0
             child_bytes[p] += costs[i][1] or 0.0
+    ios, leaves = _io_leaves(th)
     out = []
     for i, name in enumerate(th.names):
         f, b, prec = costs[i]
@@ -290,5 +294,19 @@ def _cpu_instances(th: _Thread, comm_mask: np.ndarray, pp_mask: np.ndarray) -> l
             f = max(f - child_flops[i], 0.0) if f is not None else None
             b = max(b - child_bytes[i], 0.0) if b is not None else None
         out.append(OpInstance(name, th.start_list[i], float(th.self_us[i]), f, b, prec, bool(comm_mask[i]),
-                              bool(pp_mask[i])))
+                              bool(pp_mask[i]), io=ios[i], lane=lane, leaf=leaves[i]))
     return out
+
+
+def _io_leaves(th: _Thread) -> tuple[list, list[bool]]:
+    """Each op's tensor I/O (ops.io_bytes) and whether it does memory traffic of its own: it moves bytes, and
+    more than all the ops it calls together (a composite such as rms_norm, linear or repeat_interleave hands
+    its work to the ops below it, so only those count)."""
+    ios = [io_bytes(n, a) for n, a in zip(th.names, th.args)]
+    moved = [io.in_bytes + io.out_bytes if io is not None else 0.0 for io in ios]
+    below = [0.0] * len(ios)
+    parent = th.parent.tolist()
+    for i in range(len(ios) - 1, -1, -1):  # a parent sorts before its children
+        if parent[i] >= 0:
+            below[parent[i]] += below[i] + moved[i]
+    return ios, [moved[i] > 0 and moved[i] > below[i] for i in range(len(ios))]

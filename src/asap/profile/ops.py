@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from typing import Any
 
 DTYPE_BYTES = {
@@ -277,3 +278,76 @@ def comm_bytes(args: dict) -> float | None:
                 total += _numel(shape) * size
         return total or None
     return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Input and output bytes of one call (what operator fusion would keep out of memory)
+# ----------------------------------------------------------------------------------------------------------
+
+# ops whose work, when there is any, is done by a child op the profiler records (to -> _to_copy -> copy_,
+# clone -> copy_): they move no bytes themselves
+IO_WRAPPERS = {"to", "_to_copy", "type_as", "contiguous", "clone", "result_type", "repeat", "expand_as"}
+_AUTOGRAD = ("torch::autograd::", "autograd::")
+REDUCTIONS = {"sum", "mean", "amax", "amin", "max", "min", "norm", "linalg_vector_norm", "argmax", "argmin",
+              "var", "std", "prod", "var_mean", "std_mean", "logsumexp"}
+
+
+@dataclass(frozen=True)
+class TensorIO:
+    """The tensors one call reads and the one it writes: element counts of each input, bytes in and out."""
+
+    in_numels: tuple[int, ...]
+    out_numel: int
+    in_bytes: float
+    out_bytes: float
+
+
+def _tensor_lists(dims: list, types: list) -> list[tuple[list, int]]:
+    """(shape, element bytes) of every tensor in the TensorList arguments (cat, stack), their dtype unknown
+    to the profiler: taken as that of the first typed tensor argument, else 4 bytes."""
+    size = next((DTYPE_BYTES[t] for t in types if t in DTYPE_BYTES), 4)
+    return [(s, size) for shape in dims if isinstance(shape, list) and shape and isinstance(shape[0], list)
+            for s in shape if isinstance(s, list) and s]
+
+
+def io_bytes(name: str, args: dict) -> TensorIO | None:
+    """The input tensors one call reads and the output it writes, from its recorded shapes (None without).
+
+    Model (one pass, nothing cached): every tensor argument is read once; the output is
+    - ``copy_(dst, src)``: dst (a cast writes the destination's dtype); reads src only;
+    - an in-place op (``mul_``): its first argument;
+    - ``cat``/``stack``: all the listed tensors together;
+    - a reduction with an ``out=`` tensor recorded after its input: that tensor; without one, the input over
+      its last dimension (a norm's statistics);
+    - anything else (elementwise, broadcasting): the largest argument.
+    Views, wrappers that hand their work to a recorded child (``to``, ``clone``) and autograd nodes read and
+    write nothing.
+    """
+    dims = args.get("Input Dims")
+    if not isinstance(dims, list):
+        return None
+    types = args.get("Input type") if isinstance(args.get("Input type"), list) else []
+    base = name.split("::", 1)[-1]
+    if base in _VIEWS or base in IO_WRAPPERS or "::" not in name or name.startswith(_AUTOGRAD):
+        return TensorIO((), 0, 0.0, 0.0)  # autograd nodes (MulBackward0) do their work in recorded aten ops
+    tensors = _tensors(dims, types)
+    if base in ("cat", "stack", "_cat"):
+        listed = _tensor_lists(dims, types)
+        total = sum(_numel(t) * s for t, s in listed)
+        return TensorIO(tuple(_numel(t) for t, _ in listed), sum(_numel(t) for t, _ in listed), float(total),
+                        float(total)) if listed else None
+    if not tensors:
+        return None
+    numels = tuple(_numel(t) for t, _ in tensors)
+    sizes = [_numel(t) * s for t, s in tensors]
+    if base == "copy_" and len(tensors) >= 2:
+        return TensorIO(numels[1:2], numels[0], float(sizes[1]), float(sizes[0]))
+    if base.endswith("_"):
+        return TensorIO(numels, numels[0], float(sum(sizes)), float(sizes[0]))
+    if base in REDUCTIONS:
+        if len(tensors) > 1 and numels[-1] < numels[0]:
+            return TensorIO(numels[:-1], numels[-1], float(sum(sizes[:-1])), float(sizes[-1]))
+        last = max(int(tensors[0][0][-1]), 1)
+        return TensorIO(numels, numels[0] // last, float(sum(sizes)), float(sizes[0] // last))
+    k = max(range(len(tensors)), key=lambda i: sizes[i])
+    return TensorIO(numels, numels[k], float(sum(sizes)), float(sizes[k]))

@@ -18,12 +18,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from asap.errors import AsapError
 from asap.profile.windows import Intervals
+
+if TYPE_CHECKING:
+    from asap.profile.ops import TensorIO
 
 try:  # optional speed-up; the standard library is the fallback
     import orjson as _orjson
@@ -46,6 +49,9 @@ class OpInstance:
     is_comm: bool = False
     is_p2p: bool = False
     kernel: str | None = None  # a device kernel it ran, for the name-based bound when shapes are missing
+    io: TensorIO | None = None  # tensors read and written (asap.profile.ops.io_bytes), for fusion analysis
+    lane: int = 0  # the CPU thread or GPU stream it ran on: operators run one after another within a lane
+    leaf: bool = True  # does its own memory traffic (CPU: not a wrapper whose recorded children do it all)
 
 
 @dataclass
