@@ -21,7 +21,8 @@ def _register_commands() -> None:
     # imported for their side effect of adding commands to ``app``
     from asap.cli import estimate as _estimate  # noqa: F401
 
-    for optional in ("diagnose", "run", "plan", "schedule", "calibrate", "memory", "agents", "balance", "emit"):
+    for optional in ("diagnose", "run", "plan", "schedule", "calibrate", "memory", "agents", "balance", "emit",
+                     "align"):
         try:
             __import__(f"asap.cli.{optional}")
         except ModuleNotFoundError as e:

@@ -57,6 +57,7 @@ class RunConfig:
     data: str | None = None
     lr: float = 1e-3
     profile_dir: str | None = None
+    capture_dir: str | None = None  # asap align: the first step's per-module numerics (asap.numerics.capture)
 
     @property
     def train(self) -> TrainSpec:
@@ -65,7 +66,8 @@ class RunConfig:
     def job(self) -> dict[str, Any]:
         return {"model": self.model.to_dict(), "strategy": self.strategy.to_dict(), "global_batch": self.global_batch,
                 "seq_len": self.seq_len, "steps": self.steps, "precision": self.precision, "seed": self.seed,
-                "data": self.data, "lr": self.lr, "profile_dir": self.profile_dir}
+                "data": self.data, "lr": self.lr, "profile_dir": self.profile_dir,
+                "capture_dir": self.capture_dir}
 
 
 @dataclass

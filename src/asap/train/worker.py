@@ -122,6 +122,11 @@ def run_job(job: dict, device: torch.device) -> dict:
     autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
     prof, trace = _profiler(job.get("profile_dir"), steps, device, rank)
     is_ddp = [type(w).__name__ == "DistributedDataParallel" for w in wrapped]
+    capture = None
+    if job.get("capture_dir"):  # asap align: the first step's numerics, per module (asap.numerics.capture)
+        from asap.numerics import capture as numerics_capture
+
+        capture = numerics_capture.install(job, stage_parts, dims, n_micro)
 
     def cp_context(buffers_with_dims):
         if s.cp == 1:
@@ -140,6 +145,8 @@ def run_job(job: dict, device: torch.device) -> dict:
         # the batch is ready before the clock starts, as a prefetching data loader would have it
         batch = local_rows(data.batch(step, gb, seq), dp_rank, s.dp).to(device)
         inputs, labels = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+        if capture is not None and step == 0:
+            capture.arm()
         _sync(device)
         t0 = time.perf_counter()
         if schedule is not None:
@@ -162,6 +169,8 @@ def run_job(job: dict, device: torch.device) -> dict:
                 total += loss.detach().float()
             local_loss = total / n_micro
         finalize_grads(parts, dims, manual_dp)
+        if capture is not None and step == 0:
+            numerics_capture.finish(capture, job, parts, dims)
         optimizer.step()
         optimizer.zero_grad()
         _sync(device)
