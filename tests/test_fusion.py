@@ -196,3 +196,32 @@ def test_gpu_trace_layer_norm_chains():
     assert chain.calls > 1 and chain.saved_bytes > 0
     assert all(not any(n.endswith(("mm", "addmm", "bmm")) for n in r.ops) for r in d.fusion)
     assert d.roofline.accelerator.startswith("a100")
+
+
+def test_cost_model_prices_fused_and_unfused_elementwise():
+    """Each stack's default: Megatron fused, torchtitan and the reference trainer eager. Fusing torchtitan's
+    kernels (torch.compile) prices its memory-bound term exactly as Megatron's; unfused it moves
+    EAGER_ELEMENTWISE_TRAFFIC times the bytes, so it is slower but (kernel launches unchanged) under 2x."""
+    import numpy as np
+
+    from asap.cost.batch import StrategyBatch
+    from asap.cost.compute import layer_compute
+    from asap.spec.framework import EAGER_ELEMENTWISE_TRAFFIC, get_framework
+    from asap.spec.hardware import load_cluster
+    from asap.spec.strategy import Strategy
+    from asap.spec.train import TrainSpec
+
+    model, acc = load_model("llama3-8b"), load_cluster("h100-sxm", devices=8).accelerator
+    S = StrategyBatch.from_strategies([Strategy(dp=8, mbs=2)])
+
+    def memory_bound_s(framework, fused=None):
+        train = TrainSpec(global_batch=64, seq_len=4096, precision="bf16", framework=framework)
+        return float(np.asarray(layer_compute(model, acc, train, S, fused).memory_bound_fwd_s).reshape(-1)[0])
+
+    assert get_framework("megatron", "nvidia").fused_elementwise
+    assert not get_framework("torchtitan", "nvidia").fused_elementwise
+    assert not get_framework("asap", "cpu").fused_elementwise
+    assert memory_bound_s("megatron") == memory_bound_s("megatron", True) == memory_bound_s("torchtitan", True)
+    eager, fused = memory_bound_s("torchtitan"), memory_bound_s("torchtitan", True)
+    assert eager == memory_bound_s("megatron", False)
+    assert fused < eager < EAGER_ELEMENTWISE_TRAFFIC * fused

@@ -182,10 +182,14 @@ def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch, 
     return moe, expert, act + elementwise_time_s(acc, topk_bytes + permute_bytes), parts
 
 
-def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch) -> LayerCompute:
+def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch,
+                  fused_elementwise: bool | None = None) -> LayerCompute:
+    """fused_elementwise: price the norms, RoPE, activations and residuals as fused kernels (True) or eager
+    ones (False); None: the stack's default (``Framework.fused_elementwise``)."""
     from asap.spec.framework import get_framework
 
-    x = _Shapes.of(model, train, S, get_framework(train.framework, acc.family).elementwise_traffic)
+    traffic = get_framework(train.framework, acc.family).elementwise_traffic_for(fused_elementwise)
+    x = _Shapes.of(model, train, S, traffic)
     attn_fwd, core, attn_elem, attn_gemm, mla_up = attention_block(model, acc, x)
     dense_gemm, dense_act = mlp_time(model, acc, x, x.T, model.ffn_hidden_size / x.tp)
     mlp_elem = elementwise_time_s(acc, x.norm_bytes + x.resid_bytes, kernels=2)

@@ -76,8 +76,8 @@ def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
         except (KeyError, TypeError, ValueError):
             continue
         if cat in DEVICE_CATS:
-            device_rows.append((e.get("pid"), start, end, str(e.get("name", "")), (e.get("args") or {}).get("correlation"),
-                                e.get("tid")))
+            device_rows.append((e.get("pid"), start, end, str(e.get("name", "")),
+                                (e.get("args") or {}).get("correlation"), e.get("tid")))
             continue
         name = str(e.get("name", ""))
         if name.startswith(STEP_PREFIX):

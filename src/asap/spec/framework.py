@@ -59,7 +59,10 @@ ZERO3_MODULES_PER_LAYER = 6
 # torchtitan runs eager unless compiled (``compile = false`` by default): RMSNorm as pow, mean, rsqrt and two
 # multiplies, RoPE as several complex-number ops, SwiGLU as silu then multiply, each a kernel reading and
 # writing its tensors, about twice the HBM traffic of the fused kernels Transformer Engine, Megatron-Core and
-# XLA run (RMSNorm alone: ~5 passes against 2).
+# XLA run (RMSNorm alone: ~5 passes against 2). ``asap diagnose --fusion`` measures the same on the reference
+# trainer's CPU traces: its eager RMSNorm moves 7 tensor passes where the fused kernel's lower-bound saving
+# (intermediates written and read once, asap.profile.fusion) leaves 3, SwiGLU's silu-then-multiply 5 against
+# a fused kernel's 3: about 2x over a layer's norms, RoPE and activations.
 EAGER_ELEMENTWISE_TRAFFIC = 2.0
 # The allocator's reserve beyond the live tensors. PyTorch's caching allocator keeps freed blocks for reuse:
 # 5% where one contiguous gradient buffer and fused kernels keep block sizes few (Megatron-Core, its
@@ -153,6 +156,12 @@ class Framework:
     offers: Mapping[str, tuple]  # the options the stack has, per strategy key (absent: every option)
     zero_default: int = 1  # the data-parallel sharding a run gets when it names none
     elementwise_traffic: float = 1.0  # HBM traffic of norms, RoPE, activations, residuals over fused kernels
+    # does the stack run fused elementwise kernels by default: Megatron-Core / Transformer Engine (fused
+    # RMSNorm, RoPE, SwiGLU, bias-dropout-add: --normalization RMSNorm with TE, --apply-rope-fusion,
+    # --bias-swiglu-fusion, --bias-dropout-fusion default on), MindSpeed, XLA (MaxText: the compiler fuses),
+    # Megatron-DeepSpeed (Megatron's fused kernels); not torchtitan (eager unless ``compile.enable``) nor the
+    # reference trainer (eager)
+    fused_elementwise: bool = True
     max_zero_with_pp: int = 3  # the deepest ZeRO stage the stack combines with pipeline parallelism
     fragmentation: float = 0.05  # the allocator's reserve beyond the live tensors, as a share of them
     fsdp_grad_bytes: float = 4.0  # bytes per gradient element that ZeRO-3 accumulates and reduce-scatters
@@ -175,6 +184,13 @@ class Framework:
         wide = 4.0 if precision == "fp32" else np.where(np.asarray(zero) >= 3, self.fsdp_grad_bytes, 4.0)
         return np.asarray(wide, dtype=float)
 
+    def elementwise_traffic_for(self, fused: bool | None = None) -> float:
+        """The elementwise term's traffic over fused kernels: 1 fused, the stack's eager factor (at least
+        EAGER_ELEMENTWISE_TRAFFIC) unfused; None: the stack's default (``fused_elementwise``). Pricing both
+        predicts what ``torch.compile`` or fused kernels gain, or what turning them off costs."""
+        on = self.fused_elementwise if fused is None else fused
+        return 1.0 if on else max(self.elementwise_traffic, EAGER_ELEMENTWISE_TRAFFIC)
+
 
 _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 
@@ -188,7 +204,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
                       "a2a_overlap": (0,)}, zero_default=3,
-              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fragmentation=EAGER_FRAGMENTATION,
+              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=()),
     Framework("maxtext", GradSync.PER_STEP, True, False, 1, True, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
@@ -201,7 +217,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     # block for zero 2/3, DTensor TP, torch.distributed.pipelining, eager kernels, experts in a loop
     Framework("asap", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
               offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,)},
-              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fragmentation=EAGER_FRAGMENTATION,
+              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe")),
 )})
