@@ -168,7 +168,7 @@ class Proposer:
 
         try:
             return [c.strategy for c in plan(self.model, self.cluster, self.train, {}, top=top,
-                                             ilp_candidates=0).candidates]
+                                             ilp_candidates=0, distinct=False).candidates]
         except NoFitError:
             return []
 

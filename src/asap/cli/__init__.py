@@ -17,12 +17,47 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="asap: find, explain and verify the fastest way to train an LLM on a cluster.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"asap {version('asap')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            from asap import __version__
+
+            print(f"asap {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                            help="Print asap's version and exit.")) -> None:
+    """asap: find, explain and verify the fastest way to train an LLM on a cluster."""
+
+
+def _flags_without_type() -> None:
+    """Typer's help shows every option's type, ``<bool>`` for on/off flags too, which take no value: show none
+    for flags (a display-only override of ``TyperOption.display_type_rich``; other types keep theirs)."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_asap_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._asap_flags = True
+    TyperOption.display_type_rich = display_type_rich
+
+
 def _register_commands() -> None:
     # imported for their side effect of adding commands to ``app``
     from asap.cli import estimate as _estimate  # noqa: F401
 
-    for optional in ("diagnose", "run", "plan", "schedule", "calibrate", "memory", "agents", "balance", "emit",
-                     "align"):
+    for optional in ("diagnose", "run", "plan", "compare", "schedule", "calibrate", "memory", "agents", "balance",
+                     "emit", "align"):
         try:
             __import__(f"asap.cli.{optional}")
         except ModuleNotFoundError as e:
@@ -32,6 +67,7 @@ def _register_commands() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _register_commands()
+    _flags_without_type()
     try:
         return _run(argv)
     except KeyboardInterrupt:
@@ -65,6 +101,8 @@ def _run(argv: list[str] | None) -> int:
     except Exception as e:
         # usage errors (missing option, bad value) from Typer's bundled Click: one line, exit 2
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            if not e.format_message():  # bare ``asap``: the help was the answer
+                return _exit(0)
             print(f"error: {e.format_message()}", file=sys.stderr)
             return _exit(e.exit_code or 2)
         raise

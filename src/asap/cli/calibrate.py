@@ -67,7 +67,7 @@ def calibrate_command(
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     try:
-        with Progress(*columns, console=err_console, transient=True) as progress:
+        with Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
             task = progress.add_task("starting workers", total=None)
 
             def on_progress(label: str, done: int, total: int) -> None:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
+from asap.errors import AsapError
 
 ModelOpt = typer.Option(..., "--model", "-m", help="Preset name, native model file (YAML/JSON) or HF config.json.")
 ClusterOpt = typer.Option(..., "--cluster", "-c", help="Cluster preset, accelerator name, or cluster file.")
@@ -26,6 +27,9 @@ FrameworkOpt = typer.Option(None, "--framework",
 LengthsOpt = typer.Option(None, "--lengths", help="A JSON file of packed samples (lists of document lengths) or "
                                                   "document lengths: price the attention work they leave on the "
                                                   "slowest data-parallel rank (see asap balance).")
+TokensOpt = typer.Option(None, "--tokens", help="A training budget in tokens (15T, 300B, 2e12): adds the time to "
+                                                "train and the device-hours.")
+PriceOpt = typer.Option(None, "--price-per-device-hour", help="With --tokens: the cost at this price per device-hour.")
 MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
                                help="Tokens on the busiest expert rank over the mean (1.0: force-balanced routing).")
 
@@ -44,6 +48,24 @@ def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[i
     if precision == "fp8":
         c.accelerator.peak_flops("fp8")
     return m, c, t
+
+
+def budget_of(tokens: Optional[str], price: Optional[float]):
+    """(tokens as a number or None, the price): checked before any pricing."""
+    from asap.budget import check_price, parse_tokens
+
+    if price is not None and tokens is None:
+        raise AsapError("price-per-device-hour", "needs --tokens (the budget it prices)")
+    return (None if tokens is None else parse_tokens(tokens)), check_price(price)
+
+
+def with_budget(d: dict, devices: int, tokens: Optional[float], price: Optional[float]) -> dict:
+    """An estimate's JSON object with ``time_to_train_days``, ``device_hours`` (and ``cost``) for the budget."""
+    from asap.budget import training_budget
+
+    if tokens is None:
+        return d
+    return {**d, **training_budget(d["tokens_per_s"], devices, tokens, price)}
 
 
 def with_lengths(c, t, path: Optional[str]):
@@ -87,16 +109,47 @@ def lengths_report(m, c, t, est, aw, data, path: str) -> dict:
 
 
 def estimate_table(est) -> Table:
-    table = Table(title=f"step {est.step_time_s:.3f} s · {est.tokens_per_s_per_device:,.0f} tok/s/device · "
-                        f"MFU {est.mfu:.1%} · {est.peak_memory_gb:.1f} GiB {'fits' if est.fits else 'DOES NOT FIT'}")
+    """The step's parts: busy time of each, what is left exposed on the critical path, its share."""
+    table = Table()
     table.add_column("part")
-    table.add_column("total s", justify="right")
-    table.add_column("exposed s", justify="right")
-    table.add_column("share", justify="right")
+    table.add_column("busy", justify="right")
+    table.add_column("exposed", justify="right")
+    table.add_column("share of step", justify="right")
     for k, v in est.breakdown_s.items():
         exp = est.exposed_s.get(k, 0.0)
-        table.add_row(k, f"{v:.3f}", f"{exp:.3f}", f"{exp / est.step_time_s:.1%}")
+        table.add_row(k, seconds(v), seconds(exp), f"{exp / est.step_time_s:.1%}")
     return table
+
+
+def seconds(x: float) -> str:
+    """A duration in the unit that reads best: s, ms or µs (0 as 0)."""
+    ax = abs(x)
+    if ax < 5e-10:
+        return "0"
+    if ax >= 1.0:
+        return f"{x:.3f} s"
+    if ax >= 1e-3:
+        return f"{x * 1e3:.2f} ms"
+    return f"{x * 1e6:.1f} µs"
+
+
+def headline(est, devices: int, capacity_gb: float) -> list[str]:
+    """The figures a user reads first, one phrase per line part, never wrapped mid-phrase."""
+    low, high = est.step_time_range_s
+    fit = "fits" if est.fits else "[bold red]DOES NOT FIT[/]"
+    return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
+            f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_device:,.0f} per device, {devices} devices) · "
+            f"MFU {est.mfu:.1%}",
+            f"memory {est.peak_memory_gb:.1f} of {capacity_gb:.0f} GiB per device: {fit}"]
+
+
+def does_not_fit_lines(est, capacity_gb: float, fix_cmd: str) -> list[str]:
+    """Why a strategy does not fit (its largest memory terms) and what to run next."""
+    terms = {k: v for k, v in est.memory_gb.items() if k != "allocated"}
+    top = sorted(terms.items(), key=lambda kv: -kv[1])[:3]
+    return [f"does not fit: needs {est.peak_memory_gb:.1f} GiB per device, {est.peak_memory_gb - capacity_gb:.1f} GiB "
+            f"over the {capacity_gb:.0f} GiB; largest terms: " + ", ".join(f"{k} {v:.1f} GiB" for k, v in top),
+            f"next: {fix_cmd}   (the fastest strategies that fit; --fix pins the keys you want to keep)"]
 
 
 @app.command()
@@ -113,25 +166,29 @@ def estimate(
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     lengths: Optional[str] = LengthsOpt,
+    tokens: Optional[str] = TokensOpt,
+    price_per_device_hour: Optional[float] = PriceOpt,
     explain: bool = typer.Option(False, "--explain", help="Show memory terms and the evidence for the bottleneck."),
     json_out: bool = JsonOpt,
 ):
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
+    from asap.budget import budget_line
     from asap.cost.estimate import estimate as run_estimate
-
     from asap.spec.hardware import figures_provenance
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, data = with_lengths(c, t, lengths)
     est = run_estimate(m, c, t, strategy)
     figures = figures_provenance(c)
     extra = {"lengths": lengths_report(m, c, t, est, aw, data, lengths)} if aw is not None else {}
+    out = with_budget(est.to_dict(), c.num_devices, budget, price)
     if json_out:
-        print_json({**est.to_dict(), "figures": figures, **extra})
+        print_json({**out, "figures": figures, **extra})
         return
-    out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name} · {est.strategy}")
-    out_console.print(estimate_table(est))
-    out_console.print(f"bottleneck: [bold]{est.bottleneck}[/]")
+    print_estimate(m, c, t, est, strategy, model, cluster)
+    if budget is not None:
+        out_console.print(budget_line(out), highlight=False, soft_wrap=True)
     if extra:
         out_console.print(lengths_line(extra["lengths"]), highlight=False)
     out_console.print(figures_line(figures), highlight=False)
@@ -144,6 +201,30 @@ def estimate(
         out_console.print(mem)
         for line in est.evidence:
             out_console.print(f"  · {line}")
+
+
+def print_estimate(m, c, t, est, strategy_text: str, model_arg: str, cluster_arg: str) -> None:
+    """The human form of one estimate: what was priced, the headline, the parts, the verdict and what next."""
+    from asap.spec.strategy import parse_strategy
+
+    from asap.spec.words import count_text
+
+    capacity = c.accelerator.hbm_gb
+    given = parse_strategy(strategy_text) if strategy_text else {}
+    note = "" if given else "  (no --strategy: the defaults, pure data parallelism; asap plan finds the fastest)"
+    out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x {c.accelerator.name} · "
+                      f"{est.strategy}{note}", soft_wrap=True)
+    for line in headline(est, c.num_devices, capacity):
+        out_console.print(line, soft_wrap=True)
+    out_console.print(estimate_table(est))
+    if est.fits:
+        out_console.print(f"bottleneck: [bold]{est.bottleneck}[/] ({est.evidence[0]})", soft_wrap=True)
+        return
+    fix = ",".join(f"{k}={v}" for k, v in given.items() if k in ("tp", "pp", "cp", "ep"))
+    cmd = (f"asap plan -m {model_arg} -c {cluster_arg} -b {t.global_batch} -s {t.seq_len}"
+           + (f" --fix {fix}" if fix else ""))
+    for line in does_not_fit_lines(est, capacity, cmd):
+        out_console.print(line, soft_wrap=True, highlight=False)
 
 
 def lengths_line(r: dict) -> str:
@@ -178,7 +259,7 @@ def validate(
         get_framework(framework, "", "framework")  # one clear line for an unknown name
         case_list = [dict(c, train={"framework": framework, **c["train"]}) if isinstance(c.get("train"), dict) else c
                      for c in case_list]
-    with Progress(console=err_console, transient=True, disable=json_out) as progress:
+    with Progress(console=err_console, transient=True, disable=json_out or not err_console.is_terminal) as progress:
         task = progress.add_task("validating", total=len(case_list))
         result = run_validate(case_list, progress=lambda n: progress.update(task, completed=n))
     if json_out:
@@ -240,17 +321,30 @@ def presets(json_out: bool = JsonOpt):
     if json_out:
         print_json({"models": models, "clusters": clusters, "accelerators": accelerators})
         return
-    table = Table(title="model presets")
-    table.add_column("name")
-    table.add_column("params", justify="right")
-    table.add_column("active", justify="right")
+    from asap.spec.hardware import CLUSTER_ALIASES
+    from asap.spec.words import count_text
+
+    table = Table(title="model presets", title_justify="left")
+    for col in ("name", "params", "active", "source"):
+        table.add_column(col, justify="right" if col in ("params", "active") else "left")
     for m in models:
-        table.add_row(m["name"], f"{m['params'] / 1e9:,.2f} B", f"{m['active_params'] / 1e9:,.2f} B")
+        table.add_row(m["name"], count_text(m["params"]), count_text(m["active_params"]), m["source"] or "")
     out_console.print(table)
-    table = Table(title="cluster presets")
-    table.add_column("name")
-    table.add_column("accelerator")
-    table.add_column("devices", justify="right")
-    for c in clusters:
-        table.add_row(c["name"], c["accelerator"], str(c["devices_per_node"] * c["nodes"]))
+    aliases = {}
+    for old_name, new_name in CLUSTER_ALIASES.items():
+        aliases.setdefault(new_name, []).append(old_name)
+    table = Table(title="cluster presets (any catalog accelerator's name is one too)", title_justify="left")
+    for col in ("name", "accelerator", "nodes x devices", "devices", "also accepted"):
+        table.add_column(col, justify="right" if col == "devices" else "left")
+    for c in (c for c in clusters if c["name"] not in CATALOG):
+        table.add_row(c["name"], c["accelerator"], f"{c['nodes']} x {c['devices_per_node']}",
+                      str(c["devices_per_node"] * c["nodes"]), ", ".join(aliases.get(c["name"], [])))
+    out_console.print(table)
+    table = Table(title="accelerator catalog (dense peaks; per device, per direction)", title_justify="left")
+    for col in ("name", "bf16 TFLOP/s", "HBM GiB", "HBM GB/s", "scale-up GB/s", "scale-out GB/s", "source"):
+        table.add_column(col, justify="left" if col in ("name", "source") else "right")
+    for a in accelerators:
+        peak = a["peak_tflops"].get("bf16") or a["peak_tflops"].get("fp32", 0.0)
+        table.add_row(a["name"], f"{peak:g}", f"{a['hbm_gb']:g}", f"{a['hbm_gbps']:g}", f"{a['intra_node_gbps']:g}",
+                      f"{a['inter_node_gbps']:g}", a["source"])
     out_console.print(table)

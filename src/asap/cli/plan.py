@@ -12,7 +12,8 @@ from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, ModelOpt,
-                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job, with_lengths)
+                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt, budget_of,
+                               load_job, seconds, with_budget, with_lengths)
 
 
 @app.command()
@@ -24,6 +25,8 @@ def plan(
     fix: str = typer.Option("", "--fix", help="Pin any subset of the strategy keys: key=value,..."),
     top: int = typer.Option(5, "--top", min=1, help="How many candidates to return."),
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
+    all_rows: bool = typer.Option(False, "--all", help="Every ranked row, not only the fastest of each (tp, pp, cp, ep) "
+                                                       "shape."),
     ilp_candidates: int = typer.Option(1, "--ilp-candidates", min=0,
                                        help="How many of the best pipelined candidates get the stage-split ILP."),
     ilp_time_limit: float = typer.Option(0.2, "--ilp-time-limit", min=0.05, help="HiGHS time limit per ILP (s)."),
@@ -33,6 +36,8 @@ def plan(
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     lengths: Optional[str] = LengthsOpt,
+    tokens: Optional[str] = TokensOpt,
+    price_per_device_hour: Optional[float] = PriceOpt,
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
                                                              "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
     json_out: bool = JsonOpt,
@@ -47,29 +52,38 @@ def plan(
         check_format(emit)  # an unknown format: one line before the search
         framework = framework or FRAMEWORK_OF[emit]  # plan with the options the format's stack has
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, _ = with_lengths(c, t, lengths)
     fixed = parse_strategy(fix, field="fix")
-    with Progress(console=err_console, transient=True) as progress:
+    with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
         task = progress.add_task("pricing configurations", total=None, visible=False)
 
         def on_chunk(done: int, total: int) -> None:  # shown only for searches that take more than a chunk
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
         result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
-                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit)
+                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows)
     emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
     if json_out:
-        print_json({**result.to_dict(), **({"emit": emitted} if emitted else {}),
+        out = result.to_dict()
+        out["candidates"] = [with_budget(d, c.num_devices, budget, price) for d in out["candidates"]]
+        print_json({**out, **({"emit": emitted} if emitted else {}),
                     **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
         return
     if emitted:
         print(emitted["text"])
         return
-    out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name}: searched {result.searched:,} "
-                      f"configurations ({result.fitting:,} fit) in {result.search_time_s:.2f} s")
+    from asap.spec.words import count_text
+
+    out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
+                      f"{c.accelerator.name}: searched {result.searched:,} configurations ({result.fitting:,} fit) "
+                      f"in {result.search_time_s:.2f} s", soft_wrap=True)
     from asap.cost.estimate import framework_of
 
-    out_console.print(candidates_table(result, c.num_devices, m.moe is not None, framework_of(t, c)))
+    fw = framework_of(t, c)
+    out_console.print(candidates_table(result, c.num_devices, m.moe is not None, fw, include_oom, budget, price))
+    if len(result.pareto) > 1:
+        out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
     for e, mesh in zip(result.candidates, result.meshes):
         if mesh:
             out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
@@ -88,21 +102,64 @@ def _emit_best(fmt: str, m, c, t, result) -> dict:
     return {"format": fmt, "text": emit_strategy(fmt, m, c, t, result.candidates[0].strategy)}
 
 
-def candidates_table(result, devices: int, moe: bool, framework=None) -> Table:
+def candidates_table(result, devices: int, moe: bool, framework=None, include_oom: bool = False,
+                     tokens: Optional[float] = None, price: Optional[float] = None) -> Table:
     """One row per candidate: its strategy (the keys that differ from estimate's defaults; the JSON output has
     every key in ``strategy_string``) and the figures estimate gives for it."""
+    from asap.budget import training_budget
     from asap.spec.strategy import non_default_keys
 
-    table = Table(title="fastest configurations (asap estimate --strategy <strategy> gives each row)",
-                  caption="≈: within the cost model's held-out error of the best (step_time_range_s overlaps): "
-                          "a tie the model cannot break; measure to decide.")
-    for col in ("#", "strategy", "step s", "range s", "MFU", "GiB", "bottleneck"):
-        table.add_column(col, justify="left" if col in ("strategy", "bottleneck") else "right")
+    shape = "the fastest of each tp, pp, cp, ep shape (--all: every row)" if result.distinct else "every row"
+    table = Table(title=f"fastest configurations: {shape}", title_justify="left", caption_justify="left",
+                  caption="asap estimate --strategy <strategy> gives each row. ≈: within the cost model's held-out "
+                          "error of the best (step_time_range_s overlaps), a tie the model cannot break: measure to "
+                          "decide.")
+    cols = ["#", "strategy", "step", "likely range", "tokens/s", "MFU", "GiB", "bottleneck"]
+    cols += ["fits"] if include_oom else []
+    cols += ["days", "device-hours"] + (["cost"] if price is not None else []) if tokens is not None else []
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("strategy", "bottleneck", "fits") else "right")
     for i, (e, tie) in enumerate(zip(result.candidates, result.ties()), 1):
         low, high = e.step_time_range_s
-        table.add_row(f"{i}{' ≈' if tie and i > 1 else ''}", non_default_keys(e.strategy, devices, moe, framework),
-                      f"{e.step_time_s:.3f}", f"{low:.2f}-{high:.2f}", f"{e.mfu:.1%}", f"{e.peak_memory_gb:.1f}",
-                      e.bottleneck)
+        row = [f"{i}{' ≈' if tie and i > 1 else ''}", non_default_keys(e.strategy, devices, moe, framework),
+               seconds(e.step_time_s), f"{seconds(low)}-{seconds(high)}", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}",
+               f"{e.peak_memory_gb:.1f}", e.bottleneck]
+        row += (["yes" if e.fits else "[red]no[/]"] if include_oom else [])
+        if tokens is not None:
+            b = training_budget(e.tokens_per_s, devices, tokens, price)
+            row += [f"{b['time_to_train_days']:,.1f}", f"{b['device_hours']:,.0f}"]
+            row += [f"${b['cost']:,.0f}"] if price is not None else []
+        table.add_row(*row)
+    return table
+
+
+FRONT_MEMORY_STEP = 0.10  # a shown front row needs this much less memory than the one above it
+FRONT_ROWS = 10
+
+
+def thin_front(front: list) -> list:
+    """The front's fastest row, then each next one needing FRONT_MEMORY_STEP less memory, at most FRONT_ROWS."""
+    shown = front[:1]
+    for e in front[1:]:
+        if e.peak_memory_gb <= shown[-1].peak_memory_gb * (1.0 - FRONT_MEMORY_STEP):
+            shown.append(e)
+    return shown[:FRONT_ROWS]
+
+
+def pareto_table(result, devices: int, moe: bool, framework=None) -> Table:
+    """The configurations no other beats on both step time and memory: the trade a user chooses along."""
+    from asap.spec.strategy import non_default_keys
+
+    shown = thin_front(result.pareto)
+    table = Table(title="Pareto front: step time against peak memory", title_justify="left", caption_justify="left",
+                  caption=f"each row is faster than those below it and needs more memory; {len(shown)} of "
+                          f"{len(result.pareto)} shown, at least {FRONT_MEMORY_STEP:.0%} less memory each "
+                          f"(--json: all)")
+    for col in ("strategy", "step", "GiB"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for e in shown:
+        table.add_row(non_default_keys(e.strategy, devices, moe, framework), seconds(e.step_time_s),
+                      f"{e.peak_memory_gb:.1f}")
     return table
 
 

@@ -50,6 +50,7 @@ class PlanResult:
     search_time_s: float
     meshes: list[dict[str, int] | None] = field(default_factory=list)
     stage_splits: list[dict[str, Any] | None] = field(default_factory=list)
+    distinct: bool = True  # candidates are the fastest of each (tp, pp, cp, ep) shape
 
     def ties(self) -> list[bool]:
         """Whether each candidate's error band reaches the best one's: the model cannot tell them apart."""
@@ -75,8 +76,9 @@ class PlanResult:
             "searched": self.searched,
             "fitting": self.fitting,
             "search_time_s": self.search_time_s,
-            "pareto": [{"strategy": e.strategy.to_dict(), "step_time_s": e.step_time_s,
-                        "peak_memory_gb": e.peak_memory_gb} for e in self.pareto],
+            "pareto": [{"strategy": e.strategy.to_dict(), "strategy_string": str(e.strategy),
+                        "step_time_s": e.step_time_s, "peak_memory_gb": e.peak_memory_gb} for e in self.pareto],
+            "distinct": self.distinct,
         }
 
 
@@ -136,12 +138,21 @@ def price_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strateg
     return S.take(np.concatenate(kept)), MemoryBreakdown.concatenate(mems), np.concatenate(steps), n_fit
 
 
+def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
+    """The fastest row of each parallel shape (tp, pp, cp, ep), in step-time order: what differs between the
+    rows ``plan`` shows by default (rows differing only in vpp, mbs or ZeRO stage are variations of one shape)."""
+    key = ((S.tp.astype(np.int64) * 8192 + S.pp) * 8192 + S.cp) * 65536 + S.ep
+    _, first = np.unique(key[by_step], return_index=True)
+    return by_step[np.sort(first)]
+
+
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = 1, ilp_time_limit_s: float = ILP_TIME_LIMIT_S) -> PlanResult:
+         ilp_candidates: int = 1, ilp_time_limit_s: float = ILP_TIME_LIMIT_S, distinct: bool = True) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
     split (``search.stages``, ``ilp_time_limit_s`` each), adopted as their layout when the estimate says it is
-    faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy."""
+    faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
+    only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row)."""
     t0 = time.perf_counter()
     fixed = dict(fixed or {})
     fw = framework_of(train, cluster)
@@ -153,8 +164,9 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     S, mem_kept, step, n_fit = price_space(model, cluster, train, S, include_oom, fixed, progress)
     # a few spare rows, since an adopted ILP split may reorder the first ones
     by_step = np.argsort(step, kind="stable")
-    order = by_step[:top + (ilp_candidates if "layer_split" not in fixed else 0)]
     front = pareto_front(step, mem_kept.peak_gb, by_step)
+    shown = first_per_shape(S, by_step) if distinct else by_step
+    order = shown[:top + (ilp_candidates if "layer_split" not in fixed else 0)]
 
     def full(idx: np.ndarray) -> list[Estimate]:
         sub = S.take(idx)
@@ -168,7 +180,8 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     candidates, splits = [candidates[i] for i in ranked], [splits[i] for i in ranked]
     return PlanResult(candidates=candidates, pareto=full(front), searched=searched, fitting=n_fit,
                       search_time_s=time.perf_counter() - t0,
-                      meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits)
+                      meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
+                      distinct=distinct)
 
 
 def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, candidates: list[Estimate],

@@ -438,16 +438,19 @@ def _encode(prob: StageProblem, split: StageSplit, scale_t: float, n: int) -> np
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr():
-    """HiGHS prints its banner from C++ on file descriptor 1; keep stdout clean for --json."""
+def _quiet_stdout():
+    """HiGHS prints its banner from C++ on file descriptor 1 before any option can silence it: send it to
+    /dev/null, so that stdout stays one JSON document and a user's terminal stays free of it."""
     sys.stdout.flush()
     saved = os.dup(1)
-    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
     try:
         yield
     finally:
         sys.stdout.flush()
-        with contextlib.suppress(OSError, AttributeError):  # flush C stdio while it still points at stderr
+        with contextlib.suppress(OSError, AttributeError):  # flush C stdio while it still points at /dev/null
             import ctypes
 
             ctypes.CDLL(None).fflush(None)
@@ -458,7 +461,7 @@ def _stdout_to_stderr():
 def _solve_highs(c, A, row_lo, row_hi, lb, ub, integer, x0, time_limit_s):
     import highspy
 
-    with _stdout_to_stderr():
+    with _quiet_stdout():
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("time_limit", float(time_limit_s))

@@ -342,24 +342,34 @@ class Cluster:
                 "inter_node_gbps": a.inter_node_gbps}
 
 
+# Names say their count's unit: nodes (servers of devices_per_node), or chips/NPUs for one TPU slice or one
+# Ascend supernode. ``asap presets`` shows nodes x devices per node.
 CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
-    "dgx-a100-1": {"accelerator": "a100-80gb", "devices_per_node": 8, "nodes": 1},
-    "dgx-a100-8": {"accelerator": "a100-80gb", "devices_per_node": 8, "nodes": 8},
-    "dgx-h100-1": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 1},
-    "dgx-h100-8": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 8},
-    "dgx-h100-64": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 64},
-    "h800-256": {"accelerator": "h800", "devices_per_node": 8, "nodes": 256},
-    "h200-8": {"accelerator": "h200", "devices_per_node": 8, "nodes": 8},
-    "b200-8": {"accelerator": "b200", "devices_per_node": 8, "nodes": 8},
+    "dgx-a100-1node": {"accelerator": "a100-80gb", "devices_per_node": 8, "nodes": 1},
+    "dgx-a100-8node": {"accelerator": "a100-80gb", "devices_per_node": 8, "nodes": 8},
+    "dgx-h100-1node": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 1},
+    "dgx-h100-8node": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 8},
+    "dgx-h100-64node": {"accelerator": "h100-sxm", "devices_per_node": 8, "nodes": 64},
+    "h800-256node": {"accelerator": "h800", "devices_per_node": 8, "nodes": 256},
+    "h200-8node": {"accelerator": "h200", "devices_per_node": 8, "nodes": 8},
+    "b200-8node": {"accelerator": "b200", "devices_per_node": 8, "nodes": 8},
     "gb200-nvl72": {"accelerator": "gb200", "devices_per_node": 4, "nodes": 18},  # one rack: 18 trays of 4
     "gb300-nvl72": {"accelerator": "gb300", "devices_per_node": 4, "nodes": 18},
-    "mi300x-8": {"accelerator": "mi300x", "devices_per_node": 8, "nodes": 8},
-    "tpu-v5p-256": {"accelerator": "tpu-v5p", "devices_per_node": 4, "nodes": 64},  # one slice of 64 hosts of 4
-    "tpu-v5e-256": {"accelerator": "tpu-v5e", "devices_per_node": 4, "nodes": 64},
-    "tpu-v6e-256": {"accelerator": "tpu-v6e", "devices_per_node": 4, "nodes": 64},
-    "ascend-910b-64": {"accelerator": "ascend-910b", "devices_per_node": 8, "nodes": 64},
-    "ascend-910c-384": {"accelerator": "ascend-910c", "devices_per_node": 8, "nodes": 48},  # one supernode
+    "mi300x-8node": {"accelerator": "mi300x", "devices_per_node": 8, "nodes": 8},
+    "tpu-v5p-256chip": {"accelerator": "tpu-v5p", "devices_per_node": 4, "nodes": 64},  # one slice: 64 hosts of 4
+    "tpu-v5e-256chip": {"accelerator": "tpu-v5e", "devices_per_node": 4, "nodes": 64},
+    "tpu-v6e-256chip": {"accelerator": "tpu-v6e", "devices_per_node": 4, "nodes": 64},
+    "ascend-910b-64node": {"accelerator": "ascend-910b", "devices_per_node": 8, "nodes": 64},
+    "ascend-910c-384npu": {"accelerator": "ascend-910c", "devices_per_node": 8, "nodes": 48},  # one supernode
     "local-cpu": {"accelerator": "local-cpu", "devices_per_node": 4, "nodes": 1},
+}
+# the names of earlier releases, whose number was nodes for some and devices for others: still accepted
+CLUSTER_ALIASES: dict[str, str] = {
+    "dgx-a100-1": "dgx-a100-1node", "dgx-a100-8": "dgx-a100-8node", "dgx-h100-1": "dgx-h100-1node",
+    "dgx-h100-8": "dgx-h100-8node", "dgx-h100-64": "dgx-h100-64node", "h800-256": "h800-256node",
+    "h200-8": "h200-8node", "b200-8": "b200-8node", "mi300x-8": "mi300x-8node", "tpu-v5p-256": "tpu-v5p-256chip",
+    "tpu-v5e-256": "tpu-v5e-256chip", "tpu-v6e-256": "tpu-v6e-256chip", "ascend-910b-64": "ascend-910b-64node",
+    "ascend-910c-384": "ascend-910c-384npu",
 }
 # Every catalog accelerator is also a preset of its own name: one scale-up domain of at most 256 devices (an
 # HGX server, an NVL72 rack, a 256-chip TPU slice, 256 NPUs of a CloudMatrix384).
@@ -666,12 +676,17 @@ def load_cluster(spec: str | dict | Cluster, nodes: int | None = None, devices: 
         cluster = cluster_from_dict(spec)
     else:
         text = str(spec)
-        if text.lower() in CLUSTER_PRESETS:
-            cluster = cluster_from_dict(CLUSTER_PRESETS[text.lower()], name=text.lower())
+        key = CLUSTER_ALIASES.get(text.lower(), text.lower())
+        if key in CLUSTER_PRESETS:
+            cluster = cluster_from_dict(CLUSTER_PRESETS[key], name=key)
         elif Path(text).exists():
             cluster = cluster_from_dict(read_mapping(Path(text), "cluster"), name=Path(text).stem)
         else:
-            raise AsapError("cluster", f"'{text}' is neither a preset ({', '.join(sorted(CLUSTER_PRESETS))}) nor a file")
+            from asap.spec.words import did_you_mean
+
+            raise AsapError("cluster", f"'{text}' is neither a preset nor a file"
+                                       f"{did_you_mean(text, [*CLUSTER_PRESETS, *CLUSTER_ALIASES])}; "
+                                       f"`asap presets` lists them")
     if nodes is not None:
         cluster = replace(cluster, nodes=_positive_int(nodes, "nodes", MAX_DEVICES // cluster.devices_per_node))
     if devices is not None:

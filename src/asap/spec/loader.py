@@ -21,6 +21,9 @@ def load_model(spec: str | dict | ModelSpec) -> ModelSpec:
         return model_from_dict(MODEL_PRESETS[text.lower()][0])
     path = Path(text)
     if not path.exists():
-        raise AsapError("model", f"'{text}' is neither a preset (see `asap presets`) nor a file")
+        from asap.spec.words import did_you_mean
+
+        raise AsapError("model", f"'{text}' is neither a preset nor a file{did_you_mean(text, MODEL_PRESETS)}; "
+                                 f"`asap presets` lists them")
     data = read_mapping(path, "model")
     return model_from_hf(data) if is_hf_config(data) else model_from_dict(data)

@@ -19,3 +19,25 @@ class Bottleneck(str, Enum):
 
 
 BOTTLENECKS = tuple(b.value for b in Bottleneck)
+
+
+def count_text(n: float) -> str:
+    """A count the way model cards write it: 8.03B, 671B, 1.2T, 4.46M, 98.3K, 512 (three significant figures)."""
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:.0f}"
+
+
+def did_you_mean(text: str, names) -> str:
+    """`` (did you mean 'h100-sxm'?)`` for the closest names (difflib's ratio, or a name the text starts),
+    or '' when none is close."""
+    import difflib
+
+    t = str(text).lower()
+    names = list(names)
+    close = [n for n in names if n.startswith(t) or t.startswith(n)] if len(t) >= 2 else []
+    close += [n for n in difflib.get_close_matches(t, names, n=3, cutoff=0.6) if n not in close]
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(f"'{n}'" for n in close[:3]) + "?)"

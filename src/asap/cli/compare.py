@@ -1,0 +1,104 @@
+"""``asap compare``: two or more strategies (or a hand-picked one and the planner's best) side by side."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from asap.cli import app
+from asap.cli.common import out_console, print_json
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, ModelOpt,
+                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt, budget_of,
+                               load_job, seconds, with_budget, with_lengths)
+
+
+@app.command()
+def compare(
+    model: str = ModelOpt,
+    cluster: str = ClusterOpt,
+    global_batch: int = BatchOpt,
+    seq_len: int = SeqOpt,
+    strategy: Optional[List[str]] = typer.Option(None, "--strategy", "-S", help="A strategy (key=value,...); give it "
+                                                                                "two or more times."),
+    plan_best: bool = typer.Option(False, "--plan-best", help="Add the planner's fastest fitting strategy."),
+    precision: str = PrecisionOpt,
+    framework: Optional[str] = FrameworkOpt,
+    moe_imbalance: float = MoEImbalanceOpt,
+    nodes: Optional[int] = NodesOpt,
+    devices: Optional[int] = DevicesOpt,
+    lengths: Optional[str] = LengthsOpt,
+    tokens: Optional[str] = TokensOpt,
+    price_per_device_hour: Optional[float] = PriceOpt,
+    json_out: bool = JsonOpt,
+):
+    """Estimate each strategy and show them term by term, with the difference that decides it in one sentence."""
+    from asap.compare import compare as run_compare
+    from asap.cost.estimate import estimate as run_estimate, framework_of
+    from asap.spec.strategy import non_default_keys
+
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    budget, price = budget_of(tokens, price_per_device_hour)
+    t, _, _ = with_lengths(c, t, lengths)
+    texts = list(strategy or [])
+    estimates = [run_estimate(m, c, t, s) for s in texts]
+    if plan_best:
+        from asap.search.planner import plan as run_plan
+
+        best = run_plan(m, c, t, {}, top=1).candidates[0]
+        estimates.append(best)
+    fw = framework_of(t, c)
+    names = [non_default_keys(e.strategy, c.num_devices, m.moe is not None, fw) for e in estimates]
+    if plan_best:
+        names[-1] = f"best: {names[-1]}"
+    result = run_compare(estimates, names)
+    result["estimates"] = [with_budget(d, c.num_devices, budget, price) for d in result["estimates"]]
+    if json_out:
+        print_json(result)
+        return
+    out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name}, global batch {t.global_batch} x "
+                      f"{t.seq_len} tokens", soft_wrap=True)
+    out_console.print(compare_table(result, names))
+    out_console.print(result["verdict"], soft_wrap=True, highlight=False)
+
+
+def signed(d: float, fmt) -> str:
+    """A difference in its row's own format, with its sign; differences under 1e-9 of a unit are 0."""
+    if abs(d) < 1e-9:
+        return "0"
+    return ("+" if d > 0 else "-") + fmt(abs(d))
+
+
+def compare_table(result: dict, names: list[str]) -> Table:
+    """Rows: the headline figures, then every exposed term and every busy total; a Δ column for two."""
+    ests = result["estimates"]
+    two = len(ests) == 2
+    table = Table(title="side by side", title_justify="left", caption_justify="left",
+                  caption="exposed: on the critical path (the exposed terms add up to the step); busy: total time, "
+                          "overlapped or not")
+    table.add_column("term")
+    for i, n in enumerate(names):
+        table.add_column(f"{'ABCDEFGH'[i] if i < 8 else i}: {n}", justify="right")
+    if two:
+        table.add_column("B - A", justify="right")
+    rows = [("step", lambda e: e["step_time_s"], seconds),
+            ("tokens/s", lambda e: e["tokens_per_s"], lambda x: f"{x:,.0f}"),
+            ("MFU", lambda e: e["mfu"], lambda x: f"{x:.1%}"),
+            ("peak memory GiB", lambda e: e["peak_memory_gb"], lambda x: f"{x:.1f}"),
+            ("fits", lambda e: e["fits"], lambda x: "yes" if x else "no")]
+    rows += [(f"exposed {k}", lambda e, k=k: e["exposed_s"].get(k, 0.0), seconds) for k in ests[0]["exposed_s"]]
+    rows += [(f"busy {k}", lambda e, k=k: e["breakdown_s"].get(k, 0.0), seconds) for k in ests[0]["breakdown_s"]]
+    rows += [(f"memory {k} GiB", lambda e, k=k: e["memory_gb"].get(k, 0.0), lambda x: f"{x:.2f}")
+             for k in ests[0]["memory_gb"]]
+    if "time_to_train_days" in ests[0]:
+        rows += [("days to train", lambda e: e["time_to_train_days"], lambda x: f"{x:,.1f}"),
+                 ("device-hours", lambda e: e["device_hours"], lambda x: f"{x:,.0f}")]
+    for label, get, fmt in rows:
+        vals = [get(e) for e in ests]
+        cells = [fmt(v) for v in vals]
+        if two:
+            cells.append("" if isinstance(vals[0], bool) else signed(vals[1] - vals[0], fmt))
+        table.add_row(label, *cells)
+    table.add_row("bottleneck", *[e["bottleneck"] for e in ests], *([""] if two else []))
+    return table
