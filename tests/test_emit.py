@@ -37,14 +37,14 @@ def megatron_args(text):
 
 def test_megatron_round_trip():
     m, c, t = job("mixtral-8x7b")
-    text = emit_strategy("megatron", m, c, t, "tp=2,pp=4,vpp=2,ep=4,mbs=2,recompute=full,dispatcher=dedup,"
+    text = emit_strategy("megatron", m, c, t, "tp=2,pp=4,vpp=2,ep=4,mbs=2,recompute=selective,dispatcher=dedup,"
                                               "a2a_overlap=1")
     a = megatron_args(text)
     assert a["--tensor-model-parallel-size"] == ["2"] and a["--pipeline-model-parallel-size"] == ["4"]
     assert a["--num-virtual-stages-per-pipeline-rank"] == ["2"]
     assert a["--expert-model-parallel-size"] == ["4"] and a["--micro-batch-size"] == ["2"]
     assert a["--global-batch-size"] == ["256"] and "--sequence-parallel" in a
-    assert a["--recompute-granularity"] == ["full"] and a["--recompute-method"] == ["uniform"]
+    assert a["--recompute-granularity"] == ["selective"] and "--disable-bias-linear" in a
     assert a["--moe-token-dispatcher-type"] == ["flex"] and "--moe-enable-deepep" in a
     assert "--overlap-moe-expert-parallel-comm" in a and "--use-distributed-optimizer" in a
     assert a["--num-experts"] == ["8"] and a["--moe-router-topk"] == ["2"]
@@ -52,10 +52,13 @@ def test_megatron_round_trip():
     m, c, t = job()
     a = megatron_args(emit_strategy("megatron", m, c, t, "tp=2,pp=2,zero=3,recompute=layernorm+moe_act,"
                                                          "layer_split=15/17"))
-    assert a["--recompute-granularity"] == ["selective"] and a["--recompute-modules"] == ["layernorm", "moe_act"]
+    # a dense model has no MoE activation to recompute: Megatron's TransformerConfig rejects moe_act without MoE
+    assert a["--recompute-granularity"] == ["selective"] and a["--recompute-modules"] == ["layernorm"]
     assert "--use-megatron-fsdp" in a and a["--data-parallel-sharding-strategy"] == ["optim_grads_params"]
     layout = a["--pipeline-model-parallel-layout"][0].split("|")
     assert [p.count("t") for p in layout] == [15, 17] and layout[0].startswith("E") and layout[-1].endswith("L")
+    a = megatron_args(emit_strategy("megatron", m, c, t, "tp=2,recompute=full"))
+    assert a["--recompute-granularity"] == ["full"] and a["--recompute-method"] == ["uniform"]
 
 
 def test_torchtitan_round_trip():
@@ -145,6 +148,14 @@ def test_emitter_refusals_name_framework():
         emit("deepspeed", m, c, t, s)
 
 
+def test_megatron_refuses_what_its_config_rejects():
+    m, c, t = job("mixtral-8x7b")
+    for strategy, why in [("pp=2,vpp=2,ep=4,recompute=full,a2a_overlap=1", "recompute=full"),
+                          ("pp=2,ep=4,a2a_overlap=1", "virtual stages"), ("ep=1,a2a_overlap=1", "ep=1")]:
+        with pytest.raises(AsapError, match=f"megatron cannot express a2a_overlap=1 .*{why}"):
+            emit_strategy("megatron", m, c, t, strategy)
+
+
 def test_unknown_format_one_line(cli):
     proc = cli("emit", "--format", "colossal", "-m", "llama3-8b", "-c", "dgx-h100-8", "-b", "256", "-s", "4096",
                "--json")
@@ -176,7 +187,7 @@ print(p.tensor_parallel_degree, p.pipeline_parallel_degree, p.data_parallel_shar
 
 def test_torchtitan_own_loader(tmp_path):
     if importlib_spec("torchtitan") is None:
-        pytest.skip("torchtitan is not installed (pip install --no-deps torchtitan==0.2.2 tyro docstring_parser)")
+        pytest.skip("torchtitan is not installed (pip install torchtitan==0.2.2 deepspeed==0.19.8)")
     m, c, t = job()
     path = tmp_path / "job.toml"
     path.write_text(emit_strategy("torchtitan", m, c, t, "tp=2,pp=2,vpp=2,mbs=2,recompute=full,zero=3"))
@@ -190,7 +201,7 @@ def test_torchtitan_own_loader(tmp_path):
 
 def test_deepspeed_own_loader():
     if importlib_spec("deepspeed") is None:
-        pytest.skip("deepspeed is not installed (pip install --no-deps deepspeed hjson msgpack psutil)")
+        pytest.skip("deepspeed is not installed (pip install torchtitan==0.2.2 deepspeed==0.19.8)")
     try:
         from deepspeed.runtime.config import DeepSpeedConfig
     except ImportError as e:
@@ -201,6 +212,110 @@ def test_deepspeed_own_loader():
     assert cfg.train_batch_size == 16 and cfg.train_micro_batch_size_per_gpu == 2
     assert cfg.gradient_accumulation_steps == 8 and cfg.zero_optimization_stage == 1
     assert cfg.bfloat16_config.enabled and cfg.pipeline["stages"] == 4
+
+
+MCORE_LOADER = r"""
+import dataclasses, json, shlex, sys, warnings
+warnings.simplefilter("ignore")
+import torch
+import torch.nn.functional as F
+from megatron.core.activations import squared_relu
+from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+
+# argparse dests that differ from the flag (Megatron-LM core_r0.14.0 megatron/training/arguments.py), then what
+# validate_args and core_transformer_config_from_args rename on the way to TransformerConfig
+DEST = {"disable_bias_linear": ("add_bias_linear", False), "fp8_format": ("fp8", None),
+        "num_experts": ("num_moe_experts", None),
+        "num_virtual_stages_per_pipeline_rank": ("virtual_pipeline_model_parallel_size", None)}
+
+
+def namespace(text):
+    args, key = {}, None
+    for t in shlex.split(text.replace("\\\n", " "), comments=True):
+        if t.startswith("--"):
+            key = t[2:].replace("-", "_")
+            args[key] = []
+        else:
+            args[key].append(t)
+    return {k: v for k, v in (typed(k, v) for k, v in args.items())}
+
+
+def typed(key, toks):
+    name, flag_value = DEST.get(key, (key, None))
+    if not toks:  # a store_true / store_false switch
+        return name, True if flag_value is None else flag_value
+    if key == "recompute_modules":
+        return name, toks
+    if key == "moe_layer_freq":  # arguments.moe_freq_type evaluates the list expression
+        return name, eval(toks[0])
+    return name, int(toks[0]) if toks[0].lstrip("-").isdigit() else toks[0]
+
+
+def core_kwargs(a):
+    if a.pop("swiglu", False):
+        a.update(activation_func=F.silu, gated_linear_unit=True)
+    if a.pop("squared_relu", False):
+        a["activation_func"] = squared_relu
+    if not a.pop("group_query_attention", False):
+        a.pop("num_query_groups", None)
+    a["pipeline_dtype"] = torch.bfloat16 if a.get("bf16") else torch.float16 if a.get("fp16") else torch.float32
+    return a
+
+
+def load(text):
+    a = core_kwargs(namespace(text))
+    cls = MLATransformerConfig if a.get("multi_latent_attention") else TransformerConfig
+    fields = {f.name for f in dataclasses.fields(cls)}
+    ddp_fields = {f.name for f in dataclasses.fields(DistributedDataParallelConfig)}
+    cfg = cls(**{k: v for k, v in a.items() if k in fields})
+    ddp = DistributedDataParallelConfig(**{k: v for k, v in a.items() if k in ddp_fields})
+    return {"class": cls.__name__, "tp": cfg.tensor_model_parallel_size, "pp": cfg.pipeline_model_parallel_size,
+            "vpp": cfg.virtual_pipeline_model_parallel_size, "ep": cfg.expert_model_parallel_size,
+            "sp": cfg.sequence_parallel, "recompute": cfg.recompute_granularity,
+            "modules": cfg.recompute_modules, "dispatcher": cfg.moe_token_dispatcher_type,
+            "deepep": cfg.moe_enable_deepep, "experts": cfg.num_moe_experts, "bias": cfg.add_bias_linear,
+            "layout": None if cfg.pipeline_model_parallel_layout is None else
+            [len(stage) for row in cfg.pipeline_model_parallel_layout.layout for stage in row],
+            "dist_opt": ddp.use_distributed_optimizer, "sharding": ddp.data_parallel_sharding_strategy,
+            "elsewhere": sorted(set(a) - fields - ddp_fields)}
+
+
+print(json.dumps([load(open(p).read()) for p in sys.argv[1:]]))
+"""
+# flags read outside megatron.core's configs: by pretrain_gpt.py's training loop, data and GPTModel arguments
+MEGATRON_TRAINING_ONLY = {"global_batch_size", "micro_batch_size", "seq_length", "max_position_embeddings",
+                          "vocab_size", "untie_embeddings_and_output_weights", "mtp_num_layers"}
+
+
+def test_megatron_core_configs_load(tmp_path):
+    """megatron-core's TransformerConfig and DistributedDataParallelConfig validate the emitted arguments.
+
+    The megatron-core wheel ships no megatron/training/arguments.py, so the flags go to the config dataclasses
+    by field name, as Megatron-LM's core_transformer_config_from_args does; their __post_init__ checks the
+    combination (MoE without linear biases, recompute modules, the pipeline layout, the dispatcher)."""
+    if importlib_spec("megatron") is None or importlib_spec("megatron.core") is None:
+        pytest.skip("megatron-core is not installed (pip install --no-deps megatron-core==0.14.0)")
+    cases = [("mixtral-8x7b", "tp=2,pp=4,vpp=2,ep=4,mbs=2,recompute=selective,dispatcher=dedup,a2a_overlap=1"),
+             ("llama3-8b", "tp=2,pp=2,zero=3,recompute=layernorm+moe_act,layer_split=15/17"),
+             ("deepseek-v3", "tp=2,pp=8,ep=8,zero=1,recompute=selective")]
+    paths = []
+    for i, (name, strategy) in enumerate(cases):
+        m, c, t = job(name)
+        paths.append(tmp_path / f"args{i}.sh")
+        paths[-1].write_text(emit_strategy("megatron", m, c, t, strategy))
+    proc = subprocess.run([sys.executable, "-c", MCORE_LOADER, *map(str, paths)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    moe, dense, mla = json.loads(proc.stdout)
+    assert (moe["class"], moe["tp"], moe["pp"], moe["vpp"], moe["ep"]) == ("TransformerConfig", 2, 4, 2, 4)
+    assert moe["recompute"] == "selective" and (moe["dispatcher"], moe["deepep"]) == ("flex", True)
+    assert moe["experts"] == 8 and moe["bias"] is False and moe["sp"] is True and moe["dist_opt"] is True
+    assert dense["layout"] == [16, 18] and dense["modules"] == ["layernorm"]  # E+15t | 17t+L
+    assert dense["sharding"] == "optim_grads_params" and dense["dist_opt"] is False
+    assert mla["class"] == "MLATransformerConfig" and mla["modules"] == ["core_attn", "layernorm", "moe_act"]
+    for cfg in (moe, dense, mla):
+        assert set(cfg["elsewhere"]) <= MEGATRON_TRAINING_ONLY, cfg["elsewhere"]
 
 
 def importlib_spec(name):

@@ -7,7 +7,9 @@ division cannot give, ``--use-distributed-optimizer`` (zero 1), Megatron-FSDP (`
 --data-parallel-sharding-strategy optim_grads|optim_grads_params``, zero 2/3), ``--recompute-granularity`` /
 ``--recompute-modules`` / ``--recompute-method``, ``--moe-token-dispatcher-type`` (``flex`` with
 ``--moe-enable-deepep`` for the node-deduplicated dispatcher) and ``--overlap-moe-expert-parallel-comm``.
-Not expressible (refused): the zero-bubble and GPipe schedules (no flag in Megatron-LM's training loop).
+Not expressible (refused): the zero-bubble and GPipe schedules (no flag in Megatron-LM's training loop); the
+expert all-to-all overlap without expert parallelism, without virtual stages under a pipeline, with full
+recomputation or outside bf16/fp16 (TransformerConfig rejects each).
 """
 
 from __future__ import annotations
@@ -17,6 +19,16 @@ from asap.emit.common import chunk_layers, micro_batches, recompute_modules, ref
 NAME = "megatron"
 VERSION = "Megatron-LM core_r0.14.0 (megatron/training/arguments.py)"
 SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act")  # asap.spec.framework.SelectivePolicy.KERNELS
+
+
+MOE_MODULES = ("moe_act", "moe", "shared_experts")  # TransformerConfig rejects moe_act without MoE grouped GEMMs
+MLA_MODULES = ("mla_up_proj",)  # and mla_up_proj without multi-latent attention
+
+
+def modules_for(model, mods) -> list[str]:
+    """The recompute modules that exist in ``model``: on a dense model the MoE ones recompute nothing."""
+    absent = (MOE_MODULES if model.moe is None else ()) + (MLA_MODULES if model.mla is None else ())
+    return [m for m in mods if m not in absent]
 
 
 def pipeline_layout(model, s) -> str:
@@ -30,9 +42,24 @@ def pipeline_layout(model, s) -> str:
     return "|".join(parts)
 
 
+def check_a2a_overlap(model, train, s) -> None:
+    """TransformerConfig's conditions for ``--overlap-moe-expert-parallel-comm`` (core_r0.14.0 __post_init__)."""
+    if model.moe is None or not s.a2a_overlap:
+        return
+    problem = ("a2a_overlap=1 with ep=1 (the overlap needs expert parallelism)" if s.ep == 1 else
+               "a2a_overlap=1 with pp>1 and vpp=1 (the overlap needs virtual stages)" if s.pp > 1 and s.vpp == 1 else
+               "a2a_overlap=1 with recompute=full (the overlap needs recomputation off or selective)"
+               if s.recompute == "full" else
+               f"a2a_overlap=1 with precision {train.precision} (the overlap needs bf16 or fp16)"
+               if train.precision not in ("bf16", "fp16") else None)
+    if problem:
+        raise refuse("a2a_overlap", NAME, problem)
+
+
 def args(model, cluster, train, s) -> list[tuple[str, ...]]:
     if s.schedule in ("zb", "gpipe"):
         raise refuse("schedule", NAME, f"schedule={s.schedule} (pretrain_gpt.py runs 1F1B or interleaved 1F1B)")
+    check_a2a_overlap(model, train, s)
     a: list[tuple[str, ...]] = [
         ("--tensor-model-parallel-size", str(s.tp)),
         ("--pipeline-model-parallel-size", str(s.pp)),
@@ -56,11 +83,11 @@ def args(model, cluster, train, s) -> list[tuple[str, ...]]:
     elif s.zero >= 2:
         a += [("--use-megatron-fsdp",),
               ("--data-parallel-sharding-strategy", "optim_grads_params" if s.zero == 3 else "optim_grads")]
-    mods = recompute_modules(s)
+    mods = modules_for(model, recompute_modules(s) or ())
     if s.recompute == "full":
         a += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     elif s.recompute == "selective":
-        a += [("--recompute-granularity", "selective"), ("--recompute-modules", *SELECTIVE_MODULES)]
+        a += [("--recompute-granularity", "selective"), ("--recompute-modules", *modules_for(model, SELECTIVE_MODULES))]
     elif mods:
         a += [("--recompute-granularity", "selective"), ("--recompute-modules", *mods)]
     if model.moe is not None:
@@ -88,6 +115,7 @@ def args(model, cluster, train, s) -> list[tuple[str, ...]]:
         a.append(("--swiglu",))
     elif model.activation == "relu2":
         a.append(("--squared-relu",))
+    a.append(("--disable-bias-linear",))  # asap's models have no linear biases (TransformerConfig: none with MoE)
     if not model.tie_embeddings:
         a.append(("--untie-embeddings-and-output-weights",))
     if model.mla is not None:
