@@ -32,13 +32,17 @@ def run_command(
     seed: int = typer.Option(0, "--seed", help="Seed of the weights and the data."),
     lr: float = typer.Option(1e-3, "--lr", help="AdamW learning rate."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill the run after this many seconds."),
+    devices_per_node: Optional[int] = typer.Option(None, "--devices-per-node", help="Group the processes into "
+                                                   "\"nodes\" of K consecutive ranks for hierarchical collectives "
+                                                   "(dispatcher=dedup); reports the bytes MoE dispatch sends across them."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo the workers' output to stderr."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Train MODEL for a few steps under STRATEGY on torch.distributed and report what was measured."""
     from asap.spec.loader import load_model
     from asap.spec.train import TrainSpec
-    from asap.train.launch import RUN_PRECISIONS, RunFailed, check_supported, detect_device, resolve_run_strategy
+    from asap.train.launch import (RUN_PRECISIONS, RunFailed, check_devices_per_node, check_supported, detect_device,
+                                   resolve_run_strategy)
     from asap.train.launch import run as run_training
 
     if precision is not None and precision not in RUN_PRECISIONS:
@@ -58,10 +62,12 @@ def run_command(
     prec = precision or ("bf16" if dev == "cuda" else "fp32")
     train = TrainSpec(global_batch, seq_len, prec)
     check_supported(spec, s, train, dev)
+    check_devices_per_node(s, devices_per_node)
     print(f"[asap run] {spec.name}: {s} on {s.devices} {dev} process(es), {steps} steps, {prec}", file=sys.stderr)
     try:
         res = run_training(spec, s, global_batch, seq_len, steps, precision=prec, profile_dir=profile, seed=seed,
-                           data=data, lr=lr, device=dev, timeout_s=timeout, echo=sys.stderr if verbose else None)
+                           data=data, lr=lr, device=dev, timeout_s=timeout, echo=sys.stderr if verbose else None,
+                           devices_per_node=devices_per_node)
     except RunFailed as e:
         print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)
         if verbose and e.log_tail:

@@ -172,6 +172,15 @@ def all_to_all_s(cluster: Cluster, size_bytes, group, stride):
     return np.where(g > 1, t, 0.0)
 
 
+def dedup_internode_bytes(token_remote_domains, token_bytes):
+    """Bytes one device sends off its scale-up domain in one deduplicated dispatch (or combine): each token
+    crosses once per distinct remote domain hosting one of its experts, so ``token_remote_domains`` (the sum
+    over the device's tokens of those domain counts) times ``token_bytes``. ``expert_dispatch_s`` prices its
+    expectation under uniform routing; a real run's counts (``asap.train``'s ``dispatch_remote_domains``)
+    give the bytes it sent."""
+    return token_remote_domains * token_bytes
+
+
 def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, stride) -> dict[str, np.ndarray]:
     """One MoE dispatch (or combine) of ``tokens`` per device, each to ``top_k`` experts spread evenly over an
     expert-parallel group of ``group`` ranks spaced ``stride`` apart, by each dispatcher
@@ -195,7 +204,7 @@ def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, 
     k = members_per_domain(cluster, g, stride)
     domains = np.maximum(g / k, 1.0)
     remote_domains = (domains - 1) * (1 - (1 - 1 / domains) ** top_k)
-    inter = tokens * token_bytes * remote_domains / inter_Bps
+    inter = dedup_internode_bytes(tokens * remote_domains, token_bytes) / inter_Bps
     intra = tokens * top_k * token_bytes * (k - 1) / k / intra_Bps
     hier = np.maximum(inter, intra) + 2 * _latency_s(cluster, g, k < g, ring=False)
     dedup = np.where(domains > 1, hier, flat)

@@ -58,6 +58,7 @@ class RunConfig:
     lr: float = 1e-3
     profile_dir: str | None = None
     capture_dir: str | None = None  # asap align: the first step's per-module numerics (asap.numerics.capture)
+    devices_per_node: int | None = None  # processes per "node" for hierarchical collectives (None: one node)
 
     @property
     def train(self) -> TrainSpec:
@@ -67,7 +68,7 @@ class RunConfig:
         return {"model": self.model.to_dict(), "strategy": self.strategy.to_dict(), "global_batch": self.global_batch,
                 "seq_len": self.seq_len, "steps": self.steps, "precision": self.precision, "seed": self.seed,
                 "data": self.data, "lr": self.lr, "profile_dir": self.profile_dir,
-                "capture_dir": self.capture_dir}
+                "capture_dir": self.capture_dir, "devices_per_node": self.devices_per_node}
 
 
 @dataclass
@@ -82,6 +83,10 @@ class RunResult:
     peak_memory_gb_per_rank: list[float] = field(default_factory=list)
     aux_losses: list[float | None] = field(default_factory=list)
     layers_per_chunk: list[int] = field(default_factory=list)  # as the workers built them, in chunk order
+    # MoE dispatch across "nodes" (--devices-per-node), summed over ranks, layers, micro-batches and steps:
+    # hidden-state bytes sent to ranks of another node, and sum over tokens of the remote nodes of its experts
+    internode_dispatch_bytes: int = 0
+    dispatch_remote_domains: int = 0
     model: str = ""
     global_batch: int = 0
     seq_len: int = 0
@@ -165,6 +170,20 @@ def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type
             raise AsapError(f"{f}.schedule", f"{s.schedule} needs the micro-batches ({m}) divisible by pp={s.pp}")
 
 
+def check_devices_per_node(s: Strategy, devices_per_node: int | None) -> None:
+    """``--devices-per-node K`` groups the processes into nodes of K consecutive ranks: K >= 1 dividing the
+    world size; with dispatcher=dedup every expert-parallel group must fill its nodes evenly."""
+    if devices_per_node is None:
+        return
+    if devices_per_node < 1 or s.devices % devices_per_node:
+        raise AsapError("devices-per-node", f"must be >= 1 and divide the {s.devices} processes, got {devices_per_node}")
+    if s.dispatcher == "dedup" and s.ep > 1:
+        from asap.train.parallel import ParallelDims, ep_node_layout
+
+        d = ParallelDims.from_strategy(s, devices_per_node)
+        ep_node_layout(d.pp, d.edp, d.ep, d.etp, devices_per_node)  # AsapError if the groups split unevenly
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Launching
 # ------------------------------------------------------------------------------------------------------------
@@ -237,6 +256,7 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
     dev = detect_device(device, nproc)
     for c in configs:
         check_supported(c.model, c.strategy, c.train, dev)
+        check_devices_per_node(c.strategy, c.devices_per_node)
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="asap-run-")
@@ -307,6 +327,8 @@ def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: flo
                      losses=ranks[0]["losses"], peak_memory_gb=max(mem), traces=traces, step_times_s=per_step,
                      peak_memory_gb_per_rank=mem, aux_losses=ranks[0].get("aux_losses", []),
                      layers_per_chunk=[len(built[sid]) for sid in sorted(built)], model=c.model.name,
+                     internode_dispatch_bytes=sum(rk.get("internode_dispatch_bytes", 0) for rk in ranks),
+                     dispatch_remote_domains=sum(rk.get("dispatch_remote_domains", 0) for rk in ranks),
                      global_batch=c.global_batch, seq_len=c.seq_len, steps=c.steps, precision=c.precision,
                      nproc=nproc, device=device, backend=ranks[0].get("backend", ""), wall_time_s=wall)
 
@@ -314,7 +336,7 @@ def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: flo
 def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, seq_len: int, steps: int = 5, *,
         precision: str = "fp32", profile_dir: str | None = None, seed: int = 0, data: str | None = None,
         lr: float = 1e-3, device: str = "auto", timeout_s: float | None = None, echo: IO[str] | None = None,
-        workdir: str | None = None) -> RunResult:
+        workdir: str | None = None, devices_per_node: int | None = None) -> RunResult:
     """One real run (the Python face of ``asap run``)."""
     train = TrainSpec(global_batch, seq_len, precision)
     s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, model, train)
@@ -322,5 +344,6 @@ def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, se
         raise AsapError("steps", f"must be >= 1, got {steps}")
     cfg = RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
                     precision=precision, seed=seed, data=data, lr=lr,
-                    profile_dir=str(Path(profile_dir).resolve()) if profile_dir else None)
+                    profile_dir=str(Path(profile_dir).resolve()) if profile_dir else None,
+                    devices_per_node=devices_per_node)
     return launch([cfg], device=device, timeout_s=timeout_s, echo=echo, workdir=workdir)[0]

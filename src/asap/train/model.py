@@ -296,12 +296,23 @@ class MoE(nn.Module):
         self.ep_size = 1
         self.etp_group = None  # expert-tensor-parallel group (each holds a slice of every local expert)
         self.etp_size = 1
+        self.dispatcher = "alltoall"  # or "dedup": the two-level exchange across nodes (_dedup_dispatch_combine)
+        self.ep_node_of: list[int] | None = None  # node of each ep rank (asap run --devices-per-node)
+        self.ep_per_node = 1  # dedup: ep ranks per node, node i holding ep ranks i*m .. i*m+m-1
+        self.rail_group = None  # dedup: the ep ranks with this rank's index on every node (one per node)
+        self.node_group = None  # dedup: this node's ep ranks
+        self.internode_dispatch_bytes = 0  # hidden-state bytes this rank sent to other nodes, dispatches only
+        self.dispatch_remote_domains = 0  # sum over dispatched tokens of the remote nodes holding its experts
         self.aux_loss_scale = AUX_LOSS_COEFF
         self.last_aux_loss: float | None = None
 
     # -- token dispatch ----------------------------------------------------------------------------------
     def _routed(self, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         t, h = x.shape
+        if self.ep_node_of is not None:
+            self._count_remote_domains(idx)
+        if self.dispatcher == "dedup":
+            return self._dedup_dispatch_combine(x, idx, weights)
         flat = idx.reshape(-1)
         order = torch.argsort(flat, stable=True)
         xs = x[order // self.top_k]
@@ -317,20 +328,81 @@ class MoE(nn.Module):
         """Expert parallelism: all-to-all the sorted tokens to the ranks holding their experts, run the
         local experts (through expert tensor parallelism when etp > 1), all-to-all the results back
         (Megatron-Core's alltoall token dispatcher)."""
-        ep, n_local = self.ep_size, self.experts.num_local
-        if ep == 1:
+        if self.ep_node_of is not None:
+            self._count_flat_internode(xs, counts)
+        return self._exchange(xs, counts, self.ep_group, self.ep_size)
+
+    def _exchange(self, xs: torch.Tensor, counts: torch.Tensor, group, size: int) -> torch.Tensor:
+        """The flat exchange over ``group`` (``size`` ranks, ``num_local`` experts each): xs sorted by the
+        group's experts, ``counts`` of each; returns each copy's expert output in the same order."""
+        n_local = self.experts.num_local
+        if size == 1:
             return self._expert_compute(xs, counts)
         recv_counts = torch.empty_like(counts)
-        dist.all_to_all_single(recv_counts, counts, group=self.ep_group)  # [src rank, local expert]
-        send_splits = counts.view(ep, n_local).sum(1).tolist()
-        recv = recv_counts.view(ep, n_local)
+        dist.all_to_all_single(recv_counts, counts, group=group)  # [src rank, local expert]
+        send_splits = counts.view(size, n_local).sum(1).tolist()
+        recv = recv_counts.view(size, n_local)
         recv_splits = recv.sum(1).tolist()
-        got = _a2a(xs, recv_splits, send_splits, self.ep_group)
+        got = _a2a(xs, recv_splits, send_splits, group)
         # received: source-rank major, expert minor -> expert major for the grouped computation
         perm = _expert_major(recv, xs.device)
         out = self._expert_compute(got[perm], recv.sum(0))
         back = torch.empty_like(out).index_copy(0, perm, out)
-        return _a2a(back, send_splits, recv_splits, self.ep_group)
+        return _a2a(back, send_splits, recv_splits, group)
+
+    def _count_flat_internode(self, xs: torch.Tensor, counts: torch.Tensor) -> None:
+        """Flat dispatch: every routed copy bound for an ep rank on another node crosses on its own."""
+        me = self.ep_node_of[dist.get_rank(self.ep_group)]
+        per_rank = counts.view(self.ep_size, -1).sum(1).tolist()
+        remote = sum(c for r, c in enumerate(per_rank) if self.ep_node_of[r] != me)
+        self.internode_dispatch_bytes += remote * xs.shape[1] * xs.element_size()
+
+    def _count_remote_domains(self, idx: torch.Tensor) -> None:
+        """From the routing alone: per token, the distinct nodes of its experts other than this rank's own."""
+        node_of = torch.tensor(self.ep_node_of, device=idx.device)
+        nodes = node_of[idx // (self.n_experts // self.ep_size)]  # (tokens, top_k)
+        distinct = (nodes.sort(dim=1).values.diff(dim=1) != 0).sum(1) + 1
+        own = (nodes == self.ep_node_of[dist.get_rank(self.ep_group)]).any(1)
+        self.dispatch_remote_domains += int((distinct - own.long()).sum())
+
+    def _dedup_dispatch_combine(self, x: torch.Tensor, idx: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Two-level exchange (the MoE training report's gather-dedup-all-to-all; DeepEP): each token goes
+        once to every node hosting one of its experts, to the rail peer there (the rank with this rank's
+        index on that node), with its routing; the peer spreads it over the node (``_exchange`` on the node
+        group), sums the weighted expert outputs of each token, and sends one vector back per token and node.
+        x (tokens, dim), idx and weights (tokens, top_k) -> the weighted routed output (tokens, dim)."""
+        t, h = x.shape
+        m, n_local = self.ep_per_node, self.experts.num_local
+        me = dist.get_rank(self.ep_group) // m
+        node = idx // (n_local * m)  # (tokens, top_k): the node of each chosen expert
+        hit = torch.zeros(t, self.ep_size // m, dtype=torch.bool, device=x.device)
+        hit[torch.arange(t, device=x.device).unsqueeze(1), node] = True
+        dst, tok = hit.T.nonzero(as_tuple=True)  # one row per (token, node), destination-node major
+        on = node[tok] == dst.unsqueeze(1)
+        rx, rw, rids, send_splits, recv_splits = self._rail_dispatch(
+            x[tok], torch.where(on, weights[tok], 0.0), torch.where(on, idx[tok], -1), hit.sum(0).tolist())
+        self.internode_dispatch_bytes += (sum(send_splits) - send_splits[me]) * h * x.element_size()
+        row, slot = (rids >= 0).nonzero(as_tuple=True)  # the received rows' copies for this node's experts
+        rel = rids[row, slot] - me * m * n_local  # expert index inside the node: node-rank major
+        order = torch.argsort(rel, stable=True)
+        row, slot = row[order], slot[order]
+        ys = self._exchange(rx[row], torch.bincount(rel, minlength=m * n_local), self.node_group, m)
+        per_row = torch.zeros_like(rx).index_add(0, row, ys * rw[row, slot].unsqueeze(-1).to(ys.dtype))
+        back = _a2a(per_row, send_splits, recv_splits, self.rail_group)
+        return torch.zeros_like(x).index_add(0, tok, back.to(x.dtype))
+
+    def _rail_dispatch(self, x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor, send_splits: list[int]):
+        """The inter-node level: ``send_splits[j]`` rows (hidden state, the weights and expert ids of the
+        experts on node j, -1 elsewhere) to rail peer j; returns what arrived and the splits both ways."""
+        sent = torch.tensor(send_splits, dtype=torch.int64, device=x.device)
+        got = torch.empty_like(sent)
+        dist.all_to_all_single(got, sent, group=self.rail_group)
+        recv_splits = got.tolist()
+        rids = ids.new_empty((sum(recv_splits), ids.shape[1]))
+        dist.all_to_all_single(rids, ids.contiguous(), recv_splits, send_splits, group=self.rail_group)
+        rx = _a2a(x, recv_splits, send_splits, self.rail_group)
+        rw = _a2a(w.contiguous(), recv_splits, send_splits, self.rail_group)
+        return rx, rw, rids, send_splits, recv_splits
 
     def _expert_compute(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """x: tokens grouped by local expert (``counts`` each). With etp > 1 the experts' hidden dimension is

@@ -6,7 +6,9 @@
 * ``apply_tp``: tensor (+ sequence) parallelism with DTensor ``parallelize_module``.
 * ``apply_ep``: expert parallelism: each rank keeps num_experts/ep experts (and, with etp > 1, a 1/etp
   slice of each one's hidden dimension); tokens travel by ``all_to_all_single`` inside the expert group,
-  and inside the expert-tensor group (``asap.train.model.MoE._dispatch_combine``).
+  and inside the expert-tensor group (``asap.train.model.MoE._dispatch_combine``). With dispatcher=dedup and
+  ``devices_per_node`` splitting the expert group over nodes, the exchange has two levels: rail groups
+  across nodes and node groups inside them (``ep_node_layout``, ``MoE._dedup_dispatch_combine``).
 * ``apply_ac``: activation checkpointing: ``full`` wraps every block with ``checkpoint_wrapper``;
   ``selective`` recomputes only the core attention (Korthikanti et al. 2022, Megatron's definition).
 * ``apply_dp``: data parallelism: zero=0 DDP, zero=1 DDP + a ZeRO-1 sharded optimizer, zero=2 FSDP2
@@ -53,8 +55,11 @@ class ParallelDims:
     etp: int = 1
     sp: bool = False
     zero: int = 1
+    dispatcher: str = "alltoall"
+    devices_per_node: int | None = None  # processes per "node" (hierarchical expert dispatch); None: one node
     world_mesh: Any = field(default=None, repr=False)
     expert_mesh: Any = field(default=None, repr=False)
+    ep_node_mesh: Any = field(default=None, repr=False)  # (pp, edp, ep_inter, ep_intra, etp), dedup only
 
     @property
     def world_size(self) -> int:
@@ -65,8 +70,19 @@ class ParallelDims:
         return self.dp * self.cp * self.tp // (self.ep * self.etp)
 
     @classmethod
-    def from_strategy(cls, s) -> "ParallelDims":
-        return cls(dp=s.dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.etp, sp=bool(s.sp), zero=s.zero)
+    def from_strategy(cls, s, devices_per_node: int | None = None) -> "ParallelDims":
+        return cls(dp=s.dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.etp, sp=bool(s.sp), zero=s.zero,
+                   dispatcher=s.dispatcher, devices_per_node=devices_per_node)
+
+    @property
+    def ep_per_node(self) -> int:
+        """Expert-parallel ranks of one group on one node (``ep_node_layout``)."""
+        return ep_node_layout(self.pp, self.edp, self.ep, self.etp, self.devices_per_node or self.world_size)
+
+    @property
+    def hierarchical_ep(self) -> bool:
+        """dispatcher=dedup over an expert group that spans nodes: the two-level exchange."""
+        return self.dispatcher == "dedup" and self.ep > 1 and self.ep_per_node < self.ep
 
     def build_meshes(self, device_type: str) -> None:
         from torch.distributed.device_mesh import init_device_mesh
@@ -77,6 +93,10 @@ class ParallelDims:
             self.world_mesh["dp", "cp"]._flatten("dp_cp")
         self.expert_mesh = init_device_mesh(device_type, (self.pp, self.edp, self.ep, self.etp),
                                             mesh_dim_names=("pp", "edp", "ep", "etp"))
+        if self.hierarchical_ep:  # ep split into nodes x ranks per node: rail groups and node groups
+            m = self.ep_per_node
+            self.ep_node_mesh = init_device_mesh(device_type, (self.pp, self.edp, self.ep // m, m, self.etp),
+                                                 mesh_dim_names=("pp", "edp", "ep_inter", "ep_intra", "etp"))
 
     # sub-meshes
     @property
@@ -103,6 +123,29 @@ class ParallelDims:
     def rank_in(self, name: str) -> int:
         mesh = self.expert_mesh if name in ("edp", "ep", "etp") else self.world_mesh
         return mesh.get_local_rank(name)
+
+
+def ep_node_layout(pp: int, edp: int, ep: int, etp: int, devices_per_node: int) -> int:
+    """Ranks per node m of every expert-parallel group, whose members must fill nodes in order: member i
+    on the group's node i // m. Expert grid (pp, edp, ep, etp) in row-major rank order, so member i of group
+    (p, e, t) is global rank ((p edp + e) ep + i) etp + t, on node rank // devices_per_node. AsapError
+    (``devices-per-node``) when the groups do not split that way."""
+    if devices_per_node < 1:
+        raise AsapError("devices-per-node", f"must be >= 1, got {devices_per_node}")
+    counts = set()
+    for p in range(pp):
+        for e in range(edp):
+            for t in range(etp):
+                nodes = [(((p * edp + e) * ep + i) * etp + t) // devices_per_node for i in range(ep)]
+                m = nodes.count(nodes[0])
+                if ep % m or nodes != [nodes[0] + i // m for i in range(ep)]:
+                    raise AsapError("devices-per-node", f"{devices_per_node} processes per node split the "
+                                                        f"expert-parallel group {nodes} unevenly over nodes")
+                counts.add(m)
+    if len(counts) > 1:
+        raise AsapError("devices-per-node", f"expert-parallel groups hold {sorted(counts)} ranks per node; "
+                                            "hierarchical dispatch needs the same count on every node")
+    return counts.pop()
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -187,9 +230,22 @@ def apply_ep(model: Transformer, dims: ParallelDims) -> None:
             ex.first_expert = first
         if dims.ep > 1:
             moe.ep_group = dims.expert_mesh["ep"].get_group()
+            _set_ep_nodes(moe, dims)
         if dims.etp > 1:
             moe.etp_group = dims.expert_mesh["etp"].get_group()
         moe.ep_size, moe.etp_size = dims.ep, dims.etp
+
+
+def _set_ep_nodes(moe: MoE, dims: ParallelDims) -> None:
+    """The node of every ep rank (for counting what crosses nodes) and, under dedup across nodes, the two
+    levels of groups: the rail group (same index on each node) and the node group (this node's ep ranks)."""
+    if dims.devices_per_node is None:
+        return
+    moe.ep_node_of = [g // dims.devices_per_node for g in dims.expert_mesh["ep"].mesh.tolist()]
+    if dims.hierarchical_ep:
+        moe.dispatcher, moe.ep_per_node = "dedup", dims.ep_per_node
+        moe.rail_group = dims.ep_node_mesh["ep_inter"].get_group()
+        moe.node_group = dims.ep_node_mesh["ep_intra"].get_group()
 
 
 def expert_params(module: nn.Module) -> list[nn.Parameter]:

@@ -96,7 +96,7 @@ def run_job(job: dict, device: torch.device) -> dict:
     bf16 = precision == "bf16"
     rank = dist.get_rank()
 
-    dims = ParallelDims.from_strategy(s)
+    dims = ParallelDims.from_strategy(s, job.get("devices_per_node"))
     dims.build_meshes(device.type)
     dp_rank, tp_rank = dims.rank_in("dp"), dims.rank_in("tp")
     local_batch = gb // s.dp
@@ -192,6 +192,9 @@ def run_job(job: dict, device: torch.device) -> dict:
     result = {"rank": rank, "losses": losses, "step_times_s": step_times, "peak_memory_gb": peak_memory_gb(device),
               "trace": trace if trace and Path(trace).exists() else None, "aux_losses": aux,
               "device": str(device), "backend": dist.get_backend(), "chunk_layers": chunk_layers}
+    moes = [m for p in parts for m in p.moe_layers()]  # what crossed "nodes" (--devices-per-node), all steps
+    result["internode_dispatch_bytes"] = sum(m.internode_dispatch_bytes for m in moes)
+    result["dispatch_remote_domains"] = sum(m.dispatch_remote_domains for m in moes)
     dist.barrier()
     return result
 
