@@ -133,13 +133,15 @@ def seconds(x: float) -> str:
     return f"{x * 1e6:.1f} µs"
 
 
-def headline(est, devices: int, capacity_gb: float) -> list[str]:
+def headline(est, devices: int, capacity_gb: float, precision: str = "bf16") -> list[str]:
     """The figures a user reads first, one phrase per line part, never wrapped mid-phrase."""
     low, high = est.step_time_range_s
+    own = (f" ({est.precision_peak_utilization:.1%} of the {precision} peak)"
+           if est.precision_peak_utilization is not None else "")
     fit = "fits" if est.fits else "[bold red]DOES NOT FIT[/]"
     return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
             f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_device:,.0f} per device, {devices} devices) · "
-            f"MFU {est.mfu:.1%}",
+            f"MFU {est.mfu:.1%}{own}",
             f"memory {est.peak_memory_gb:.1f} of {capacity_gb:.0f} GiB per device: {fit}"]
 
 
@@ -214,7 +216,7 @@ def print_estimate(m, c, t, est, strategy_text: str, model_arg: str, cluster_arg
     note = "" if given else "  (no --strategy: the defaults, pure data parallelism; asap plan finds the fastest)"
     out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x {c.accelerator.name} · "
                       f"{est.strategy}{note}", soft_wrap=True)
-    for line in headline(est, c.num_devices, capacity):
+    for line in headline(est, c.num_devices, capacity, t.precision):
         out_console.print(line, soft_wrap=True)
     out_console.print(estimate_table(est))
     if est.fits:

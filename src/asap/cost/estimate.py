@@ -314,6 +314,8 @@ class Estimate:
     evidence: list[str] = field(default_factory=list)
     alternatives: dict[str, Any] = field(default_factory=dict)
     imbalance_s: float = 0.0  # the heaviest pipeline stage's excess over the mean, over the step
+    # model FLOP/s over the run precision's own dense peak, where it is not the bf16 one (fp8, fp32 runs)
+    precision_peak_utilization: float | None = None
     step_time_range_s: tuple[float, float] = (0.0, 0.0)  # the family's held-out error band around step_time_s
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,6 +328,8 @@ class Estimate:
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
             "model_tflops_per_device": self.model_tflops_per_device,
             "mfu": self.mfu,
+            **({"precision_peak_utilization": self.precision_peak_utilization}
+               if self.precision_peak_utilization is not None else {}),
             "peak_memory_gb": self.peak_memory_gb,
             "fits": self.fits,
             "breakdown_s": self.breakdown_s,
@@ -378,7 +382,8 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
     devices = cluster.num_devices
     tokens = train.tokens_per_step
     mft = model_flops_per_token(model, train.seq_len) * tokens / step / devices
-    peak = cluster.accelerator.peak_flops("fp32" if train.precision == "fp32" else "bf16")
+    peak = mfu_peak_flops(cluster.accelerator)
+    own = cluster.accelerator.peak_flops(train.precision)  # fp32 without a figure of its own: half of bf16
     exposed = {k: float(v[i]) for k, v in be.exposed_s.items()}
     bottleneck, evidence = name_bottleneck(exposed, float(be.memory_bound_s[i]), float(be.imbalance_s[i]), step)
     alternatives = {}
@@ -391,11 +396,18 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
     return Estimate(
         strategy=S.strategy(i, dispatcher=priced), step_time_s=step, tokens_per_s=tokens / step,
         tokens_per_s_per_device=tokens / step / devices, model_tflops_per_device=mft / 1e12, mfu=mft / peak,
+        precision_peak_utilization=mft / own if own != peak else None,
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
         bottleneck=bottleneck, evidence=evidence, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
         step_time_range_s=step_time_range_s(step, cluster.accelerator.family))
+
+
+def mfu_peak_flops(acc) -> float:
+    """MFU's one denominator: the dense bf16 peak per device, for every run precision (fp8 and fp32 too, so
+    MFUs compare across precisions); an accelerator without bf16 (a CPU) its fp32 peak."""
+    return acc.peak_flops("bf16") if acc.peak_tflops.get("bf16") else acc.peak_flops("fp32")
 
 
 def framework_of(train: TrainSpec, cluster: Cluster) -> Framework:
