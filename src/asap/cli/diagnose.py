@@ -8,16 +8,33 @@ from typing import List, Optional
 
 import typer
 from rich.table import Table
+from typer.core import TyperCommand
 
 from asap.cli import app
 from asap.cli.common import out_console, print_json
 from asap.errors import AsapError
 
 
-@app.command()
+# ``--`` would end option parsing and vanish from the arguments; it is kept, as this token, to split the
+# before traces from the after traces of --compare
+SPLIT = "<asap:before|after>"
+
+
+class _SplitCommand(TyperCommand):
+    """diagnose's command: its first ``--`` stays in the positional list (as SPLIT) instead of being eaten."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if "--" in args:
+            i = args.index("--")
+            args = [*args[:i], SPLIT, *args[i + 1:]]
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=_SplitCommand)
 def diagnose(
     traces: List[Path] = typer.Argument(..., help="Trace files (.json / .json.gz, Kineto or JAX), or folders of "
-                                                   "them; one per rank of one job."),
+                                                   "them; one per rank of one job. With --compare: BEFORE... -- "
+                                                   "AFTER..."),
     accelerator: Optional[str] = typer.Option(None, "--accelerator", help="Catalog accelerator for the roofline "
                                               "(default: from the trace's device properties, else local-cpu)."),
     top: int = typer.Option(10, "--top", help="How many operators to list."),
@@ -29,6 +46,8 @@ def diagnose(
                                            help="Step-time coefficient of variation above which jitter is flagged."),
     fusion: bool = typer.Option(False, "--fusion", help="Add the chains of memory-bound operators one fused "
                                                         "kernel would replace, with the bytes and time it saves."),
+    compare: bool = typer.Option(False, "--compare", help="Compare two sets of traces of one job: BEFORE... -- "
+                                                          "AFTER... (term by term, and the operators that moved)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Step time, busy/compute/communication/idle, top operators on a roofline, stragglers and the bottleneck."""
@@ -36,10 +55,16 @@ def diagnose(
 
     if top < 1:
         raise AsapError("top", f"must be at least 1, got {top}")
+    before, after = _split(traces, compare)
+    if compare:
+        if fusion:
+            raise AsapError("fusion", "not with --compare (diagnose each side with --fusion instead)")
+        _compare(before, after, accelerator, top, as_json)
+        return
     for name, value in (("straggler-threshold", straggler_threshold), ("jitter-threshold", jitter_threshold)):
         if not value > 0:
             raise AsapError(name, f"must be positive, got {value}")
-    result = run_diagnosis(traces, accelerator=accelerator, top=top, straggler_threshold=straggler_threshold,
+    result = run_diagnosis(before, accelerator=accelerator, top=top, straggler_threshold=straggler_threshold,
                            jitter_threshold=jitter_threshold, fusion=fusion)
     for note in result.notes:  # one line each, unwrapped: logs go to stderr
         sys.stderr.write(f"note: {note}\n")
@@ -47,6 +72,48 @@ def diagnose(
         print_json(result.to_dict())
         return
     _print_tables(result, top)
+
+
+def _split(traces: list[Path], compare: bool) -> tuple[list[Path], list[Path]]:
+    """(before, after) traces: split at ``--`` with --compare; all of them and none without."""
+    marks = [i for i, t in enumerate(traces) if str(t) == SPLIT]
+    if not compare:
+        if marks:
+            raise AsapError("--", "separates BEFORE from AFTER traces only with --compare")
+        return list(traces), []
+    if len(marks) != 1:
+        raise AsapError("compare", "give BEFORE traces, then --, then AFTER traces")
+    before, after = list(traces[:marks[0]]), list(traces[marks[0] + 1:])
+    for side, paths in (("before", before), ("after", after)):
+        if not paths:
+            raise AsapError("compare", f"no {side} traces (asap diagnose --compare BEFORE... -- AFTER...)")
+    return before, after
+
+
+def _compare(before: list[Path], after: list[Path], accelerator: str | None, top: int, as_json: bool) -> None:
+    from asap.profile.compare import TERMS, compare_traces
+
+    result = compare_traces(before, after, accelerator=accelerator, top=top)
+    for note in result["notes"]:
+        sys.stderr.write(f"note: {note}\n")
+    if as_json:
+        print_json(result)
+        return
+    terms = Table(title="before -> after (per step)")
+    for col in ("term", "before", "after", "after - before"):
+        terms.add_column(col)
+    for k in TERMS:
+        terms.add_row(k, _fmt(result["before"][k]), _fmt(result["after"][k]), f"{result['deltas_s'][k]:+.4g}")
+    terms.add_row("bottleneck", result["before"]["bottleneck"], result["after"]["bottleneck"], "")
+    out_console.print(terms)
+    ops = Table(title="operators that moved most (per step, per rank)")
+    for col in ("operator", "before (s)", "after (s)", "change (s)", "calls", "status"):
+        ops.add_column(col)
+    for r in result["ops_moved"]:
+        ops.add_row(r["name"][:60], _fmt(r["before_s"]), _fmt(r["after_s"]), f"{r['delta_s']:+.4g}",
+                    f"{r['calls_before']:.3g} -> {r['calls_after']:.3g}", r["status"])
+    out_console.print(ops)
+    out_console.print(result["verdict"], markup=False, highlight=False)
 
 
 def _fmt(x, digits: int = 4) -> str:
