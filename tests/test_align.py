@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -113,3 +114,60 @@ def test_bad_input_is_one_line(args, needle):
     p = run_cli("align", "-m", "tiny-dense", "-b", "8", "-s", "32", "--device", "cpu", *flat, "--json", timeout=120)
     assert_one_line_error(p, needle)
     assert p.stdout == ""
+
+
+# ------------------------------------------------------------------------------------------------------------
+# asap tune --verify-numerics
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _tune(tmp_path, monkeypatch, check):
+    from asap.agents.coordinator import Coordinator
+    from asap.agents.memory import Memory
+    from asap.execute.torch_exec import TorchExecutor
+    from asap.spec.hardware import load_cluster
+    from asap.spec.train import TrainSpec
+
+    monkeypatch.setenv("ASAP_DATA_DIR", str(tmp_path))  # no calibration of this machine: the catalog's figures
+    m, t = load_model("tiny-dense"), TrainSpec(8, 32, "fp32")
+    with Memory.open(tmp_path / "memory.sqlite") as mem:
+        result = Coordinator(m, load_cluster("local-cpu", devices=4), t, TorchExecutor(m, t, steps=2, device="cpu"),
+                             mem, budget=2, start="dp=4", verify=check).run()
+        stored = {x["id"]: x for x in mem.trials()}
+    ran = [x for x in result["trials"] if x["measured_step_time_s"] is not None and x["status"] != "skipped"]
+    assert len(ran) == 2, result["trials"]  # the start and one proposal both ran
+    return result, ran, stored
+
+
+def test_tune_adopts_only_aligned_strategies(tmp_path, monkeypatch, spec):
+    """A candidate run in bf16 against an fp32 first trial does not align: recorded failed with the first
+    diverging operator as its reason (in Memory too), and the best stays the first trial."""
+    from asap.numerics.align import NumericsCheck
+
+    check = NumericsCheck(spec, 8, 32, "fp32", device="cpu", candidate_precision="bf16")
+    result, ran, stored = _tune(tmp_path, monkeypatch, check)
+    first, second = ran
+    assert first["status"] == "ok" and first["reason"] == ""
+    assert second["status"] == "failed"
+    assert second["reason"].startswith("numerics: not aligned")
+    # a forward output diverges first, no later than the first autocast Linear (FSDP's bf16 parameters, zero>=2,
+    # make the embedding itself bf16)
+    names = [n for n, _ in module_names(build_model(spec, 32, 0))]
+    op = re.search(r"\): (\S+) relative error", second["reason"]).group(1)
+    assert op in names[:names.index(first_autocast_linear(spec)) + 1], second["reason"]
+    assert stored[second["trial_id"]]["status"] == "failed"
+    assert stored[second["trial_id"]]["reason"] == second["reason"]
+    assert result["best"]["strategy_string"] == first["strategy_string"]
+
+
+def test_tune_verified_strategy_can_be_best(tmp_path, monkeypatch, spec):
+    from asap.numerics.align import NumericsCheck
+
+    _, ran, _ = _tune(tmp_path, monkeypatch, NumericsCheck(spec, 8, 32, "fp32", device="cpu"))
+    assert [x["status"] for x in ran] == ["ok", "ok"], [x["reason"] for x in ran]
+
+
+def test_verify_numerics_needs_real_runs():
+    p = run_cli("tune", "-m", "tiny-dense", "-c", "local-cpu", "-b", "8", "-s", "32", "--executor", "sim",
+                "--budget", "1", "--verify-numerics", "--json", timeout=120)
+    assert_one_line_error(p, "verify-numerics")

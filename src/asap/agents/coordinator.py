@@ -8,6 +8,10 @@ The correction is two scale factors fitted by non-negative least squares on the 
 efficiency constants themselves (GEMM, attention and HBM efficiencies / a, host time * a; network efficiency /
 b, latencies * b), so that the planner and the proposer price every strategy on the corrected machine. With one
 trial both factors are its ratio.
+
+With ``verify`` (``asap tune --verify-numerics``), every strategy measured after the first must also align
+numerically with the first one's run (``asap.numerics.align.NumericsCheck``) before it counts: one that does
+not is recorded as failed, with the first diverging operator as its reason, and is never adopted as best.
 """
 
 from __future__ import annotations
@@ -107,6 +111,9 @@ class Coordinator:
     start: str | dict | None = None
     on_trial: Callable[[TrialRecord, "Coordinator"], None] | None = None
     llm: Any = None  # an asap.agents.llm.LLMAdvisor for the proposer, optional
+    # --verify-numerics: verify(first ok trial's strategy, new strategy) -> None if they align, else the reason
+    # (asap.numerics.align.NumericsCheck); a new strategy that does not align is recorded failed, never best
+    verify: Callable[[Strategy, Strategy], str | None] | None = None
     trials: list[TrialRecord] = field(default_factory=list)
     correction: Correction = field(default_factory=Correction)
 
@@ -185,18 +192,27 @@ class Coordinator:
                         outputs={"chosen": str(strategy)}, trial_id=tid)
         res = self.executor.run(strategy)
         measured = res.step_time_s if res.ok else None
-        status = "ok" if res.ok else "failed"
-        self.memory.finish_trial(tid, status, measured_step_time_s=measured, reason=res.reason or "",
+        reason = (self._verify_numerics(strategy) if res.ok else res.reason) or ""
+        status = "ok" if res.ok and not reason else "failed"
+        self.memory.finish_trial(tid, status, measured_step_time_s=measured, reason=reason,
                                  diagnosis=diag, traces=list(getattr(res, "traces", []) or []))
         self.memory.log(exp, "coordinator", "trial", inputs={"strategy": str(strategy)},
                         outputs={"status": status, "measured_step_time_s": measured,
                                  "correction": self.correction.to_dict()}, trial_id=tid)
-        record = TrialRecord(strategy, status, res.reason or "", measured, predicted.step_time_s,
+        record = TrialRecord(strategy, status, reason, measured, predicted.step_time_s,
                              catalog.step_time_s, diag, tid)
         self.trials.append(record)
         if self.on_trial:
             self.on_trial(record, self)
         return record
+
+    def _verify_numerics(self, strategy: Strategy) -> str | None:
+        """None when numerics are not verified, when this is the first ok trial (the reference), or when the
+        strategy aligns with the reference; else the reason it does not."""
+        reference = next((t.strategy for t in self.trials if t.status == "ok"), None)
+        if self.verify is None or reference is None:
+            return None
+        return self.verify(reference, strategy)
 
     def _record_skip(self, strategy: Strategy, known: dict) -> None:
         record = TrialRecord(strategy, "skipped", f"already in memory (trial {known.get('id', '?')})",

@@ -126,6 +126,15 @@ def _write_report(path: str, coord, result: dict, mem) -> None:
                  title=f"asap tune: {coord.model.name} on {coord.cluster.num_devices} x {coord.cluster.accelerator.name}")
 
 
+def _numerics_check(ex, m, t):
+    """``--verify-numerics``: the torch executor's runs compared with ``asap.numerics.align``."""
+    from asap.numerics.align import NumericsCheck
+
+    if ex.name != "torch":
+        raise AsapError("verify-numerics", f"needs --executor torch (real runs to compare), got {ex.name}")
+    return NumericsCheck(m, t.global_batch, t.seq_len, ex.precision, device=ex.device, timeout_s=ex.timeout_s)
+
+
 @app.command()
 def tune(
     model: str = ModelOpt,
@@ -138,6 +147,9 @@ def tune(
     sim_machine: Optional[str] = typer.Option(None, "--sim-machine",
                                               help="A cluster file the sim executor 'measures' on."),
     steps: int = typer.Option(5, "--steps", min=2, help="Steps per torch trial."),
+    verify_numerics: bool = typer.Option(False, "--verify-numerics",
+                                         help="With --executor torch: a new strategy must align numerically with "
+                                              "the first trial's (asap align, 2 steps) before it can be best."),
     precision: str = PrecisionOpt,
     framework: Optional[str] = FrameworkOpt,
     nodes: Optional[int] = NodesOpt,
@@ -155,6 +167,7 @@ def tune(
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, 1.0)
     ex = _executor(executor, m, c, t, sim_machine, steps)
+    verify = _numerics_check(ex, m, t) if verify_numerics else None
     table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})")
     for col in ("#", "strategy", "status", "measured s", "predicted s", "correction"):
         table.add_column(col)
@@ -167,7 +180,8 @@ def tune(
 
     advisor = _llm(llm, llm_base_url, llm_model, llm_key)
     with _open_memory(memory) as mem, Live(table, console=err_console, transient=json_out, refresh_per_second=4):
-        coord = Coordinator(m, c, t, ex, mem, budget, start=strategy or None, on_trial=on_trial, llm=advisor)
+        coord = Coordinator(m, c, t, ex, mem, budget, start=strategy or None, on_trial=on_trial, llm=advisor,
+                            verify=verify)
         result = coord.run()
         if report:
             _write_report(report, coord, result, mem)

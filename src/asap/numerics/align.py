@@ -174,3 +174,56 @@ def align(model, a: str, b: str, *, precision_a: str = "fp32", precision_b: str 
     tol = tolerance(precision_a, precision_b)
     res_a, res_b, cap_a, cap_b = run_pair(model, a, b, precision_a=precision_a, precision_b=precision_b, **run_kw)
     return report(res_a.losses, res_b.losses, cap_a, cap_b, tol)
+
+
+def capture_run(model, strategy, *, precision: str, global_batch: int, seq_len: int, steps: int, seed: int = 0,
+                device: str = "cpu", timeout_s: float | None = None) -> tuple[Any, Captured]:
+    """One real run of ``strategy`` with its first step captured: (RunResult, Captured)."""
+    from asap.spec.train import TrainSpec
+    from asap.train.launch import RunConfig, launch, resolve_run_strategy
+
+    text = strategy.to_dict() if hasattr(strategy, "to_dict") else strategy
+    s = resolve_run_strategy(text, model, TrainSpec(global_batch, seq_len, precision))
+    if s.cp > 1:
+        raise AsapError("strategy", "align does not stitch context-parallel shards (cp > 1)")
+    with tempfile.TemporaryDirectory(prefix="asap-align-") as tmp:
+        cfg = RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
+                        precision=precision, seed=seed, capture_dir=str(Path(tmp) / "capture"))
+        res = launch([cfg], device=device, timeout_s=timeout_s, workdir=str(Path(tmp) / "run"))[0]
+        return res, load_capture(cfg.capture_dir)
+
+
+class NumericsCheck:
+    """``asap tune --verify-numerics``: ``check(reference, candidate)`` runs the candidate strategy (and, once,
+    the reference) for ``steps`` steps on the same seed and data and returns None when they align, else the
+    one-line reason. The reference's capture is kept, so every later candidate costs one short run."""
+
+    def __init__(self, model, global_batch: int, seq_len: int, precision: str = "fp32", *, steps: int = 2,
+                 device: str = "cpu", timeout_s: float | None = None, candidate_precision: str | None = None):
+        self.model, self.steps, self.device, self.timeout_s = model, steps, device, timeout_s
+        self.global_batch, self.seq_len = global_batch, seq_len
+        self.precision, self.candidate_precision = precision, candidate_precision or precision
+        self.tol = tolerance(self.precision, self.candidate_precision)
+        self._references: dict[str, tuple[Any, Captured]] = {}
+
+    def _run(self, strategy, precision: str) -> tuple[Any, Captured]:
+        return capture_run(self.model, strategy, precision=precision, global_batch=self.global_batch,
+                           seq_len=self.seq_len, steps=self.steps, device=self.device, timeout_s=self.timeout_s)
+
+    def __call__(self, reference, candidate) -> str | None:
+        from asap.train.launch import RunFailed
+
+        try:
+            if str(reference) not in self._references:
+                self._references[str(reference)] = self._run(reference, self.precision)
+            ref_res, ref_cap = self._references[str(reference)]
+            res, cap = self._run(candidate, self.candidate_precision)
+            out = report(ref_res.losses, res.losses, ref_cap, cap, self.tol)
+        except (RunFailed, AsapError) as e:
+            return f"numerics: could not compare with {reference} ({getattr(e, 'reason', e)})"
+        d = out["first_divergence"]
+        if d is None:
+            return None
+        err = "shapes differ" if d["rel_error"] is None else f"relative error {d['rel_error']:.3g}"
+        return (f"numerics: not aligned with the first trial ({reference}): {d['op']} {err} > tolerance "
+                f"{d['tolerance']:.3g}")
