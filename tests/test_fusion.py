@@ -225,3 +225,15 @@ def test_cost_model_prices_fused_and_unfused_elementwise():
     eager, fused = memory_bound_s("torchtitan"), memory_bound_s("torchtitan", True)
     assert eager == memory_bound_s("megatron", False)
     assert fused < eager < EAGER_ELEMENTWISE_TRAFFIC * fused
+
+
+def test_analyzer_cites_fusion_savings():
+    """The Analyzer's trace view carries the fusion saving as a figure and a line of evidence."""
+    if not GPU_TRACE.exists():
+        pytest.skip(f"{GPU_TRACE} not present")
+    from asap.agents.analyzer import from_traces
+
+    view = from_traces([GPU_TRACE])
+    rows = diagnose([GPU_TRACE], fusion=True).fusion
+    assert view.figures["fusion_saved_s"] == pytest.approx(sum(r.saved_s for r in rows))
+    assert any(e.startswith(f"fusion: {len(rows)} kinds of fusible chains") for e in view.evidence)

@@ -65,12 +65,18 @@ def from_traces(traces: list[str | Path], accelerator: str | None = None) -> Dia
     """A profiled run's view (``asap.profile.diagnose``; traces of different jobs are refused there)."""
     from asap.profile.diagnose import diagnose
 
-    d = diagnose(list(traces), accelerator=accelerator)
+    d = diagnose(list(traces), accelerator=accelerator, fusion=True)
     step = max(d.step_time_s, 1e-12)
+    fused_s = sum(r.saved_s for r in d.fusion or [])
     figures = {"compute_share": d.compute_s / step, "communication_share": d.exposed_communication_s / step,
                "idle_share": d.idle_s / step, "busy_fraction": d.busy_fraction, "imbalance_s": d.imbalance_s,
-               "ranks": float(len(d.ranks))}
+               "ranks": float(len(d.ranks)), "fusion_saved_s": fused_s}
     top = [f"{o.name}: {o.share:.0%} of device time, {o.bound}-bound" for o in d.top_ops[:3]]
+    if d.fusion:  # what fused kernels (torch.compile, Transformer Engine) would save, on the roofline
+        best = d.fusion[0]
+        top.append(f"fusion: {len(d.fusion)} kinds of fusible chains would save {fused_s:.3g} s per step "
+                   f"({fused_s / step:.1%}); the largest, {' > '.join(n.split('::')[-1] for n in best.ops[:8])}"
+                   f"{' > ...' if len(best.ops) > 8 else ''}, {best.saved_bytes / 1e6:.3g} MB ({best.saved_s:.3g} s)")
     return Diagnosis(bottleneck=d.bottleneck, source="trace", step_time_s=d.step_time_s, figures=figures,
                      evidence=list(d.evidence) + top)
 
