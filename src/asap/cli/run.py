@@ -14,16 +14,16 @@ from asap.errors import AsapError
 
 @app.command("run")
 def run_command(
-    model: str = typer.Option(..., "--model", help="A preset name, a native model file or a Hugging Face config.json."),
-    strategy: str = typer.Option("", "--strategy", help="key=value pairs: dp, tp, pp, vpp, cp, ep, etp, mbs, recompute, "
+    model: str = typer.Option(..., "--model", "-m", help="A preset name, a native model file or a Hugging Face config.json."),
+    strategy: str = typer.Option("", "--strategy", "-S", help="key=value pairs: dp, tp, pp, vpp, cp, ep, etp, mbs, recompute, "
                                                        "zero, sp, schedule, layer_split. dp left out: 1 (dense) or the "
                                                        "least that expert folding allows; nproc = dp*tp*pp*cp."),
     layer_split: Optional[str] = typer.Option(None, "--layer-split", help="Transformer layers per pipeline chunk in chunk "
                                                                         "order, e.g. 5,4,4,3 or 5/4/4/3 (the strategy "
                                                                         "key layer_split; default: the split estimate "
                                                                         "prices)."),
-    global_batch: int = typer.Option(..., "--global-batch", help="Sequences per step."),
-    seq_len: int = typer.Option(..., "--seq-len", help="Tokens per sequence."),
+    global_batch: int = typer.Option(..., "--global-batch", "-b", help="Sequences per step."),
+    seq_len: int = typer.Option(..., "--seq-len", "-s", help="Tokens per sequence."),
     steps: int = typer.Option(5, "--steps", help="Training steps (the first is warm-up when there are several)."),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 or bf16 (default: fp32 on CPU, bf16 on CUDA)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Write a PyTorch profiler trace per rank into DIR."),
@@ -41,8 +41,8 @@ def run_command(
     """Train MODEL for a few steps under STRATEGY on torch.distributed and report what was measured."""
     from asap.spec.loader import load_model
     from asap.spec.train import TrainSpec
-    from asap.train.launch import (RUN_PRECISIONS, RunFailed, check_devices_per_node, check_supported, detect_device,
-                                   resolve_run_strategy)
+    from asap.train.launch import (RUN_PRECISIONS, RunConfig, RunFailed, check_devices_per_node, check_inputs,
+                                   check_supported, detect_device, resolve_run_strategy)
     from asap.train.launch import run as run_training
 
     if precision is not None and precision not in RUN_PRECISIONS:
@@ -63,10 +63,14 @@ def run_command(
     train = TrainSpec(global_batch, seq_len, prec)
     check_supported(spec, s, train, dev)
     check_devices_per_node(s, devices_per_node)
+    # the data file, the profile folder and host memory: refused here, before any worker starts
+    check_inputs(RunConfig(model=spec, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
+                           precision=prec, data=data, profile_dir=profile), dev)
     print(f"[asap run] {spec.name}: {s} on {s.devices} {dev} process(es), {steps} steps, {prec}", file=sys.stderr)
     try:
         res = run_training(spec, s, global_batch, seq_len, steps, precision=prec, profile_dir=profile, seed=seed,
                            data=data, lr=lr, device=dev, timeout_s=timeout, echo=sys.stderr if verbose else None,
+                           progress=None if json_out else sys.stderr,
                            devices_per_node=devices_per_node)
     except RunFailed as e:
         print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)

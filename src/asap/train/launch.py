@@ -157,6 +157,9 @@ def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type
         if missing:
             raise AsapError(f"{f}.recompute", f"the reference trainer recomputes the modules "
                                               f"{', '.join(TRAINER_RECOMPUTE_MODULES)}; not {', '.join(missing)}")
+    if model.moe is not None and s.ep > 1 and s.dispatcher == "allgather":
+        raise AsapError(f"{f}.dispatcher", "the reference trainer dispatches tokens with alltoall or dedup (the "
+                                           "two-level all-to-all); allgather is priced by the cost model only")
     layout(model, s.pp, s.vpp, s.layer_split)  # the chunks the trainer will cut: AsapError if there are none
     m = s.micro_batches(train.global_batch)
     if s.pp > 1:
@@ -182,6 +185,77 @@ def check_devices_per_node(s: Strategy, devices_per_node: int | None) -> None:
 
         d = ParallelDims.from_strategy(s, devices_per_node)
         ep_node_layout(d.pp, d.edp, d.ep, d.etp, devices_per_node)  # AsapError if the groups split unevenly
+
+
+HOST_MEMORY_SHARE = 0.9  # of the memory the kernel reports available: the rest for the OS and the launcher
+MIN_TEXT_BYTES = 2  # a --data file needs seq_len + this many bytes (inputs and the shifted labels)
+
+
+def check_inputs(c: RunConfig, device: str) -> None:
+    """What a run would otherwise only find out after launching its workers: a data file that cannot be read
+    or is too short, a profile folder that cannot be written, and (on CPU) a job whose memory, as the cost model
+    prices it for the reference trainer, is more than this host has available."""
+    if c.data is not None:
+        p = Path(c.data)
+        if not p.is_file():
+            raise AsapError("data", f"'{c.data}' is not a file")
+        if not os.access(p, os.R_OK):
+            raise AsapError("data", f"'{c.data}' is not readable")
+        if p.stat().st_size < c.seq_len + MIN_TEXT_BYTES:
+            raise AsapError("data", f"'{c.data}' has {p.stat().st_size} bytes, fewer than seq_len + 2 = "
+                                    f"{c.seq_len + MIN_TEXT_BYTES}")
+        if c.model.vocab_size < 256:
+            raise AsapError("data", f"a text file is read one byte per token and needs vocab_size >= 256, "
+                                    f"got {c.model.vocab_size}")
+    if c.profile_dir is not None:
+        _check_writable_dir(c.profile_dir, "profile")
+    if device == "cpu":
+        check_host_memory(c)
+
+
+def _check_writable_dir(path: str, field_name: str) -> None:
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".asap-write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise AsapError(field_name, f"cannot write into '{path}': {e.strerror or e}") from None
+
+
+def host_available_gb() -> float | None:
+    """MemAvailable from /proc/meminfo (Linux), None where the kernel does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 / 2**30
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_host_memory(c: RunConfig) -> None:
+    """Refuse a CPU run whose processes together need more than HOST_MEMORY_SHARE of the available memory, by
+    the cost model's peak per device for the reference trainer (framework ``asap``) on this host."""
+    from asap.cost.estimate import estimate
+    from asap.spec.hardware import CATALOG, Cluster
+
+    available = host_available_gb()
+    if available is None:
+        return
+    n = c.strategy.devices
+    cluster = Cluster(accelerator=CATALOG["local-cpu"], devices_per_node=n, nodes=1, name="this host")
+    train = TrainSpec(c.global_batch, c.seq_len, c.precision, framework="asap")
+    try:
+        need = estimate(c.model, cluster, train, c.strategy).memory_gb["allocated"] * n
+    except AsapError:  # a strategy the cost model does not price: the run's own checks speak for it
+        return
+    if need > HOST_MEMORY_SHARE * available:
+        raise AsapError("model", f"{c.model.name} at global batch {c.global_batch} x {c.seq_len} needs about "
+                                 f"{need:.1f} GiB over {n} processes "
+                                 f"(the cost model's allocated memory), more than the {available:.1f} GiB this host has "
+                                 f"available; use a smaller model, batch or sequence, or more model parallelism")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -246,8 +320,10 @@ def _failure_from_files(out: Path, log_path: Path, rc: int) -> RunFailed:
 
 
 def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float | None = None,
-           echo: IO[str] | None = None, workdir: str | None = None, pg_timeout_s: float = 300.0) -> list[RunResult]:
-    """Run every config (same world size) in one torchrun launch; one RunResult per config."""
+           echo: IO[str] | None = None, workdir: str | None = None, pg_timeout_s: float = 300.0,
+           progress: IO[str] | None = None) -> list[RunResult]:
+    """Run every config (same world size) in one torchrun launch; one RunResult per config. ``echo`` gets every
+    line the workers print, ``progress`` only rank 0's step lines (step, loss, step time)."""
     if not configs:
         return []
     nproc = configs[0].strategy.devices
@@ -257,6 +333,7 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
     for c in configs:
         check_supported(c.model, c.strategy, c.train, dev)
         check_devices_per_node(c.strategy, c.devices_per_node)
+        check_inputs(c, dev)
     tmp = None
     if workdir is None:
         tmp = tempfile.TemporaryDirectory(prefix="asap-run-")
@@ -272,7 +349,7 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
     t0 = time.perf_counter()
     try:
         rc, timed_out = _run_logged(torchrun_command(nproc, str(cfg_path)), _child_env(dev, nproc), log_path,
-                                    timeout_s, echo)
+                                    timeout_s, echo, progress)
         wall = time.perf_counter() - t0
         if timed_out:
             raise RunFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the run was killed", log_tail(log_path))
@@ -284,8 +361,11 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
             tmp.cleanup()
 
 
+STEP_LINE = "[asap.train] step "  # what worker.run_job logs on rank 0 after each step
+
+
 def _run_logged(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: float | None,
-                echo: IO[str] | None) -> tuple[int, bool]:
+                echo: IO[str] | None, progress: IO[str] | None = None) -> tuple[int, bool]:
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, text=True, errors="replace")
@@ -295,9 +375,10 @@ def _run_logged(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: 
             for line in proc.stdout:
                 logf.write(line)
                 logf.flush()
-                if echo is not None:
-                    echo.write(line)
-                    echo.flush()
+                out = echo if echo is not None else (progress if line.startswith(STEP_LINE) else None)
+                if out is not None:
+                    out.write(line)
+                    out.flush()
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
@@ -336,7 +417,8 @@ def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: flo
 def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, seq_len: int, steps: int = 5, *,
         precision: str = "fp32", profile_dir: str | None = None, seed: int = 0, data: str | None = None,
         lr: float = 1e-3, device: str = "auto", timeout_s: float | None = None, echo: IO[str] | None = None,
-        workdir: str | None = None, devices_per_node: int | None = None) -> RunResult:
+        workdir: str | None = None, devices_per_node: int | None = None,
+        progress: IO[str] | None = None) -> RunResult:
     """One real run (the Python face of ``asap run``)."""
     train = TrainSpec(global_batch, seq_len, precision)
     s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, model, train)
@@ -346,4 +428,4 @@ def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, se
                     precision=precision, seed=seed, data=data, lr=lr,
                     profile_dir=str(Path(profile_dir).resolve()) if profile_dir else None,
                     devices_per_node=devices_per_node)
-    return launch([cfg], device=device, timeout_s=timeout_s, echo=echo, workdir=workdir)[0]
+    return launch([cfg], device=device, timeout_s=timeout_s, echo=echo, workdir=workdir, progress=progress)[0]
