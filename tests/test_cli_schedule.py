@@ -37,15 +37,15 @@ def test_json_contract(cli):
 
 
 def test_zb_json_has_weight_gradient_ops_and_a_smaller_bubble(cli):
-    zb = json.loads(cli("schedule", "--pp", "4", "-m", "8", "--schedule", "zb", "--json").stdout)
-    one = json.loads(cli("schedule", "--pp", "4", "-m", "8", "--schedule", "1f1b", "--json").stdout)
+    zb = json.loads(cli("schedule", "--pp", "4", "--micro-batches", "8", "--schedule", "zb", "--json").stdout)
+    one = json.loads(cli("schedule", "--pp", "4", "--micro-batches", "8", "--schedule", "1f1b", "--json").stdout)
     assert {op["kind"] for op in zb["timeline"]} == {"F", "B", "W"}
     assert zb["bubble_fraction"] == pytest.approx(one["bubble_fraction"] / 3)
 
 
 def test_svg_is_well_formed_and_json_stays_one_document(cli, tmp_path):
     out = tmp_path / "timeline.svg"
-    p = cli("schedule", "--pp", "4", "-m", "8", "--schedule", "zb", "--forward-s", "1.5", "--backward-s", "3",
+    p = cli("schedule", "--pp", "4", "--micro-batches", "8", "--schedule", "zb", "--forward-s", "1.5", "--backward-s", "3",
             "--svg", out, "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)  # exactly one JSON document even with --svg
@@ -60,20 +60,20 @@ def test_svg_is_well_formed_and_json_stays_one_document(cli, tmp_path):
 
 def test_svg_without_json_draws_text_too(cli, tmp_path):
     out = tmp_path / "gpipe.svg"
-    p = cli("schedule", "--pp", "2", "-m", "3", "--schedule", "gpipe", "--svg", out)
+    p = cli("schedule", "--pp", "2", "--micro-batches", "3", "--schedule", "gpipe", "--svg", out)
     assert p.returncode == 0, p.stderr
     assert "rank   1" in p.stdout and str(out) in p.stderr
     ET.parse(out)
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["--pp", "4", "--vpp", "2", "-m", "6"], ["micro-batches", "multiple of pp"]),
-    (["--pp", "4", "-m", "8", "--schedule", "interleaved"], ["vpp", "vpp > 1"]),
-    (["--pp", "4", "--vpp", "2", "-m", "8", "--schedule", "1f1b"], ["vpp"]),
-    (["--pp", "4", "-m", "8", "--schedule", "dualpipe"], ["schedule", "unknown"]),
-    (["--pp", "0", "-m", "8"], ["pp", "positive"]),
-    (["--pp", "4", "-m", "8", "--forward-s", "-1"], ["forward-s", "positive"]),
-    (["--pp", "4", "-m", "8", "--svg", "/nonexistent-dir/x.svg"], ["svg", "cannot write"]),
+    (["--pp", "4", "--vpp", "2", "--micro-batches", "6"], ["micro-batches", "multiple of pp"]),
+    (["--pp", "4", "--micro-batches", "8", "--schedule", "interleaved"], ["vpp", "vpp > 1"]),
+    (["--pp", "4", "--vpp", "2", "--micro-batches", "8", "--schedule", "1f1b"], ["vpp"]),
+    (["--pp", "4", "--micro-batches", "8", "--schedule", "dualpipe"], ["schedule", "unknown"]),
+    (["--pp", "0", "--micro-batches", "8"], ["pp", "positive"]),
+    (["--pp", "4", "--micro-batches", "8", "--forward-s", "-1"], ["forward-s", "positive"]),
+    (["--pp", "4", "--micro-batches", "8", "--svg", "/nonexistent-dir/x.svg"], ["svg", "cannot write"]),
     (["--pp", "4"], ["micro-batches"]),
 ])
 def test_bad_input_is_one_line_exit_2(cli, args, needles):

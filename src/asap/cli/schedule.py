@@ -160,7 +160,7 @@ def _cli_field(field: str) -> str:
 @app.command()
 def schedule(
     pp: int = typer.Option(..., "--pp", help="Pipeline stages (devices)."),
-    micro_batches: int = typer.Option(..., "--micro-batches", "-m", help="Micro-batches per step."),
+    micro_batches: int = typer.Option(..., "--micro-batches", help="Micro-batches per step."),
     vpp: int = typer.Option(1, "--vpp", help="Virtual stages (model chunks) per device."),
     schedule_name: Optional[str] = typer.Option(
         None, "--schedule", help="1f1b | interleaved | zb | gpipe (default: interleaved if vpp > 1, else 1f1b)."),
