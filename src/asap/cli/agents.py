@@ -3,6 +3,7 @@ loop: propose, run, remember, recalibrate)."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Optional
 
 import typer
@@ -12,7 +13,7 @@ from rich.table import Table
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, ModelOpt, MoEImbalanceOpt,
-                               NodesOpt, PrecisionOpt, SeqOpt, load_job)
+                               NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds)
 from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
@@ -168,18 +169,26 @@ def tune(
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, 1.0)
     ex = _executor(executor, m, c, t, sim_machine, steps)
     verify = _numerics_check(ex, m, t) if verify_numerics else None
-    table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})")
-    for col in ("#", "strategy", "status", "measured s", "predicted s", "correction"):
-        table.add_column(col)
+    from asap.cost.estimate import framework_of
+    from asap.spec.strategy import non_default_keys
+
+    table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
+    for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
+        table.add_column(col, justify="right" if col in ("measured", "predicted", "vs first") else "left")
+    fw = framework_of(t, c)
 
     def on_trial(rec, coord):
-        table.add_row(str(len(coord.trials)), str(rec.strategy), rec.status,
-                      f"{rec.measured_step_time_s:.4g}" if rec.measured_step_time_s else "-",
-                      f"{rec.predicted_step_time_s:.4g}" if rec.predicted_step_time_s else "-",
-                      f"{coord.correction.compute:.2f} / {coord.correction.communication:.2f}")
+        first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
+        vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
+        table.add_row(str(len(coord.trials)), non_default_keys(rec.strategy, c.num_devices, m.moe is not None, fw),
+                      rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
+                      seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
+                      f"{coord.correction.compute:.2f} / {coord.correction.communication:.2f}",
+                      (rec.reason or "")[:60])
 
     advisor = _llm(llm, llm_base_url, llm_model, llm_key)
-    with _open_memory(memory) as mem, Live(table, console=err_console, transient=json_out, refresh_per_second=4):
+    live = Live(table, console=err_console, transient=True, refresh_per_second=4)
+    with _open_memory(memory) as mem, (live if err_console.is_terminal and not json_out else nullcontext()):
         coord = Coordinator(m, c, t, ex, mem, budget, start=strategy or None, on_trial=on_trial, llm=advisor,
                             verify=verify)
         result = coord.run()
@@ -189,6 +198,10 @@ def tune(
         print_json(result)
         return
     out_console.print(table)
+    out_console.print("vs first: the first measured trial's step time over this one's; correction: the factors "
+                      "the loop fitted to the cost model's compute / communication", highlight=False)
     if result["best"]:
         out_console.print(f"best: {result['best']['strategy_string']} at "
-                          f"{result['best']['measured_step_time_s']:.4g} s/step", highlight=False)
+                          f"{seconds(result['best']['measured_step_time_s'])} per step", highlight=False, soft_wrap=True)
+    if report:
+        out_console.print(f"report: {report}", highlight=False)
