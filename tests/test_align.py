@@ -79,6 +79,18 @@ def test_dp_vs_pp_aligned(spec):
     assert next(iter(cap_b.grad_output)) == "output"  # backward starts at the head
 
 
+def test_moe_tp_ep_aligned():
+    """tiny-moe: under tp the router and shared experts see each rank's slice of the sequence (re-stitched
+    to token order); under ep each rank holds half the experts (their gradients gathered); the routed experts'
+    own tensors, in dispatch order, are not compared."""
+    moe = load_model("tiny-moe")
+    res_a, res_b, cap_a, cap_b = run_pair(moe, "dp=4", "dp=2,tp=2,ep=2", **RUN)
+    out = report(res_a.losses, res_b.losses, cap_a, cap_b, FP32_TOL)
+    assert out["aligned"], out["first_divergence"]
+    assert out["ops_compared"] == expected_ops(moe)
+    assert cap_b.param_grad["layers.1.moe.experts.w1"].shape == build_model(moe, 32, 0).layers["1"].moe.experts.w1.shape
+
+
 def test_fp32_vs_bf16_not_aligned_names_first_operator(spec):
     p = run_cli("align", "-m", "tiny-dense", "--a", "dp=2", "--b", "dp=2", "--b-precision", "bf16", "-b", "8",
                 "-s", "32", "--steps", "2", "--device", "cpu", "--json", timeout=300)

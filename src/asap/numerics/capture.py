@@ -14,7 +14,10 @@ unparallelized model and writes one ``rank{r}.pt`` per (dp rank, pipeline rank) 
 * tensor parallelism: the local outputs of a tp group are all-gathered and put back together by the layout
   the trainer gave them (``tp_layout``): a column-parallel Linear's output is split on its last dimension, a
   sequence-parallel tensor on dimension 1 (sequence), a DTensor says so in its placements; everything else
-  is replicated and taken from tp rank 0. Parameter gradients are DTensors: ``full_tensor()``.
+  is replicated and taken from tp rank 0. Inside an MoE layer under tp each rank routes its own slice of the
+  sequence, flattened to (tokens, ...) rows (``tokens`` layout): gathered as (batch, seq/tp, ...) blocks
+  concatenated on the sequence. Parameter gradients are DTensors: ``full_tensor()``; routed experts' are
+  gathered over the etp and ep groups (``expert_grads``).
 * data parallelism: each file holds its dp rank's rows (``asap.train.data.local_rows``);
   ``asap.numerics.align`` stitches them in dp-rank order. Output gradients are scaled to d(global loss)/d(out):
   the global loss is the mean of the dp ranks' losses, so a rank's local gradient is divided by dp; the
@@ -38,10 +41,15 @@ WRAPPED = "._checkpoint_wrapped_module"
 
 def module_names(part: nn.Module) -> list[tuple[str, nn.Module]]:
     """(global name, module) for every module worth capturing: not the root, not containers, not the
-    checkpoint wrappers themselves (their wrapped module stands in under the wrapper's name)."""
+    checkpoint wrappers themselves (their wrapped module stands in under the wrapper's name), not the routed
+    experts (their input and output are tokens in the dispatcher's order, which depends on the layout; the MoE
+    layer's output, in token order, is compared instead)."""
+    from asap.train.model import GroupedExperts
+
     out = []
     for name, m in part.named_modules():
-        if not name or isinstance(m, (nn.ModuleDict, nn.ModuleList)) or type(m).__name__ == "CheckpointWrapper":
+        if (not name or isinstance(m, (nn.ModuleDict, nn.ModuleList, GroupedExperts))
+                or type(m).__name__ == "CheckpointWrapper"):
             continue
         out.append((name.replace(WRAPPED, ""), m))
     return out
@@ -86,6 +94,7 @@ class Capture:
         self.forward_key: dict[str, tuple[int, int]] = {}  # (chunk, call order inside the chunk)
         self.backward_key: dict[str, tuple[int, int]] = {}  # (-chunk, call order): backward runs chunks last first
         self.param_grad: dict[str, torch.Tensor] = {}
+        self.token_modules = {n for _, part in stage_parts for n in moe_token_modules(part)} if tp > 1 else set()
         self.handles = [m.register_forward_hook(self._hook(chunk, name))
                         for chunk, part in stage_parts for name, m in module_names(part)]
 
@@ -93,7 +102,7 @@ class Capture:
         def on_forward(module, args, out):
             if not self._recording(out):
                 return
-            local, layout = self._local(module, out)
+            local, layout = self._local(module, out, name)
             self.layouts.setdefault(name, layout)
             self.forward.setdefault(name, []).append(local)
             self.calls += 1
@@ -104,7 +113,7 @@ class Capture:
 
     def _grad_hook(self, module: nn.Module, chunk: int, name: str):
         def on_grad(grad):
-            local, layout = self._local(module, grad)
+            local, layout = self._local(module, grad, name)
             self.layouts.setdefault("grad:" + name, layout)
             self.grad_output.setdefault(name, []).append(local * self.grad_scale)
             self.calls += 1
@@ -117,9 +126,11 @@ class Capture:
         return (self.armed and isinstance(out, torch.Tensor) and not out.is_meta
                 and torch._C._current_graph_task_id() == -1)
 
-    def _local(self, module: nn.Module, t: torch.Tensor) -> tuple[torch.Tensor, str]:
+    def _local(self, module: nn.Module, t: torch.Tensor, name: str) -> tuple[torch.Tensor, str]:
         from torch.distributed.tensor import DTensor
 
+        if name in self.token_modules:
+            return (t.to_local() if isinstance(t, DTensor) else t).detach().float().clone(), "tokens"
         if isinstance(t, DTensor):
             return t.to_local().detach().float().clone(), _placement_layout(t.placements)
         return t.detach().float().clone(), tp_layout(module, t, self.seq_len, self.tp, self.sp)
@@ -140,6 +151,7 @@ class Capture:
                 if p.grad is not None:
                     g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
                     self.param_grad[name.replace(WRAPPED, "")] = g.detach().float().clone()
+            self.param_grad.update(expert_grads(part))
 
     def _batch(self, name: str, calls: list[torch.Tensor]) -> torch.Tensor:
         """The step's micro-batches of one module, in order: its last n_micro calls."""
@@ -149,9 +161,10 @@ class Capture:
 
     def save(self, path: Path, tp_group, *, keep: bool, info: dict[str, Any]) -> None:
         """Gather the tp shards (every tp rank calls this, in the same order) and, when ``keep``, write."""
-        forward = {n: gather_tp(self._batch(n, ts), self.layouts[n], tp_group, self.tp)
+        seq = self.seq_len
+        forward = {n: gather_tp(self._batch(n, ts), self.layouts[n], tp_group, self.tp, seq)
                    for n, ts in sorted(self.forward.items())}
-        grads = {n: gather_tp(self._batch(n, ts), self.layouts["grad:" + n], tp_group, self.tp)
+        grads = {n: gather_tp(self._batch(n, ts), self.layouts["grad:" + n], tp_group, self.tp, seq)
                  for n, ts in sorted(self.grad_output.items())}
         if keep:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,14 +172,55 @@ class Capture:
                         "forward_key": self.forward_key, "backward_key": self.backward_key}, path)
 
 
-def gather_tp(local: torch.Tensor, layout: str, group, tp: int) -> torch.Tensor:
-    """The tensor the tp group holds together: shards concatenated, partial sums added, replicas as one."""
+def expert_grads(part: nn.Module) -> dict[str, torch.Tensor]:
+    """The routed experts' full gradients: each rank holds num_experts/ep experts (``asap.train.parallel.
+    apply_ep``: ep rank i the i-th block) and of each a 1/etp slice of the hidden dimension (w1, w3: dim 2;
+    w2: dim 1); gathered over the etp group, then the ep group."""
+    from asap.train.model import MoE
+
+    out = {}
+    for name, moe in part.named_modules():
+        if not isinstance(moe, MoE):
+            continue
+        for leaf in ("w1", "w2", "w3"):
+            p = getattr(moe.experts, leaf)
+            if p is None or p.grad is None:
+                continue
+            g = p.grad.detach().float().contiguous()
+            if moe.etp_size > 1:
+                g = _all_gather_cat(g, moe.etp_group, moe.etp_size, 1 if leaf == "w2" else 2)
+            if moe.ep_size > 1:
+                g = _all_gather_cat(g, moe.ep_group, moe.ep_size, 0)
+            out[f"{name.replace(WRAPPED, '')}.experts.{leaf}"] = g
+    return out
+
+
+def _all_gather_cat(t: torch.Tensor, group, size: int, dim: int) -> torch.Tensor:
+    parts = [torch.empty_like(t) for _ in range(size)]
+    dist.all_gather(parts, t.contiguous(), group=group)
+    return torch.cat(parts, dim=dim)
+
+
+def moe_token_modules(part: nn.Module) -> list[str]:
+    """The modules inside MoE layers that see only this tp rank's tokens (router, shared experts)."""
+    from asap.train.model import MoE
+
+    return [f"{name}.{sub}".replace(WRAPPED, "") for name, moe in part.named_modules() if isinstance(moe, MoE)
+            for sub, _ in moe.named_modules() if sub and not sub.startswith("experts")]
+
+
+def gather_tp(local: torch.Tensor, layout: str, group, tp: int, seq_len: int) -> torch.Tensor:
+    """The tensor the tp group holds together: shards concatenated, partial sums added, replicas as one;
+    ``tokens``: (batch * seq/tp, ...) rows of each rank, put back in (batch, seq) row-major order."""
     if tp == 1 or layout == "replicate":
         return local
     parts = [torch.empty_like(local) for _ in range(tp)]
     dist.all_gather(parts, local.contiguous(), group=group)
     if layout == "partial":
         return torch.stack(parts).sum(0)
+    if layout == "tokens":
+        rest = local.shape[1:]
+        return torch.cat([p.view(-1, seq_len // tp, *rest) for p in parts], dim=1).reshape(-1, *rest)
     return torch.cat(parts, dim=int(layout.split(":")[1]))
 
 
