@@ -18,16 +18,30 @@ from asap.spec.hardware import Cluster
 from asap.spec.strategy import Strategy, Zero
 
 
+def batch_axis(s: Strategy) -> str:
+    """The mesh axis dp's devices (less the expert ones) go on: fsdp when any state is sharded (zero >= 1)."""
+    return "fsdp" if s.zero >= Zero.OPTIMIZER else "data"
+
+
+def mesh_axes(s: Strategy) -> dict[str, int] | None:
+    """The strategy as named mesh axes, outermost first: {pipeline, data|fsdp, context, tensor, expert}; their
+    product is the device count. ``None`` when ep does not divide dp (the expert axis is carved out of dp).
+    Shared by ``tpu_mesh`` (plans) and ``asap.jaxrun`` (real runs on JAX meshes)."""
+    if s.dp % s.ep:
+        return None
+    return {"pipeline": s.pp, batch_axis(s): s.dp // s.ep, "context": s.cp, "tensor": s.tp, "expert": s.ep}
+
+
 def tpu_mesh(cluster: Cluster, s: Strategy) -> dict[str, int] | None:
     if cluster.accelerator.interconnect != "ici":
         return None
-    if s.dp % s.ep:
+    axes = mesh_axes(s)
+    if axes is None:
         return None
-    batch_axis = "fsdp" if s.zero >= Zero.OPTIMIZER else "data"
-    axes = {"pipeline": s.pp, batch_axis: s.dp // s.ep, "context": s.cp, "tensor": s.tp, "expert": s.ep}
+    batch_axis_name = batch_axis(s)
     slices = cluster.topology.num_domains  # ICI slices of the job, joined by DCN
     dcn = {name: 1 for name in axes}
-    for name in ("pipeline", batch_axis):  # outermost axes cross the data-centre network
+    for name in ("pipeline", batch_axis_name):  # outermost axes cross the data-centre network
         take = gcd(axes[name], slices)
         dcn[name] = take
         slices //= take

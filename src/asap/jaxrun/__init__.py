@@ -1,0 +1,1 @@
+"""Real training runs on JAX device meshes (GSPMD): the ``jax`` backend of ``asap run`` and ``asap tune``."""
