@@ -26,7 +26,10 @@ def run_command(
     seq_len: int = typer.Option(..., "--seq-len", "-s", help="Tokens per sequence."),
     steps: int = typer.Option(5, "--steps", help="Training steps (the first is warm-up when there are several)."),
     precision: Optional[str] = typer.Option(None, "--precision", help="fp32 or bf16 (default: fp32 on CPU, bf16 on CUDA)."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Write a PyTorch profiler trace per rank into DIR."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Write a PyTorch profiler trace per rank into DIR "
+                                                                "(jax: a perfetto trace and an XProf .xplane.pb)."),
+    backend: str = typer.Option("torch", "--backend", help="torch (torchrun, the reference trainer) or jax (one "
+                                                         "process, GSPMD on a named device mesh)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when there are GPUs), cpu or cuda."),
     data: Optional[str] = typer.Option(None, "--data", help="A text file (one byte per token) instead of the seeded synthetic stream."),
     seed: int = typer.Option(0, "--seed", help="Seed of the weights and the data."),
@@ -51,9 +54,14 @@ def run_command(
         raise AsapError("steps", f"must be >= 1, got {steps}")
     if timeout is not None and timeout <= 0:
         raise AsapError("timeout", f"must be positive, got {timeout}")
+    if backend not in ("torch", "jax"):
+        raise AsapError("backend", f"must be torch or jax, got {backend!r}")
     spec = load_model(model)
     train = TrainSpec(global_batch, seq_len, precision or "fp32")
     s = resolve_run_strategy(strategy, spec, train, layer_split=layer_split)
+    if backend == "jax":
+        _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, json_out)
+        return
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -82,6 +90,40 @@ def run_command(
         return
     print(f"step time {res.step_time_s:.4f} s (median after warm-up), {res.tokens_per_s:,.0f} tokens/s, "
           f"peak memory {res.peak_memory_gb:.2f} GB")
+    print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
+    for t in res.traces:
+        print(f"trace: {t}")
+
+
+def _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, json_out) -> None:
+    """``--backend jax``: the same run on a JAX mesh in one child process (``asap.jaxrun``)."""
+    import importlib.util
+
+    from asap.jaxrun.launch import check_supported_jax, run as run_jax
+    from asap.jaxrun.shard import mesh_shape
+    from asap.train.launch import RunConfig, RunFailed, check_inputs
+
+    if importlib.util.find_spec("jax") is None:
+        raise AsapError("backend", "the jax backend needs JAX (pip install jax)")
+    check_supported_jax(spec, s, train)
+    check_inputs(RunConfig(model=spec, strategy=s, global_batch=train.global_batch, seq_len=train.seq_len,
+                           steps=steps, precision=train.precision, data=data, profile_dir=profile), "cpu")
+    mesh = {k: v for k, v in mesh_shape(s).items() if v > 1} or {"data": 1}
+    print(f"[asap run] {spec.name}: {s} on a JAX mesh {mesh}, {steps} steps, {train.precision}", file=sys.stderr)
+    try:
+        res = run_jax(spec, s, train.global_batch, train.seq_len, steps, precision=train.precision,
+                      profile_dir=profile, seed=seed, data=data, lr=lr, timeout_s=timeout,
+                      echo=sys.stderr if verbose else None, progress=None if json_out else sys.stderr)
+    except RunFailed as e:
+        print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)
+        if verbose and e.log_tail:
+            print(e.log_tail, file=sys.stderr)
+        raise typer.Exit(1)
+    if json_out:
+        print_json({**res.to_dict(), "mesh": res.mesh})
+        return
+    print(f"step time {res.step_time_s:.4f} s (median after warm-up), {res.tokens_per_s:,.0f} tokens/s, "
+          f"peak memory {res.peak_memory_gb:.2f} GB, mesh {mesh}")
     print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
     for t in res.traces:
         print(f"trace: {t}")
