@@ -101,9 +101,9 @@ def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int):
         return make_executor("sim", model=m, cluster=machine, train=t)
     if sim_machine:
         raise AsapError("sim-machine", "only the sim executor takes --sim-machine")
-    if kind == "torch":
-        return make_executor("torch", model=m, train=t, steps=steps)
-    raise AsapError("executor", f"must be sim or torch here, got {kind!r} (the command executor: asap.execute)")
+    if kind in ("torch", "jax"):
+        return make_executor(kind, model=m, train=t, steps=steps)
+    raise AsapError("executor", f"must be sim, torch or jax here, got {kind!r} (the command executor: asap.execute)")
 
 
 def _write_report(path: str, coord, result: dict, mem) -> None:
@@ -142,12 +142,12 @@ def tune(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    executor: str = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine) or torch."),
+    executor: str = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax."),
     budget: int = typer.Option(6, "--budget", min=1, help="Trials to run at most."),
     strategy: str = typer.Option("", "--strategy", "-S", help="The strategy to start from (key=value,...)."),
     sim_machine: Optional[str] = typer.Option(None, "--sim-machine",
                                               help="A cluster file the sim executor 'measures' on."),
-    steps: int = typer.Option(5, "--steps", min=2, help="Steps per torch trial."),
+    steps: int = typer.Option(5, "--steps", min=2, help="Steps per torch or jax trial."),
     verify_numerics: bool = typer.Option(False, "--verify-numerics",
                                          help="With --executor torch: a new strategy must align numerically with "
                                               "the first trial's (asap align, 2 steps) before it can be best."),

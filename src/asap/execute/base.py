@@ -115,7 +115,7 @@ class Executor(ABC):
 
 
 def make_executor(kind: str, **kwargs) -> Executor:
-    """``sim`` (model, cluster, train), ``torch`` (model, train, steps, ...) or ``command`` (template, ...)."""
+    """``sim`` (model, cluster, train), ``torch`` or ``jax`` (model, train, steps, ...) or ``command`` (template, ...)."""
     if kind == "sim":
         from asap.execute.sim import SimExecutor
 
@@ -124,8 +124,12 @@ def make_executor(kind: str, **kwargs) -> Executor:
         from asap.execute.torch_exec import TorchExecutor
 
         return TorchExecutor(**kwargs)
+    if kind == "jax":
+        from asap.execute.jax_exec import JaxExecutor
+
+        return JaxExecutor(**kwargs)
     if kind == "command":
         from asap.execute.command import CommandExecutor
 
         return CommandExecutor(**kwargs)
-    raise AsapError("executor", f"must be sim, torch or command, got {kind!r}")
+    raise AsapError("executor", f"must be sim, torch, jax or command, got {kind!r}")

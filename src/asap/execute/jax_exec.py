@@ -1,0 +1,43 @@
+"""The ``jax`` executor: a real run on a JAX device mesh (``asap.jaxrun``, one child process owning the
+devices; on the CPU, ``strategy.devices`` virtual ones) through the launcher that ``asap run --backend jax``
+uses. The same trials as the ``torch`` executor (``TorchExecutor``: its precision rule and its cost-model
+figures for this machine), measured on GSPMD instead of torch.distributed."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from asap.errors import AsapError
+from asap.execute.base import Failure, Measurement, Result
+from asap.execute.torch_exec import TorchExecutor
+from asap.spec.strategy import Strategy
+from asap.spec.train import TrainSpec
+
+
+class JaxExecutor(TorchExecutor):
+    name = "jax"
+
+    def _run(self, strategy: Strategy | str | dict) -> Result:
+        from asap.jaxrun.launch import run
+        from asap.train.launch import RunFailed, resolve_run_strategy
+
+        train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
+        s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, self.model, train)
+        self.trials += 1
+        prof = str(Path(self.profile_dir) / f"trial{self.trials}") if self.profile_dir else None
+        try:
+            r = run(self.model, s, train.global_batch, train.seq_len, self.steps, precision=self.precision,
+                    profile_dir=prof, seed=self.seed, data=self.data, lr=self.lr, timeout_s=self.timeout_s)
+        except RunFailed as e:
+            return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
+        details = {**r.to_dict(), "mesh": r.mesh}
+        if r.device == "cpu":
+            from asap.cost.estimate import estimate
+
+            cluster = self.cluster(s.devices)
+            details["cluster"] = str(self.calibration) if self.calibration else "local-cpu (catalog)"
+            with contextlib.suppress(AsapError):
+                details["predicted_step_time_s"] = estimate(self.model, cluster, train, s).step_time_s
+        return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
+                           losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)
