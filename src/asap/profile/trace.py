@@ -1,7 +1,7 @@
 """Reading trace files, and the one shape every reader produces: a ``Timeline`` per rank/device.
 
-Readers exist for PyTorch profiler (Kineto) Chrome traces (CUDA, ROCm, CPU-only) and JAX profiler traces
-(``perfetto_trace.json.gz`` / ``*.trace.json.gz``). Both are Chrome trace JSON, optionally gzipped; orjson
+Readers exist for PyTorch profiler (Kineto) Chrome traces (CUDA, ROCm, CPU-only), JAX profiler traces
+(``perfetto_trace.json.gz`` / ``*.trace.json.gz``) and XProf's ``*.xplane.pb`` (``asap.profile.xplane``). Both are Chrome trace JSON, optionally gzipped; orjson
 parses it when installed (about 3x faster than the standard library), else ``json`` does.
 
 Every bad input becomes an ``AsapError`` naming the file and the problem in one line.
@@ -81,7 +81,7 @@ class Timeline:
 # ----------------------------------------------------------------------------------------------------------
 
 _TRACE_FILE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz", "perfetto_trace.json.gz", "*.trace.json.gz",
-                        "*.trace.json", "*.json.gz", "*.json")
+                        "*.trace.json", "*.json.gz", "*.json", "*.xplane.pb")
 
 
 def expand_paths(paths: list[str | Path]) -> list[Path]:
@@ -186,9 +186,16 @@ def _gc_paused():
 
 
 def load_timelines(path: Path) -> list[Timeline]:
-    """Read one trace file into its timelines (one per rank; a JAX trace of several GPUs/TPUs gives several)."""
+    """Read one trace file into its timelines (one per rank; a JAX trace of several GPUs/TPUs gives several).
+    An XProf ``.xplane.pb`` is read by ``asap.profile.xplane``."""
     from asap.profile.jax_trace import timelines_from_jax
     from asap.profile.kineto import timelines_from_kineto
+
+    if path.name.endswith(".xplane.pb"):
+        from asap.profile.xplane import timelines_from_xplane
+
+        with _gc_paused():
+            return timelines_from_xplane(path)
 
     with _gc_paused():
         doc = load_document(path)
