@@ -28,7 +28,7 @@ def align_command(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo the workers' output to stderr."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
-    """Do strategy B (at its precision) reproduce strategy A's numerics? The first operator that diverges."""
+    """Does strategy B (at its precision) reproduce strategy A's numerics? If not, the first operator that diverges."""
     from asap.numerics.align import align
     from asap.spec.loader import load_model
     from asap.train.launch import RunFailed

@@ -95,7 +95,7 @@ def load_capture(capture_dir: str | Path) -> Captured:
     paths = sorted(Path(capture_dir).glob("rank*.pt"))
     if not paths:
         raise AsapError("align", f"the run wrote no capture into {capture_dir}")
-    files = [torch.load(p, weights_only=False) for p in paths]
+    files = [torch.load(p, map_location="cpu", weights_only=False) for p in paths]
     return Captured(forward=_stitch(files, "forward", "forward_key"),
                     grad_output=_stitch(files, "grad_output", "backward_key"),
                     param_grad=_stitch(files, "param_grad", None))
@@ -125,19 +125,18 @@ def _first_loss_divergence(loss_a: list[float], loss_b: list[float], tol: float)
     return None
 
 
-def _configs(model, a: str, b: str, precision_a: str, precision_b: str, global_batch: int, seq_len: int,
-             steps: int, seed: int, workdir: Path) -> list:
+def capture_config(model, strategy, precision: str, global_batch: int, seq_len: int, steps: int, seed: int,
+                   capture_dir: Path, field_name: str = "strategy"):
+    """A RunConfig whose first step is captured into ``capture_dir`` (AsapError for cp > 1: not stitched)."""
     from asap.spec.train import TrainSpec
     from asap.train.launch import RunConfig, resolve_run_strategy
 
-    out = []
-    for label, text, prec in (("a", a, precision_a), ("b", b, precision_b)):
-        s = resolve_run_strategy(text, model, TrainSpec(global_batch, seq_len, prec), field_name=label)
-        if s.cp > 1:
-            raise AsapError(label, "align does not stitch context-parallel shards (cp > 1)")
-        out.append(RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
-                             precision=prec, seed=seed, capture_dir=str(workdir / f"capture_{label}")))
-    return out
+    text = strategy.to_dict() if hasattr(strategy, "to_dict") else strategy
+    s = resolve_run_strategy(text, model, TrainSpec(global_batch, seq_len, precision), field_name=field_name)
+    if s.cp > 1:
+        raise AsapError(field_name, "align does not stitch context-parallel shards (cp > 1)")
+    return RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
+                     precision=precision, seed=seed, capture_dir=str(capture_dir))
 
 
 def run_pair(model, a: str, b: str, *, precision_a: str = "fp32", precision_b: str = "fp32", global_batch: int,
@@ -151,7 +150,8 @@ def run_pair(model, a: str, b: str, *, precision_a: str = "fp32", precision_b: s
         raise AsapError("steps", f"must be >= 1, got {steps}")
     with tempfile.TemporaryDirectory(prefix="asap-align-") as tmp:
         work = Path(tmp)
-        cfgs = _configs(model, a, b, precision_a, precision_b, global_batch, seq_len, steps, seed, work)
+        cfgs = [capture_config(model, text, prec, global_batch, seq_len, steps, seed, work / f"capture_{label}", label)
+                for label, text, prec in (("a", a, precision_a), ("b", b, precision_b))]
         kw = dict(device=device, timeout_s=timeout_s, echo=echo)
         if cfgs[0].strategy.devices == cfgs[1].strategy.devices:
             res_a, res_b = launch(cfgs, workdir=str(work / "run"), **kw)
@@ -179,16 +179,10 @@ def align(model, a: str, b: str, *, precision_a: str = "fp32", precision_b: str 
 def capture_run(model, strategy, *, precision: str, global_batch: int, seq_len: int, steps: int, seed: int = 0,
                 device: str = "cpu", timeout_s: float | None = None) -> tuple[Any, Captured]:
     """One real run of ``strategy`` with its first step captured: (RunResult, Captured)."""
-    from asap.spec.train import TrainSpec
-    from asap.train.launch import RunConfig, launch, resolve_run_strategy
+    from asap.train.launch import launch
 
-    text = strategy.to_dict() if hasattr(strategy, "to_dict") else strategy
-    s = resolve_run_strategy(text, model, TrainSpec(global_batch, seq_len, precision))
-    if s.cp > 1:
-        raise AsapError("strategy", "align does not stitch context-parallel shards (cp > 1)")
     with tempfile.TemporaryDirectory(prefix="asap-align-") as tmp:
-        cfg = RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
-                        precision=precision, seed=seed, capture_dir=str(Path(tmp) / "capture"))
+        cfg = capture_config(model, strategy, precision, global_batch, seq_len, steps, seed, Path(tmp) / "capture")
         res = launch([cfg], device=device, timeout_s=timeout_s, workdir=str(Path(tmp) / "run"))[0]
         return res, load_capture(cfg.capture_dir)
 

@@ -150,7 +150,7 @@ class Capture:
             for name, p in part.named_parameters():
                 if p.grad is not None:
                     g = p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad
-                    self.param_grad[name.replace(WRAPPED, "")] = g.detach().float().clone()
+                    self.param_grad[name.replace(WRAPPED, "")] = g.detach().float().cpu().clone()
             self.param_grad.update(expert_grads(part))
 
     def _batch(self, name: str, calls: list[torch.Tensor]) -> torch.Tensor:
@@ -168,6 +168,7 @@ class Capture:
                  for n, ts in sorted(self.grad_output.items())}
         if keep:
             path.parent.mkdir(parents=True, exist_ok=True)
+            forward, grads = ({n: t.cpu() for n, t in d.items()} for d in (forward, grads))  # CUDA runs too
             torch.save({**info, "forward": forward, "grad_output": grads, "param_grad": self.param_grad,
                         "forward_key": self.forward_key, "backward_key": self.backward_key}, path)
 
@@ -191,7 +192,7 @@ def expert_grads(part: nn.Module) -> dict[str, torch.Tensor]:
                 g = _all_gather_cat(g, moe.etp_group, moe.etp_size, 1 if leaf == "w2" else 2)
             if moe.ep_size > 1:
                 g = _all_gather_cat(g, moe.ep_group, moe.ep_size, 0)
-            out[f"{name.replace(WRAPPED, '')}.experts.{leaf}"] = g
+            out[f"{name.replace(WRAPPED, '')}.experts.{leaf}"] = g.cpu()
     return out
 
 
