@@ -4,6 +4,7 @@ and so does the torch backend (same weights, data and loss)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -45,9 +46,10 @@ def runs():
 def test_each_strategy_runs_on_its_named_mesh_axis(runs):
     for (model, text), r in runs.items():
         axis = (DENSE if model == "tiny-dense" else MOE)[text]
-        assert r.mesh[axis] > 1 and r.nproc == 8, (text, r.mesh)
+        assert r.mesh[axis] > 1 and r.nproc == math.prod(r.mesh.values()), (text, r.mesh)
         assert r.backend == "jax" and len(r.losses) == 2 and r.step_time_s > 0 and r.tokens_per_s > 0
-    assert runs[("tiny-dense", "dp=2,tp=2,zero=3")].mesh["fsdp"] == 2
+    assert runs[("tiny-dense", "dp=2,tp=2,zero=3")].mesh["fsdp"] == 2  # 4 of the child's 8 devices
+    assert runs[("tiny-dense", "dp=2,tp=4")].nproc == 8
     assert runs[("tiny-moe", "ep=4,dp=8")].mesh["expert"] == 4
 
 
@@ -82,6 +84,7 @@ def test_what_the_jax_backend_cannot_run_is_refused_in_one_line(capsys):
         mesh_shape(Strategy(dp=2, ep=4))
     with pytest.raises(AsapError, match="does not divide"):  # the usual keys say so before any mesh is made
         resolve_run_strategy("ep=4,dp=2", m, t)
-    code = main(["run", "-m", "tiny-dense", "-S", "pp=2", "-b", "8", "-s", "32", "--backend", "jax"])
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "-m", "tiny-dense", "-S", "pp=2", "-b", "8", "-s", "32", "--backend", "jax"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "pp=2" in err[0], err
+    assert exited.value.code == 2 and len(err) == 1 and "pp=2" in err[0], err
