@@ -28,6 +28,7 @@ def test_tune_with_the_jax_executor_ends_no_slower_than_its_first_trial(tmp_path
     assert r["best"]["measured_step_time_s"] <= first["measured_step_time_s"]
     with Memory.open(db) as mem:
         stored = mem.trials()
-    ran = {x["strategy_string"] for x in r["trials"] if x["status"] != "skipped"}
-    assert ran and ran == {x["strategy_string"] for x in stored}
+    ran = [x for x in r["trials"] if x["status"] != "skipped"]
+    assert ran and len(stored) == len(ran)  # every trial it ran, ok or failed, is in Memory
+    assert [x["status"] for x in stored] == [x["status"] for x in ran]
     assert {x["executor"] for x in stored} == {"jax"}
