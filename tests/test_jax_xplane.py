@@ -104,6 +104,5 @@ def test_diagnose_reads_a_recorded_xplane_as_its_perfetto_export(tmp_path):
     (xplane,) = list(perfetto.parent.glob("*.xplane.pb"))
     a = json.loads(runner.invoke(app, ["diagnose", str(perfetto), "--json"]).stdout)
     b = json.loads(runner.invoke(app, ["diagnose", str(xplane), "--json"]).stdout)
-    assert a["windows"] == b["windows"] == 2 if "windows" in a else True
     assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=1e-6)
     assert b["bottleneck"] == a["bottleneck"]
