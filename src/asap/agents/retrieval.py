@@ -137,3 +137,11 @@ def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int 
         ranked.append(Retrieved(e, score, why))
     ranked.sort(key=lambda r: (-r.score, r.entry.id))
     return ranked[:k]
+
+
+def next_moves(bottleneck: str, family: str | None, k: int = 2) -> list[dict[str, Any]]:
+    """The ``k`` knowledge entries that best answer a diagnosed bottleneck on this accelerator family, as
+    ``{id, title, moves}`` (what ``diagnose`` prints under its verdict; ``propose`` checks them)."""
+    workload = {"family": family} if family else {}
+    return [{"id": r.entry.id, "title": r.entry.title, "moves": r.entry.moves}
+            for r in retrieve(bottleneck, workload, k=k)]

@@ -69,7 +69,7 @@ def diagnose(
     for note in result.notes:  # one line each, unwrapped: logs go to stderr
         sys.stderr.write(f"note: {note}\n")
     if as_json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), "next_steps": next_steps(result)})
         return
     _print_tables(result, top)
 
@@ -125,22 +125,35 @@ def _fmt(x, digits: int = 4) -> str:
 
 
 def _print_tables(d, top: int) -> None:
-    summary = Table(title=f"diagnosis: {d.bottleneck}", show_header=False)
-    for label, value in (("step time (s)", d.step_time_s), ("compute (s)", d.compute_s),
-                         ("communication (s)", d.communication_s), ("overlapped (s)", d.overlap_s),
-                         ("exposed communication (s)", d.exposed_communication_s), ("idle (s)", d.idle_s),
-                         ("busy fraction", d.busy_fraction), ("steps x ranks", d.n_steps),
-                         ("roofline", f"{d.roofline.accelerator} (ridge {d.roofline.ridge('bf16'):.3g} FLOP/B bf16)")):
-        summary.add_row(label, _fmt(value))
+    """The diagnosis for a reader: where the step goes (busy kernels, overlap, idle), the operators on the
+    roofline, the verdict with its evidence, and what to run next."""
+    from asap.cli.estimate import seconds
+
+    p = d.precision or "bf16"
+    ridge = (f"{d.roofline.accelerator} (ridge {d.roofline.ridge(p):.3g} FLOP/B at {p}, the trace's "
+             f"{'dominant ' if d.precision else 'assumed '}precision)")
+    summary = Table(title=f"diagnosis: {d.bottleneck}-bound", show_header=False, title_justify="left")
+    for label, value in (("step time", seconds(d.step_time_s)), ("compute kernels busy", seconds(d.compute_s)),
+                         ("communication kernels busy", seconds(d.communication_s)),
+                         ("  of which overlapped with compute", seconds(d.overlap_s)),
+                         ("  of which exposed", seconds(d.exposed_communication_s)),
+                         ("device idle", seconds(d.idle_s)), ("busy fraction", f"{d.busy_fraction:.0%}"),
+                         ("step windows x ranks", str(d.n_steps)), ("roofline", ridge)):
+        summary.add_row(label, value)
     out_console.print(summary)
-    ops = Table(title="top operators (per step)")
+    ops = Table(title="top operators (per step)", title_justify="left",
+                caption="bound: the roof the op's intensity puts it under; host (overhead): under 10% of both "
+                        "peak FLOP/s and bandwidth, its time is launch latency and fixed overhead",
+                caption_justify="left")
     ops.add_column("operator", min_width=28, overflow="fold")
-    for col in ("time (s)", "share", "GFLOP", "MB", "FLOP/B", "bound", "% peak"):
-        ops.add_column(col)
+    for col in ("time", "share", "GFLOP", "MB", "FLOP/B", "bound", "% peak", "% bandwidth"):
+        ops.add_column(col, justify="left" if col == "bound" else "right")
     for r in d.top_ops:
-        ops.add_row(r.name[:60], _fmt(r.time_s), f"{r.share:.0%}", _fmt(r.flops / 1e9 if r.flops else None, 3),
-                    _fmt(r.bytes / 1e6 if r.bytes else None, 3), _fmt(r.intensity, 3), r.bound,
-                    f"{r.flop_utilization:.0%}" if r.flop_utilization else "-")
+        ops.add_row(r.name[:60], seconds(r.time_s), f"{r.share:.0%}", _fmt(r.flops / 1e9 if r.flops else None, 3),
+                    _fmt(r.bytes / 1e6 if r.bytes else None, 3), _fmt(r.intensity, 3),
+                    "host (overhead)" if r.overhead_bound else r.bound,
+                    f"{r.flop_utilization:.0%}" if r.flop_utilization else "-",
+                    f"{r.bandwidth_utilization:.0%}" if r.bandwidth_utilization else "-")
     out_console.print(ops)
     if len(d.ranks) > 1:
         ranks = Table(title="ranks")
@@ -160,6 +173,38 @@ def _print_tables(d, top: int) -> None:
         out_console.print(f"- {line}", markup=False, highlight=False)
     for line in d.jitter["where"]:
         out_console.print(f"jitter: {line}", markup=False, highlight=False)
+    _print_next(d)
+
+
+def next_steps(d) -> dict:
+    """What to run next for the verdict: ``asap propose`` on these traces, and the two knowledge entries that
+    best answer the bottleneck on this accelerator's family."""
+    from asap.agents.retrieval import next_moves
+    from asap.profile.devices import lookup
+
+    try:
+        family = lookup(d.roofline.accelerator).family
+    except AsapError:
+        family = None
+    traces = " ".join(d.traces) if len(d.traces) <= 4 else f"{' '.join(d.traces[:2])} ..."
+    return {"command": f"asap propose {traces} -m MODEL -c CLUSTER -b GLOBAL_BATCH -s SEQ_LEN -S CURRENT_STRATEGY",
+            "knowledge": next_moves(d.bottleneck, family)}
+
+
+def _move_text(key: str, op: str) -> str:
+    """``mbs x2``, ``tp /2``, ``recompute=selective``: a knowledge move as a user reads it."""
+    op = str(op)
+    return f"{key}{op}" if op.startswith("=") else f"{key} {op}" if op[:1] in "x/+-" else f"{key}={op}"
+
+
+def _print_next(d) -> None:
+    nxt = next_steps(d)
+    for k in nxt["knowledge"]:
+        moves = "; ".join(", ".join(_move_text(key, op) for key, op in m.items()) for m in k["moves"]) or "see the entry"
+        out_console.print(f"try ({k['id']}): {k['title']} -- moves: {moves}", markup=False, highlight=False,
+                          soft_wrap=True)
+    out_console.print(f"next: {nxt['command']}  (three moves checked by the cost model)", markup=False,
+                      highlight=False, soft_wrap=True)
 
 
 def _print_fusion(rows, top: int) -> None:

@@ -20,6 +20,14 @@ from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
 from asap.profile.windows import US, window_figures, window_index
 from asap.spec.words import BOTTLENECKS
 
+# An operator under this fraction of both its peak FLOP/s and the memory bandwidth is bound by neither roof:
+# its time is kernel launch latency and fixed overhead (a 64x64 matmul on an A100 runs ~5 us of launch for
+# ~0.5 us of math). 10% is far below what a kernel limited by either roof reaches (cuBLAS GEMMs 50-80% of peak,
+# streaming kernels 70-90% of bandwidth), and above what tiny kernels reach.
+OVERHEAD_UTILIZATION = 0.10
+# ... and only when its calls are short: launch-latency scale (GPU launches ~5-20 us, eager dispatch ~10-50 us).
+# A long call far below both roofs is a slow kernel or a contended core (CPU ranks sharing cores), not overhead.
+OVERHEAD_CALL_S = 100e-6
 DEFAULT_STRAGGLER_THRESHOLD = 0.10  # a rank is a straggler 10% of the median step beyond the median
 DEFAULT_JITTER_THRESHOLD = 0.10  # step-time coefficient of variation above which jitter is flagged
 
@@ -65,6 +73,10 @@ class OpRow:
     flop_utilization: float | None
     bandwidth_gbps: float | None
     bandwidth_utilization: float | None
+    # neither roof binds: under OVERHEAD_UTILIZATION of both peak FLOP/s and memory bandwidth in calls shorter
+    # than OVERHEAD_CALL_S, the op's time is launch latency and fixed overhead (tiny kernels, host dispatch): it
+    # counts as host time in the verdict
+    overhead_bound: bool = False
 
 
 @dataclass
@@ -92,6 +104,7 @@ class Diagnosis:
     traces: list[str]
     notes: list[str]
     fusion: list | None = None  # asap.profile.fusion.FusionRow, when asked for (diagnose --fusion)
+    precision: str | None = None  # of most compute-bound operator time: the ridge the ops compare against
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -199,22 +212,42 @@ def _row(name: str, g: _Group, total_s: float, roofline: Roofline) -> OpRow:
         bound, source = ("compute" if is_matrix(name) or is_matrix(g.kernel) else "memory"), "name"
     rate = flops / g.time if flops and g.time > 0 else None
     bw = nbytes / g.time if nbytes and g.time > 0 else None
+    flop_util = rate / roofline.peak(precision) if rate else None
+    bw_util = bw / roofline.bytes_per_s if bw and not g.comm else None
+    per_call = g.time / g.calls if g.calls > 0 else 0.0
+    overhead = (not g.comm and flop_util is not None and bw_util is not None and per_call < OVERHEAD_CALL_S
+                and flop_util < OVERHEAD_UTILIZATION and bw_util < OVERHEAD_UTILIZATION)
     return OpRow(
         name=name, time_s=g.time, share=g.time / total_s, calls=g.calls, flops=flops, bytes=nbytes,
         intensity=intensity, bound=bound, bound_from=source, precision=precision,
         tflops_per_s=rate / 1e12 if rate else None,
-        flop_utilization=rate / roofline.peak(precision) if rate else None,
-        bandwidth_gbps=bw / 1e9 if bw else None,
-        bandwidth_utilization=bw / roofline.bytes_per_s if bw and not g.comm else None)
+        flop_utilization=flop_util, bandwidth_gbps=bw / 1e9 if bw else None, bandwidth_utilization=bw_util,
+        overhead_bound=overhead)
 
 
-def bound_fractions(rows: list[OpRow]) -> tuple[float, float]:
-    """Shares of non-communication operator time that are compute-bound and memory-bound."""
-    comp = sum(r.time_s for r in rows if r.bound == "compute")
-    mem = sum(r.time_s for r in rows if r.bound == "memory")
-    if comp + mem <= 0:
-        return 1.0, 0.0
-    return comp / (comp + mem), mem / (comp + mem)
+def bound_fractions(rows: list[OpRow]) -> tuple[float, float, float]:
+    """Shares of non-communication operator time that are compute-bound, memory-bound and overhead-bound
+    (``OpRow.overhead_bound``: near neither roof)."""
+    over = sum(r.time_s for r in rows if r.overhead_bound)
+    comp = sum(r.time_s for r in rows if r.bound == "compute" and not r.overhead_bound)
+    mem = sum(r.time_s for r in rows if r.bound == "memory" and not r.overhead_bound)
+    total = comp + mem + over
+    if total <= 0:
+        return 1.0, 0.0, 0.0
+    return comp / total, mem / total, over / total
+
+
+def dominant_precision(rows: list[OpRow]) -> str | None:
+    """The precision of most compute-bound operator time (the ridge a reader should compare against)."""
+    by = Counter()
+    for r in rows:
+        if r.precision and r.bound == "compute":
+            by[r.precision] += r.time_s
+    if not by:
+        for r in rows:
+            if r.precision:
+                by[r.precision] += r.time_s
+    return by.most_common(1)[0][0] if by else None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -288,12 +321,14 @@ def jitter(ranks: list[RankFigures], threshold: float) -> dict:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imbalance: float) -> dict[str, float]:
+def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imbalance: float,
+                      overhead_share: float = 0.0) -> dict[str, float]:
     """Seconds per step each bottleneck class accounts for; the largest names the bottleneck.
 
     compute/memory: compute time split by the time share of compute- and memory-bound operators;
     pipeline_bubble: point-to-point time no compute hides; communication: the rest of the exposed
-    communication; host: device idle; imbalance: the wait for the slowest rank, taken out of the exposed
+    communication; host: device idle, plus the compute time of operators near neither roof (their time is
+    launch latency and overhead); imbalance: the wait for the slowest rank, taken out of the exposed
     communication (where it shows) and then out of idle.
     """
     exposed_collective = max(fig["exposed_communication_s"] - fig["exposed_p2p_s"], 0.0)
@@ -303,23 +338,35 @@ def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imba
         "compute": fig["compute_s"] * compute_share,
         "memory": fig["compute_s"] * memory_share,
         "communication": exposed_collective - from_comm,
-        "host": fig["idle_s"] - from_idle,
+        "host": fig["idle_s"] - from_idle + fig["compute_s"] * overhead_share,
         "pipeline_bubble": fig["exposed_p2p_s"],
         "imbalance": from_comm + from_idle,
     }
+
+
+def _t(seconds: float) -> str:
+    """A duration as it reads best (s, ms, us); |x| < 1 ns is 0 (interval sums leave ~1e-18 s residues)."""
+    a = abs(seconds)
+    if a < 1e-9:
+        return "0 s"
+    if a >= 1.0:
+        return f"{seconds:.4g} s"
+    if a >= 1e-3:
+        return f"{seconds * 1e3:.4g} ms"
+    return f"{seconds * 1e6:.4g} us"
 
 
 def _evidence(bottleneck: str, scores: dict, fig: dict, rows: list[OpRow], ranks: list[RankFigures],
               roofline: Roofline, slow: dict | None, n_steps: int) -> list[str]:
     step = fig["step_time_s"] or 1.0
     ev = [
-        f"{bottleneck}: {scores[bottleneck]:.4g} s of the {fig['step_time_s']:.4g} s step "
+        f"{bottleneck}: {_t(scores[bottleneck])} of the {_t(fig['step_time_s'])} step "
         f"({scores[bottleneck] / step:.0%}), the largest of " +
-        ", ".join(f"{k} {v:.3g} s" for k, v in sorted(scores.items(), key=lambda kv: -kv[1])),
+        ", ".join(f"{k}-bound {_t(v)}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1])),
         f"averaged over {n_steps} step windows on {len(ranks)} rank(s): device busy {fig['busy_fraction']:.0%}; "
-        f"compute {fig['compute_s']:.4g} s, communication {fig['communication_s']:.4g} s "
-        f"({fig['overlap_s']:.4g} s overlapped with compute, {fig['exposed_communication_s']:.4g} s exposed), "
-        f"idle {fig['idle_s']:.4g} s",
+        f"compute kernels busy {_t(fig['compute_s'])}, communication kernels busy {_t(fig['communication_s'])} "
+        f"({_t(fig['overlap_s'])} overlapped with compute, {_t(fig['exposed_communication_s'])} exposed), "
+        f"idle {_t(fig['idle_s'])}",
     ]
     if bottleneck in ("compute", "memory"):
         picked = [r for r in rows if r.bound == bottleneck][:3]
@@ -328,20 +375,23 @@ def _evidence(bottleneck: str, scores: dict, fig: dict, rows: list[OpRow], ranks
                       if r.intensity is not None else f"bound from its name ({r.bound_from})")
             util = f", {r.flop_utilization:.0%} of peak FLOP/s" if r.flop_utilization else ""
             util += f", {r.bandwidth_utilization:.0%} of memory bandwidth" if r.bandwidth_utilization else ""
-            ev.append(f"{r.name}: {r.time_s:.4g} s per step ({r.share:.0%} of op time), {detail}{util}")
+            ev.append(f"{r.name}: {_t(r.time_s)} per step ({r.share:.0%} of op time), {detail}{util}")
     elif bottleneck == "communication":
         for r in [r for r in rows if r.bound == "communication"][:3]:
             size = f", {r.bytes / 1e6:.3g} MB per step" if r.bytes else ""
-            ev.append(f"{r.name}: {r.time_s:.4g} s per step ({r.share:.0%} of op time){size}")
+            ev.append(f"{r.name}: {_t(r.time_s)} per step ({r.share:.0%} of op time){size}")
     elif bottleneck == "host":
+        over = [r for r in rows if r.overhead_bound][:3]
         ev.append(f"the device idles {fig['idle_s'] / step:.0%} of the step: launch overhead, input pipeline or "
-                  "Python between operators")
+                  "Python between operators" + (f"; and {len(over)}+ busy operators near neither roof ("
+                                                 + ", ".join(f"{r.name} at {r.flop_utilization:.0%} of peak FLOP/s"
+                                                             for r in over) + ")" if over else ""))
     elif bottleneck == "pipeline_bubble":
-        ev.append(f"point-to-point transfers exposed {fig['exposed_p2p_s']:.4g} s per step: stages wait for "
+        ev.append(f"point-to-point transfers exposed {_t(fig['exposed_p2p_s'])} per step: stages wait for "
                   "their neighbours' activations or gradients")
     elif bottleneck == "imbalance" and slow:
-        ev.append(f"slowest rank {slow['label']}: {slow['work_s']:.4g} s of own work per step; the others wait "
-                  f"{scores['imbalance']:.4g} s on average")
+        ev.append(f"slowest rank {slow['label']}: {_t(slow['work_s'])} of own work per step; the others wait "
+                  f"{_t(scores['imbalance'])} on average")
     return ev
 
 
@@ -373,9 +423,9 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None
     ranks = [rank_figures(tl) for tl in timelines]
     fig = _mean_figures(ranks)
     rows = operator_table(timelines, roofline)
-    compute_share, memory_share = bound_fractions(rows)
+    compute_share, memory_share, overhead_share = bound_fractions(rows)
     imbalance = imbalance_s(ranks)
-    scores = bottleneck_scores(fig, compute_share, memory_share, imbalance)
+    scores = bottleneck_scores(fig, compute_share, memory_share, imbalance, overhead_share)
     bottleneck = max(BOTTLENECKS, key=lambda k: scores[k])
     slow = slowest_rank(ranks)
     n_steps = sum(r.n_steps for r in ranks)
@@ -390,7 +440,7 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None
         scores_s=scores, top_ops=rows[:top], ranks=ranks, stragglers=stragglers(ranks, straggler_threshold),
         slowest_rank=slow, imbalance_s=imbalance, jitter=jitter(ranks, jitter_threshold),
         steps_source="+".join(sources), n_steps=n_steps, roofline=roofline,
-        traces=sorted({tl.source for tl in timelines}), notes=notes,
+        traces=sorted({tl.source for tl in timelines}), notes=notes, precision=dominant_precision(rows),
         fusion=fusion_table(timelines, roofline) if fusion else None)
 
 

@@ -1,0 +1,70 @@
+"""What diagnose's words mean: busy kernels vs bound time, the ridge at the trace's own precision, operators
+near neither roof called overhead (host), interval residues shown as 0, and the next command with the two
+knowledge entries that answer the verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from asap.agents.knowledge import load_knowledge
+from asap.cli.estimate import seconds
+from asap.profile.devices import roofline_for
+from asap.profile.diagnose import OVERHEAD_UTILIZATION, _Group, _row, _t, bottleneck_scores, bound_fractions
+from conftest import SHARED, run_cli
+
+CONTROL = SHARED / "traces" / "hta" / "trace_diff_control_control.json.gz"
+
+
+def group(flops: float, nbytes: float, time_s: float, calls: float = 100.0) -> _Group:
+    g = _Group()
+    g.time, g.calls, g.flops, g.bytes, g.costed = time_s, calls, flops, nbytes, True
+    g.precisions["bf16"] = time_s * 1e6
+    return g
+
+
+def test_an_op_near_neither_roof_is_overhead_and_counts_as_host():
+    a100 = roofline_for("a100-80gb")
+    # 1 GFLOP and 1 MB (1000 FLOP/B, above the ridge) in 100 calls of 10 us: 1 TFLOP/s (0.3% of 312) and 1 GB/s:
+    # neither roof binds
+    slow = _row("aten::mm", group(1e9, 1e6, 1e-3), 1e-3, a100)
+    assert slow.bound == "compute" and slow.overhead_bound
+    assert slow.flop_utilization < OVERHEAD_UTILIZATION and slow.bandwidth_utilization < OVERHEAD_UTILIZATION
+    # the same op 50x faster is compute-bound for real (16% of peak)
+    fast = _row("aten::mm", group(1e9, 1e6, 2e-5), 2e-5, a100)
+    assert fast.bound == "compute" and not fast.overhead_bound
+    # as slow, but in one 1 ms call: a slow (or contended) kernel, not launch overhead
+    long_call = _row("aten::mm", group(1e9, 1e6, 1e-3, calls=1.0), 1e-3, a100)
+    assert not long_call.overhead_bound
+    comp, mem, over = bound_fractions([slow])
+    assert (comp, mem, over) == (0.0, 0.0, 1.0)
+    fig = {"compute_s": 1e-3, "exposed_communication_s": 0.0, "exposed_p2p_s": 0.0, "idle_s": 0.0}
+    scores = bottleneck_scores(fig, comp, mem, 0.0, over)
+    assert max(scores, key=scores.get) == "host" and scores["host"] == pytest.approx(1e-3)
+
+
+def test_residues_of_interval_sums_read_as_zero():
+    assert _t(1.7e-18) == "0 s" and seconds(1.7e-18) == "0"
+    assert _t(0.0123) == "12.3 ms" and seconds(2.5e-5) == "25.0 µs"
+
+
+def test_ridge_at_the_traces_own_precision_and_labelled_rows():
+    proc = run_cli("diagnose", CONTROL)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "ridge 100 FLOP/B at fp32, the trace's dominant precision" in out  # A100 fp32 = bf16 / 2
+    assert "compute kernels busy" in out and "of which overlapped with compute" in out
+    assert "-bound" in out.splitlines()[0]
+
+
+def test_next_steps_name_propose_and_two_entries_for_the_verdict():
+    out = json.loads(run_cli("diagnose", CONTROL, "--json").stdout)
+    nxt = out["next_steps"]
+    assert nxt["command"].startswith(f"asap propose {CONTROL}")
+    ids = [k["id"] for k in nxt["knowledge"]]
+    assert len(ids) == 2
+    entries = {e.id: e for e in load_knowledge()}
+    assert all(out["bottleneck"] in entries[i].bottlenecks for i in ids)
+    human = run_cli("diagnose", CONTROL).stdout
+    assert human.count("try (") == 2 and "next: asap propose" in human
