@@ -32,6 +32,12 @@ def run_command(
                                                          "process, GSPMD on a named device mesh)."),
     device: str = typer.Option("auto", "--device", help="auto (CUDA when there are GPUs), cpu or cuda."),
     data: Optional[str] = typer.Option(None, "--data", help="A text file (one byte per token) instead of the seeded synthetic stream."),
+    lengths: Optional[str] = typer.Option(None, "--lengths", help="Packed samples (a JSON list of document-length "
+                                                                   "lists, or document lengths to pack): "
+                                                                   "document-masked attention over them, a global "
+                                                                   "batch of them per step."),
+    balance: bool = typer.Option(False, "--balance", help="With --lengths: place each step's samples over dp ranks x "
+                                                         "micro-batches by asap balance (the same samples)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the weights and the data."),
     lr: float = typer.Option(1e-3, "--lr", help="AdamW learning rate."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill the run after this many seconds."),
@@ -72,14 +78,15 @@ def run_command(
     check_supported(spec, s, train, dev)
     check_devices_per_node(s, devices_per_node)
     # the data file, the profile folder and host memory: refused here, before any worker starts
+    documents = _documents(lengths, seq_len)
     check_inputs(RunConfig(model=spec, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
-                           precision=prec, data=data, profile_dir=profile), dev)
+                           precision=prec, data=data, profile_dir=profile, documents=documents, balance=balance), dev)
     print(f"[asap run] {spec.name}: {s} on {s.devices} {dev} process(es), {steps} steps, {prec}", file=sys.stderr)
     try:
         res = run_training(spec, s, global_batch, seq_len, steps, precision=prec, profile_dir=profile, seed=seed,
                            data=data, lr=lr, device=dev, timeout_s=timeout, echo=sys.stderr if verbose else None,
                            progress=None if json_out else sys.stderr,
-                           devices_per_node=devices_per_node)
+                           devices_per_node=devices_per_node, documents=documents, balance=balance)
     except RunFailed as e:
         print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)
         if verbose and e.log_tail:
@@ -91,6 +98,10 @@ def run_command(
     print(f"step time {res.step_time_s:.4f} s (median after warm-up), {res.tokens_per_s:,.0f} tokens/s, "
           f"peak memory {res.peak_memory_gb:.2f} GB")
     print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
+    if res.attention_max_over_mean is not None:
+        print(f"attention work per dp rank (sum l^2 / rows x S^2): "
+              + " ".join(f"{w:.3f}" for w in res.attention_work_per_dp_rank)
+              + f"; slowest {res.attention_max_over_mean:.3f}x the mean")
     for t in res.traces:
         print(f"trace: {t}")
 
@@ -125,5 +136,19 @@ def _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, j
     print(f"step time {res.step_time_s:.4f} s (median after warm-up), {res.tokens_per_s:,.0f} tokens/s, "
           f"peak memory {res.peak_memory_gb:.2f} GB, mesh {mesh}")
     print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
+    if res.attention_max_over_mean is not None:
+        print(f"attention work per dp rank (sum l^2 / rows x S^2): "
+              + " ".join(f"{w:.3f}" for w in res.attention_work_per_dp_rank)
+              + f"; slowest {res.attention_max_over_mean:.3f}x the mean")
     for t in res.traces:
         print(f"trace: {t}")
+
+
+def _documents(path: Optional[str], seq_len: int):
+    """``--lengths FILE`` as packed samples (a flat list of documents is packed first), or None."""
+    if path is None:
+        return None
+    from asap.balance import parse_samples, read_lengths
+
+    samples, _ = parse_samples(read_lengths(path), seq_len)
+    return samples

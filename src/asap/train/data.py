@@ -71,3 +71,28 @@ def local_rows(batch: torch.Tensor, dp_rank: int, dp: int) -> torch.Tensor:
     """The contiguous block of rows data-parallel rank ``dp_rank`` trains on."""
     rows = batch.shape[0] // dp
     return batch[dp_rank * rows:(dp_rank + 1) * rows]
+
+
+def document_ids(samples: list[list[int]], seq_len: int) -> torch.Tensor:
+    """(rows, seq_len) int64: each position's document within its packed sample (documents of the given
+    lengths in order; the positions past them form one more document, the padding, which is trained on like
+    any other so that every row holds seq_len tokens and every rank the same count)."""
+    out = torch.empty(len(samples), seq_len, dtype=torch.long)
+    for r, docs in enumerate(samples):
+        ids = torch.repeat_interleave(torch.arange(len(docs)), torch.tensor(docs, dtype=torch.long))
+        out[r, : len(ids)] = ids
+        out[r, len(ids):] = len(docs)
+    return out
+
+
+def step_samples(n_samples: int, step: int, global_batch: int) -> list[int]:
+    """The packed samples step ``step`` trains: the next global batch of the file, cycling."""
+    return [(step * global_batch + i) % n_samples for i in range(global_batch)]
+
+
+def attention_work(doc_ids: torch.Tensor) -> float:
+    """sum over rows of sum(l^2) of the row's documents, over rows x seq_len^2: the attention FLOPs of these
+    rows relative to full-length single-document rows (``asap.balance.AttentionWork``'s q, averaged)."""
+    rows, seq = doc_ids.shape
+    total = sum(float((torch.bincount(r).double() ** 2).sum()) for r in doc_ids.cpu())
+    return total / (rows * seq ** 2)

@@ -59,6 +59,8 @@ class RunConfig:
     profile_dir: str | None = None
     capture_dir: str | None = None  # asap align: the first step's per-module numerics (asap.numerics.capture)
     devices_per_node: int | None = None  # processes per "node" for hierarchical collectives (None: one node)
+    documents: list[list[int]] | None = None  # packed samples (document lengths): document-masked attention
+    balance: bool = False  # each step's samples placed by asap.balance instead of in file order
 
     @property
     def train(self) -> TrainSpec:
@@ -68,8 +70,31 @@ class RunConfig:
         return {"model": self.model.to_dict(), "strategy": self.strategy.to_dict(), "global_batch": self.global_batch,
                 "seq_len": self.seq_len, "steps": self.steps, "precision": self.precision, "seed": self.seed,
                 "data": self.data, "lr": self.lr, "profile_dir": self.profile_dir,
-                "capture_dir": self.capture_dir, "devices_per_node": self.devices_per_node}
+                "capture_dir": self.capture_dir, "devices_per_node": self.devices_per_node,
+                **({"documents": self.documents, "sample_order": sample_order(self)} if self.documents else {})}
 
+
+def sample_order(c: RunConfig) -> list[list[int]]:
+    """Per step, the file's sample indices in the row order the trainer takes them (dp rank r trains the r-th
+    contiguous block, micro-batch j of it the j-th sub-block): the file's order, or with ``balance`` the
+    assignment ``asap.balance.balance`` gives over dp ranks x micro-batches (the same samples, placed so that
+    the slowest rank's attention work, a*sum(l^2) + b*S, is least)."""
+    from asap.train.data import step_samples
+
+    n, s = len(c.documents), c.strategy
+    micro = c.global_batch // (s.dp * s.mbs)
+    order = []
+    for step in range(c.steps):
+        idx = step_samples(n, step, c.global_batch)
+        if c.balance:
+            from asap.balance import attention_cost_coefficients, balance
+
+            coef = attention_cost_coefficients(c.model, "local-cpu", precision=c.precision, seq_len=c.seq_len,
+                                               framework="asap")
+            placed = balance([c.documents[i] for i in idx], s.dp, micro, coef, time_budget_s=0.2)
+            idx = [idx[j] for slot in placed["assignment"] for j in slot]
+        order.append(idx)
+    return order
 
 @dataclass
 class RunResult:
@@ -87,6 +112,10 @@ class RunResult:
     # hidden-state bytes sent to ranks of another node, and sum over tokens of the remote nodes of its experts
     internode_dispatch_bytes: int = 0
     dispatch_remote_domains: int = 0
+    # --lengths: each data-parallel rank's attention work, sum(l^2) of its samples over rows x seq_len^2, mean
+    # over steps (what asap balance evens out), and the slowest over the mean
+    attention_work_per_dp_rank: list[float] = field(default_factory=list)
+    attention_max_over_mean: float | None = None
     model: str = ""
     global_batch: int = 0
     seq_len: int = 0
@@ -193,8 +222,13 @@ MIN_TEXT_BYTES = 2  # a --data file needs seq_len + this many bytes (inputs and 
 
 def check_inputs(c: RunConfig, device: str) -> None:
     """What a run would otherwise only find out after launching its workers: a data file that cannot be read
-    or is too short, a profile folder that cannot be written, and (on CPU) a job whose memory, as the cost model
-    prices it for the reference trainer, is more than this host has available."""
+    or is too short, a profile folder that cannot be written, packed samples the trainer cannot mask, and (on
+    CPU) a job whose memory, as the cost model prices it for the reference trainer, is more than this host has
+    available."""
+    if c.documents is not None:
+        check_documents(c)
+    if c.balance and c.documents is None:
+        raise AsapError("balance", "needs --lengths FILE (the packed samples to place)")
     if c.data is not None:
         p = Path(c.data)
         if not p.is_file():
@@ -211,6 +245,23 @@ def check_inputs(c: RunConfig, device: str) -> None:
         _check_writable_dir(c.profile_dir, "profile")
     if device == "cpu":
         check_host_memory(c)
+
+
+def check_documents(c: RunConfig) -> None:
+    """Document-masked attention runs where the trainer sees whole micro-batches of whole sequences: not under
+    pipeline schedules (which split the micro-batches themselves), context parallelism or MLA."""
+    s = c.strategy
+    for key, bad in (("pp", s.pp > 1), ("cp", s.cp > 1)):
+        if bad:
+            raise AsapError("lengths", f"packed documents run with {key}=1 only in the reference trainer, got "
+                                       f"{key}={getattr(s, key)}")
+    if c.model.mla is not None:
+        raise AsapError("lengths", "packed documents are not implemented for MLA attention in the reference trainer")
+    if len(c.documents) < c.global_batch:
+        raise AsapError("lengths", f"{len(c.documents)} samples, fewer than one global batch of {c.global_batch}")
+    for i, docs in enumerate(c.documents):
+        if sum(docs) > c.seq_len:
+            raise AsapError("lengths", f"sample {i} has {sum(docs)} tokens, more than --seq-len {c.seq_len}")
 
 
 def _check_writable_dir(path: str, field_name: str) -> None:
@@ -410,16 +461,32 @@ def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: flo
                      layers_per_chunk=[len(built[sid]) for sid in sorted(built)], model=c.model.name,
                      internode_dispatch_bytes=sum(rk.get("internode_dispatch_bytes", 0) for rk in ranks),
                      dispatch_remote_domains=sum(rk.get("dispatch_remote_domains", 0) for rk in ranks),
+                     **attention_work_figures(ranks),
                      global_batch=c.global_batch, seq_len=c.seq_len, steps=c.steps, precision=c.precision,
                      nproc=nproc, device=device, backend=ranks[0].get("backend", ""), wall_time_s=wall)
+
+
+def attention_work_figures(ranks: list[dict]) -> dict[str, Any]:
+    """Per data-parallel rank (the first rank of each, as its tp replicas train the same rows)."""
+    by_dp: dict[int, float] = {}
+    for rk in ranks:
+        if rk.get("attention_work") is not None:
+            by_dp.setdefault(int(rk["dp_rank"]), float(rk["attention_work"]))
+    if not by_dp:
+        return {}
+    work = [by_dp[k] for k in sorted(by_dp)]
+    mean = sum(work) / len(work)
+    return {"attention_work_per_dp_rank": work, "attention_max_over_mean": max(work) / mean if mean > 0 else 1.0}
 
 
 def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, seq_len: int, steps: int = 5, *,
         precision: str = "fp32", profile_dir: str | None = None, seed: int = 0, data: str | None = None,
         lr: float = 1e-3, device: str = "auto", timeout_s: float | None = None, echo: IO[str] | None = None,
         workdir: str | None = None, devices_per_node: int | None = None,
-        progress: IO[str] | None = None) -> RunResult:
-    """One real run (the Python face of ``asap run``)."""
+        progress: IO[str] | None = None, documents: list[list[int]] | None = None,
+        balance: bool = False) -> RunResult:
+    """One real run (the Python face of ``asap run``); ``documents``: packed samples (``--lengths``), placed
+    by ``asap balance`` with ``balance``."""
     train = TrainSpec(global_batch, seq_len, precision)
     s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, model, train)
     if steps < 1:
@@ -427,5 +494,5 @@ def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, se
     cfg = RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
                     precision=precision, seed=seed, data=data, lr=lr,
                     profile_dir=str(Path(profile_dir).resolve()) if profile_dir else None,
-                    devices_per_node=devices_per_node)
+                    devices_per_node=devices_per_node, documents=documents, balance=balance)
     return launch([cfg], device=device, timeout_s=timeout_s, echo=echo, workdir=workdir, progress=progress)[0]

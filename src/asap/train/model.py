@@ -114,20 +114,42 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     return out.flatten(-2).type_as(x)
 
 
-def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """(batch, heads, seq, d) causal attention; grouped-query keys/values are repeated to the query heads."""
+def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(batch, heads, seq, d) causal attention; grouped-query keys/values are repeated to the query heads.
+    ``mask`` (batch, 1, seq, seq), True where a query may attend: packed documents (``document_mask``)."""
     if k.shape[1] != q.shape[1]:
         rep = q.shape[1] // k.shape[1]
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recompute: bool) -> torch.Tensor:
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recompute: bool,
+           mask: torch.Tensor | None = None) -> torch.Tensor:
     """core_attention, checkpointed under selective recompute (its activations are rebuilt in backward)."""
     if recompute and torch.is_grad_enabled():
-        return torch.utils.checkpoint.checkpoint(core_attention, q, k, v, use_reentrant=False)
-    return core_attention(q, k, v)
+        return torch.utils.checkpoint.checkpoint(core_attention, q, k, v, mask, use_reentrant=False)
+    return core_attention(q, k, v, mask)
+
+
+def document_mask(doc_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, 1, seq, seq) bool: query i attends to key j when j <= i and both are in the same packed document
+    (document masking, as varlen flash attention runs packed samples)."""
+    s = doc_ids.shape[1]
+    same = doc_ids.unsqueeze(2) == doc_ids.unsqueeze(1)
+    causal = torch.ones(s, s, dtype=torch.bool, device=doc_ids.device).tril()
+    return (same & causal).unsqueeze(1)
+
+
+def set_document_mask(model: nn.Module, doc_ids: torch.Tensor | None) -> None:
+    """Give every attention layer of ``model`` the document mask of the next forward (None: plain causal)."""
+    mask = None if doc_ids is None else document_mask(doc_ids)
+    for m in model.modules():
+        if isinstance(m, Attention):
+            m.doc_mask = mask
 
 
 class Attention(nn.Module):
@@ -141,6 +163,7 @@ class Attention(nn.Module):
         self.wv = nn.Linear(a.dim, a.n_kv_heads * a.head_dim, bias=False)
         self.wo = nn.Linear(a.n_heads * a.head_dim, a.dim, bias=False)
         self.recompute_core = False  # selective activation recomputation (Korthikanti et al. 2022)
+        self.doc_mask: torch.Tensor | None = None  # packed documents (set_document_mask); None: causal
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
@@ -149,7 +172,7 @@ class Attention(nn.Module):
         v = self.wv(x).view(b, s, -1, self.head_dim)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = attend(q, k, v, recompute=self.recompute_core)
+        out = attend(q, k, v, recompute=self.recompute_core, mask=self.doc_mask)
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 

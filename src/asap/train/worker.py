@@ -28,8 +28,8 @@ import torch.distributed as dist
 
 from asap.spec.loader import load_model
 from asap.spec.strategy import Strategy, parse_strategy
-from asap.train.data import local_rows, make_source
-from asap.train.model import AUX_LOSS_COEFF, build_model, cross_entropy
+from asap.train.data import attention_work, document_ids, local_rows, make_source
+from asap.train.model import AUX_LOSS_COEFF, build_model, cross_entropy, set_document_mask
 from asap.train.parallel import (ParallelDims, apply_ac, apply_dp, apply_ep, apply_tp, build_optimizer,
                                  build_schedule, chunk_layer_ids, finalize_grads, pipeline_split)
 
@@ -88,6 +88,20 @@ def _build_parts(spec, s: Strategy, dims: ParallelDims, device: torch.device, se
     return stage_parts, parts, wrapped, manual_dp
 
 
+def step_batch(data, job: dict, step: int, gb: int, seq: int):
+    """The step's global batch (gb, seq + 1) and, with packed documents, each position's document id: the
+    step's samples in the order ``launch.sample_order`` placed them (rows of the seeded stream follow them)."""
+    batch = data.batch(step, gb, seq)
+    docs = job.get("documents")
+    if not docs:
+        return batch, None
+    order = job["sample_order"][step]
+    first = [(step * gb + i) % len(docs) for i in range(gb)]
+    row_of = {sample: i for i, sample in enumerate(first)}
+    perm = torch.tensor([row_of[sample] for sample in order])
+    return batch[perm], document_ids([docs[i] for i in order], seq)
+
+
 def run_job(job: dict, device: torch.device) -> dict:
     spec = load_model(job["model"])
     s = Strategy(**parse_strategy(job["strategy"], "job.strategy"))
@@ -141,9 +155,14 @@ def run_job(job: dict, device: torch.device) -> dict:
     losses, step_times, aux = [], [], []
     if prof is not None:
         prof.start()
+    docs, works = job.get("documents"), []
     for step in range(steps):
         # the batch is ready before the clock starts, as a prefetching data loader would have it
-        batch = local_rows(data.batch(step, gb, seq), dp_rank, s.dp).to(device)
+        batch, doc_ids = step_batch(data, job, step, gb, seq)
+        batch = local_rows(batch, dp_rank, s.dp).to(device)
+        if docs:
+            doc_ids = local_rows(doc_ids, dp_rank, s.dp).to(device)
+            works.append(attention_work(doc_ids))
         inputs, labels = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
         if capture is not None and step == 0:
             capture.arm()
@@ -163,6 +182,7 @@ def run_job(job: dict, device: torch.device) -> dict:
                 x = inputs[i * s.mbs:(i + 1) * s.mbs].clone()
                 y = labels[i * s.mbs:(i + 1) * s.mbs].clone()
                 sync_ctx = (wrapped[0].no_sync() if is_ddp[0] and i < n_micro - 1 else contextlib.nullcontext())
+                set_document_mask(wrapped[0], doc_ids[i * s.mbs:(i + 1) * s.mbs] if docs else None)
                 with sync_ctx, cp_context([(x, 1), (y, 1)]), autocast:
                     loss = cross_entropy(wrapped[0](x), y)
                     (loss / n_micro).backward()
@@ -195,6 +215,8 @@ def run_job(job: dict, device: torch.device) -> dict:
     moes = [m for p in parts for m in p.moe_layers()]  # what crossed "nodes" (--devices-per-node), all steps
     result["internode_dispatch_bytes"] = sum(m.internode_dispatch_bytes for m in moes)
     result["dispatch_remote_domains"] = sum(m.dispatch_remote_domains for m in moes)
+    result["dp_rank"] = dp_rank
+    result["attention_work"] = sum(works) / len(works) if works else None
     dist.barrier()
     return result
 
