@@ -90,6 +90,9 @@ def attention_cost_coefficients(model=None, cluster=None, precision: str = "bf16
 
 # ---------------------------------------------------------------------------------------------- input
 
+MAX_PACKED_SAMPLES = 10_000_000  # a bound on what a flat document list packs into (a typo of 1e30 tokens is refused)
+
+
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
@@ -141,6 +144,10 @@ def parse_samples(data: Any, seq_len: int) -> tuple[list[list[int]], bool]:
                                    f"is {'a list' if lists[first] else repr(data[first])}; give a list of lists or "
                                    f"a flat list of numbers")
     docs = [_check_length(x, f"document {i}") for i, x in enumerate(data)]
+    n_samples = sum(-(-n // seq_len) for n in docs)  # at least this many: each its own whole chunks
+    if n_samples > MAX_PACKED_SAMPLES:
+        raise AsapError("lengths", f"the documents fill at least {n_samples:,} samples of {seq_len} tokens, more "
+                                   f"than {MAX_PACKED_SAMPLES:,}")
     return pack(docs, seq_len), True
 
 

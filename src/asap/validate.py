@@ -8,6 +8,7 @@ the best completion (``asap.search.complete``), as ``plan --fix`` does.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -30,6 +31,8 @@ def load_cases(path: str | Path | None = None) -> list[dict[str, Any]]:
             text = Path(path).read_text()
         except OSError as e:
             raise AsapError("cases", f"cannot read {path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise AsapError("cases", f"{path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
         where = str(path)
     try:
         cases = json.loads(text)
@@ -62,17 +65,29 @@ def source_of(case: dict[str, Any]) -> str:
     return str(case.get("source", case.get("id", ""))).split(" — ")[0].strip()
 
 
+def published_step_time(published: Any, cid: str) -> float:
+    """A case's ``published.step_time_s``: a positive finite number of seconds."""
+    if not isinstance(published, dict) or "step_time_s" not in published:
+        raise AsapError(f"{cid}.published", "must be a mapping with step_time_s")
+    v = published["step_time_s"]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise AsapError(f"{cid}.published.step_time_s", f"must be a positive number of seconds, got {v!r}")
+    return float(v)
+
+
 def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str, Family] | None = None) -> CaseResult:
     """One case: the best completion of its published knobs, priced. ``efficiency`` (family name -> constants)
     prices it with other constants than the catalog's (``benchmarks/calibrate.py`` fits them this way)."""
     where = f"cases[{index}]"
     cid = str(case.get("id", where))
+    if not isinstance(case, dict):
+        raise AsapError(where, f"must be a mapping, got {type(case).__name__}")
     try:
         model = model_from_dict(case["model"], where=f"{cid}.model")
         cluster = cluster_from_dict(case["cluster"])
         train = TrainSpec.from_dict(case["train"])
         fixed = parse_strategy(case.get("strategy") or {}, field=f"{cid}.strategy")
-        published = float(case["published"]["step_time_s"])
+        published = published_step_time(case["published"], cid)
     except KeyError as e:
         raise AsapError(f"{cid}", f"missing field {e}") from None
     if efficiency and cluster.accelerator.family in efficiency:

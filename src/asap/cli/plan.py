@@ -30,6 +30,8 @@ def plan(
     ilp_candidates: int = typer.Option(1, "--ilp-candidates", min=0,
                                        help="How many of the best pipelined candidates get the stage-split ILP."),
     ilp_time_limit: float = typer.Option(0.2, "--ilp-time-limit", min=0.05, help="HiGHS time limit per ILP (s)."),
+    time_limit: float = typer.Option(60.0, "--time-limit", help="The whole search's budget (s): past it the plan "
+                                                                  "ranks what it priced and says it stopped early."),
     precision: str = PrecisionOpt,
     framework: Optional[str] = FrameworkOpt,
     moe_imbalance: float = MoEImbalanceOpt,
@@ -62,7 +64,8 @@ def plan(
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
         result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
-                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows)
+                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
+                          time_limit_s=time_limit)
     emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
     if json_out:
         out = result.to_dict()
@@ -78,6 +81,9 @@ def plan(
     out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
                       f"{c.accelerator.name}: searched {result.searched:,} configurations ({result.fitting:,} fit) "
                       f"in {result.search_time_s:.2f} s", soft_wrap=True)
+    if result.stopped_early:
+        out_console.print(f"[yellow]stopped early[/]: {result.stop_reason} (--time-limit raises the budget)",
+                          soft_wrap=True)
     from asap.cost.estimate import framework_of
 
     fw = framework_of(t, c)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -35,6 +36,9 @@ CHUNK = 131072
 # not run.
 ILP_MIN_IMBALANCE = 0.01
 ILP_TIME_LIMIT_S = 0.2  # HiGHS per candidate; the heuristic start is already within a few tenths of a percent
+# The whole search's budget (``plan --time-limit``): past it no further chunk is priced and no ILP is started,
+# and the result says so (``stopped_early``, ``stop_reason``). The calibration cases take under 5 s on 2 cores.
+PLAN_TIME_LIMIT_S = 60.0
 
 
 class NoFitError(AsapError):
@@ -51,6 +55,10 @@ class PlanResult:
     meshes: list[dict[str, int] | None] = field(default_factory=list)
     stage_splits: list[dict[str, Any] | None] = field(default_factory=list)
     distinct: bool = True  # candidates are the fastest of each (tp, pp, cp, ep) shape
+    space: int = 0  # legal configurations in the space (``searched`` is how many of them were priced)
+    time_limit_s: float | None = None
+    stopped_early: bool = False
+    stop_reason: str | None = None
 
     def ties(self) -> list[bool]:
         """Whether each candidate's error band reaches the best one's: the model cannot tell them apart."""
@@ -79,6 +87,10 @@ class PlanResult:
             "pareto": [{"strategy": e.strategy.to_dict(), "strategy_string": str(e.strategy),
                         "step_time_s": e.step_time_s, "peak_memory_gb": e.peak_memory_gb} for e in self.pareto],
             "distinct": self.distinct,
+            "space": self.space or self.searched,
+            "time_limit_s": self.time_limit_s,
+            "stopped_early": self.stopped_early,
+            "stop_reason": self.stop_reason,
         }
 
 
@@ -106,36 +118,69 @@ def pareto_front(step_s: np.ndarray, mem_gb: np.ndarray, by_step: np.ndarray | N
     return front[~same_step_next]
 
 
+class Deadline:
+    """The search's time budget from its start (``limit_s`` None: none); ``notes`` say what it cut short."""
+
+    def __init__(self, t0: float, limit_s: float | None):
+        if limit_s is not None and not (limit_s > 0 and math.isfinite(limit_s)):
+            raise AsapError("time-limit", f"must be a positive number of seconds, got {limit_s!r}")
+        self.t0, self.limit_s = t0, limit_s
+        self.notes: list[str] = []
+
+    def passed(self) -> bool:
+        return self.limit_s is not None and time.perf_counter() - self.t0 > self.limit_s
+
+
+def chunk_order(n_chunks: int) -> list[int]:
+    """Chunks in bit-reversed order (0, n/2, n/4, 3n/4, ...): a search stopped by its time limit has priced
+    chunks spread over the whole space (its mesh shapes come in order), not only its first shapes."""
+    bits = max(n_chunks - 1, 1).bit_length()
+    return sorted(range(n_chunks), key=lambda k: int(format(k, f"0{bits}b")[::-1], 2))
+
+
 def price_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch, include_oom: bool,
-                fixed: dict[str, Any], progress: Callable[[int, int], None] | None):
-    """Chunk by chunk: the unit and device figures once, peak memory of every row, then the step times of the
-    rows that fit (all of them with ``include_oom``): (the kept rows, their memory, their step times, how many
-    fit)."""
-    searched = len(S)
-    kept, mems, steps, n_fit, smallest = [], [], [], 0, (np.inf, -1)
-    for i in range(0, searched, CHUNK):
-        part = S.take(slice(i, i + CHUNK))
+                fixed: dict[str, Any], progress: Callable[[int, int], None] | None, deadline: Deadline | None = None):
+    """Chunk by chunk (at most CHUNK rows in memory at a time): the unit and device figures once, peak memory
+    of every row, then the step times of the rows that fit (all of them with ``include_oom``): (the kept rows,
+    their memory, their step times, how many fit, how many were priced). Past the deadline no further chunk
+    is priced (at least one always is)."""
+    total = len(S)
+    n_chunks = -(-total // CHUNK)
+    kept, mems, steps, n_fit, smallest, priced = [], [], [], 0, (np.inf, -1), 0
+    fw = framework_of(train, cluster)
+    for done, k in enumerate(chunk_order(n_chunks)):
+        if done and deadline is not None and deadline.passed():
+            deadline.notes.append(f"time limit of {deadline.limit_s:g} s reached: priced {priced:,} of {total:,} "
+                                  f"configurations ({done} of {n_chunks} chunks, spread over the "
+                                  f"space); the ranking covers those only")
+            break
+        part = S.take(slice(k * CHUNK, (k + 1) * CHUNK))
+        idx = np.arange(k * CHUNK, k * CHUNK + len(part))
         ut = unit_times(model, cluster, train, part, UNIT_KEYS)
-        fw = framework_of(train, cluster)
         f = device_figures(model, train, part, ut, fw.selective)
         mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
         fits = mem.peak_gb <= cluster.hbm_gb
         n_fit += int(fits.sum())
         j = int(np.argmin(mem.peak_gb))
-        smallest = min(smallest, (float(mem.peak_gb[j]), i + j))
+        smallest = min(smallest, (float(mem.peak_gb[j]), int(idx[j])))
         rows = np.arange(len(part)) if include_oom else np.nonzero(fits)[0]
         if len(rows):
             mems.append(expand(mem, rows))
             steps.append(estimate_batch(model, cluster, train, part.take(rows), mem=mems[-1],
                                         figures=f.subset(rows), unit=ut.subset(rows)).step_time_s)
-            kept.append(i + rows)
+            kept.append(idx[rows])
+        priced += len(part)
         if progress:
-            progress(min(i + CHUNK, searched), searched)
+            progress(priced, total)
     if n_fit == 0 and not include_oom:
+        cut = " before the time limit" if priced < total else ""
         raise NoFitError("fix" if fixed else "cluster",
-                         f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {searched}); the smallest "
-                         f"needs {smallest[0]:.1f} GiB ({S.strategy(smallest[1])})")
-    return S.take(np.concatenate(kept)), MemoryBreakdown.concatenate(mems), np.concatenate(steps), n_fit
+                         f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {priced}{cut}); the "
+                         f"smallest needs {smallest[0]:.1f} GiB ({S.strategy(smallest[1])})")
+    rows = np.concatenate(kept)
+    order = np.argsort(rows, kind="stable")  # the space's own order, whatever order the chunks were priced in
+    return (S.take(rows[order]), expand(MemoryBreakdown.concatenate(mems), order), np.concatenate(steps)[order],
+            n_fit, priced)
 
 
 def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
@@ -148,20 +193,25 @@ def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
 
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = 1, ilp_time_limit_s: float = ILP_TIME_LIMIT_S, distinct: bool = True) -> PlanResult:
+         ilp_candidates: int = 1, ilp_time_limit_s: float = ILP_TIME_LIMIT_S, distinct: bool = True,
+         time_limit_s: float | None = PLAN_TIME_LIMIT_S) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
     split (``search.stages``, ``ilp_time_limit_s`` each), adopted as their layout when the estimate says it is
     faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
-    only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row)."""
+    only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row).
+    ``time_limit_s`` (None: none): past it no more of the space is priced and no ILP started; the result's
+    ``stopped_early`` and ``stop_reason`` say so."""
     t0 = time.perf_counter()
+    deadline = Deadline(t0, time_limit_s)
     fixed = dict(fixed or {})
     fw = framework_of(train, cluster)
     check_offered(fixed, fw)
     S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     if len(S) == 0:
         raise explain_empty_space(model, cluster, train, fixed)
-    searched = len(S)
-    S, mem_kept, step, n_fit = price_space(model, cluster, train, S, include_oom, fixed, progress)
+    space = len(S)
+    S, mem_kept, step, n_fit, searched = price_space(model, cluster, train, S, include_oom, fixed, progress,
+                                                     deadline)
     # a few spare rows, since an adopted ILP split may reorder the first ones
     by_step = np.argsort(step, kind="stable")
     front = pareto_front(step, mem_kept.peak_gb, by_step)
@@ -174,14 +224,18 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         return [estimate_from_batch(model, cluster, train, sub, be, j) for j in range(len(sub))]
 
     candidates, splits = full(order), [None] * len(order)
-    if "layer_split" not in fixed:
+    if "layer_split" not in fixed and ilp_candidates and deadline.passed():
+        deadline.notes.append("time limit reached before the pipeline-stage ILP: candidates keep the default "
+                              "layer split")
+    elif "layer_split" not in fixed:
         candidates, splits = adopt_stage_splits(model, cluster, train, candidates, ilp_candidates, ilp_time_limit_s)
     ranked = sorted(range(len(candidates)), key=lambda i: candidates[i].step_time_s)[:top]
     candidates, splits = [candidates[i] for i in ranked], [splits[i] for i in ranked]
     return PlanResult(candidates=candidates, pareto=full(front), searched=searched, fitting=n_fit,
                       search_time_s=time.perf_counter() - t0,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
-                      distinct=distinct)
+                      distinct=distinct, space=space, time_limit_s=time_limit_s,
+                      stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None)
 
 
 def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, candidates: list[Estimate],

@@ -17,6 +17,8 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
         text = Path(path).read_text()
     except OSError as e:
         raise AsapError(what, f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise AsapError(what, f"{path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
     try:
         data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
     except json.JSONDecodeError as e:

@@ -31,6 +31,14 @@ def _get(d: dict, key: str, default: Any = ...) -> Any:
     return default
 
 
+def _get_int(d: dict, key: str, default: Any = ...) -> int:
+    """A field the conversion does arithmetic on: an integer (model_from_dict checks the rest)."""
+    v = _get(d, key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise AsapError(f"config.json.{key}", f"must be an integer, got {v!r}")
+    return int(v)
+
+
 def _gated_activation(d: dict, key: str = "hidden_act") -> str:
     act = str(_get(d, key, "silu"))
     if act not in _ACT:
@@ -44,7 +52,7 @@ def model_from_hf(d: dict) -> ModelSpec:
         raise AsapError("config.json.model_type", f"unsupported model_type '{mt}' (supported: {', '.join(SUPPORTED)})")
     name = str(d.get("_name_or_path") or (d.get("architectures") or [mt])[0])
     if mt == "gpt2":
-        h = _get(d, "n_embd")
+        h = _get_int(d, "n_embd")
         native = dict(name=name, num_layers=_get(d, "n_layer"), hidden_size=h,
                       ffn_hidden_size=d.get("n_inner") or 4 * h, num_attention_heads=_get(d, "n_head"),
                       vocab_size=_get(d, "vocab_size"), activation="gelu",
@@ -70,15 +78,17 @@ def model_from_hf(d: dict) -> ModelSpec:
         native["moe"] = dict(num_experts=_get(d, "num_local_experts"), top_k=_get(d, "num_experts_per_tok"),
                              expert_ffn_hidden_size=_get(d, "intermediate_size"))
     elif mt in ("qwen2_moe", "qwen3_moe"):
-        expert_ffn = _get(d, "moe_intermediate_size")
+        expert_ffn = _get_int(d, "moe_intermediate_size")
         moe = dict(num_experts=_get(d, "num_experts"), top_k=_get(d, "num_experts_per_tok"),
                    expert_ffn_hidden_size=expert_ffn)
-        shared = d.get("shared_expert_intermediate_size") or 0
-        if shared:  # Qwen2-MoE has one wide shared expert: count it in units of a routed expert's width
+        shared = _get_int(d, "shared_expert_intermediate_size", 0)
+        if shared and expert_ffn > 0:  # Qwen2-MoE has one wide shared expert: count it in units of a routed expert's width
             moe["shared_experts"] = max(1, round(shared / expert_ffn))
         if d.get("decoder_sparse_step", 1) not in (1, None):
             raise AsapError("config.json.decoder_sparse_step", "only every-layer MoE (1) is supported")
         only_mlp = d.get("mlp_only_layers") or []
+        if not isinstance(only_mlp, list):
+            raise AsapError("config.json.mlp_only_layers", f"must be a list of layer indices, got {only_mlp!r}")
         if only_mlp:
             if list(only_mlp) != list(range(len(only_mlp))):
                 raise AsapError("config.json.mlp_only_layers", "only leading dense layers are supported")

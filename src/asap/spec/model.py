@@ -168,6 +168,11 @@ _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_di
 _MOE_KEYS = ("num_experts", "top_k", "expert_ffn_hidden_size", "shared_experts", "first_dense_layers")
 
 
+# No model dimension (layers, widths, heads, experts, vocabulary) comes near this; the bound keeps a typo such
+# as 1e30 from overflowing the cost model's 64-bit arithmetic.
+MAX_DIMENSION = 1 << 24
+
+
 def _int(d: dict, key: str, where: str, *, minimum: int = 1, default: Any = ..., allow_none: bool = False) -> Any:
     if key not in d or d[key] is None:
         if allow_none and key in d:
@@ -183,6 +188,8 @@ def _int(d: dict, key: str, where: str, *, minimum: int = 1, default: Any = ...,
             raise AsapError(f"{where}.{key}", f"must be an integer, got {v!r}")
     if v < minimum:
         raise AsapError(f"{where}.{key}", f"must be >= {minimum}, got {v}")
+    if v > MAX_DIMENSION:
+        raise AsapError(f"{where}.{key}", f"must be at most {MAX_DIMENSION:,}, got {v}")
     return v
 
 

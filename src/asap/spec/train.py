@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,5 +65,9 @@ class TrainSpec:
         imbalance = d.get("moe_imbalance", 1.0)
         if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)):
             raise AsapError("train.moe_imbalance", f"must be a number from 1 to 1000, got {imbalance!r}")
-        return cls(int(d["global_batch"]), int(d["seq_len"]), str(d.get("precision", "bf16")),
+        sizes = [d[key] for key in ("global_batch", "seq_len")]
+        for key, v in zip(("global_batch", "seq_len"), sizes):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
+                raise AsapError(f"train.{key}", f"must be a positive integer, got {v!r}")
+        return cls(int(sizes[0]), int(sizes[1]), str(d.get("precision", "bf16")),
                    None if framework is None else str(framework).lower().strip(), float(imbalance))
