@@ -28,7 +28,13 @@ def _case_edit(edits):
 
 REPLAY = {**READERS, "case_edit": _case_edit,
           "model_file_hex": lambda raw, suffix: READERS["model_file"](bytes.fromhex(raw), suffix),
-          "cases_file_hex": lambda raw: _cases_bytes(bytes.fromhex(raw))}
+          "cases_file_hex": lambda raw: _cases_bytes(bytes.fromhex(raw)), "trace_events": lambda ev: _trace_events(ev)}
+
+
+def _trace_events(events) -> None:
+    from test_fuzz_traces import diagnose_doc
+
+    diagnose_doc({"schemaVersion": 1, "traceEvents": events})
 
 
 def _cases_bytes(raw: bytes) -> None:

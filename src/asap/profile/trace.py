@@ -142,6 +142,31 @@ def parse_json(data: bytes, path: Path) -> Any:
         raise AsapError(str(path), f"not valid JSON ({msg})") from None
 
 
+MAX_TIME_US = 1e17  # timestamps and durations past this (three thousand years) are corrupt, not measurements
+
+
+def _time_ok(v: Any, low: float) -> bool:
+    return type(v) in (int, float) and low <= v <= MAX_TIME_US  # NaN fails both comparisons
+
+
+def well_formed(e: Any) -> bool:
+    """An event the readers can use: a mapping whose fields have the types Chrome trace JSON gives them (a
+    string phase, category and name; finite times; scalar pid/tid; a mapping of args). Others are left out."""
+    if type(e) is not dict or type(e.get("ph")) is not str:
+        return False
+    for key in ("cat", "name"):
+        if key in e and type(e[key]) is not str:
+            return False
+    for key in ("pid", "tid"):
+        if key in e and type(e[key]) not in (int, str):
+            return False
+    if "args" in e and type(e["args"]) is not dict:
+        return False
+    if e["ph"] == "X" and not (_time_ok(e.get("ts"), -MAX_TIME_US) and _time_ok(e.get("dur", 0), 0.0)):
+        return False
+    return True
+
+
 def load_document(path: Path) -> dict:
     """A trace document as a dict with a ``traceEvents`` list (a bare JSON array is wrapped)."""
     doc = parse_json(read_bytes(path), path)
@@ -149,6 +174,7 @@ def load_document(path: Path) -> dict:
         doc = {"traceEvents": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise AsapError(str(path), "is JSON but not a profiler trace (no 'traceEvents' list)")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if well_formed(e)]
     if not any(isinstance(e, dict) and e.get("ph") == "X" for e in doc["traceEvents"]):
         raise AsapError(str(path), "profiler trace has no timed ('ph': 'X') events")
     return doc
