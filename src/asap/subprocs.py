@@ -1,37 +1,74 @@
-"""Child processes started in their own process group (a launcher and everything it spawns)."""
+"""Child processes started in their own process group (a launcher and everything it spawns).
+
+Every way a wait ends leaves no process of the group behind: a timeout, an interruption (Ctrl-C, or SIGTERM to
+asap, turned into KeyboardInterrupt while a child runs) and a normal exit that left workers running.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to the group; False when no process of it is left."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's whole process group, then SIGKILL what is still there after 5 s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
+    """SIGTERM the child's whole process group, SIGKILL what is still there after 5 s (or once the leader is
+    gone: its workers may ignore SIGTERM), and reap the leader."""
+    if _signal_group(proc.pid, signal.SIGTERM):
         try:
             proc.wait(5)
-            return
         except subprocess.TimeoutExpired:
-            continue
+            pass
+    _signal_group(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a process in uninterruptible sleep
+        pass
+
+
+@contextmanager
+def _sigterm_interrupts():
+    """While a child runs, SIGTERM to asap raises KeyboardInterrupt (as Ctrl-C does), so the group is killed
+    rather than orphaned; the previous handler comes back afterwards. Only the main thread can set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def wait_or_kill(proc: subprocess.Popen, timeout_s: float | None) -> bool:
-    """Wait for the child; on timeout (or any interruption) kill its process group. True if it timed out."""
+    """Wait for the child; on timeout (or any interruption) kill its process group. True if it timed out.
+    After a normal exit, processes the leader left in its group are killed too."""
     try:
-        proc.wait(timeout=timeout_s)
+        with _sigterm_interrupts():
+            proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         kill_group(proc)
         return True
     except BaseException:
         kill_group(proc)
         raise
+    _signal_group(proc.pid, signal.SIGKILL)  # orphans of a leader that exited: nothing when it cleaned up
     return False
 
 
