@@ -88,6 +88,16 @@ def peak_memory_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # Linux: KiB
 
 
+def write_hlo(profile_dir: str, text: str) -> None:
+    """The compiled step's HLO beside the newest profile's trace: its operators' shapes, which XLA:CPU traces
+    lack (``asap.profile.hlo`` reads it for their FLOPs and bytes)."""
+    from asap.profile.hlo import HLO_SUFFIX
+
+    runs = sorted(Path(profile_dir).glob("plugins/profile/*/"), key=lambda p: p.stat().st_mtime)
+    if runs:
+        (runs[-1] / ("jit_step_fn" + HLO_SUFFIX)).write_text(text)
+
+
 def run_job(spec: ModelSpec, s: Strategy, global_batch: int, seq_len: int, steps: int, *, precision: str = "fp32",
             seed: int = 0, lr: float = 1e-3, data: str | None = None, profile_dir: str | None = None,
             log=lambda msg: None) -> dict:
@@ -123,6 +133,7 @@ def run_job(spec: ModelSpec, s: Strategy, global_batch: int, seq_len: int, steps
         log(f"step {i + 1}/{steps} loss {loss:.5f} time {times[-1]:.3f}s")
     if tracing:
         jax.profiler.stop_trace()
+        write_hlo(profile_dir, step_fn.lower(params, m, v, jnp.int32(steps), x, y).compile().as_text())
     return {"losses": losses, "step_times_s": times, "peak_memory_gb": peak_memory_gb(),
             "mesh": {k: int(n) for k, n in mesh.shape.items()}, "devices": int(mesh.size),
             "platform": jax.devices()[0].platform, "trace_dir": profile_dir if tracing else None}

@@ -21,6 +21,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from asap.profile.hlo import costs_beside
 from asap.profile.trace import (OpInstance, Timeline, is_comm_kernel, is_p2p, self_times, short_kernel_name,
                                 trim_windows, windows_array)
 from asap.profile.windows import Intervals
@@ -103,7 +104,7 @@ def _device_timeline(source, pid, process_name, events, windows, notes, n_device
     compute = Intervals.union_of(starts[~comm], ends[~comm])
     comm_set = Intervals.union_of(starts[comm], ends[comm])
     p2p = Intervals.union_of(starts[pp], ends[pp])
-    ops = _instances(events, names, starts, ends, comm, pp)
+    ops = _instances(events, names, starts, ends, comm, pp, costs_beside(source))
     source_kind = "StepTraceAnnotation"
     if not windows:
         if len(events):
@@ -123,8 +124,10 @@ def _device_timeline(source, pid, process_name, events, windows, notes, n_device
                     windows_source=source_kind, compute=compute, comm=comm_set, p2p=p2p, ops=ops, notes=notes)
 
 
-def _instances(events, names, starts, ends, comm, pp) -> list[OpInstance]:
-    """Ops with their self time per thread (a while loop's body ops are not counted twice)."""
+def _instances(events, names, starts, ends, comm, pp, hlo_costs=None) -> list[OpInstance]:
+    """Ops with their self time per thread (a while loop's body ops are not counted twice), and FLOPs and bytes
+    from the event's stats or else from the compiled module's HLO (``hlo_costs``: {module: {op: (FLOPs, bytes)}})."""
+    hlo_costs = hlo_costs or {}
     by_thread: dict = defaultdict(list)
     for k, e in enumerate(events):
         by_thread[(e.get("pid"), e.get("tid"))].append(k)
@@ -137,6 +140,9 @@ def _instances(events, names, starts, ends, comm, pp) -> list[OpInstance]:
         args = e.get("args") or {}
         flops = _number(args.get("flops", args.get("model_flops")))
         nbytes = _number(args.get("bytes_accessed"))
+        if flops is None and nbytes is None:
+            flops, nbytes = hlo_costs.get(str(args.get("hlo_module", "")), {}).get(str(args.get("hlo_op", "")),
+                                                                                 (None, None))
         out.append(OpInstance(short_kernel_name(names[k]), float(starts[k]), float(self_us[k]), flops, nbytes, None,
                               bool(comm[k]), bool(pp[k]), names[k]))
     return out
