@@ -25,6 +25,7 @@ from asap.agents.analyzer import Analyzer, Diagnosis
 from asap.agents.memory import canonical_strategy
 from asap.agents.proposer import Proposer, parse_current, workload_record
 from asap.cost.estimate import Estimate, estimate
+from asap.errors import AsapError
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
@@ -91,13 +92,17 @@ class TrialRecord:
     catalog_step_time_s: float | None
     diagnosis: dict | None = None
     trial_id: int | None = None
+    traces: list[str] = field(default_factory=list)
+    # why it gained or lost against the best trial before it: the trace diff (asap diagnose --compare) when
+    # both were profiled, else the cost model's term-by-term comparison (asap compare) of the two
+    explanation: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy.to_dict(), "strategy_string": str(self.strategy), "status": self.status,
                 "reason": self.reason, "measured_step_time_s": self.measured_step_time_s,
                 "predicted_step_time_s": self.predicted_step_time_s,
                 "catalog_step_time_s": self.catalog_step_time_s, "diagnosis": self.diagnosis,
-                "trial_id": self.trial_id}
+                "trial_id": self.trial_id, "explanation": self.explanation}
 
 
 @dataclass
@@ -126,7 +131,7 @@ class Coordinator:
         # (keys: Memory's canonical spelling of each strategy)
         pairs = self._known_pairs(known)
         self.correction = fit_correction(pairs)
-        current = parse_current(self.start, self.model, self.cluster, self.train)
+        current = self._start()
         best = self._best_known(known)
         stall, executed = 0, 0
         while executed < self.budget:
@@ -155,6 +160,24 @@ class Coordinator:
                 break
         return self.result(best)
 
+    def _start(self) -> Strategy:
+        """The given start, else the planner's fastest strategy the executor can run (on the loop's model):
+        no trial spent on a default that the cost model already knows does not fit."""
+        if self.start:
+            return parse_current(self.start, self.model, self.cluster, self.train)
+        from asap.search.planner import NoFitError, plan
+
+        try:
+            rows = plan(self.model, self.corrected(), self.train, {}, top=20, ilp_candidates=0).candidates
+        except NoFitError:
+            rows = []
+        runnable = [e.strategy for e in rows if not self._refused(e.strategy)]
+        return runnable[0] if runnable else parse_current(None, self.model, self.cluster, self.train)
+
+    def _refused(self, strategy: Strategy) -> str | None:
+        refuses = getattr(self.executor, "refuses", None)
+        return refuses(strategy) if refuses else None
+
     def _next(self, first: Strategy | None, best, known) -> tuple[Strategy | None, Diagnosis | None, list]:
         """The first trial runs the start; every later one the proposer's first proposal not tried yet."""
         if first is not None:
@@ -164,7 +187,7 @@ class Coordinator:
         diagnosis = Analyzer(cluster).analyze(estimate(self.model, cluster, self.train, base))
         proposer = Proposer(self.model, cluster, self.train, self.memory, llm=self.llm)
         ps = proposer.propose(base, diagnosis, exclude=self._tried_strings(known))
-        fresh = [p for p in ps.proposals if canon(p.strategy) not in known]
+        fresh = [p for p in ps.proposals if canon(p.strategy) not in known and not self._refused(p.strategy)]
         if ps.within_error and len(fresh) > 1:
             # the model cannot tell them apart: run the one whose mix of terms the trials so far know least
             fresh.sort(key=lambda p: -self._novelty(p.strategy))
@@ -200,11 +223,38 @@ class Coordinator:
                         outputs={"status": status, "measured_step_time_s": measured,
                                  "correction": self.correction.to_dict()}, trial_id=tid)
         record = TrialRecord(strategy, status, reason, measured, predicted.step_time_s,
-                             catalog.step_time_s, diag, tid)
+                             catalog.step_time_s, diag, tid, traces=list(getattr(res, "traces", []) or []))
+        if status == "ok":
+            record.explanation = self._explain(record)
+            if record.explanation:
+                self.memory.log(exp, "coordinator", "explanation", inputs={"strategy": str(strategy)},
+                                outputs={"explanation": record.explanation}, trial_id=tid)
         self.trials.append(record)
         if self.on_trial:
             self.on_trial(record, self)
         return record
+
+    def _explain(self, record: TrialRecord) -> str:
+        """Why ``record`` gained or lost against the fastest ok trial before it: the two runs' traces compared
+        (``asap.profile.compare``) when both have them, else the cost model's comparison of the two."""
+        done = [t for t in self.trials if t.status == "ok" and t.measured_step_time_s]
+        if not done:
+            return ""
+        ref = min(done, key=lambda t: t.measured_step_time_s)
+        change = record.measured_step_time_s / ref.measured_step_time_s - 1.0
+        head = f"measured {change:+.1%} against trial {self.trials.index(ref) + 1}"
+        if record.traces and ref.traces:
+            from asap.profile.compare import compare_traces
+
+            try:
+                return f"{head}; traces: {compare_traces(ref.traces, record.traces)['verdict']}"
+            except AsapError:
+                pass  # unreadable traces: the cost model's view below
+        from asap.compare import verdict
+
+        cluster = self.corrected()
+        a, b = (estimate(self.model, cluster, self.train, t.strategy) for t in (ref, record))
+        return f"{head}; the cost model (corrected) predicted: {verdict(a, b, 'the reference', 'this trial')}"
 
     def _verify_numerics(self, strategy: Strategy) -> str | None:
         """None when numerics are not verified, when this is the first ok trial (the reference), or when the

@@ -92,7 +92,7 @@ def _open_memory(path: str | None):
     return Memory.open(path)
 
 
-def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int):
+def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: str | None = None):
     from asap.execute.base import make_executor
     from asap.spec.hardware import load_cluster
 
@@ -102,7 +102,7 @@ def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int):
     if sim_machine:
         raise AsapError("sim-machine", "only the sim executor takes --sim-machine")
     if kind in ("torch", "jax"):
-        return make_executor(kind, model=m, train=t, steps=steps)
+        return make_executor(kind, model=m, train=t, steps=steps, profile_dir=profile)
     raise AsapError("executor", f"must be sim, torch or jax here, got {kind!r} (the command executor: asap.execute)")
 
 
@@ -157,6 +157,9 @@ def tune(
     devices: Optional[int] = DevicesOpt,
     memory: Optional[str] = MemoryOpt,
     report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML page of the run."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="With real runs: profile each trial into "
+                                                                  "DIR/trialN; each trial's gain or loss is then "
+                                                                  "explained from the trace diff."),
     llm: bool = LlmOpt,
     llm_base_url: Optional[str] = LlmUrlOpt,
     llm_model: Optional[str] = LlmModelOpt,
@@ -167,7 +170,9 @@ def tune(
     from asap.agents.coordinator import Coordinator
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, 1.0)
-    ex = _executor(executor, m, c, t, sim_machine, steps)
+    if profile and executor not in ("torch", "jax"):
+        raise AsapError("profile", f"needs real runs (--executor torch or jax), got {executor}")
+    ex = _executor(executor, m, c, t, sim_machine, steps, profile)
     verify = _numerics_check(ex, m, t) if verify_numerics else None
     from asap.cost.estimate import framework_of
     from asap.spec.strategy import non_default_keys

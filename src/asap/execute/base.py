@@ -113,6 +113,10 @@ class Executor(ABC):
     def _run(self, strategy: Strategy | str | dict) -> Result:
         ...
 
+    def refuses(self, strategy: Strategy) -> str | None:
+        """Why this executor cannot run ``strategy`` (one line), before any trial is spent on it; None if it can."""
+        return None
+
 
 def make_executor(kind: str, **kwargs) -> Executor:
     """``sim`` (model, cluster, train), ``torch`` or ``jax`` (model, train, steps, ...) or ``command`` (template, ...)."""

@@ -18,6 +18,17 @@ from asap.spec.train import TrainSpec
 class JaxExecutor(TorchExecutor):
     name = "jax"
 
+    def refuses(self, strategy: Strategy) -> str | None:
+        """The JAX trainer's own limits (``asap.jaxrun.launch.check_supported_jax``)."""
+        from asap.jaxrun.launch import check_supported_jax
+
+        train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
+        try:
+            check_supported_jax(self.model, strategy, train)
+        except AsapError as e:
+            return str(e)
+        return None
+
     def _run(self, strategy: Strategy | str | dict) -> Result:
         from asap.jaxrun.launch import run
         from asap.train.launch import RunFailed, resolve_run_strategy

@@ -46,6 +46,17 @@ class TorchExecutor(Executor):
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
         return estimate(self.model, self.cluster(strategy.devices), train, strategy)
 
+    def refuses(self, strategy: Strategy) -> str | None:
+        """The reference trainer's own limits (``asap.train.launch.check_supported``) on this machine's device."""
+        from asap.train.launch import check_supported, detect_device
+
+        train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
+        try:
+            check_supported(self.model, strategy, train, detect_device(self.device, strategy.devices))
+        except AsapError as e:
+            return str(e)
+        return None
+
     def _run(self, strategy: Strategy | str | dict) -> Result:
         from asap.train.launch import RunFailed, resolve_run_strategy, run
 
