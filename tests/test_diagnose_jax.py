@@ -63,7 +63,8 @@ def test_jax_compute_bound(tmp_path):
     assert list(folder.rglob("perfetto_trace.json.gz"))
     d = diagnose([folder])  # a profile folder: the perfetto trace is found inside, once
     assert d.bottleneck == "compute", d.evidence
-    assert len(d.ranks) == 1 and d.n_steps == 4
+    assert sorted(r.rank for r in d.ranks) == list(range(8))  # one timeline per device, by its ops' device_ordinal
+    assert d.n_steps == 4 * 8
     assert d.steps_source == "StepTraceAnnotation"
     assert [s["name"] for s in d.ranks[0].steps] == ["train#0", "train#1", "train#2", "train#3"]
     assert d.communication_s == 0.0

@@ -1,6 +1,8 @@
 """Real JAX runs on 8 virtual CPU devices, each built so that one bottleneck class wins by construction;
 ``asap.profile.diagnose`` must name it from the profile (by at least 2x over the runner-up), and the agents'
-propose path on the same trace must offer the expert's move for it.
+propose path on the same trace must offer the expert's move for it. The trace gives one timeline per device
+(``asap.profile.jax_trace``: XLA:CPU tags each op with its device), so a device's step is its own compute,
+collectives and idle.
 
 The CPU roofline here is measured (``measured_cpu_roofline``: ridge ~6 FLOP/B on this machine); each operator's
 FLOPs and bytes come from the compiled step's HLO that ``asap.jaxrun.train`` writes beside the trace
@@ -80,6 +82,28 @@ def test_narrow_long_sequence_run_is_memory_bound_and_raises_intensity(tmp_path)
     assert diagnosis.source == "trace" and diagnosis.bottleneck == "memory"
     assert len(props) == 3
     assert any(p.strategy.mbs > current.mbs for p in props), [str(p.strategy) for p in props]
+
+
+def test_narrow_deep_tensor_parallel_run_is_communication_bound_and_lowers_tp(tmp_path):
+    """Communication: tp=8 on h = 256, ffn = 1024, four layers and only 8 x 16 tokens. Megatron tensor parallelism
+    puts two all-reduces of the 128 x 256 activations in each layer's forward and two in its backward, ~20
+    collectives a step, while each device's share of a layer's products is 128 x 256 x 128 (a few MFLOP, well
+    under a millisecond): every all-reduce is a barrier of the 8 devices, and a device's wait in it for the
+    other seven (on the cores they share) is far longer than its own work between two of them (measured, one
+    timeline per device: communication 81 ms of a 111 ms step, the runner-up host idle 11 ms, compute 5 ms and
+    memory 9 ms; read as one timeline over all devices the same trace gave compute 57 ms against communication
+    25 ms, the others' compute hiding each device's wait). The expert's move changes the mesh: less tensor
+    parallelism (the ranks it frees to data parallelism or sharded states), so fewer and smaller all-reduces."""
+    model = dict(name="narrow-deep", num_layers=4, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=8,
+                 vocab_size=256)
+    d, traces, spec = profiled(tmp_path, model, "tp=8", 8, 16)
+    assert sorted(r.rank for r in d.ranks) == list(range(8))  # each device its own timeline
+    assert_wins(d, "communication")
+    assert d.top_ops[0].bound == "communication" and d.top_ops[0].name.startswith("all-reduce")
+    current, diagnosis, props = proposals(spec, "tp=8", 8, 16, traces)
+    assert diagnosis.source == "trace" and diagnosis.bottleneck == "communication"
+    assert current.tp == 8 and props
+    assert any(p.strategy.tp < current.tp for p in props), [str(p.strategy) for p in props]
 
 
 HLO = """HloModule jit_step_fn, is_scheduled=true

@@ -6,9 +6,16 @@ accelerator, whose stream (GPU) or 'XLA Ops' (TPU) threads hold the device work.
 
 Steps are ``jax.profiler.StepTraceAnnotation(name, step_num=i)`` spans (or ``ProfilerStep#N`` ones).
 
-XLA:CPU's "devices" (``--xla_force_host_platform_device_count``) are a fiction over the same cores: one
-device's all-reduce waits while another's matmul runs on the cores they share. So a CPU trace is analysed as
-one timeline, the host, over the union of all its devices' ops. Accelerator devices each get a timeline.
+Accelerator devices each get a timeline. XLA:CPU's devices (``--xla_force_host_platform_device_count``)
+have no process or line of their own: all run on the host's thread pool (a thread serves whichever device's
+thunk comes next), and each op carries the device it ran for as its ``device_ordinal`` stat (a string in the
+perfetto export, an int in the ``.xplane.pb``). So a CPU trace gives one timeline per device ordinal, the
+way a Kineto job gives one per rank: a device's step is its own compute, its own collectives and its own
+idle. (The union over all devices would be the host's cores: while one device waits in an all-reduce for the
+others, their compute would hide its wait, and a communication-bound mesh would read as busy.) The devices
+share the cores, so one device's compute slows the others; that shows, as it does for a slow GPU, as the
+others' wait inside their collectives, and, where no collective follows, as idle before a device's first op
+and after its last while the others hold the cores.
 
 JAX traces carry no operand shapes (TPU traces may carry ``flops``/``bytes_accessed``, used when present), so
 an op's bound otherwise comes from its name (dot/gemm/convolution -> compute, else memory).
@@ -56,14 +63,31 @@ def timelines_from_jax(doc: dict, source: str) -> list[Timeline]:
         if e.get("pid") in device_pids:
             device_events[e.get("pid")].append(e)
     device_pids = [p for p in device_pids if device_events[p]]
+    costs = costs_beside(source)
     if device_pids:
         return [_device_timeline(source, pid, process_names[pid], _device_ops(device_events[pid], pid, thread_names),
-                                 windows, list(notes), len(device_pids)) for pid in device_pids]
+                                 windows, list(notes), len(device_pids), costs) for pid in device_pids]
     host_ops = [e for e in xs if "hlo_op" in (e.get("args") or {})]
-    ordinals = {str((e.get("args") or {}).get("device_ordinal")) for e in host_ops}
-    if len(ordinals) > 1:
-        notes.append(f"XLA:CPU ran {len(ordinals)} devices on the host's cores: analysed as one device, the host")
-    return [_device_timeline(source, None, "/host:CPU", host_ops, windows, notes, 1)]
+    by_ordinal = _by_ordinal(host_ops)
+    if len(by_ordinal) < 2:
+        return [_device_timeline(source, None, "/host:CPU", host_ops, windows, notes, 1, costs)]
+    untagged = len(host_ops) - sum(len(v) for v in by_ordinal.values())
+    notes.append(f"XLA:CPU ran {len(by_ordinal)} devices on the host's cores: one timeline per device (its ops' "
+                 "device_ordinal); they share the cores" +
+                 (f"; {untagged} ops with no device_ordinal left out" if untagged else ""))
+    return [_device_timeline(source, None, "/host:CPU", evs, windows, list(notes), len(by_ordinal), costs,
+                             device_id=ordinal) for ordinal, evs in by_ordinal.items()]
+
+
+def _by_ordinal(host_ops: list[dict]) -> dict[int, list[dict]]:
+    """The host's XLA ops by the device they ran for (integer ``device_ordinal``), in device order."""
+    out: dict[int, list[dict]] = defaultdict(list)
+    for e in host_ops:
+        try:
+            out[int(str((e.get("args") or {}).get("device_ordinal")))].append(e)
+        except ValueError:
+            continue
+    return dict(sorted(out.items()))
 
 
 def _steps(xs: list[dict], process_names: dict) -> list[tuple[str, float, float]]:
@@ -93,7 +117,10 @@ def _op_name(e: dict) -> str:
     return str(e.get("name", ""))
 
 
-def _device_timeline(source, pid, process_name, events, windows, notes, n_devices) -> Timeline:
+def _device_timeline(source, pid, process_name, events, windows, notes, n_devices, hlo_costs=None,
+                     device_id: int | None = None) -> Timeline:
+    """One device's timeline: an accelerator's process (``pid``), or one XLA:CPU device of the host's ops
+    (``device_id``, its ordinal), or the host's ops as one device (neither)."""
     kind = "tpu" if "TPU" in process_name else "gpu" if "GPU" in process_name else "cpu"
     starts = np.array([float(e["ts"]) for e in events], dtype=np.float64)
     ends = starts + np.array([float(e.get("dur", 0.0) or 0.0) for e in events], dtype=np.float64)
@@ -104,7 +131,7 @@ def _device_timeline(source, pid, process_name, events, windows, notes, n_device
     compute = Intervals.union_of(starts[~comm], ends[~comm])
     comm_set = Intervals.union_of(starts[comm], ends[comm])
     p2p = Intervals.union_of(starts[pp], ends[pp])
-    ops = _instances(events, names, starts, ends, comm, pp, costs_beside(source))
+    ops = _instances(events, names, starts, ends, comm, pp, hlo_costs)
     source_kind = "StepTraceAnnotation"
     if not windows:
         if len(events):
@@ -116,9 +143,14 @@ def _device_timeline(source, pid, process_name, events, windows, notes, n_device
         source_kind = "whole_trace"
     elif windows[0][0].startswith("ProfilerStep#"):
         source_kind = "ProfilerStep"
-    device_id = process_name.rsplit(":", 1)[-1] if pid is not None else None
-    label = source.rsplit("/", 1)[-1] if n_devices == 1 else f"{source.rsplit('/', 1)[-1]} {process_name}"
-    return Timeline(label=label, source=source, rank=int(device_id) if device_id and device_id.isdigit() else None,
+    base = source.rsplit("/", 1)[-1]
+    if device_id is not None:  # an XLA:CPU device: the host process is every device's
+        rank, label = device_id, f"{base} {process_name} device {device_id}"
+    else:
+        tail = process_name.rsplit(":", 1)[-1] if pid is not None else ""
+        rank = int(tail) if tail.isdigit() else None
+        label = base if n_devices == 1 else f"{base} {process_name}"
+    return Timeline(label=label, source=source, rank=rank,
                     framework="jax", device_kind=kind, device_name=process_name, device_memory_bytes=None,
                     windows_us=windows_array(windows), window_names=[w[0] for w in windows],
                     windows_source=source_kind, compute=compute, comm=comm_set, p2p=p2p, ops=ops, notes=notes)
