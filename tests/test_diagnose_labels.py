@@ -68,3 +68,31 @@ def test_next_steps_name_propose_and_two_entries_for_the_verdict():
     assert all(out["bottleneck"] in entries[i].bottlenecks for i in ids)
     human = run_cli("diagnose", CONTROL).stdout
     assert human.count("try (") == 2 and "next: asap propose" in human
+
+
+def test_idle_while_shared_cores_run_other_devices_is_contention_not_host():
+    """Two XLA:CPU devices on one host's cores, one 10 ms step: device 0 computes 0-6 ms, device 1 computes
+    4-10 ms. Device 0's idle 6-10 ms is spent while device 1 holds the cores (contended); device 1's 0-4 ms the
+    same. None of it is the host program's."""
+    import numpy as np
+
+    from asap.profile.diagnose import contended_s, rank_figures
+    from asap.profile.trace import Timeline
+    from asap.profile.windows import Intervals
+
+    def tl(rank, start_us, end_us, shared):
+        return Timeline(label=f"device {rank}", source="x", rank=rank, framework="jax", device_kind="cpu",
+                        device_name="/host:CPU", device_memory_bytes=None, windows_us=np.array([[0.0, 10_000.0]]),
+                        window_names=["train#0"], windows_source="StepTraceAnnotation",
+                        compute=Intervals.union_of([start_us], [end_us]), comm=Intervals.empty(),
+                        p2p=Intervals.empty(), ops=[], shared_host=shared)
+
+    pair = [tl(0, 0.0, 6000.0, "host"), tl(1, 4000.0, 10_000.0, "host")]
+    assert contended_s(pair[0], pair)[0] == pytest.approx(4e-3)
+    assert rank_figures(pair[1], pair).contended_s == pytest.approx(4e-3)
+    own = [tl(0, 0.0, 6000.0, None), tl(1, 4000.0, 10_000.0, None)]  # devices with cores of their own
+    assert contended_s(own[0], own)[0] == 0.0
+    fig = {"compute_s": 6e-3, "exposed_communication_s": 0.0, "exposed_p2p_s": 0.0, "idle_s": 4e-3,
+           "contended_s": 4e-3}
+    scores = bottleneck_scores(fig, 1.0, 0.0, 0.0)
+    assert scores["host"] == pytest.approx(0.0) and scores["compute"] == pytest.approx(10e-3)

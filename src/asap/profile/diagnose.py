@@ -17,7 +17,7 @@ from asap.errors import AsapError
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
 from asap.profile.fusion import fusion_table
 from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
-from asap.profile.windows import US, window_figures, window_index
+from asap.profile.windows import US, Intervals, window_figures, window_index
 from asap.spec.words import BOTTLENECKS
 
 # An operator under this fraction of both its peak FLOP/s and the memory bandwidth is bound by neither roof:
@@ -55,6 +55,9 @@ class RankFigures:
     step_time_cv: float | None
     steps: list[dict]
     notes: list[str] = field(default_factory=list)
+    # idle while the cores it shares with other devices (XLA:CPU virtual devices) ran their work: the device
+    # waits for a core, not for its host program; 0 for devices of their own
+    contended_s: float = 0.0
 
 
 @dataclass
@@ -119,9 +122,22 @@ class Diagnosis:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def rank_figures(tl: Timeline) -> RankFigures:
+def contended_s(tl: Timeline, timelines: list[Timeline]) -> np.ndarray:
+    """Per step window: the time ``tl`` idles while another device on the same host's cores is busy,
+    |busy(others) - busy(tl)|; zeros for a device with cores of its own."""
+    others = [o for o in timelines if o is not tl and tl.shared_host and o.shared_host == tl.shared_host]
+    if not others:
+        return np.zeros(len(tl.windows_us))
+    busy_others = Intervals.empty()
+    for o in others:
+        busy_others = busy_others | o.compute | o.comm
+    return busy_others.minus(tl.compute | tl.comm).lengths_in(tl.windows_us) * US
+
+
+def rank_figures(tl: Timeline, timelines: list[Timeline] | None = None) -> RankFigures:
     """Averages over the rank's step windows of the union-of-intervals figures (windows.window_figures)."""
     wf = window_figures(tl.windows_us, tl.compute, tl.comm, tl.p2p)
+    contended = float(np.mean(np.minimum(contended_s(tl, timelines or [tl]), wf.idle_s)))
     steps = [{"name": name, "step_time_s": float(wf.step_time_s[i]), "compute_s": float(wf.compute_s[i]),
               "communication_s": float(wf.communication_s[i]),
               "exposed_communication_s": float(wf.exposed_communication_s[i]), "idle_s": float(wf.idle_s[i])}
@@ -133,8 +149,8 @@ def rank_figures(tl: Timeline) -> RankFigures:
     return RankFigures(
         label=tl.label, source=tl.source, rank=tl.rank, device=tl.device_name or tl.device_kind,
         steps_source=tl.windows_source, n_steps=len(steps), busy_fraction=mean["busy_s"] / step if step > 0 else 0.0,
-        work_s=step - mean["exposed_communication_s"], step_time_cv=_cv(wf.step_time_s), steps=steps,
-        notes=list(tl.notes), **mean)
+        work_s=step - mean["exposed_communication_s"] - contended, step_time_cv=_cv(wf.step_time_s), steps=steps,
+        notes=list(tl.notes), contended_s=contended, **mean)
 
 
 def _cv(values) -> float | None:
@@ -328,17 +344,24 @@ def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imba
     compute/memory: compute time split by the time share of compute- and memory-bound operators;
     pipeline_bubble: point-to-point time no compute hides; communication: the rest of the exposed
     communication; host: device idle, plus the compute time of operators near neither roof (their time is
-    launch latency and overhead); imbalance: the wait for the slowest rank, taken out of the exposed
-    communication (where it shows) and then out of idle.
+    launch latency and overhead), less the idle spent waiting for cores that other devices of the same host
+    were computing on (``contended_s``, XLA:CPU's virtual devices), which goes to compute and memory in their
+    proportion; imbalance: the wait for the slowest rank, taken out of the exposed communication (where it
+    shows) and then out of idle.
     """
     exposed_collective = max(fig["exposed_communication_s"] - fig["exposed_p2p_s"], 0.0)
+    contended = min(fig.get("contended_s", 0.0), fig["idle_s"])
+    idle = fig["idle_s"] - contended
     from_comm = min(imbalance, exposed_collective)
-    from_idle = min(imbalance - from_comm, fig["idle_s"])
+    from_idle = min(imbalance - from_comm, idle)
+    bound = compute_share + memory_share
+    cores_c, cores_m = ((contended * compute_share / bound, contended * memory_share / bound) if bound > 0
+                        else (contended, 0.0))
     return {
-        "compute": fig["compute_s"] * compute_share,
-        "memory": fig["compute_s"] * memory_share,
+        "compute": fig["compute_s"] * compute_share + cores_c,
+        "memory": fig["compute_s"] * memory_share + cores_m,
         "communication": exposed_collective - from_comm,
-        "host": fig["idle_s"] - from_idle + fig["compute_s"] * overhead_share,
+        "host": idle - from_idle + fig["compute_s"] * overhead_share,
         "pipeline_bubble": fig["exposed_p2p_s"],
         "imbalance": from_comm + from_idle,
     }
@@ -410,7 +433,7 @@ def choose_roofline(timelines: list[Timeline], accelerator: str | None) -> tuple
 
 def _mean_figures(ranks: list[RankFigures]) -> dict:
     keys = ("step_time_s", "busy_s", "compute_s", "communication_s", "overlap_s", "exposed_communication_s",
-            "exposed_p2p_s", "idle_s")
+            "exposed_p2p_s", "idle_s", "contended_s")
     fig = {k: float(np.mean([getattr(r, k) for r in ranks])) for k in keys}
     fig["busy_fraction"] = fig["busy_s"] / fig["step_time_s"] if fig["step_time_s"] > 0 else 0.0
     return fig
@@ -420,7 +443,7 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None
                        straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
                        jitter_threshold: float = DEFAULT_JITTER_THRESHOLD, fusion: bool = False) -> Diagnosis:
     roofline, notes = choose_roofline(timelines, accelerator)
-    ranks = [rank_figures(tl) for tl in timelines]
+    ranks = [rank_figures(tl, timelines) for tl in timelines]
     fig = _mean_figures(ranks)
     rows = operator_table(timelines, roofline)
     compute_share, memory_share, overhead_share = bound_fractions(rows)

@@ -75,8 +75,11 @@ def timelines_from_jax(doc: dict, source: str) -> list[Timeline]:
     notes.append(f"XLA:CPU ran {len(by_ordinal)} devices on the host's cores: one timeline per device (its ops' "
                  "device_ordinal); they share the cores" +
                  (f"; {untagged} ops with no device_ordinal left out" if untagged else ""))
-    return [_device_timeline(source, None, "/host:CPU", evs, windows, list(notes), len(by_ordinal), costs,
-                             device_id=ordinal) for ordinal, evs in by_ordinal.items()]
+    timelines = [_device_timeline(source, None, "/host:CPU", evs, windows, list(notes), len(by_ordinal), costs,
+                                  device_id=ordinal) for ordinal, evs in by_ordinal.items()]
+    for tl in timelines:
+        tl.shared_host = source  # one process's cores run them all (diagnose: contended idle)
+    return timelines
 
 
 def _by_ordinal(host_ops: list[dict]) -> dict[int, list[dict]]:

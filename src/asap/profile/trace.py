@@ -74,6 +74,8 @@ class Timeline:
     ops: list[OpInstance]
     notes: list[str] = field(default_factory=list)
     world_size: int | None = None  # the job's size, where the trace records it (Kineto's distributedInfo)
+    # devices that share one host's cores (XLA:CPU's virtual devices): the key they share, else None
+    shared_host: str | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------
