@@ -27,3 +27,27 @@ def assert_one_line_error(proc, *needles):
     assert "Traceback" not in proc.stderr
     for n in needles:
         assert n in lines[0], lines[0]
+
+
+# Which test files need what, one table (pyproject.toml registers the markers; the fuzz files mark themselves).
+# The fast set a developer runs while editing: pytest -m "not slow and not torch and not jax and not fuzz".
+FILE_MARKERS = {
+    # real torch.distributed runs of the reference trainer (torchrun/gloo on CPU)
+    "torch": ("test_agents", "test_align", "test_calibrate", "test_diagnose_compare", "test_diagnose_cpu",
+              "test_execute_torch", "test_fusion", "test_hier_ep", "test_host_overhead", "test_layout_trainer",
+              "test_run_balance", "test_run_cli", "test_run_preflight", "test_train_distributed", "test_train_model",
+              "test_tune_explain", "test_subprocess_hygiene", "test_emit"),
+    # JAX programs on virtual CPU devices
+    "jax": ("test_diagnose_jax", "test_jax_bottlenecks", "test_jax_meshes", "test_jax_tune", "test_jax_xplane"),
+    # more than about a minute for the file
+    "slow": ("test_docs_commands", "test_align", "test_calibrate", "test_agents", "test_host_overhead",
+             "test_jax_meshes", "test_train_distributed"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        stem = Path(str(item.fspath)).stem
+        for marker, files in FILE_MARKERS.items():
+            if stem in files:
+                item.add_marker(getattr(pytest.mark, marker))
