@@ -9,9 +9,9 @@ from rich.table import Table
 
 from asap.cli import app
 from asap.cli.common import out_console, print_json
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, ModelOpt,
-                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt, budget_of,
-                               load_job, seconds, with_budget, with_lengths)
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
+                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt,
+                               budget_of, load_job, seconds, with_budget, with_lengths)
 
 
 @app.command()
@@ -29,6 +29,7 @@ def compare(
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     lengths: Optional[str] = LengthsOpt,
+    fused_kernels: Optional[bool] = FusedOpt,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
     json_out: bool = JsonOpt,
@@ -38,7 +39,8 @@ def compare(
     from asap.cost.estimate import estimate as run_estimate, framework_of
     from asap.spec.strategy import non_default_keys
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
+                       fused_kernels)
     budget, price = budget_of(tokens, price_per_device_hour)
     t, _, _ = with_lengths(c, t, lengths)
     texts = list(strategy or [])

@@ -27,6 +27,10 @@ FrameworkOpt = typer.Option(None, "--framework",
 LengthsOpt = typer.Option(None, "--lengths", help="A JSON file of packed samples (lists of document lengths) or "
                                                   "document lengths: price the attention work they leave on the "
                                                   "slowest data-parallel rank (see asap balance).")
+FusedOpt = typer.Option(None, "--fused-kernels/--eager-kernels",
+                        help="Price norms, RoPE, activations and residual adds as fused kernels (torch.compile, "
+                             "Transformer Engine) or eager ones (default: the stack's; torchtitan and the reference "
+                             "trainer are eager): the gain of torch.compile is the difference.")
 TokensOpt = typer.Option(None, "--tokens", help="A training budget in tokens (15T, 300B, 2e12): adds the time to "
                                                 "train and the device-hours.")
 PriceOpt = typer.Option(None, "--price-per-device-hour", help="With --tokens: the cost at this price per device-hour.")
@@ -35,7 +39,8 @@ MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
 
 
 def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[int], global_batch: int,
-             seq_len: int, precision: str, framework: Optional[str] = None, moe_imbalance: float = 1.0):
+             seq_len: int, precision: str, framework: Optional[str] = None, moe_imbalance: float = 1.0,
+             fused_kernels: Optional[bool] = None):
     """The three inputs every planning command shares, validated with one-line errors."""
     from asap.spec.hardware import load_cluster
     from asap.spec.loader import load_model
@@ -43,7 +48,7 @@ def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[i
 
     m = load_model(model)
     c = load_cluster(cluster, nodes=nodes, devices=devices)
-    t = TrainSpec(global_batch, seq_len, precision, framework, moe_imbalance)
+    t = TrainSpec(global_batch, seq_len, precision, framework, moe_imbalance, fused_elementwise=fused_kernels)
     c.accelerator.peak_flops("bf16" if precision == "fp8" else precision)
     if precision == "fp8":
         c.accelerator.peak_flops("fp8")
@@ -168,6 +173,7 @@ def estimate(
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     lengths: Optional[str] = LengthsOpt,
+    fused_kernels: Optional[bool] = FusedOpt,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
     explain: bool = typer.Option(False, "--explain", help="Show memory terms and the evidence for the bottleneck."),
@@ -178,7 +184,8 @@ def estimate(
     from asap.cost.estimate import estimate as run_estimate
     from asap.spec.hardware import figures_provenance
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
+                       fused_kernels)
     budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, data = with_lengths(c, t, lengths)
     est = run_estimate(m, c, t, strategy)

@@ -11,9 +11,9 @@ from rich.table import Table
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, ModelOpt,
-                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt, budget_of,
-                               load_job, seconds, with_budget, with_lengths)
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
+                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt,
+                               budget_of, load_job, seconds, with_budget, with_lengths)
 
 
 @app.command()
@@ -38,6 +38,7 @@ def plan(
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     lengths: Optional[str] = LengthsOpt,
+    fused_kernels: Optional[bool] = FusedOpt,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
@@ -53,7 +54,8 @@ def plan(
 
         check_format(emit)  # an unknown format: one line before the search
         framework = framework or FRAMEWORK_OF[emit]  # plan with the options the format's stack has
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
+                       fused_kernels)
     budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, _ = with_lengths(c, t, lengths)
     fixed = parse_strategy(fix, field="fix")

@@ -185,10 +185,12 @@ def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch, 
 def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch,
                   fused_elementwise: bool | None = None) -> LayerCompute:
     """fused_elementwise: price the norms, RoPE, activations and residuals as fused kernels (True) or eager
-    ones (False); None: the stack's default (``Framework.fused_elementwise``)."""
+    ones (False); None: the job's choice (``TrainSpec.fused_elementwise``), else the stack's default
+    (``Framework.fused_elementwise``)."""
     from asap.spec.framework import get_framework
 
-    traffic = get_framework(train.framework, acc.family).elementwise_traffic_for(fused_elementwise)
+    fused = train.fused_elementwise if fused_elementwise is None else fused_elementwise
+    traffic = get_framework(train.framework, acc.family).elementwise_traffic_for(fused)
     x = _Shapes.of(model, train, S, traffic)
     attn_fwd, core, attn_elem, attn_gemm, mla_up = attention_block(model, acc, x)
     dense_gemm, dense_act = mlp_time(model, acc, x, x.T, model.ffn_hidden_size / x.tp)
