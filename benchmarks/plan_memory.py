@@ -5,6 +5,9 @@
 The default job is DeepSeek-V3 reshaped (192 heads, 384 experts, 240 layers) on 20,160 GB200 devices at 128K
 tokens: about 1.6e7 legal configurations. Prints the space, the configurations priced, whether the time limit
 stopped the search, the wall time and the peak resident memory (ru_maxrss) of this process.
+
+On a shared 2-core machine, the default job: 3,560 MB and 26.1 s when ``plan`` materialised the whole space
+before pricing; 264 MB and 18.0 s block by block (``Space.blocks``: only the rows a result can show are kept).
 """
 
 from __future__ import annotations

@@ -75,6 +75,14 @@ class StrategyBatch:
                 cols[name] = [getattr(s, name) for s in rows]
         return cls(**{k: np.array(v, dtype=np.int64) for k, v in cols.items()}, layer_splits=tuple(splits))
 
+    @classmethod
+    def concatenate(cls, parts: list["StrategyBatch"]) -> "StrategyBatch":
+        """The rows of every part in turn; the parts share one table of layer splits."""
+        splits = parts[0].layer_splits
+        if any(p.layer_splits != splits for p in parts):
+            raise ValueError("StrategyBatch.concatenate: the parts have different layer_splits tables")
+        return cls(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in COLUMNS}, layer_splits=splits)
+
     def take(self, index) -> "StrategyBatch":
         return StrategyBatch(**{k: getattr(self, k)[index] for k in COLUMNS}, layer_splits=self.layer_splits)
 

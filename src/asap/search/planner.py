@@ -1,17 +1,22 @@
-"""``asap plan``: every legal configuration priced at once, pruned by memory, ranked by step time.
+"""``asap plan``: every legal configuration priced, pruned by memory, ranked by step time.
 
-1. enumerate the legal space (``search.space``) with the ``--fix`` keys pinned;
-2. price peak memory for all of it (vectorized) and drop what does not fit (unless ``include_oom``);
-3. price the step time of the rest in chunks (a progress callback per chunk);
-4. return the fastest N, and the Pareto front of step time against peak memory.
+Block by block (a block is every legal strategy of some mesh shapes, ``search.space.Space.blocks``), so memory
+stays bounded however big the space:
+1. enumerate the block with the ``--fix`` keys pinned;
+2. price its peak memory (vectorized) and drop what does not fit (unless ``include_oom``);
+3. price the step time of the rest (a progress callback per block);
+4. keep only what the result can show: the fastest rows and the running Pareto front of step time against
+   peak memory; in the end, return the fastest N and that front.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -21,7 +26,7 @@ from asap.cost.memory import MemoryBreakdown, memory
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
-from asap.search.space import enumerate_space
+from asap.search.space import Space, chunk_order  # noqa: F401 (chunk_order: the order blocks are priced in)
 from asap.search.stages import build_problem, simulate_split, solve_split, uniform_split_or_none
 from asap.spec.hardware import Cluster
 from asap.spec.legality import check_offered
@@ -39,6 +44,24 @@ ILP_TIME_LIMIT_S = 0.2  # HiGHS per candidate; the heuristic start is already wi
 # The whole search's budget (``plan --time-limit``): past it no further chunk is priced and no ILP is started,
 # and the result says so (``stopped_early``, ``stop_reason``). The calibration cases take under 5 s on 2 cores.
 PLAN_TIME_LIMIT_S = 60.0
+
+
+# glibc's malloc returns freed memory to the system early: a planner that prices chunk after chunk of
+# temporaries (each a few MB) would then fault every page of every chunk in again, about 15% of its time. The
+# planner keeps up to this much freed memory for reuse, and serves arrays under it from that heap.
+MALLOC_KEEP_BYTES = 256 * 2 ** 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
+
+
+@functools.cache
+def reuse_freed_memory() -> bool:
+    """Once per process: glibc's malloc keeps freed memory for reuse (False where there is no glibc)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_TRIM_THRESHOLD, MALLOC_KEEP_BYTES)
+                    and libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_KEEP_BYTES // 4))
+    except (OSError, AttributeError):
+        return False
 
 
 class NoFitError(AsapError):
@@ -131,56 +154,118 @@ class Deadline:
         return self.limit_s is not None and time.perf_counter() - self.t0 > self.limit_s
 
 
-def chunk_order(n_chunks: int) -> list[int]:
-    """Chunks in bit-reversed order (0, n/2, n/4, 3n/4, ...): a search stopped by its time limit has priced
-    chunks spread over the whole space (its mesh shapes come in order), not only its first shapes."""
-    bits = max(n_chunks - 1, 1).bit_length()
-    return sorted(range(n_chunks), key=lambda k: int(format(k, f"0{bits}b")[::-1], 2))
+PLACE_BITS = 32  # a row's place in the space: its mesh row, then (these low bits) its place in its block
 
 
-def price_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch, include_oom: bool,
-                fixed: dict[str, Any], progress: Callable[[int, int], None] | None, deadline: Deadline | None = None):
-    """Chunk by chunk (at most CHUNK rows in memory at a time): the unit and device figures once, peak memory
-    of every row, then the step times of the rows that fit (all of them with ``include_oom``): (the kept rows,
-    their memory, their step times, how many fit, how many were priced). Past the deadline no further chunk
-    is priced (at least one always is)."""
-    total = len(S)
-    n_chunks = -(-total // CHUNK)
-    kept, mems, steps, n_fit, smallest, priced = [], [], [], 0, (np.inf, -1), 0
-    fw = framework_of(train, cluster)
-    for done, k in enumerate(chunk_order(n_chunks)):
-        if done and deadline is not None and deadline.passed():
-            deadline.notes.append(f"time limit of {deadline.limit_s:g} s reached: priced {priced:,} of {total:,} "
-                                  f"configurations ({done} of {n_chunks} chunks, spread over the "
-                                  f"space); the ranking covers those only")
-            break
-        part = S.take(slice(k * CHUNK, (k + 1) * CHUNK))
-        idx = np.arange(k * CHUNK, k * CHUNK + len(part))
+@dataclass
+class Kept:
+    """Priced rows a result may still show, with their memory, step time and place in the space (the space's
+    order, whatever order its blocks were priced in: ties in step time go to the earlier place)."""
+    S: StrategyBatch
+    mem: MemoryBreakdown
+    step: np.ndarray
+    place: np.ndarray
+
+    def take(self, idx: np.ndarray) -> "Kept":
+        return Kept(self.S.take(idx), expand(self.mem, idx), self.step[idx], self.place[idx])
+
+    @staticmethod
+    def concatenate(parts: list["Kept"]) -> "Kept":
+        return Kept(StrategyBatch.concatenate([p.S for p in parts]), MemoryBreakdown.concatenate([p.mem for p in parts]),
+                    np.concatenate([p.step for p in parts]), np.concatenate([p.place for p in parts]))
+
+    def by_step(self) -> np.ndarray:
+        """Row indices fastest first, ties in the space's order."""
+        return np.lexsort((self.place, self.step))
+
+    def needed(self, top_k: int, distinct: bool) -> "Kept":
+        """Only the Pareto front and the first ``top_k`` rows (of distinct shapes with ``distinct``): a row out
+        of both here is out of both among any superset of these rows (a row or shape that beats it stays)."""
+        order = self.by_step()
+        front = pareto_front(self.step, self.mem.peak_gb, order)
+        shown = first_per_shape(self.S, order) if distinct else order
+        return self.take(np.union1d(front, shown[:top_k]))
+
+
+@dataclass
+class Search:
+    """One pricing of a space, block by block: the job, and what the result needs of the rows priced so far
+    (the rows it may show, the counts, the row that needs least memory for the no-fit error)."""
+    model: ModelSpec
+    cluster: Cluster
+    train: TrainSpec
+    include_oom: bool
+    top_k: int  # candidates (with the ILP's spares) the result shows
+    distinct: bool
+    kept: Kept | None = None
+    space: int = 0  # rows enumerated
+    priced: int = 0
+    fitting: int = 0
+    smallest: tuple = (np.inf, -1, None)  # (peak GiB, place, strategy)
+
+    def price(self, part: StrategyBatch, place: np.ndarray) -> None:
+        """Peak memory of every row of ``part``, then the step times of the rows that fit (all of them with
+        ``include_oom``); keep what the result needs."""
+        model, cluster, train, fw = self.model, self.cluster, self.train, framework_of(self.train, self.cluster)
         ut = unit_times(model, cluster, train, part, UNIT_KEYS)
         f = device_figures(model, train, part, ut, fw.selective)
         mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
         fits = mem.peak_gb <= cluster.hbm_gb
-        n_fit += int(fits.sum())
+        self.fitting += int(fits.sum())
+        self.priced += len(part)
         j = int(np.argmin(mem.peak_gb))
-        smallest = min(smallest, (float(mem.peak_gb[j]), int(idx[j])))
-        rows = np.arange(len(part)) if include_oom else np.nonzero(fits)[0]
-        if len(rows):
-            mems.append(expand(mem, rows))
-            steps.append(estimate_batch(model, cluster, train, part.take(rows), mem=mems[-1],
-                                        figures=f.subset(rows), unit=ut.subset(rows)).step_time_s)
-            kept.append(idx[rows])
-        priced += len(part)
+        if (float(mem.peak_gb[j]), int(place[j])) < self.smallest[:2]:
+            self.smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
+        rows = np.arange(len(part)) if self.include_oom else np.nonzero(fits)[0]
+        if not len(rows):
+            return
+        m = expand(mem, rows)
+        step = estimate_batch(model, cluster, train, part.take(rows), mem=m, figures=f.subset(rows),
+                              unit=ut.subset(rows)).step_time_s
+        new = Kept(part.take(rows), m, step, place[rows]).needed(self.top_k, self.distinct)
+        both = new if self.kept is None else Kept.concatenate([self.kept, new])
+        self.kept = both.needed(self.top_k, self.distinct)
+
+
+def chunked(blocks: Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]], chunk_rows: int):
+    """The blocks' rows regrouped into chunks of ``chunk_rows`` (the last one shorter), each row with its place
+    in the space: (strategies, places, rows enumerated so far, mesh shapes enumerated so far)."""
+    held_S, held_place, n_rows, n_mesh = [], [], 0, 0
+    for rows, S, mesh in blocks:
+        n_rows, n_mesh = n_rows + len(S), n_mesh + len(rows)
+        held_S.append(S)
+        held_place.append((mesh << PLACE_BITS) | np.arange(len(S), dtype=np.int64))
+        held = sum(len(p) for p in held_place)
+        if held < chunk_rows:
+            continue
+        S_all, place = StrategyBatch.concatenate(held_S), np.concatenate(held_place)
+        cut = held - held % chunk_rows
+        for lo in range(0, cut, chunk_rows):
+            yield S_all.take(slice(lo, lo + chunk_rows)), place[lo:lo + chunk_rows], n_rows, n_mesh
+        held_S, held_place = [S_all.take(slice(cut, None))], [place[cut:]]
+    if sum(len(p) for p in held_place):
+        yield StrategyBatch.concatenate(held_S), np.concatenate(held_place), n_rows, n_mesh
+
+
+def search_space(search: Search, space: Space, progress: Callable[[int, int], None] | None = None,
+                 deadline: Deadline | None = None, chunk_rows: int = CHUNK) -> Search:
+    """Enumerate the space block by block (``Space.blocks``: mesh shapes in bit-reversed order, so any prefix
+    is spread over the space) and price it in chunks of ``chunk_rows``. Past the deadline no further chunk is
+    priced (one always is); the rest of the space is still counted. ``progress(priced, total)``: total is
+    extrapolated from the mesh shapes enumerated so far until the last chunk."""
+    blocks = space.blocks(chunk_rows)
+    for S, place, n_rows, n_mesh in chunked(blocks, chunk_rows):
+        search.space = n_rows
+        if search.priced and deadline is not None and deadline.passed():
+            search.space += sum(len(b[1]) for b in blocks)
+            deadline.notes.append(f"time limit of {deadline.limit_s:g} s reached: priced {search.priced:,} of "
+                                  f"{search.space:,} configurations (from {n_mesh} of {space.n_mesh} mesh shapes, "
+                                  "spread over the space); the ranking covers those only")
+            return search
+        search.price(S, place)
         if progress:
-            progress(priced, total)
-    if n_fit == 0 and not include_oom:
-        cut = " before the time limit" if priced < total else ""
-        raise NoFitError("fix" if fixed else "cluster",
-                         f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {priced}{cut}); the "
-                         f"smallest needs {smallest[0]:.1f} GiB ({S.strategy(smallest[1])})")
-    rows = np.concatenate(kept)
-    order = np.argsort(rows, kind="stable")  # the space's own order, whatever order the chunks were priced in
-    return (S.take(rows[order]), expand(MemoryBreakdown.concatenate(mems), order), np.concatenate(steps)[order],
-            n_fit, priced)
+            progress(search.priced, n_rows + round((space.n_mesh - n_mesh) * n_rows / n_mesh))
+    return search
 
 
 def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
@@ -202,21 +287,28 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     ``time_limit_s`` (None: none): past it no more of the space is priced and no ILP started; the result's
     ``stopped_early`` and ``stop_reason`` say so."""
     t0 = time.perf_counter()
+    reuse_freed_memory()
     deadline = Deadline(t0, time_limit_s)
     fixed = dict(fixed or {})
     fw = framework_of(train, cluster)
     check_offered(fixed, fw)
-    S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
-    if len(S) == 0:
-        raise explain_empty_space(model, cluster, train, fixed)
-    space = len(S)
-    S, mem_kept, step, n_fit, searched = price_space(model, cluster, train, S, include_oom, fixed, progress,
-                                                     deadline)
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     # a few spare rows, since an adopted ILP split may reorder the first ones
-    by_step = np.argsort(step, kind="stable")
+    top_k = top + (ilp_candidates if "layer_split" not in fixed else 0)
+    search = search_space(Search(model, cluster, train, include_oom, top_k, distinct), space, progress, deadline)
+    if search.space == 0:
+        raise explain_empty_space(model, cluster, train, fixed)
+    if search.fitting == 0 and not include_oom:
+        cut = " before the time limit" if search.priced < search.space else ""
+        raise NoFitError("fix" if fixed else "cluster",
+                         f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {search.priced}{cut}); "
+                         f"the smallest needs {search.smallest[0]:.1f} GiB ({search.smallest[2]})")
+    kept = search.kept
+    S, mem_kept, step = kept.S, kept.mem, kept.step
+    by_step = kept.by_step()
     front = pareto_front(step, mem_kept.peak_gb, by_step)
     shown = first_per_shape(S, by_step) if distinct else by_step
-    order = shown[:top + (ilp_candidates if "layer_split" not in fixed else 0)]
+    order = shown[:top_k]
 
     def full(idx: np.ndarray) -> list[Estimate]:
         sub = S.take(idx)
@@ -231,10 +323,10 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         candidates, splits = adopt_stage_splits(model, cluster, train, candidates, ilp_candidates, ilp_time_limit_s)
     ranked = sorted(range(len(candidates)), key=lambda i: candidates[i].step_time_s)[:top]
     candidates, splits = [candidates[i] for i in ranked], [splits[i] for i in ranked]
-    return PlanResult(candidates=candidates, pareto=full(front), searched=searched, fitting=n_fit,
+    return PlanResult(candidates=candidates, pareto=full(front), searched=search.priced, fitting=search.fitting,
                       search_time_s=time.perf_counter() - t0,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
-                      distinct=distinct, space=space, time_limit_s=time_limit_s,
+                      distinct=distinct, space=search.space, time_limit_s=time_limit_s,
                       stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None)
 
 

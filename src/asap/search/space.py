@@ -1,4 +1,5 @@
-"""The space of legal strategies for a model, a device count and a batch, as one StrategyBatch.
+"""The space of legal strategies for a model, a device count and a batch, as one StrategyBatch or block by
+block (``Space.blocks``: a block is every strategy of some mesh shapes, so a 10^7-row space never is in memory).
 
 Built as a Cartesian product of per-key candidate values (numpy index grids), pruned after each join by the
 rules of ``asap.spec.legality`` whose columns exist by then (the same table ``check_strategy`` reads), and
@@ -7,7 +8,8 @@ by the redundant spellings below. Keys the caller fixes are pinned to one value.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -139,40 +141,124 @@ def overlap_pays(cols: dict[str, np.ndarray]) -> np.ndarray:
 def enumerate_space(model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
                     fixed: dict[str, Any] | None = None,
                     framework: Framework = FRAMEWORKS["megatron"]) -> StrategyBatch:
-    """Every legal strategy with the ``fixed`` keys pinned; empty batch if none.
+    """Every legal strategy with the ``fixed`` keys pinned; empty batch if none: the whole space as one block
+    (``Space.blocks`` yields it piece by piece)."""
+    space = Space.of(model, devices, scale_up_domain, train, fixed, framework)
+    return space.block(np.arange(space.n_mesh))[0]
+
+
+def chunk_order(n_chunks: int) -> list[int]:
+    """0..n-1 in bit-reversed order (0, n/2, n/4, 3n/4, ...): a search stopped by its time limit has priced
+    pieces spread over the whole space (its mesh shapes come in order), not only its first shapes."""
+    bits = max(n_chunks - 1, 1).bit_length()
+    return sorted(range(n_chunks), key=lambda k: int(format(k, f"0{bits}b")[::-1], 2))
+
+
+FIRST_BLOCK_MESH = 8  # mesh shapes in the first block (a sample); later blocks are sized from the rows per shape seen
+PEAK_ROWS_PER_BLOCK_ROW = 4  # a block's joins hold at most about this many rows per row it yields
+
+
+@dataclass
+class Space:
+    """The legal mesh shapes (tp, pp, cp and dp columns) and the per-key candidates the inner joins cross each
+    with: the space, in its order, is ``block(rows)`` over all the mesh rows, so a block of mesh rows is a
+    contiguous run of it and the full product never materialises.
 
     Built by joining per-concern grids and pruning after each join (mesh shape, then micro-batch, then the
-    pipeline schedule, then expert placement, then recompute/ZeRO), so the full product never materialises."""
-    fixed = dict(fixed or {})
-    for k in fixed:
-        if k not in KEYS:
-            raise AsapError(f"fix.{k}", f"unknown key (known: {', '.join(KEYS)})")
-    c = candidate_values(model, devices, scale_up_domain, train, fixed, framework)
-    free_overlap = "a2a_overlap" not in fixed and len(c["a2a_overlap"]) > 1
-    if free_overlap:
-        c["a2a_overlap"] = [0]  # decided per row once schedule and recompute are known (overlap_pays)
-    cols = _grid(tp=c["tp"], pp=c["pp"], cp=c["cp"])
-    cols = _where(cols, devices % (cols["tp"] * cols["pp"] * cols["cp"]) == 0)
-    cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
-    if "dp" in fixed:
-        cols = _where(cols, cols["dp"] == int(fixed["dp"]))
-    joins = (dict(sp=c["sp"]), dict(mbs=c["mbs"]), dict(vpp=c["vpp"], schedule=c["schedule"]),
-             dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
-             dict(recompute=c["recompute"], zero=c["zero"]))
-    cols = _where(cols, legal_rows(cols, model, train, devices))
-    for values in joins:
-        cols = _cross(cols, _grid(**values))
-        keep = legal_rows(cols, model, train, devices, only_new=tuple(values)) & ~redundant_rows(cols, fixed)
-        cols = _where(cols, keep)
-    keep = (cols["pp"] == 1) | (cols["zero"] <= framework.max_zero_with_pp)
-    if not keep.all():
-        cols = _where(cols, keep)
-    if free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing
-        cols["a2a_overlap"] = overlap_pays(cols)
-    S = StrategyBatch(**{k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()})
-    if "layer_split" in fixed:
-        S = _with_layer_split(S, model, fixed["layer_split"])
-    return S
+    pipeline schedule, then expert placement, then recompute/ZeRO)."""
+
+    model: ModelSpec
+    train: TrainSpec
+    devices: int
+    fixed: dict[str, Any]
+    framework: Framework
+    cands: dict[str, list]
+    free_overlap: bool
+    mesh: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
+           fixed: dict[str, Any] | None = None, framework: Framework = FRAMEWORKS["megatron"]) -> "Space":
+        fixed = dict(fixed or {})
+        for k in fixed:
+            if k not in KEYS:
+                raise AsapError(f"fix.{k}", f"unknown key (known: {', '.join(KEYS)})")
+        c = candidate_values(model, devices, scale_up_domain, train, fixed, framework)
+        free_overlap = "a2a_overlap" not in fixed and len(c["a2a_overlap"]) > 1
+        if free_overlap:
+            c["a2a_overlap"] = [0]  # decided per row once schedule and recompute are known (overlap_pays)
+        cols = _grid(tp=c["tp"], pp=c["pp"], cp=c["cp"])
+        cols = _where(cols, devices % (cols["tp"] * cols["pp"] * cols["cp"]) == 0)
+        cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
+        if "dp" in fixed:
+            cols = _where(cols, cols["dp"] == int(fixed["dp"]))
+        cols = _where(cols, legal_rows(cols, model, train, devices))
+        return cls(model, train, devices, fixed, framework, c, free_overlap, cols)
+
+    @property
+    def n_mesh(self) -> int:
+        return len(self.mesh["tp"])
+
+    def block(self, rows: np.ndarray) -> tuple[StrategyBatch, np.ndarray, int]:
+        """The space's rows of the mesh rows ``rows`` (ascending), in the space's order: (the strategies, each
+        one's mesh row, the most rows the joins held at once)."""
+        c, fixed = self.cands, self.fixed
+        cols = {k: v[rows] for k, v in self.mesh.items()}
+        cols["_mesh"] = np.asarray(rows, dtype=np.int64)
+        joins = (dict(sp=c["sp"]), dict(mbs=c["mbs"]), dict(vpp=c["vpp"], schedule=c["schedule"]),
+                 dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
+                 dict(recompute=c["recompute"], zero=c["zero"]))
+        peak = len(rows)
+        for values in joins:
+            cols = _cross(cols, _grid(**values))
+            peak = max(peak, len(cols["tp"]))
+            keep = (legal_rows(cols, self.model, self.train, self.devices, only_new=tuple(values))
+                    & ~redundant_rows(cols, fixed))
+            cols = _where(cols, keep)
+        keep = (cols["pp"] == 1) | (cols["zero"] <= self.framework.max_zero_with_pp)
+        if not keep.all():
+            cols = _where(cols, keep)
+        if self.free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing
+            cols["a2a_overlap"] = overlap_pays(cols)
+        mesh = cols.pop("_mesh")
+        S = StrategyBatch(**{k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()})
+        if "layer_split" in fixed:
+            keep = np.nonzero(S.pp * S.vpp == len(fixed["layer_split"]))[0]
+            S, mesh = _with_layer_split(S, self.model, fixed["layer_split"]), mesh[keep]
+        return S, mesh, peak
+
+    def blocks(self, target_rows: int) -> Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]]:
+        """The space in blocks of mesh rows: (the mesh rows, their strategies, each one's mesh row). The first
+        block, FIRST_BLOCK_MESH mesh rows spread over the space, samples the rows per mesh shape; the other mesh
+        rows, in order, are cut into runs of
+        about ``target_rows`` rows at that rate, taken in bit-reversed order (``chunk_order``: any prefix of
+        the blocks is spread over the space); a run goes in blocks of about ``target_rows`` rows (and joins
+        of at most PEAK_ROWS_PER_BLOCK_ROW times that) at the rate seen so far. Contiguous mesh rows price
+        faster together (similar pipelines: few representative devices per chunk)."""
+        seen = np.zeros(3)  # mesh rows, rows, join rows
+
+        def block(rows: np.ndarray):
+            S, mesh, peak = self.block(rows)
+            seen[:] += (len(rows), len(S), peak)
+            return rows, S, mesh
+
+        def take() -> int:
+            per_mesh, join_per_mesh = max(seen[1] / seen[0], 1.0), max(seen[2] / seen[0], 1.0)
+            return int(max(1, min(target_rows / per_mesh, PEAK_ROWS_PER_BLOCK_ROW * target_rows / join_per_mesh)))
+
+        if not self.n_mesh:
+            return
+        first = np.sort(chunk_order(self.n_mesh)[:FIRST_BLOCK_MESH])
+        yield block(first)
+        rest = np.setdiff1d(np.arange(self.n_mesh), first)
+        run = take()
+        starts = range(0, len(rest), run)
+        for k in chunk_order(len(starts)) if len(starts) else []:
+            lo, hi = starts[k], min(starts[k] + run, len(rest))
+            while lo < hi:
+                rows = rest[lo:min(hi, lo + take())]
+                lo += len(rows)
+                yield block(rows)
 
 
 def _with_layer_split(S: StrategyBatch, model: ModelSpec, split: tuple[int, ...]) -> StrategyBatch:

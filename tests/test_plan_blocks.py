@@ -1,0 +1,165 @@
+"""The block-wise planner against a straightforward reference: the whole space enumerated at once, every row
+priced in one batch, one global ranking (what ``plan`` did before it went block by block)."""
+
+import time
+
+import numpy as np
+import pytest
+
+from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch, framework_of
+from asap.cost.batch import expand
+from asap.cost.memory import memory
+from asap.cost.units import device_figures, unit_times
+from asap.search.planner import Deadline, Kept, NoFitError, Search, first_per_shape, pareto_front, plan, search_space
+from asap.search.space import Space, chunk_order, enumerate_space
+from asap.spec.hardware import cluster_from_dict, load_cluster
+from asap.spec.loader import load_model
+from asap.spec.model import model_from_dict
+from asap.spec.strategy import parse_strategy
+from asap.spec.train import TrainSpec
+from asap.validate import load_cases
+
+CASES = {c["id"]: c for c in load_cases()}
+# a dense model, a pipelined one, a MoE model with expert parallelism across nodes, an FSDP MoE job
+PICKED = ("megatron2021_t1_39.1B", "mbridge_llama3_70b_h100_64gpu_fp8", "mbridge_qwen3_30b_a3b_h100_16gpu_fp8",
+          "modelzoo_qwen3_235b_h100_256gpu_intranode_ep8_fsdp")
+
+
+def inputs(cid):
+    case = CASES[cid]
+    return (model_from_dict(case["model"]), cluster_from_dict(case["cluster"]), TrainSpec.from_dict(case["train"]),
+            parse_strategy(case["strategy"]))
+
+
+def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, as_estimates=False):
+    """(ranked rows as strategy strings with their step times, the Pareto front likewise, space, fitting)."""
+    fw = framework_of(train, cluster)
+    S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
+    ut = unit_times(model, cluster, train, S, UNIT_KEYS)
+    f = device_figures(model, train, S, ut, fw.selective)
+    peak = memory(model, cluster.accelerator, train, S, figures=f, framework=fw).peak_gb
+    fits = peak <= cluster.hbm_gb
+    rows = np.arange(len(S)) if include_oom else np.nonzero(fits)[0]
+    be = estimate_batch(model, cluster, train, S.take(rows))
+    step = be.step_time_s
+    by_step = np.argsort(step, kind="stable")
+    shown = first_per_shape(S.take(rows), by_step) if distinct else by_step
+    front = pareto_front(step, peak[rows], by_step)
+    listed = lambda idx: [(str(S.strategy(int(rows[i]))), float(step[i])) for i in idx]  # noqa: E731
+    estimates = lambda idx: [(str(estimate_from_batch(model, cluster, train, S.take(rows), be, int(i)).strategy),  # noqa: E731
+                              float(step[i])) for i in idx]
+    if as_estimates:  # the priced dispatcher of a row left to the fastest, as plan's candidates show it
+        listed = estimates
+    return listed(shown[:top_k]), listed(front), len(S), int(fits.sum())
+
+
+def blockwise(model, cluster, train, fixed, top_k, distinct, include_oom=False, block_rows=512):
+    fw = framework_of(train, cluster)
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
+    s = search_space(Search(model, cluster, train, include_oom, top_k, distinct), space, chunk_rows=block_rows)
+    k = s.kept
+    by_step = k.by_step()
+    shown = first_per_shape(k.S, by_step) if distinct else by_step
+    front = pareto_front(k.step, k.mem.peak_gb, by_step)
+    listed = lambda idx: [(str(k.S.strategy(int(i))), float(k.step[i])) for i in idx]  # noqa: E731
+    return listed(shown[:top_k]), listed(front), s.space, s.fitting, s
+
+
+@pytest.mark.parametrize("cid", PICKED)
+@pytest.mark.parametrize("free", [True, False], ids=["free", "fixed"])
+def test_small_blocks_rank_like_the_whole_space(cid, free):
+    """Hundreds of blocks of 512 rows, merged: the same ranked rows, front and counts as one global ranking."""
+    model, cluster, train, fixed = inputs(cid)
+    fixed = {} if free else {k: v for k, v in fixed.items() if k in ("tp", "mbs")}
+    for distinct in (True, False):
+        want = reference(model, cluster, train, fixed, 8, distinct)
+        got = blockwise(model, cluster, train, fixed, 8, distinct)
+        assert got[:4] == want
+        assert len(got[4].kept.step) <= 8 + len(want[1])  # only what the result can show is kept
+
+
+def test_include_oom_blocks_rank_every_row():
+    model, cluster, train, fixed = inputs("mbridge_llama3_70b_h100_64gpu_fp8")
+    want = reference(model, cluster, train, {"pp": 8}, 6, False, include_oom=True)
+    got = blockwise(model, cluster, train, {"pp": 8}, 6, False, include_oom=True, block_rows=300)
+    assert got[:4] == want
+
+
+@pytest.mark.parametrize("cid", PICKED)
+def test_plan_matches_the_reference(cid):
+    """``plan`` itself (default blocks, no ILP so its candidates are the ranking's): candidates, pareto,
+    searched, space and fitting as the reference's."""
+    model, cluster, train, _ = inputs(cid)
+    r = plan(model, cluster, train, {}, top=5, ilp_candidates=0)
+    shown, front, space, fitting = reference(model, cluster, train, {}, 5, True, as_estimates=True)
+    assert [(str(e.strategy), e.step_time_s) for e in r.candidates] == shown
+    assert [(str(e.strategy), e.step_time_s) for e in r.pareto] == front
+    assert (r.searched, r.space, r.fitting, r.stopped_early) == (space, space, fitting, False)
+
+
+def test_blocks_are_the_space_in_pieces_spread_over_it():
+    """Every mesh shape once; the first block a sample spread over the whole space (bit-reversed), and the
+    second half of the space reached before the first half is done; the blocks' rows put back in mesh order
+    are ``enumerate_space`` row for row."""
+    model, cluster, train, _ = inputs("mbridge_qwen3_30b_a3b_h100_16gpu_fp8")
+    fw = framework_of(train, cluster)
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw)
+    blocks = list(space.blocks(2000))
+    assert len(blocks) > 5
+    meshes = np.concatenate([b[0] for b in blocks])
+    assert sorted(meshes.tolist()) == list(range(space.n_mesh))
+    assert blocks[0][0].tolist() == sorted(chunk_order(space.n_mesh)[:len(blocks[0][0])])
+    assert blocks[0][0].max() >= space.n_mesh // 2
+    starts = [int(b[0][0]) for b in blocks[1:]]
+    half = space.n_mesh // 2
+    assert starts.index(next(s for s in starts if s >= half)) < max(i for i, s in enumerate(starts) if s < half)
+    whole = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw)
+    by_mesh = np.argsort(np.concatenate([b[2] for b in blocks]), kind="stable")
+    for key in whole.keys():
+        assert np.array_equal(np.concatenate([b[1][key] for b in blocks])[by_mesh], whole[key]), key
+
+
+def test_time_limit_prices_one_chunk_and_counts_all():
+    model, cluster, train, _ = inputs("mbridge_qwen3_30b_a3b_h100_16gpu_fp8")
+    fw = framework_of(train, cluster)
+    n = len(enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw))
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw)
+    deadline = Deadline(time.perf_counter() - 2.0, 1.0)  # already passed
+    s = search_space(Search(model, cluster, train, False, 5, True), space, deadline=deadline, chunk_rows=4096)
+    assert (s.priced, s.space) == (4096, n)
+    assert f"priced 4,096 of {n:,} configurations" in deadline.notes[0]
+    r = plan(model, cluster, train, {}, top=3, time_limit_s=1e-9)  # the whole space is one chunk: it is priced
+    assert r.stopped_early and r.searched == r.space == n  # stopped before the ILP
+    assert r.candidates and r.candidates[0].fits
+
+
+def test_no_fit_names_the_smallest_row_of_the_space():
+    model, cluster, train = load_model("llama3.1-405b"), load_cluster("h100-sxm", devices=8), TrainSpec(64, 8192)
+    fw = framework_of(train, cluster)
+    S = enumerate_space(model, 8, cluster.topology.domain_size, train, {}, fw)
+    peak = memory(model, cluster.accelerator, train, S, framework=fw).peak_gb
+    assert peak.min() > cluster.hbm_gb
+    with pytest.raises(NoFitError) as e:
+        plan(model, cluster, train, {})
+    assert f"({S.strategy(int(np.argmin(peak)))})" in str(e.value)
+    assert f"searched {len(S)})" in str(e.value)
+
+
+def test_ties_go_to_the_earlier_place_whatever_order_blocks_come_in():
+    """Equal step times: the row earlier in the space ranks first and is the one on the front, though its
+    block was priced last."""
+    model, cluster, train, _ = inputs("megatron2021_t1_39.1B")
+    fw = framework_of(train, cluster)
+    S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw).take(np.arange(40))
+    mem = memory(model, cluster.accelerator, train, S, framework=fw)
+    step = np.ones(40)
+
+    def kept(idx):
+        return Kept(S.take(idx), expand(mem, idx), step[idx], idx.astype(np.int64))
+
+    late, early = kept(np.arange(20, 40)).needed(3, False), kept(np.arange(20)).needed(3, False)
+    merged = Kept.concatenate([late, early]).needed(3, False)
+    by = merged.by_step()
+    assert merged.place[by[:3]].tolist() == [0, 1, 2]
+    front = merged.place[pareto_front(merged.step, merged.mem.peak_gb, by)]
+    assert front.tolist() == pareto_front(step, mem.peak_gb).tolist()
