@@ -340,3 +340,18 @@ def test_plan_emit_writes_the_best_plan_in_the_formats_options(cli):
     bad = cli("plan", "-m", "llama3-8b", "-c", "h100-sxm", "--devices", "16", "-b", "64", "-s", "4096",
               "--emit", "nope")
     assert_one_line_error(bad, "format")
+
+
+def test_plan_emit_takes_the_best_candidate_the_format_can_express(cli):
+    """Faster candidates the format refuses are skipped, each with its one-line reason; the emitted one is the
+    first the emitter accepts, in plan order."""
+    p = cli("plan", "-m", "mixtral-8x7b", "-c", "dgx-h100-8node", "-b", "256", "-s", "4096", "--top", "8",
+            "--emit", "megatron", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    order = [c["strategy_string"] for c in d["candidates"]]
+    emitted = d["emit"]["strategy_string"]
+    assert emitted in order
+    assert [s["strategy_string"] for s in d["emit"]["skipped"]] == order[:order.index(emitted)]
+    assert all(s["reason"].startswith(("a2a_overlap", "schedule", "dispatcher")) or "megatron" in s["reason"]
+               for s in d["emit"]["skipped"])

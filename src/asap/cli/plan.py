@@ -76,6 +76,9 @@ def plan(
                     **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
         return
     if emitted:
+        for sk in emitted["skipped"]:
+            err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
+                              markup=False, highlight=False, soft_wrap=True)
         print(emitted["text"])
         return
     from asap.spec.words import count_text
@@ -102,12 +105,22 @@ def plan(
 
 
 def _emit_best(fmt: str, m, c, t, result) -> dict:
-    """The best candidate in FORMAT's own options (``asap emit``), planned with the stack the format is."""
+    """The best candidate the format can express, in its own options (``asap emit``), planned with the stack
+    the format is; the faster candidates it cannot express are listed with the reason."""
     from asap.cli.emit import emit_strategy
 
     if not result.candidates:
         raise AsapError("emit", "no fitting candidate to emit")
-    return {"format": fmt, "text": emit_strategy(fmt, m, c, t, result.candidates[0].strategy)}
+    skipped = []
+    for e in result.candidates:
+        try:
+            text = emit_strategy(fmt, m, c, t, e.strategy)
+        except AsapError as err:
+            skipped.append({"strategy_string": str(e.strategy), "reason": str(err)})
+            continue
+        return {"format": fmt, "text": text, "strategy_string": str(e.strategy), "skipped": skipped}
+    raise AsapError("emit", f"none of the {len(result.candidates)} best candidates can be written as {fmt}: "
+                            f"{skipped[0]['reason']}")
 
 
 def candidates_table(result, devices: int, moe: bool, framework=None, include_oom: bool = False,

@@ -196,7 +196,8 @@ _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 
 FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework("megatron", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
-              offers={"schedule": ("1f1b", "interleaved", "zb"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0),
+              # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
+              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0),
     Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1,
