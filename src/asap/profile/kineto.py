@@ -9,18 +9,31 @@ versions number kernels and operators independently.
 CPU-only traces (gloo): there are no kernels; the CPU operators *are* the device work, on every thread, and
 the collectives are the gloo/c10d operators (gloo runs them on its own threads). Nested operators count once:
 an operator's own time is its duration less its children's.
+
+A trace file is read streaming (``stream_kineto``): ijson's C parser hands over one event of ``traceEvents`` at
+a time and only compact rows are kept (``_Rows``), so memory follows the number of operators and kernels, not
+the size of the JSON; ``timelines_from_kineto`` gives the same timelines from a whole parsed document.
 """
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from bisect import bisect_right
 from collections import defaultdict
+from contextlib import contextmanager
+from itertools import islice
+from pathlib import Path
 
+import ijson
 import numpy as np
+from ijson.common import ObjectBuilder
 
+from asap.errors import AsapError
 from asap.profile.ops import comm_bytes, io_bytes, op_cost
-from asap.profile.trace import (OpInstance, Timeline, is_comm_kernel, is_comm_op, is_p2p, self_times,
-                                short_kernel_name, trim_windows, windows_array)
+from asap.profile.trace import (GZIP_MAGIC, OpInstance, Timeline, is_comm_kernel, is_comm_op, is_p2p,
+                                event_format, self_times, short_kernel_name, trim_windows, well_formed,
+                                windows_array)
 from asap.profile.windows import Intervals
 
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
@@ -42,8 +55,8 @@ class _Thread:
         self.names = [r[2] for r in rows]
         self.args = [r[3] for r in rows]
         self.self_us, self.parent = self_times(self.starts, self.ends)
-        self.start_list = self.starts.tolist()
-        self.end_list = self.ends.tolist()
+        self.start_list = [r[0] for r in rows]  # the rows' own float objects, not copies
+        self.end_list = [r[1] for r in rows]
 
     def enclosing(self, t: float) -> int:
         """Index of the innermost operator running at time t on this thread, or -1."""
@@ -53,48 +66,202 @@ class _Thread:
         return i
 
 
-def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
-    """One timeline per GPU with a real share of the trace's device work, or one CPU timeline."""
-    device_rows: list[tuple] = []  # pid, start, end, name, correlation, stream
-    thread_rows: dict[tuple, list] = defaultdict(list)
-    launches: dict[int, tuple[tuple, float]] = {}
-    steps: list[tuple[str, float, float]] = []
-    for e in doc["traceEvents"]:
+# the args the cost model and the point-to-point test read (asap.profile.ops, _chain_is_p2p); the rest is dropped
+KEPT_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "In msg nelems", "Out msg nelems", "dtype",
+             "Collective name")
+_NO_ARGS: dict = {}
+FORMAT_EVENTS = 5000  # events trace_format looks at
+KINETO_KEYS = ("schemaVersion", "deviceProperties", "distributedInfo")  # top-level keys only Kineto writes
+
+
+class _Rows:
+    """What the timelines need of each event, as compact rows: no event dicts are kept, repeated names and
+    thread keys are shared, and an operator keeps only the args in KEPT_ARGS."""
+
+    __slots__ = ("device", "threads", "launches", "steps", "timed", "_names", "_keys", "_shared")
+
+    def __init__(self):
+        self.device: list[tuple] = []  # pid, start, end, name, correlation, stream
+        self.threads: dict[tuple, list] = defaultdict(list)  # (pid, tid) -> [(start, end, name, args)]
+        self.launches: dict[int, tuple[tuple, float]] = {}
+        self.steps: list[tuple[str, float, float]] = []
+        self.timed = 0  # well-formed 'X' events seen
+        self._names: dict[str, str] = {}
+        self._keys: dict[tuple, tuple] = {}
+        self._shared: dict[str, dict] = {}
+
+    def _name(self, e: dict) -> str:
+        name = str(e.get("name", ""))
+        return self._names.setdefault(name, name)
+
+    def _key(self, e: dict) -> tuple:
+        key = (e.get("pid"), e.get("tid"))
+        return self._keys.setdefault(key, key)
+
+    def add(self, e) -> None:
         if not isinstance(e, dict) or e.get("ph") != "X":
-            continue
+            return
+        self.timed += 1
         cat = e.get("cat")
         if cat in RUNTIME_CATS:
             corr = (e.get("args") or {}).get("correlation")
             if corr is not None:
-                launches[corr] = ((e.get("pid"), e.get("tid")), float(e.get("ts", 0.0)))
-            continue
+                self.launches[corr] = (self._key(e), float(e.get("ts", 0.0)))
+            return
         if cat not in DEVICE_CATS and cat not in OP_CATS and cat not in ANNOTATION_CATS:
-            continue
+            return
         try:
             start = float(e["ts"])
             end = start + float(e.get("dur") or 0.0)
         except (KeyError, TypeError, ValueError):
-            continue
+            return
         if cat in DEVICE_CATS:
-            device_rows.append((e.get("pid"), start, end, str(e.get("name", "")),
-                                (e.get("args") or {}).get("correlation"), e.get("tid")))
-            continue
-        name = str(e.get("name", ""))
+            self.device.append((e.get("pid"), start, end, self._name(e), (e.get("args") or {}).get("correlation"),
+                                e.get("tid")))
+            return
+        name = self._name(e)
         if name.startswith(STEP_PREFIX):
-            steps.append((name, start, end))
+            self.steps.append((name, start, end))
         elif cat in OP_CATS or is_comm_op(name):
-            thread_rows[(e.get("pid"), e.get("tid"))].append((start, end, name, e.get("args") or {}))
+            self.threads[self._key(e)].append((start, end, name, self._args(e.get("args"))))
+
+    def _args(self, args) -> dict:
+        """The args in KEPT_ARGS, one shared dict for every call with the same ones (every step repeats its
+        operators' shapes); nothing reads them but the cost model, which does not change them."""
+        if not args:
+            return _NO_ARGS
+        kept = {k: args[k] for k in KEPT_ARGS if k in args}
+        return self._shared.setdefault(repr(kept), kept) if kept else _NO_ARGS
+
+
+def timelines_from_kineto(doc: dict, source: str) -> list[Timeline]:
+    """One timeline per GPU with a real share of the trace's device work, or one CPU timeline, from a whole
+    parsed document (the reference path; stream_kineto reads a file without holding it)."""
+    rows = _Rows()
+    for e in doc["traceEvents"]:
+        rows.add(e)
+    return _timelines(rows, doc, source)
+
+
+def _timelines(rows: _Rows, meta: dict, source: str) -> list[Timeline]:
+    """The timelines from the rows; ``meta`` holds the document's top-level keys other than traceEvents."""
     notes: list[str] = []
-    windows = trim_windows(steps, notes)
-    rank = _rank(doc)
+    windows = trim_windows(rows.steps, notes)
+    rank = _rank(meta)
     label = f"rank {rank}" if rank is not None else source.rsplit("/", 1)[-1]
-    if device_rows:
-        out = _gpu_timelines(doc, source, rank, label, device_rows, thread_rows, launches, windows, notes)
+    if rows.device:
+        out = _gpu_timelines(meta, source, rank, label, rows.device, rows.threads, rows.launches, windows, notes)
     else:
-        out = [_cpu_timeline(source, rank, label, thread_rows, windows, notes)]
+        out = [_cpu_timeline(source, rank, label, rows.threads, windows, notes)]
     for tl in out:
-        tl.world_size = _world_size(doc)
+        tl.world_size = _world_size(meta)
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Streaming a file: traceEvents read one event at a time (ijson), never the whole document in memory
+# ----------------------------------------------------------------------------------------------------------
+
+READ_CHUNK = 1 << 16  # ijson reads this much at a time: larger buffers are slower (cache), and hold more events
+META_KEYS = ("distributedInfo", "deviceProperties")  # top-level keys the timelines read
+
+
+class NotStreamed(Exception):
+    """The file is valid for the whole-document reader only (JSON that yajl refuses, such as NaN)."""
+
+
+def stream_kineto(path: Path) -> list[Timeline] | None:
+    """The timelines of a Kineto trace file, read in one streaming pass over its events; None when it is not a
+    trace this reader streams (a JAX trace, a format that the header and first events don't settle, JSON
+    only the standard library parses): the caller then reads the whole document."""
+    try:
+        meta, prefix = _header(path)
+        if prefix is None:
+            return None
+        if not _is_kineto(path, meta, prefix):
+            return None
+        rows = _Rows()
+        with _json_stream(path) as f:
+            for e in ijson.items(f, prefix, use_float=True, buf_size=READ_CHUNK):
+                if well_formed(e):
+                    rows.add(e)
+    except NotStreamed:
+        return None
+    if not rows.timed:
+        raise AsapError(str(path), "profiler trace has no timed ('ph': 'X') events")
+    for key in META_KEYS:
+        if key not in meta and (key != "deviceProperties" or rows.device):
+            meta.update(_trailing_key(path, key))
+    return _timelines(rows, meta, str(path))
+
+
+@contextmanager
+def _json_stream(path: Path):
+    """The file's JSON bytes as a stream (gunzipped when it starts with the gzip magic); read errors, a cut
+    gzip or JSON document become AsapErrors, other JSON that yajl refuses NotStreamed."""
+    try:
+        raw = open(path, "rb")
+    except OSError as e:
+        raise AsapError(str(path), f"cannot read ({e.strerror or e})") from None
+    with raw:
+        magic = raw.read(2)
+        if not magic:
+            raise AsapError(str(path), "empty file")
+        raw.seek(0)
+        gz = magic == GZIP_MAGIC
+        try:
+            yield gzip.GzipFile(fileobj=raw) if gz else raw
+        except EOFError:
+            raise AsapError(str(path), "truncated gzip file (the compressed stream ends early)") from None
+        except (gzip.BadGzipFile, zlib.error) as e:
+            raise AsapError(str(path), f"corrupt gzip file ({e})") from None
+        except OSError as e:
+            raise AsapError(str(path), f"corrupt gzip file ({e})" if gz else f"cannot read ({e.strerror or e})") \
+                from None
+        except ijson.JSONError as e:
+            if "premature EOF" in str(e):
+                raise AsapError(str(path), "not valid JSON (truncated: the document ends early)") from None
+            raise NotStreamed(str(e)) from None
+
+
+def _header(path: Path) -> tuple[dict, str | None]:
+    """The top-level keys before traceEvents, and the prefix of the events for ijson ('traceEvents.item', or
+    'item' for a bare array); None when there is no traceEvents list where the stream reaches it."""
+    builders: dict[str, ObjectBuilder] = {}
+    with _json_stream(path) as f:
+        events = ijson.parse(f, use_float=True)
+        for prefix, event, value in events:
+            if prefix == "" and event == "start_array":
+                return {}, "item"
+            if prefix == "" and event == "map_key" and value == "traceEvents":
+                _, event, _ = next(events, (None, None, None))
+                meta = {k: b.value for k, b in builders.items()}
+                return meta, "traceEvents.item" if event == "start_array" else None
+            if prefix == "" and event == "map_key":
+                builder = builders[value] = ObjectBuilder()
+            elif prefix != "":
+                builder.event(event, value)
+    return {}, None
+
+
+def _is_kineto(path: Path, meta: dict, prefix: str) -> bool:
+    """trace_format's verdict, where the header or the first events already settle it as Kineto."""
+    if any(k in meta for k in KINETO_KEYS):
+        return True
+    with _json_stream(path) as f:
+        events = (e for e in ijson.items(f, prefix, use_float=True) if well_formed(e))
+        for e in islice(events, FORMAT_EVENTS):
+            verdict = event_format(e)
+            if verdict is not None:
+                return verdict == "kineto"
+    return False
+
+
+def _trailing_key(path: Path, key: str) -> dict:
+    """A top-level key written after traceEvents: one more pass, in C, that builds nothing else."""
+    with _json_stream(path) as f:
+        found = list(islice(ijson.items(f, key, use_float=True, buf_size=READ_CHUNK), 1))
+    return {key: found[0]} if found else {}
 
 
 def _rank(doc: dict) -> int | None:
@@ -137,11 +304,11 @@ def _gpu_timelines(doc, source, rank, label, device_rows, thread_rows, launches,
     for pid, s, e, *_ in device_rows:
         busy_by_device[pid] += e - s
     busiest = max(busy_by_device.values())
-    devices = sorted(d for d, t in busy_by_device.items() if t >= 0.1 * busiest)
+    devices = sorted((d for d, t in busy_by_device.items() if t >= 0.1 * busiest), key=_device_order)
     if len(busy_by_device) > len(devices):
         notes.append(f"device activity on {len(busy_by_device)} devices; analysed: {devices} "
                      "(the others had under a tenth of the busiest one's)")
-    threads = {key: _Thread(rows) for key, rows in thread_rows.items() if rows}
+    threads = dict(_threads(thread_rows))
     out = []
     for device in devices:
         rows = [r for r in device_rows if r[0] == device]
@@ -156,6 +323,20 @@ def _gpu_timelines(doc, source, rank, label, device_rows, thread_rows, launches,
             window_names=[w[0] for w in dev_windows], windows_source="ProfilerStep" if windows else "whole_trace",
             compute=compute, comm=comm, p2p=p2p, ops=ops, notes=dev_notes))
     return out
+
+
+def _device_order(pid) -> tuple:
+    """Devices by number; a pid of another type (a corrupt trace mixes strings in) after them, by its text."""
+    return (0, pid, "") if isinstance(pid, int) else (1, 0, str(pid))
+
+
+def _threads(thread_rows: dict):
+    """(key, _Thread) per thread with operators, in order, emptying ``thread_rows`` as it goes: each thread's
+    rows are freed once its _Thread holds them, so the two do not peak together."""
+    for key in list(thread_rows):
+        rows = thread_rows.pop(key)
+        if rows:
+            yield key, _Thread(rows)
 
 
 def _launcher(corr, threads, launches) -> tuple[_Thread | None, int]:
@@ -233,7 +414,7 @@ def _cpu_timeline(source, rank, label, thread_rows, windows, notes) -> Timeline:
     backward hook that waits on an all-reduce); across threads, compute on one and gloo's transfer on another
     overlap.
     """
-    threads = [_Thread(rows) for rows in thread_rows.values() if rows]
+    threads = [th for _, th in _threads(thread_rows)]
     compute_parts, comm_s, comm_e, p2p_s, p2p_e = [], [], [], [], []
     ops: list[OpInstance] = []
     all_s, all_e = [], []

@@ -2,7 +2,8 @@
 
 Readers exist for PyTorch profiler (Kineto) Chrome traces (CUDA, ROCm, CPU-only), JAX profiler traces
 (``perfetto_trace.json.gz`` / ``*.trace.json.gz``) and XProf's ``*.xplane.pb`` (``asap.profile.xplane``). Both are Chrome trace JSON, optionally gzipped; orjson
-parses it when installed (about 3x faster than the standard library), else ``json`` does.
+parses it when installed (about 3x faster than the standard library), else ``json`` does. A Kineto trace is
+streamed instead (``asap.profile.kineto.stream_kineto``, ijson), not held whole in memory.
 
 Every bad input becomes an ``AsapError`` naming the file and the problem in one line.
 """
@@ -186,18 +187,24 @@ def trace_format(doc: dict) -> str:
     """'kineto' or 'jax', from what only each of them writes; anything else is refused."""
     if "schemaVersion" in doc or "deviceProperties" in doc or "distributedInfo" in doc:
         return "kineto"
-    events = doc["traceEvents"]
-    for e in events[:5000]:
-        if not isinstance(e, dict):
-            continue
-        if e.get("ph") == "M" and e.get("name") == "process_name":
-            name = str((e.get("args") or {}).get("name", ""))
-            if name.startswith("/host:") or name.startswith("/device:"):
-                return "jax"
-        cat = e.get("cat")
-        if cat in ("cpu_op", "kernel", "cuda_runtime", "user_annotation", "Operator", "Kernel", "Runtime"):
-            return "kineto"
+    for e in doc["traceEvents"][:5000]:
+        verdict = event_format(e)
+        if verdict is not None:
+            return verdict
     raise AsapError("trace", "not a PyTorch profiler (Kineto) or JAX profiler trace (no events of either kind)")
+
+
+def event_format(e: Any) -> str | None:
+    """'jax' or 'kineto' where this one event is of a kind only that profiler writes, else None."""
+    if not isinstance(e, dict):
+        return None
+    if e.get("ph") == "M" and e.get("name") == "process_name":
+        name = str((e.get("args") or {}).get("name", ""))
+        if name.startswith("/host:") or name.startswith("/device:"):
+            return "jax"
+    if e.get("cat") in ("cpu_op", "kernel", "cuda_runtime", "user_annotation", "Operator", "Kernel", "Runtime"):
+        return "kineto"
+    return None
 
 
 @contextmanager
@@ -217,7 +224,7 @@ def load_timelines(path: Path) -> list[Timeline]:
     """Read one trace file into its timelines (one per rank; a JAX trace of several GPUs/TPUs gives several).
     An XProf ``.xplane.pb`` is read by ``asap.profile.xplane``."""
     from asap.profile.jax_trace import timelines_from_jax
-    from asap.profile.kineto import timelines_from_kineto
+    from asap.profile.kineto import stream_kineto, timelines_from_kineto
 
     if path.name.endswith(".xplane.pb"):
         from asap.profile.xplane import timelines_from_xplane
@@ -226,6 +233,9 @@ def load_timelines(path: Path) -> list[Timeline]:
             return timelines_from_xplane(path)
 
     with _gc_paused():
+        streamed = stream_kineto(path)  # a Kineto trace is read streaming; others (JAX) as a whole document
+        if streamed is not None:
+            return streamed
         doc = load_document(path)
         try:
             fmt = trace_format(doc)
