@@ -51,3 +51,40 @@ def pytest_collection_modifyitems(config, items):
         for marker, files in FILE_MARKERS.items():
             if stem in files:
                 item.add_marker(getattr(pytest.mark, marker))
+
+
+def _descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process below ``pid``, from /proc (Linux); [] elsewhere."""
+    children: dict[int, list[int]] = {}
+    cmd: dict[int, str] = {}
+    for d in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] == "Z":  # a zombie holds nothing: its parent has not reaped it yet
+                continue
+            children.setdefault(int(fields[1]), []).append(int(d.name))
+            cmd[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError, ValueError):
+            continue
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        out.append((p, cmd.get(p, "?")))
+        todo.extend(children.get(p, []))
+    return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test may leave a process running (torchrun workers, JAX children, browsers, command executors): the
+    session fails if any process started under it is still alive when it ends."""
+    import os
+    import time
+
+    left = _descendants(os.getpid())
+    for _ in range(20):  # processes killed at the very end may need a moment to go
+        if not left:
+            return
+        time.sleep(0.25)
+        left = _descendants(os.getpid())
+    print("\nprocesses left running by the tests:\n" + "\n".join(f"  {p}: {c[:160]}" for p, c in left))
+    session.exitstatus = 1

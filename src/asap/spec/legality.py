@@ -88,7 +88,8 @@ RULES: tuple[Rule, ...] = (
     Rule("ep", ("ep", "etp", "tp", "cp", "dp"),
          lambda c, m, t, n: (c["tp"] * c["cp"] * c["dp"]) % (c["etp"] * c["ep"]) == 0,
          lambda s, m, t, n: f"etp*ep = {s.etp}*{s.ep} does not divide tp*cp*dp = {s.tp * s.cp * s.dp} "
-                            "(the devices of a pipeline stage)"),
+                            "(the devices of a pipeline stage; dp counts every data-parallel device, expert-parallel "
+                            f"ones too: {s.ep}-way experts over {s.dp} data replicas is dp={s.dp * s.ep},ep={s.ep})"),
     Rule("etp", ("etp",), lambda c, m, t, n: (not _moe(m)) or m.moe.expert_ffn_hidden_size % c["etp"] == 0,
          lambda s, m, t, n: f"etp={s.etp} does not divide expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size}"),
 )
