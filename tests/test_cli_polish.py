@@ -101,3 +101,21 @@ def test_plan_rows_are_distinct_shapes_unless_all():
 def test_plan_include_oom_has_a_fits_column():
     proc = run_cli("plan", "-m", "llama3-70b", "-c", "dgx-h100-1node", "-b", "16", "-s", "4096", "--include-oom")
     assert "fits" in proc.stdout.splitlines()[3] or " fits " in proc.stdout
+
+
+def test_an_imported_model_shows_its_parameter_count(tmp_path):
+    hf = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+          "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+          "vocab_size": 128256, "hidden_act": "silu", "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf))
+    out = run_cli("estimate", "-m", path, "-c", "dgx-h100-1node", "-b", "64", "-s", "4096", "-S", "tp=2").stdout
+    assert "(8.03B parameters)" in out.splitlines()[0]  # Llama 3 8B's shape
+
+
+def test_plan_shows_the_pareto_front():
+    out = run_cli("plan", "-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "64", "-s", "4096").stdout
+    front = json.loads(run_cli("plan", "-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "64", "-s", "4096",
+                               "--json").stdout)["pareto"]
+    assert "Pareto front: step time against peak memory" in out
+    assert f"of {len(front)} shown" in out
