@@ -50,7 +50,7 @@ def run_command(
     """Train MODEL for a few steps under STRATEGY on torch.distributed and report what was measured."""
     from asap.spec.loader import load_model
     from asap.spec.train import TrainSpec
-    from asap.train.launch import (RUN_PRECISIONS, RunConfig, RunFailed, check_devices_per_node, check_inputs,
+    from asap.train.launch import (RUN_PRECISIONS, RunConfig, check_devices_per_node, check_inputs,
                                    check_supported, detect_device, resolve_run_strategy)
     from asap.train.launch import run as run_training
 
@@ -66,6 +66,10 @@ def run_command(
     train = TrainSpec(global_batch, seq_len, precision or "fp32")
     s = resolve_run_strategy(strategy, spec, train, layer_split=layer_split)
     if backend == "jax":
+        for name, given in (("lengths", lengths), ("balance", balance), ("devices-per-node", devices_per_node)):
+            if given:
+                raise AsapError(name, "is a torch backend option (the jax backend has no packed documents or "
+                                      "two-level collectives)")
         _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, json_out)
         return
     try:
@@ -82,21 +86,29 @@ def run_command(
     check_inputs(RunConfig(model=spec, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
                            precision=prec, data=data, profile_dir=profile, documents=documents, balance=balance), dev)
     print(f"[asap run] {spec.name}: {s} on {s.devices} {dev} process(es), {steps} steps, {prec}", file=sys.stderr)
+    _report(lambda: run_training(spec, s, global_batch, seq_len, steps, precision=prec, profile_dir=profile,
+                                 seed=seed, data=data, lr=lr, device=dev, timeout_s=timeout,
+                                 echo=sys.stderr if verbose else None, progress=None if json_out else sys.stderr,
+                                 devices_per_node=devices_per_node, documents=documents, balance=balance),
+            verbose, json_out)
+
+
+def _report(launch, verbose: bool, json_out: bool, mesh: dict | None = None) -> None:
+    """Run ``launch`` (either backend's), then print what it measured; a failed run is one line, exit 1."""
+    from asap.train.launch import RunFailed
+
     try:
-        res = run_training(spec, s, global_batch, seq_len, steps, precision=prec, profile_dir=profile, seed=seed,
-                           data=data, lr=lr, device=dev, timeout_s=timeout, echo=sys.stderr if verbose else None,
-                           progress=None if json_out else sys.stderr,
-                           devices_per_node=devices_per_node, documents=documents, balance=balance)
+        res = launch()
     except RunFailed as e:
         print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)
         if verbose and e.log_tail:
             print(e.log_tail, file=sys.stderr)
         raise typer.Exit(1)
     if json_out:
-        print_json(res.to_dict())
+        print_json({**res.to_dict(), **({"mesh": res.mesh} if mesh is not None else {})})
         return
     print(f"step time {res.step_time_s:.4f} s (median after warm-up), {res.tokens_per_s:,.0f} tokens/s, "
-          f"peak memory {res.peak_memory_gb:.2f} GB")
+          f"peak memory {res.peak_memory_gb:.2f} GB" + (f", mesh {mesh}" if mesh is not None else ""))
     print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
     if res.attention_max_over_mean is not None:
         print(f"attention work per dp rank (sum l^2 / rows x S^2): "
@@ -112,7 +124,7 @@ def _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, j
 
     from asap.jaxrun.launch import check_supported_jax, run as run_jax
     from asap.jaxrun.shard import mesh_shape
-    from asap.train.launch import RunConfig, RunFailed, check_inputs
+    from asap.train.launch import RunConfig, check_inputs
 
     if importlib.util.find_spec("jax") is None:
         raise AsapError("backend", "the jax backend needs JAX (pip install jax)")
@@ -121,27 +133,10 @@ def _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, j
                            steps=steps, precision=train.precision, data=data, profile_dir=profile), "cpu")
     mesh = {k: v for k, v in mesh_shape(s).items() if v > 1} or {"data": 1}
     print(f"[asap run] {spec.name}: {s} on a JAX mesh {mesh}, {steps} steps, {train.precision}", file=sys.stderr)
-    try:
-        res = run_jax(spec, s, train.global_batch, train.seq_len, steps, precision=train.precision,
-                      profile_dir=profile, seed=seed, data=data, lr=lr, timeout_s=timeout,
-                      echo=sys.stderr if verbose else None, progress=None if json_out else sys.stderr)
-    except RunFailed as e:
-        print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)
-        if verbose and e.log_tail:
-            print(e.log_tail, file=sys.stderr)
-        raise typer.Exit(1)
-    if json_out:
-        print_json({**res.to_dict(), "mesh": res.mesh})
-        return
-    print(f"step time {res.step_time_s:.4f} s (median after warm-up), {res.tokens_per_s:,.0f} tokens/s, "
-          f"peak memory {res.peak_memory_gb:.2f} GB, mesh {mesh}")
-    print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
-    if res.attention_max_over_mean is not None:
-        print(f"attention work per dp rank (sum l^2 / rows x S^2): "
-              + " ".join(f"{w:.3f}" for w in res.attention_work_per_dp_rank)
-              + f"; slowest {res.attention_max_over_mean:.3f}x the mean")
-    for t in res.traces:
-        print(f"trace: {t}")
+    _report(lambda: run_jax(spec, s, train.global_batch, train.seq_len, steps, precision=train.precision,
+                            profile_dir=profile, seed=seed, data=data, lr=lr, timeout_s=timeout,
+                            echo=sys.stderr if verbose else None, progress=None if json_out else sys.stderr),
+            verbose, json_out, mesh)
 
 
 def _documents(path: Optional[str], seq_len: int):

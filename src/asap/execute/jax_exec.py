@@ -5,7 +5,6 @@ figures for this machine), measured on GSPMD instead of torch.distributed."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from asap.errors import AsapError
@@ -42,13 +41,6 @@ class JaxExecutor(TorchExecutor):
                     profile_dir=prof, seed=self.seed, data=self.data, lr=self.lr, timeout_s=self.timeout_s)
         except RunFailed as e:
             return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
-        details = {**r.to_dict(), "mesh": r.mesh}
-        if r.device == "cpu":
-            from asap.cost.estimate import estimate
-
-            cluster = self.cluster(s.devices)
-            details["cluster"] = str(self.calibration) if self.calibration else "local-cpu (catalog)"
-            with contextlib.suppress(AsapError):
-                details["predicted_step_time_s"] = estimate(self.model, cluster, train, s).step_time_s
+        details = self.with_prediction({**r.to_dict(), "mesh": r.mesh}, r.device, s, train)
         return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
                            losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)

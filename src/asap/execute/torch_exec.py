@@ -46,6 +46,17 @@ class TorchExecutor(Executor):
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
         return estimate(self.model, self.cluster(strategy.devices), train, strategy)
 
+    def with_prediction(self, details: dict, device: str, s: Strategy, train: TrainSpec) -> dict:
+        """A CPU trial's details with what the cost model says of it on this machine's figures."""
+        if device == "cpu":
+            from asap.cost.estimate import estimate
+
+            cluster = self.cluster(s.devices)
+            details["cluster"] = str(self.calibration) if self.calibration else "local-cpu (catalog)"
+            with contextlib.suppress(AsapError):  # a strategy the cost model refuses still ran: no prediction
+                details["predicted_step_time_s"] = estimate(self.model, cluster, train, s).step_time_s
+        return details
+
     def refuses(self, strategy: Strategy) -> str | None:
         """The reference trainer's own limits (``asap.train.launch.check_supported``) on this machine's device."""
         from asap.train.launch import check_supported, detect_device
@@ -70,13 +81,6 @@ class TorchExecutor(Executor):
                     timeout_s=self.timeout_s)
         except RunFailed as e:
             return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
-        details = r.to_dict()
-        if r.device == "cpu":  # what the cost model says of the same trial on this machine's figures
-            cluster = self.cluster(s.devices)
-            details["cluster"] = str(self.calibration) if self.calibration else "local-cpu (catalog)"
-            from asap.cost.estimate import estimate
-
-            with contextlib.suppress(AsapError):  # a strategy the cost model refuses still ran: no prediction
-                details["predicted_step_time_s"] = estimate(self.model, cluster, train, s).step_time_s
+        details = self.with_prediction(r.to_dict(), r.device, s, train)
         return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
                            losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)
