@@ -42,6 +42,12 @@ def gone(marker: str, within_s: float = 10.0) -> list[int]:
     return left
 
 
+def default_sigint() -> None:
+    """In the child: SIGINT as a terminal gives it. A job started in the background by a non-interactive shell
+    (CI scripts, ``cmd &``) inherits SIGINT ignored, and Python then keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def marked_env() -> tuple[str, dict[str, str]]:
     marker = f"ASAP_HYGIENE_{uuid.uuid4().hex}"
     return marker, {**os.environ, marker: "1"}
@@ -82,7 +88,8 @@ wait_or_kill(proc, None)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_to_the_parent_kills_the_children(sig):
     marker, env = marked_env()
-    parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env, stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env, stdout=subprocess.PIPE, text=True,
+                              preexec_fn=default_sigint)
     assert parent.stdout.readline().strip() == "started"
     time.sleep(0.3)
     assert len(processes_with(marker)) >= 3
@@ -99,7 +106,7 @@ def test_sigint_to_asap_run_kills_the_workers():
     marker, env = marked_env()
     run = subprocess.Popen([sys.executable, "-c", "from asap.cli import main; main()", "run", "-m", "tiny-dense",
                             "-S", "dp=2", "-b", "4", "-s", "64", "--steps", "100000"], env=env, cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 240
         line = ""
