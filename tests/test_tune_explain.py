@@ -51,3 +51,17 @@ def test_the_torch_executor_refuses_what_the_trainer_cannot_run_on_cpu():
     ex = TorchExecutor(m, t, device="cpu")
     assert "context parallelism" in ex.refuses(resolve_strategy("dp=1,cp=2", m, t, 2))
     assert ex.refuses(resolve_strategy("dp=2", m, t, 2)) is None
+
+
+def test_trials_on_different_sim_machines_are_not_confused(tmp_path):
+    """Memory keys an experiment by where its trials are measured too: the same strategy "measured" on the slow
+    machine and on the catalog's is two trials, not one remembered for the other."""
+    job = ["-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "256", "-s", "8192", "--executor", "sim", "--budget", "1"]
+    slow = tune(tmp_path, *job, "--sim-machine", "docs/examples/h100-slow-fabric.yaml")
+    catalog = tune(tmp_path, *job)
+    again = tune(tmp_path, *job, "--sim-machine", "docs/examples/h100-slow-fabric.yaml")
+    assert slow["trials"][0]["status"] == catalog["trials"][0]["status"] == "ok"
+    assert slow["trials"][0]["strategy_string"] == catalog["trials"][0]["strategy_string"]
+    assert catalog["trials"][0]["measured_step_time_s"] < slow["trials"][0]["measured_step_time_s"]
+    assert again["trials"][0]["status"] == "skipped"  # the same machine again: remembered
+    assert again["trials"][0]["measured_step_time_s"] == slow["trials"][0]["measured_step_time_s"]

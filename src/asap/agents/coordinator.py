@@ -126,7 +126,9 @@ class Coordinator:
         return self.correction.apply(self.cluster)
 
     def run(self) -> dict[str, Any]:
-        exp = self.memory.experiment(workload_record(self.model, self.cluster, self.train))
+        workload = {**workload_record(self.model, self.cluster, self.train),
+                    "machine": getattr(self.executor, "machine", None)}
+        exp = self.memory.experiment(workload)
         known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ("ok", "failed")}
         # (keys: Memory's canonical spelling of each strategy)
         pairs = self._known_pairs(known)

@@ -204,9 +204,14 @@ def normalize_workload(workload: dict) -> dict:
 
 def workload_key(workload: dict) -> str:
     """A stable key for a workload: the sorted JSON of its identifying fields (model, accelerator, devices,
-    global_batch, seq_len, precision, framework; a missing one is null)."""
+    global_batch, seq_len, precision, framework; a missing one is null; and ``machine`` when the trials are
+    measured somewhere other than the named cluster: the same strategy measured on two sim machines is two
+    trials)."""
     w = normalize_workload(workload)
-    return json.dumps({k: w.get(k) for k in KEY_FIELDS}, sort_keys=True, separators=(",", ":"))
+    key = {k: w.get(k) for k in KEY_FIELDS}
+    if w.get("machine"):  # where trials are measured, when it is not the cluster itself (the sim's machine file)
+        key["machine"] = w["machine"]
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 
 def canonical_strategy(strategy: str | dict | Any) -> tuple[str, dict]:

@@ -17,6 +17,19 @@ class SimExecutor(Executor):
     def __init__(self, model: ModelSpec, cluster: Cluster, train: TrainSpec):
         self.model, self.cluster, self.train = model, cluster, train
 
+    @property
+    def machine(self) -> str:
+        """What the trials are "measured" on: the machine's name and a digest of every figure that prices it
+        (Memory keeps trials on different sim machines apart)."""
+        import dataclasses
+        import hashlib
+        import json
+
+        acc = self.cluster.accelerator
+        figures = {"cluster": self.cluster.to_dict(), "accelerator": dataclasses.asdict(acc)}
+        digest = hashlib.sha1(json.dumps(figures, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return f"sim {self.cluster.name or acc.name} {digest}"
+
     def _run(self, strategy: Strategy | str | dict) -> Result:
         from asap.cost.estimate import estimate  # the cost model is an optional layer for this module
 
