@@ -102,6 +102,35 @@ def step_batch(data, job: dict, step: int, gb: int, seq: int):
     return batch[perm], document_ids([docs[i] for i in order], seq)
 
 
+def _pipeline(stage_parts, wrapped, s: Strategy, dims: ParallelDims, device: torch.device, n_micro: int):
+    """(the pipeline schedule or None, whether this rank holds the first stage, the last stage)."""
+    if s.pp == 1:
+        return None, True, True
+    from torch.distributed.pipelining import PipelineStage
+
+    n_stages = s.pp * s.vpp
+    stages = [PipelineStage(w, sid, n_stages, device, group=dims.pp_mesh.get_group())
+              for (sid, _), w in zip(stage_parts, wrapped)]
+    sids = [sid for sid, _ in stage_parts]
+    return build_schedule(stages, s.schedule, n_micro), 0 in sids, (n_stages - 1) in sids
+
+
+def _accumulate(model, is_ddp: bool, inputs, labels, doc_ids, mbs: int, n_micro: int, cp_context, autocast):
+    """Forward and backward of each micro-batch without a pipeline (DDP syncs on the last one only), each with its
+    documents' attention mask when there are packed documents; the mean micro-batch loss."""
+    total = torch.zeros((), device=inputs.device)
+    for i in range(n_micro):
+        x = inputs[i * mbs:(i + 1) * mbs].clone()
+        y = labels[i * mbs:(i + 1) * mbs].clone()
+        sync_ctx = model.no_sync() if is_ddp and i < n_micro - 1 else contextlib.nullcontext()
+        set_document_mask(model, None if doc_ids is None else doc_ids[i * mbs:(i + 1) * mbs])
+        with sync_ctx, cp_context([(x, 1), (y, 1)]), autocast:
+            loss = cross_entropy(model(x), y)
+            (loss / n_micro).backward()
+        total += loss.detach().float()
+    return total / n_micro
+
+
 def run_job(job: dict, device: torch.device) -> dict:
     spec = load_model(job["model"])
     s = Strategy(**parse_strategy(job["strategy"], "job.strategy"))
@@ -120,17 +149,7 @@ def run_job(job: dict, device: torch.device) -> dict:
     chunk_layers = chunk_layer_ids(stage_parts)
     optimizer = build_optimizer(parts, dims, lr)
 
-    n_stages = s.pp * s.vpp
-    schedule = None
-    has_first = has_last = True
-    if s.pp > 1:
-        from torch.distributed.pipelining import PipelineStage
-
-        stages = [PipelineStage(w, sid, n_stages, device, group=dims.pp_mesh.get_group())
-                  for (sid, _), w in zip(stage_parts, wrapped)]
-        schedule = build_schedule(stages, s.schedule, n_micro)
-        sids = [sid for sid, _ in stage_parts]
-        has_first, has_last = 0 in sids, (n_stages - 1) in sids
+    schedule, has_first, has_last = _pipeline(stage_parts, wrapped, s, dims, device, n_micro)
 
     data = make_source(spec.vocab_size, seed, job.get("data"))
     autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
@@ -177,17 +196,8 @@ def run_job(job: dict, device: torch.device) -> dict:
                     schedule.step(target=labels, losses=mb_losses)
             local_loss = torch.stack([l.detach().float() for l in mb_losses]).mean() if has_last else None
         else:
-            total = torch.zeros((), device=device)
-            for i in range(n_micro):
-                x = inputs[i * s.mbs:(i + 1) * s.mbs].clone()
-                y = labels[i * s.mbs:(i + 1) * s.mbs].clone()
-                sync_ctx = (wrapped[0].no_sync() if is_ddp[0] and i < n_micro - 1 else contextlib.nullcontext())
-                set_document_mask(wrapped[0], doc_ids[i * s.mbs:(i + 1) * s.mbs] if docs else None)
-                with sync_ctx, cp_context([(x, 1), (y, 1)]), autocast:
-                    loss = cross_entropy(wrapped[0](x), y)
-                    (loss / n_micro).backward()
-                total += loss.detach().float()
-            local_loss = total / n_micro
+            local_loss = _accumulate(wrapped[0], is_ddp[0], inputs, labels, doc_ids if docs else None, s.mbs,
+                                     n_micro, cp_context, autocast)
         finalize_grads(parts, dims, manual_dp)
         if capture is not None and step == 0:
             numerics_capture.finish(capture, job, parts, dims)
