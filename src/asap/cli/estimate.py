@@ -312,7 +312,8 @@ def validation_table(result) -> Table:
 
 @app.command()
 def presets(json_out: bool = JsonOpt):
-    """List model presets (with parameter counts) and cluster presets."""
+    """List model presets (with parameter counts), cluster presets (nodes x devices) and the accelerator catalog
+    with its sources."""
     from asap.spec.hardware import CATALOG, CLUSTER_PRESETS
     from asap.spec.loader import load_model
     from asap.spec.presets import MODEL_PRESETS
