@@ -94,19 +94,20 @@ def test_a_set_against_itself_moves_nothing_and_swapping_negates():
 
 
 def test_real_runs_four_times_the_micro_batches(tmp_path):
-    """tiny-dense, dp=1, mbs=1: global batch 2 -> 8 is 2 -> 8 micro-batches a step, so every layer GEMM is
-    called exactly four times as often, and the step is longer."""
+    """tiny-dense, dp=1, mbs=1: global batch 1 -> 16 is 1 -> 16 micro-batches a step, so every layer GEMM is
+    called exactly sixteen times as often (counted), and the step does sixteen times the work: longer whatever
+    the load on the machine (a loaded machine moves a step's time by 2-3x, not 16x)."""
     pytest.importorskip("torch")
     from asap.spec.loader import load_model
     from asap.train.launch import run
 
     traces = {}
-    for gb in (2, 8):
+    for gb in (1, 16):
         out = tmp_path / f"gb{gb}"
         traces[gb] = run(load_model("tiny-dense"), "dp=1", gb, 16, steps=2, profile_dir=str(out)).traces
-    d = compare_traces(traces[2], traces[8], top=1000)
+    d = compare_traces(traces[1], traces[16], top=1000)
     mm = next(r for r in d["ops_moved"] if r["name"] == "aten::mm")
-    assert mm["calls_after"] == pytest.approx(4 * mm["calls_before"])
+    assert mm["calls_after"] == pytest.approx(16 * mm["calls_before"])
     assert mm["delta_s"] > 0 and d["deltas_s"]["step_time_s"] > 0 and d["deltas_s"]["compute_s"] > 0
 
 

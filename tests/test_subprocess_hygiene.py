@@ -42,10 +42,10 @@ def gone(marker: str, within_s: float = 10.0) -> list[int]:
     return left
 
 
-def default_sigint() -> None:
-    """In the child: SIGINT as a terminal gives it. A job started in the background by a non-interactive shell
-    (CI scripts, ``cmd &``) inherits SIGINT ignored, and Python then keeps ignoring it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# First thing in the child: SIGINT as a terminal gives it. A job started in the background by a non-interactive
+# shell (CI scripts, ``cmd &``) inherits SIGINT ignored, and Python then keeps ignoring it. (Set in the child's
+# own code, not by preexec_fn, which would fork the JAX-threaded test process.)
+DEFAULT_SIGINT = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
 
 
 def marked_env() -> tuple[str, dict[str, str]]:
@@ -88,8 +88,8 @@ wait_or_kill(proc, None)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_to_the_parent_kills_the_children(sig):
     marker, env = marked_env()
-    parent = subprocess.Popen([sys.executable, "-c", PARENT], env=env, stdout=subprocess.PIPE, text=True,
-                              preexec_fn=default_sigint)
+    parent = subprocess.Popen([sys.executable, "-c", DEFAULT_SIGINT + PARENT], env=env, stdout=subprocess.PIPE,
+                              text=True)
     assert parent.stdout.readline().strip() == "started"
     time.sleep(0.3)
     assert len(processes_with(marker)) >= 3
@@ -104,9 +104,10 @@ def test_sigint_to_asap_run_kills_the_workers():
     """Ctrl-C to ``asap run`` while the torchrun workers train: asap exits, and no worker is left."""
     pytest.importorskip("torch")
     marker, env = marked_env()
-    run = subprocess.Popen([sys.executable, "-c", "from asap.cli import main; main()", "run", "-m", "tiny-dense",
+    asap = DEFAULT_SIGINT + "from asap.cli import main; main()"
+    run = subprocess.Popen([sys.executable, "-c", asap, "run", "-m", "tiny-dense",
                             "-S", "dp=2", "-b", "4", "-s", "64", "--steps", "100000"], env=env, cwd=REPO,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
         line = ""
