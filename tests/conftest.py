@@ -39,9 +39,13 @@ FILE_MARKERS = {
               "test_tune_explain", "test_subprocess_hygiene", "test_emit"),
     # JAX programs on virtual CPU devices
     "jax": ("test_diagnose_jax", "test_jax_bottlenecks", "test_jax_meshes", "test_jax_tune", "test_jax_xplane"),
-    # more than about a minute for the file
+    # more than about a minute for the file, or many CLI processes and whole-space plans (what keeps the fast
+    # set under a minute)
     "slow": ("test_docs_commands", "test_align", "test_calibrate", "test_agents", "test_host_overhead",
-             "test_jax_meshes", "test_train_distributed"),
+             "test_jax_meshes", "test_train_distributed", "test_mixed_jobs", "test_report", "test_plan",
+             "test_plan_estimate_agree", "test_plan_blocks", "test_plan_budget", "test_lengths", "test_cli_polish",
+             "test_compare_budget", "test_diagnose_labels", "test_memory_store", "test_trace_streaming",
+             "test_diagnose_hta", "test_balance", "test_fused_kernels", "test_tune_explain"),
 }
 
 
