@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 
@@ -27,15 +27,11 @@ def kill_group(proc: subprocess.Popen) -> None:
     """SIGTERM the child's whole process group, SIGKILL what is still there after 5 s (or once the leader is
     gone: its workers may ignore SIGTERM), and reap the leader."""
     if _signal_group(proc.pid, signal.SIGTERM):
-        try:
+        with suppress(subprocess.TimeoutExpired):  # a leader that ignores SIGTERM gets the SIGKILL below
             proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
     _signal_group(proc.pid, signal.SIGKILL)
-    try:
+    with suppress(subprocess.TimeoutExpired):  # a process in uninterruptible sleep: nothing more can be done
         proc.wait(5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - a process in uninterruptible sleep
-        pass
 
 
 @contextmanager

@@ -5,10 +5,7 @@ figures for this machine), measured on GSPMD instead of torch.distributed."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from asap.errors import AsapError
-from asap.execute.base import Failure, Measurement, Result
 from asap.execute.torch_exec import TorchExecutor
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
@@ -28,19 +25,12 @@ class JaxExecutor(TorchExecutor):
             return str(e)
         return None
 
-    def _run(self, strategy: Strategy | str | dict) -> Result:
+    def _train(self, s: Strategy, train: TrainSpec, profile_dir: str | None):
+        """One real run of ``s`` on a JAX mesh (``asap.jaxrun``: one child process owning the devices)."""
         from asap.jaxrun.launch import run
-        from asap.train.launch import RunFailed, resolve_run_strategy
 
-        train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
-        s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, self.model, train)
-        self.trials += 1
-        prof = str(Path(self.profile_dir) / f"trial{self.trials}") if self.profile_dir else None
-        try:
-            r = run(self.model, s, train.global_batch, train.seq_len, self.steps, precision=self.precision,
-                    profile_dir=prof, seed=self.seed, data=self.data, lr=self.lr, timeout_s=self.timeout_s)
-        except RunFailed as e:
-            return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
-        details = self.with_prediction({**r.to_dict(), "mesh": r.mesh}, r.device, s, train)
-        return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
-                           losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)
+        return run(self.model, s, train.global_batch, train.seq_len, self.steps, precision=self.precision,
+                   profile_dir=profile_dir, seed=self.seed, data=self.data, lr=self.lr, timeout_s=self.timeout_s)
+
+    def _details(self, r) -> dict:
+        return {**r.to_dict(), "mesh": r.mesh}

@@ -69,18 +69,27 @@ class TorchExecutor(Executor):
         return None
 
     def _run(self, strategy: Strategy | str | dict) -> Result:
-        from asap.train.launch import RunFailed, resolve_run_strategy, run
+        from asap.train.launch import RunFailed, resolve_run_strategy
 
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
         s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, self.model, train)
         self.trials += 1
         prof = str(Path(self.profile_dir) / f"trial{self.trials}") if self.profile_dir else None
         try:
-            r = run(self.model, s, train.global_batch, train.seq_len, self.steps, precision=self.precision,
-                    profile_dir=prof, seed=self.seed, data=self.data, lr=self.lr, device=self.device,
-                    timeout_s=self.timeout_s)
+            r = self._train(s, train, prof)
         except RunFailed as e:
             return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
-        details = self.with_prediction(r.to_dict(), r.device, s, train)
+        details = self.with_prediction(self._details(r), r.device, s, train)
         return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
                            losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)
+
+    def _train(self, s: Strategy, train: TrainSpec, profile_dir: str | None):
+        """One real run of ``s`` on this executor's backend (the reference trainer under torchrun)."""
+        from asap.train.launch import run
+
+        return run(self.model, s, train.global_batch, train.seq_len, self.steps, precision=self.precision,
+                   profile_dir=profile_dir, seed=self.seed, data=self.data, lr=self.lr, device=self.device,
+                   timeout_s=self.timeout_s)
+
+    def _details(self, r) -> dict:
+        return r.to_dict()
