@@ -3,11 +3,11 @@ bring less than ``MIN_GAIN``; it never re-runs a strategy Memory already has for
 every measured trial it refits a per-run correction of the cost model (``Correction``) so that later
 predictions close in on the machine being tuned.
 
-The correction is two scale factors fitted by non-negative least squares on the trials so far, measured step
-= a * (compute-like terms: compute, bubble, optimizer, host) + b * (exposed communication), applied to the
-efficiency constants themselves (GEMM, attention and HBM efficiencies / a, host time * a; network efficiency /
-b, latencies * b), so that the planner and the proposer price every strategy on the corrected machine. With one
-trial both factors are its ratio.
+The correction (``asap.agents.correction``) is three factors of the machine against the catalog (compute,
+scale-up fabric, scale-out fabric), applied to the cost model's inputs and fitted to the trials so far as a
+maximum a posteriori estimate, so that the planner and the proposer price every strategy on the corrected
+machine. When the proposals are within the model's error, the loop runs the one that would narrow the factors
+most.
 
 With ``verify`` (``asap tune --verify-numerics``), every strategy measured after the first must also align
 numerically with the first one's run (``asap.numerics.align.NumericsCheck``) before it counts: one that does
@@ -16,20 +16,22 @@ not is recorded as failed, with the first diverging operator as its reason, and 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from asap.agents.analyzer import Analyzer, Diagnosis
+from asap.agents.correction import Correction, fit_correction, information_gain, sensitivities
 from asap.agents.memory import canonical_strategy
 from asap.agents.proposer import Proposer, parse_current, workload_record
-from asap.cost.estimate import Estimate, estimate
+from asap.cost.estimate import estimate
 from asap.errors import AsapError
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
+
 
 def canon(strategy) -> str:
     """Memory's spelling of a strategy (``asap.agents.memory.canonical_strategy``)."""
@@ -38,48 +40,6 @@ def canon(strategy) -> str:
 
 MIN_GAIN = 0.02  # two trials in a row below this improvement end the loop
 PATIENCE = 2
-COMPUTE_TERMS = ("compute", "bubble", "optimizer", "host")
-COMM_TERMS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
-
-
-@dataclass
-class Correction:
-    compute: float = 1.0
-    communication: float = 1.0
-    trials: int = 0
-
-    def apply(self, cluster: Cluster) -> Cluster:
-        """The cluster with its efficiency constants corrected (faster terms: higher efficiencies)."""
-        acc = cluster.accelerator
-        f, a, b = acc.efficiency, self.compute, self.communication
-        eff = replace(f, gemm_efficiency=f.gemm_efficiency / a, attention_efficiency=f.attention_efficiency / a,
-                      fp8_gemm_efficiency=f.fp8_gemm_efficiency / a, hbm_efficiency=f.hbm_efficiency / a,
-                      host_op_s=f.host_op_s * a, kernel_overhead_s=f.kernel_overhead_s * a,
-                      net_efficiency=f.net_efficiency / b, collective_latency_s=f.collective_latency_s * b,
-                      hop_latency_s=f.hop_latency_s * b, sync_s=f.sync_s * b)
-        new = replace(acc, efficiency=eff)
-        return replace(cluster, accelerator=new, written_accelerator=new)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def fit_correction(pairs: list[tuple[Estimate, float]]) -> Correction:
-    """Scale factors that make the catalog's estimates (uncorrected) reproduce the measured step times."""
-    from scipy.optimize import nnls
-
-    if not pairs:
-        return Correction()
-    X = np.array([[sum(e.exposed_s.get(k, 0.0) for k in COMPUTE_TERMS),
-                   sum(e.exposed_s.get(k, 0.0) for k in COMM_TERMS)] for e, _ in pairs])
-    y = np.array([m for _, m in pairs])
-    if len(pairs) == 1 or np.linalg.matrix_rank(X) < 2:
-        r = float(y.sum() / max(X.sum(), 1e-12))
-        return Correction(r, r, len(pairs))
-    (a, b), _ = nnls(X, y)
-    ratio = float(y.sum() / max(X.sum(), 1e-12))
-    a, b = (a if a > 0 else ratio), (b if b > 0 else ratio)
-    return Correction(float(a), float(b), len(pairs))
 
 
 @dataclass
@@ -132,7 +92,7 @@ class Coordinator:
         known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ("ok", "failed")}
         # (keys: Memory's canonical spelling of each strategy)
         pairs = self._known_pairs(known)
-        self.correction = fit_correction(pairs)
+        self.correction = self._fit(pairs)
         current = self._start()
         best = self._best_known(known)
         stall, executed = 0, 0
@@ -150,8 +110,8 @@ class Coordinator:
             known[key] = {"id": record.trial_id, "status": record.status,
                           "measured_step_time_s": record.measured_step_time_s}
             if record.status == "ok":
-                pairs.append((estimate(self.model, self.cluster, self.train, strategy), record.measured_step_time_s))
-                self.correction = fit_correction(pairs)
+                pairs.append((strategy, record.measured_step_time_s))
+                self.correction = self._fit(pairs)
                 gain = 1.0 - record.measured_step_time_s / best[1] if best else 1.0
                 stall = stall + 1 if gain < MIN_GAIN else 0
                 if best is None or record.measured_step_time_s < best[1]:
@@ -196,13 +156,15 @@ class Coordinator:
         return (fresh[0].strategy if fresh else None), diagnosis, ps.considered
 
     def _novelty(self, strategy: Strategy) -> float:
-        """How far a strategy's share of exposed communication is from every measured trial's: the experiment
-        that tells the correction's two factors apart."""
-        def comm_share(s):
-            e = estimate(self.model, self.cluster, self.train, s)
-            return sum(e.exposed_s.get(k, 0.0) for k in COMM_TERMS) / max(e.step_time_s, 1e-12)
-        seen = [comm_share(t.strategy) for t in self.trials if t.status == "ok"]
-        return min((abs(comm_share(strategy) - x) for x in seen), default=1.0)
+        """What measuring ``strategy`` would teach the correction: the information gain over the factors'
+        posterior from the trials measured so far (``asap.agents.correction.information_gain``)."""
+        x = np.log(self.correction.factors)
+        measured = [t.strategy for t in self.trials if t.status == "ok"]
+        rows = (sensitivities(self.model, self.cluster, self.train, measured, x) if measured else np.zeros((0, 3)))
+        return information_gain(rows, sensitivities(self.model, self.cluster, self.train, [strategy], x)[0])
+
+    def _fit(self, pairs: list[tuple[Strategy | str, float]]) -> Correction:
+        return fit_correction(self.model, self.cluster, self.train, pairs)
 
     def _tried_strings(self, known: dict) -> set[str]:
         """The full strategy strings (the proposer's spelling) of what Memory has."""
@@ -273,12 +235,9 @@ class Coordinator:
         if self.on_trial:
             self.on_trial(record, self)
 
-    def _known_pairs(self, known: dict) -> list[tuple[Estimate, float]]:
-        pairs = []
-        for text, t in known.items():
-            if t["status"] == "ok" and t.get("measured_step_time_s"):
-                pairs.append((estimate(self.model, self.cluster, self.train, text), t["measured_step_time_s"]))
-        return pairs
+    def _known_pairs(self, known: dict) -> list[tuple[str, float]]:
+        return [(text, t["measured_step_time_s"]) for text, t in known.items()
+                if t["status"] == "ok" and t.get("measured_step_time_s")]
 
     def _best_known(self, known: dict):
         ok = [(text, t["measured_step_time_s"]) for text, t in known.items()

@@ -3,7 +3,9 @@ loop: propose, run, remember, recalibrate)."""
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -106,6 +108,26 @@ def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: 
     raise AsapError("executor", f"must be sim, torch or jax here, got {kind!r} (the command executor: asap.execute)")
 
 
+def _write_corrected_cluster(path: str, coord) -> None:
+    """The loop's corrected machine as a cluster file, written whole or not at all."""
+    import yaml
+
+    from asap.agents.correction import corrected_cluster_document
+
+    c = coord.correction
+    head = (f"# asap tune: the catalog's {coord.cluster.accelerator.name} corrected by {c.trials} measured trials "
+            f"(compute x{c.compute:.3g}, scale-up x{c.scale_up:.3g}, scale-out x{c.scale_out:.3g} slower).\n")
+    text = head + yaml.safe_dump(corrected_cluster_document(coord.cluster, c), sort_keys=False, width=120)
+    out = Path(path)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise AsapError("write-cluster", f"cannot write {path}: {e.strerror or e}") from None
+
+
 def _write_report(path: str, coord, result: dict, mem) -> None:
     """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals."""
     from asap.agents.analyzer import Analyzer
@@ -157,6 +179,10 @@ def tune(
     devices: Optional[int] = DevicesOpt,
     memory: Optional[str] = MemoryOpt,
     report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML page of the run."),
+    write_cluster: Optional[str] = typer.Option(None, "--write-cluster",
+                                                help="Write the corrected machine as a cluster file (YAML): "
+                                                     "`asap estimate -c FILE` then prices any strategy as the "
+                                                     "loop's final correction does."),
     profile: Optional[str] = typer.Option(None, "--profile", help="With real runs: profile each trial into "
                                                                   "DIR/trialN; each trial's gain or loss is then "
                                                                   "explained from the trace diff."),
@@ -188,7 +214,7 @@ def tune(
         table.add_row(str(len(coord.trials)), non_default_keys(rec.strategy, c.num_devices, m.moe is not None, fw),
                       rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
                       seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
-                      f"{coord.correction.compute:.2f} / {coord.correction.communication:.2f}",
+                      coord.correction.short(),
                       (rec.reason or "")[:60])
 
     advisor = _llm(llm, llm_base_url, llm_model, llm_key)
@@ -199,14 +225,18 @@ def tune(
         result = coord.run()
         if report:
             _write_report(report, coord, result, mem)
+    if write_cluster:
+        _write_corrected_cluster(write_cluster, coord)
     if json_out:
         print_json(result)
         return
     out_console.print(table)
-    out_console.print("vs first: the first measured trial's step time over this one's; correction: the factors "
-                      "the loop fitted to the cost model's compute / communication", highlight=False)
+    out_console.print("vs first: the first measured trial's step time over this one's; correction: how much slower "
+                      "than the catalog the loop finds this machine's compute / scale-up fabric / scale-out fabric", highlight=False)
     if result["best"]:
         out_console.print(f"best: {result['best']['strategy_string']} at "
                           f"{seconds(result['best']['measured_step_time_s'])} per step", highlight=False, soft_wrap=True)
     if report:
         out_console.print(f"report: {report}", highlight=False)
+    if write_cluster:
+        out_console.print(f"corrected cluster: {write_cluster} (asap estimate -c {write_cluster} ...)", highlight=False)
