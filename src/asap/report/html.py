@@ -220,12 +220,27 @@ def trials_table(trials: list[dict]) -> str:
                  rows, [str(t.get("status") or "") for t in trials])
 
 
+def correction_text(corr: dict) -> str:
+    """The loop's fitted factors with their uncertainty: "compute x1.13 (+-3%), scale_up x1.02 (+-50%), ..."."""
+    spread = corr.get("uncertainty") or {}
+    parts = []
+    for k, v in corr.items():
+        if k == "uncertainty":
+            continue
+        if isinstance(v, float):
+            u = spread.get(k)
+            parts.append(f"{esc(k)} x{v:.3g}" + (f" (&plusmn;{(u - 1) * 100:.0f}%)" if u else ""))
+        else:
+            parts.append(f"{esc(k)} {esc(v)}")
+    return ", ".join(parts)
+
+
 def summary_html(tune_result: dict) -> str:
     best, corr = tune_result.get("best"), tune_result.get("correction") or {}
     trials = tune_result.get("trials") or []
     best_text = (f"{esc(best.get('strategy_string'))} at {esc(fmt_s(best.get('measured_step_time_s')))}"
                  if best else "none (no trial was measured)")
-    corr_text = ", ".join(f"{esc(k)} {esc(f'{v:.3g}' if isinstance(v, float) else v)}" for k, v in corr.items())
+    corr_text = correction_text(corr)
     return (f"<p><b>Best:</b> {best_text}<br><b>Trials:</b> {len(trials)} "
             f"({sum(is_measured(t) for t in trials)} measured)<br><b>Correction:</b> {corr_text or 'none'}</p>")
 
