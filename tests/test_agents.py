@@ -366,3 +366,18 @@ def test_tune_write_cluster_to_an_unwritable_path_is_one_line_and_keeps_the_tria
     assert_one_line_error(p, "write-cluster", "cannot write")
     listed = json.loads(cli("memory", "--memory", str(db), "--json").stdout)
     assert len(listed["trials"]) == 1
+
+
+def test_an_identity_correction_leaves_a_calibrated_cpu_cluster_as_it_was():
+    """A calibrated CPU's devices get a share of the machine derived from the accelerator as written; the
+    correction is applied there, so a job on more processes than were calibrated is not shared out twice
+    (the old correction halved the peak of 4 processes calibrated as 2)."""
+    from asap.agents.correction import Correction
+
+    calibrated = load_cluster({"accelerator": "local-cpu", "devices_per_node": 2, "nodes": 1, "measured": {
+        "format": "asap-calibration/1", "date": "2026-12-01T00:00:00", "versions": {"torch": "2.13.0"},
+        "machine": {"hostname": "h", "cpu_count": 2}, "processes": 2}}).with_devices(4)
+    same = Correction().apply(calibrated)
+    assert same.accelerator.peak_tflops == calibrated.accelerator.peak_tflops
+    m, t = load_model("tiny-dense"), TrainSpec(8, 32, "fp32")
+    assert estimate(m, same, t, "dp=4").step_time_s == pytest.approx(estimate(m, calibrated, t, "dp=4").step_time_s)

@@ -74,8 +74,10 @@ class Correction:
 
 
 def corrected_cluster(cluster: Cluster, factors) -> Cluster:
+    """The factors applied to the accelerator as written: a calibrated CPU cluster derives its devices' share of
+    the machine from that again (``Cluster.__post_init__``), so the share is not taken twice."""
     a, u, o = (float(f) for f in factors)
-    acc = cluster.accelerator
+    acc = cluster.written_accelerator or cluster.accelerator
     f = acc.efficiency
     eff = replace(f, gemm_efficiency=f.gemm_efficiency / a, attention_efficiency=f.attention_efficiency / a,
                   fp8_gemm_efficiency=f.fp8_gemm_efficiency / a, hbm_efficiency=f.hbm_efficiency / a,
