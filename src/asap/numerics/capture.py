@@ -112,7 +112,15 @@ class Capture:
         return on_forward
 
     def _grad_hook(self, module: nn.Module, chunk: int, name: str):
+        fired = False
+
         def on_grad(grad):
+            # once per forward call: a zero-bubble schedule backpropagates each micro-batch twice, the input
+            # gradients (B) and then the weight gradients (W) from the same graph, which fires the hook again
+            nonlocal fired
+            if fired:
+                return
+            fired = True
             local, layout = self._local(module, grad, name)
             self.layouts.setdefault("grad:" + name, layout)
             self.grad_output.setdefault(name, []).append(local * self.grad_scale)
