@@ -81,6 +81,8 @@ class Coordinator:
     verify: Callable[[Strategy, Strategy], str | None] | None = None
     trials: list[TrialRecord] = field(default_factory=list)
     correction: Correction = field(default_factory=Correction)
+    # (strategy, measured step time s) of every ok trial the correction is fitted to, Memory's earlier ones too
+    pairs: list[tuple[Strategy | str, float]] = field(default_factory=list)
 
     def corrected(self) -> Cluster:
         return self.correction.apply(self.cluster)
@@ -91,8 +93,8 @@ class Coordinator:
         exp = self.memory.experiment(workload)
         known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ("ok", "failed")}
         # (keys: Memory's canonical spelling of each strategy)
-        pairs = self._known_pairs(known)
-        self.correction = self._fit(pairs)
+        self.pairs = self._known_pairs(known)
+        self.correction = self._fit(self.pairs)
         current = self._start()
         best = self._best_known(known)
         stall, executed = 0, 0
@@ -110,8 +112,8 @@ class Coordinator:
             known[key] = {"id": record.trial_id, "status": record.status,
                           "measured_step_time_s": record.measured_step_time_s}
             if record.status == "ok":
-                pairs.append((strategy, record.measured_step_time_s))
-                self.correction = self._fit(pairs)
+                self.pairs.append((strategy, record.measured_step_time_s))
+                self.correction = self._fit(self.pairs)
                 gain = 1.0 - record.measured_step_time_s / best[1] if best else 1.0
                 stall = stall + 1 if gain < MIN_GAIN else 0
                 if best is None or record.measured_step_time_s < best[1]:
@@ -152,16 +154,17 @@ class Coordinator:
         fresh = [p for p in ps.proposals if canon(p.strategy) not in known and not self._refused(p.strategy)]
         if ps.within_error and len(fresh) > 1:
             # the model cannot tell them apart: run the one whose mix of terms the trials so far know least
-            fresh.sort(key=lambda p: -self._novelty(p.strategy))
+            gains = self._information_gains([p.strategy for p in fresh])
+            fresh = [p for _, p in sorted(zip(gains, fresh), key=lambda gp: -gp[0])]
         return (fresh[0].strategy if fresh else None), diagnosis, ps.considered
 
-    def _novelty(self, strategy: Strategy) -> float:
-        """What measuring ``strategy`` would teach the correction: the information gain over the factors'
-        posterior from the trials measured so far (``asap.agents.correction.information_gain``)."""
+    def _information_gains(self, candidates: list[Strategy]) -> list[float]:
+        """What measuring each candidate would teach the correction: its information gain over the factors'
+        posterior from the trials fitted so far (``asap.agents.correction.information_gain``)."""
         x = np.log(self.correction.factors)
-        measured = [t.strategy for t in self.trials if t.status == "ok"]
-        rows = (sensitivities(self.model, self.cluster, self.train, measured, x) if measured else np.zeros((0, 3)))
-        return information_gain(rows, sensitivities(self.model, self.cluster, self.train, [strategy], x)[0])
+        measured = sensitivities(self.model, self.cluster, self.train, [s for s, _ in self.pairs], x)
+        rows = sensitivities(self.model, self.cluster, self.train, candidates, x)
+        return [information_gain(measured, g) for g in rows]
 
     def _fit(self, pairs: list[tuple[Strategy | str, float]]) -> Correction:
         return fit_correction(self.model, self.cluster, self.train, pairs)
