@@ -726,7 +726,7 @@ def _rounded(obj: Any) -> Any:
 
 def write_cluster_file(doc: dict[str, Any], out: Path) -> None:
     """YAML (.yaml/.yml) or JSON (.json), written whole or not at all."""
-    from asap.errors import AsapError
+    from asap.spec.files import write_whole
 
     m = doc["measured"]
     if out.suffix.lower() == ".json":
@@ -738,12 +738,7 @@ def write_cluster_file(doc: dict[str, Any], out: Path) -> None:
                 f"({m['device']}, {m['processes']} processes, torch {m['versions'].get('torch')}).\n"
                 "# Usable as --cluster FILE; `asap calibrate --check FILE` says whether it was made on this machine.\n")
         text = head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=120)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, out)
-    except OSError as e:
-        raise AsapError("out", f"cannot write {out}: {e.strerror}") from None
+    write_whole(out, text, "out")
 
 
 # ------------------------------------------------------------------------------------------------------------

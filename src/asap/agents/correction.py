@@ -121,7 +121,9 @@ def fit_correction(model, cluster: Cluster, train, pairs: list[tuple[Any, float]
 
     sol = least_squares(residuals, np.zeros(3), bounds=(-LOG_BOUND, LOG_BOUND), diff_step=STEP,
                         max_nfev=MAX_EVALUATIONS)
-    sigma = np.sqrt(np.diag(posterior_covariance(sensitivities(model, cluster, train, strategies, sol.x))))
+    # the solver's Jacobian of the weighted residuals at the optimum is [J / sigma_m; diag(1 / sigma_prior)], so
+    # its Gram matrix is already the posterior information (posterior_covariance, without pricing J again)
+    sigma = np.sqrt(np.diag(np.linalg.inv(sol.jac.T @ sol.jac)))
     a, u, o = (float(v) for v in np.exp(sol.x))
     return Correction(a, u, o, len(pairs), tuple(float(v) for v in np.exp(sigma)))
 

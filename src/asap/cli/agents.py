@@ -3,7 +3,6 @@ loop: propose, run, remember, recalibrate)."""
 
 from __future__ import annotations
 
-import os
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
@@ -113,19 +112,13 @@ def _write_corrected_cluster(path: str, coord) -> None:
     import yaml
 
     from asap.agents.correction import corrected_cluster_document
+    from asap.spec.files import write_whole
 
     c = coord.correction
     head = (f"# asap tune: the catalog's {coord.cluster.accelerator.name} corrected by {c.trials} measured trials "
             f"(compute x{c.compute:.3g}, scale-up x{c.scale_up:.3g}, scale-out x{c.scale_out:.3g} slower).\n")
     text = head + yaml.safe_dump(corrected_cluster_document(coord.cluster, c), sort_keys=False, width=120)
-    out = Path(path)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, out)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise AsapError("write-cluster", f"cannot write {path}: {e.strerror or e}") from None
+    write_whole(Path(path), text, "write-cluster")
 
 
 def _write_report(path: str, coord, result: dict, mem) -> None:

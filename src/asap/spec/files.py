@@ -30,3 +30,17 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise AsapError(what, f"{path} must hold a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def write_whole(path: Path, text: str, what: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file beside it, then an atomic rename); an
+    unwritable path is one AsapError naming ``what``."""
+    import os
+
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise AsapError(what, f"cannot write {path}: {e.strerror or e}") from None
