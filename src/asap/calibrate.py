@@ -386,7 +386,7 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
     """The cluster file's mapping: the base cluster with fitted constants, and the ``measured`` block."""
     import numpy as np
 
-    import asap
+    from asap.version import __version__
     from asap.cost import collectives as coll
     from asap.cost import roofline
     from asap.spec.hardware import EFFICIENCY_KEYS, FAMILIES, machine_identity
@@ -590,7 +590,7 @@ def build_cluster_document(base, raw: list[dict], plan: dict, nproc: int, dev: s
     measured = {
         "format": CALIBRATION_FORMAT,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "versions": {"asap": asap.__version__, "python": platform.python_version(), "numpy": np.__version__,
+        "versions": {"asap": __version__, "python": platform.python_version(), "numpy": np.__version__,
                      **info.get("versions", {})},
         "machine": {**machine_identity(), **info.get("machine", {})},
         "base_cluster": base.name or acc.name, "device": dev, "backend": "nccl" if dev == "cuda" else "gloo",

@@ -16,7 +16,8 @@ import numpy as np
 from asap.errors import AsapError
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
 from asap.profile.fusion import fusion_table
-from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
+from asap.profile.load import load_timelines
+from asap.profile.trace import Timeline, expand_paths, is_matrix
 from asap.profile.windows import US, Intervals, window_figures, window_index
 from asap.spec.words import BOTTLENECKS
 

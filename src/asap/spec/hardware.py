@@ -585,7 +585,7 @@ def check_calibration_file(cluster: "str | dict | Cluster", this_machine: bool =
                             f"calibrated with {there.get('cpu_count')} CPUs, this machine has {here['cpu_count']}: "
                             "a foreign calibration (rerun asap calibrate here)")
     warnings = []
-    from asap import __version__
+    from asap.version import __version__
 
     if m["versions"].get("asap") not in (None, __version__):
         warnings.append(f"made by asap {m['versions'].get('asap')}, this is asap {__version__}")

@@ -2,7 +2,8 @@
 
 FILE is JSON: ``{"device": "cpu"|"cuda", "out_dir": DIR, "pg_timeout_s": S, "jobs": [job, ...]}`` where a job
 is ``{model (native mapping), strategy (every key, as ``Strategy.to_dict`` writes it), global_batch, seq_len,
-steps, precision, seed, data, lr, profile_dir}``. Every job needs the same world size; they run one after the
+steps, precision, seed, data, lr, profile_dir, capture_dir, first_step_hook}`` (``first_step_hook``: see
+``first_step_hook``). Every job needs the same world size; they run one after the
 other in the same processes (tests share one launch between several strategies). Each rank writes
 ``job{j}_rank{r}.json`` into DIR: ``{rank, losses, step_times_s, peak_memory_gb, trace, aux_losses,
 chunk_layers}`` (chunk_layers: chunk id -> the transformer-layer indices this rank built it with, as
@@ -131,6 +132,21 @@ def _accumulate(model, is_ddp: bool, inputs, labels, doc_ids, mbs: int, n_micro:
     return total / n_micro
 
 
+def first_step_hook(job: dict, stage_parts, dims: ParallelDims, n_micro: int):
+    """The job's first-step callback, or None: ``job["first_step_hook"]`` names a factory ``"module:function"``
+    (a callback across the process boundary, by name: the launcher cannot hand this process a function) called
+    as ``factory(job, stage_parts, dims, n_micro)`` on every rank; what it returns (or None) is armed before the
+    first step's forward (``arm()``) and called after its backward, before the optimizer step
+    (``after_backward(job, parts, dims)``). ``asap align`` passes ``asap.numerics.capture:install``."""
+    name = job.get("first_step_hook")
+    if not name:
+        return None
+    import importlib
+
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)(job, stage_parts, dims, n_micro)
+
+
 def run_job(job: dict, device: torch.device) -> dict:
     spec = load_model(job["model"])
     s = Strategy(**parse_strategy(job["strategy"], "job.strategy"))
@@ -155,11 +171,7 @@ def run_job(job: dict, device: torch.device) -> dict:
     autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
     prof, trace = _profiler(job.get("profile_dir"), steps, device, rank)
     is_ddp = [type(w).__name__ == "DistributedDataParallel" for w in wrapped]
-    capture = None
-    if job.get("capture_dir"):  # asap align: the first step's numerics, per module (asap.numerics.capture)
-        from asap.numerics import capture as numerics_capture
-
-        capture = numerics_capture.install(job, stage_parts, dims, n_micro)
+    capture = first_step_hook(job, stage_parts, dims, n_micro)
 
     def cp_context(buffers_with_dims):
         if s.cp == 1:
@@ -200,7 +212,7 @@ def run_job(job: dict, device: torch.device) -> dict:
                                      n_micro, cp_context, autocast)
         finalize_grads(parts, dims, manual_dp)
         if capture is not None and step == 0:
-            numerics_capture.finish(capture, job, parts, dims)
+            capture.after_backward(job, parts, dims)
         optimizer.step()
         optimizer.zero_grad()
         _sync(device)
