@@ -173,16 +173,7 @@ def run_job(job: dict, device: torch.device) -> dict:
     is_ddp = [type(w).__name__ == "DistributedDataParallel" for w in wrapped]
     capture = first_step_hook(job, stage_parts, dims, n_micro)
 
-    def cp_context(buffers_with_dims):
-        if s.cp == 1:
-            return contextlib.nullcontext()
-        from torch.distributed.tensor.experimental import context_parallel
-
-        bufs = [b for b, _ in buffers_with_dims] + [p.rope for p in parts]
-        dims_ = [d for _, d in buffers_with_dims] + [0] * len(parts)
-        return context_parallel(dims.cp_mesh, buffers=bufs, buffer_seq_dims=dims_,
-                                no_restore_buffers={b for b, _ in buffers_with_dims})
-
+    cp_context = _cp_context(s, dims, parts)
     losses, step_times, aux = [], [], []
     if prof is not None:
         prof.start()
@@ -200,13 +191,7 @@ def run_job(job: dict, device: torch.device) -> dict:
         _sync(device)
         t0 = time.perf_counter()
         if schedule is not None:
-            mb_losses: list[torch.Tensor] = []
-            with autocast:
-                if has_first:
-                    schedule.step(inputs, target=labels, losses=mb_losses)
-                else:
-                    schedule.step(target=labels, losses=mb_losses)
-            local_loss = torch.stack([l.detach().float() for l in mb_losses]).mean() if has_last else None
+            local_loss = _pipelined_step(schedule, has_first, has_last, inputs, labels, autocast)
         else:
             local_loss = _accumulate(wrapped[0], is_ddp[0], inputs, labels, doc_ids if docs else None, s.mbs,
                                      n_micro, cp_context, autocast)
@@ -218,12 +203,7 @@ def run_job(job: dict, device: torch.device) -> dict:
         _sync(device)
         step_times.append(time.perf_counter() - t0)
 
-        # the global loss: mean over the ranks that computed one (last stage, first tp rank; every cp rank)
-        counted = has_last and tp_rank == 0 and local_loss is not None
-        red = torch.stack([local_loss if counted else torch.zeros((), device=device),
-                           torch.ones((), device=device) if counted else torch.zeros((), device=device)]).float()
-        dist.all_reduce(red)
-        losses.append(float(red[0] / red[1]))
+        losses.append(_global_loss(local_loss, has_last and tp_rank == 0 and local_loss is not None, device))
         moe_aux = [m.last_aux_loss for p in parts for m in p.moe_layers() if m.last_aux_loss is not None]
         aux.append(sum(moe_aux) / len(moe_aux) if moe_aux else None)
         log(f"step {step + 1}/{steps} loss {losses[-1]:.5f} time {step_times[-1]:.3f}s")
@@ -233,14 +213,54 @@ def run_job(job: dict, device: torch.device) -> dict:
         prof.stop()
     result = {"rank": rank, "losses": losses, "step_times_s": step_times, "peak_memory_gb": peak_memory_gb(device),
               "trace": trace if trace and Path(trace).exists() else None, "aux_losses": aux,
-              "device": str(device), "backend": dist.get_backend(), "chunk_layers": chunk_layers}
-    moes = [m for p in parts for m in p.moe_layers()]  # what crossed "nodes" (--devices-per-node), all steps
-    result["internode_dispatch_bytes"] = sum(m.internode_dispatch_bytes for m in moes)
-    result["dispatch_remote_domains"] = sum(m.dispatch_remote_domains for m in moes)
-    result["dp_rank"] = dp_rank
-    result["attention_work"] = sum(works) / len(works) if works else None
+              "device": str(device), "backend": dist.get_backend(), "chunk_layers": chunk_layers,
+              **_dispatch_figures(parts), "dp_rank": dp_rank,
+              "attention_work": sum(works) / len(works) if works else None}
     dist.barrier()
     return result
+
+
+def _cp_context(s: Strategy, dims: ParallelDims, parts):
+    """A function of (buffer, sequence dim) pairs: the context-parallel context that shards them and every part's
+    rotary table over cp (a null context with cp = 1)."""
+
+    def cp_context(buffers_with_dims):
+        if s.cp == 1:
+            return contextlib.nullcontext()
+        from torch.distributed.tensor.experimental import context_parallel
+
+        bufs = [b for b, _ in buffers_with_dims] + [p.rope for p in parts]
+        dims_ = [d for _, d in buffers_with_dims] + [0] * len(parts)
+        return context_parallel(dims.cp_mesh, buffers=bufs, buffer_seq_dims=dims_,
+                                no_restore_buffers={b for b, _ in buffers_with_dims})
+
+    return cp_context
+
+
+def _pipelined_step(schedule, has_first: bool, has_last: bool, inputs, labels, autocast):
+    """One step of the pipeline schedule; the mean micro-batch loss on the last stage, else None."""
+    mb_losses: list[torch.Tensor] = []
+    with autocast:
+        if has_first:
+            schedule.step(inputs, target=labels, losses=mb_losses)
+        else:
+            schedule.step(target=labels, losses=mb_losses)
+    return torch.stack([l.detach().float() for l in mb_losses]).mean() if has_last else None
+
+
+def _global_loss(local_loss, counted: bool, device: torch.device) -> float:
+    """The global loss: the mean over the ranks that computed one (last stage, first tp rank; every cp rank)."""
+    red = torch.stack([local_loss if counted else torch.zeros((), device=device),
+                       torch.ones((), device=device) if counted else torch.zeros((), device=device)]).float()
+    dist.all_reduce(red)
+    return float(red[0] / red[1])
+
+
+def _dispatch_figures(parts) -> dict[str, int]:
+    """What crossed "nodes" (--devices-per-node) in MoE dispatch, all steps."""
+    moes = [m for p in parts for m in p.moe_layers()]
+    return {"internode_dispatch_bytes": sum(m.internode_dispatch_bytes for m in moes),
+            "dispatch_remote_domains": sum(m.dispatch_remote_domains for m in moes)}
 
 
 def _error_kind(e: BaseException) -> str:
