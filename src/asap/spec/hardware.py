@@ -417,7 +417,7 @@ _CUSTOM_ACC_KEYS = {"name", "family", "peak_tflops", "hbm_gb", "hbm_gbps", "intr
 
 
 def cluster_from_dict(d: Any, name: str = "") -> Cluster:
-    """Build a Cluster from the design.md cluster schema, naming the bad field on error."""
+    """Build a Cluster from the docs/design.md cluster schema, naming the bad field on error."""
     if not isinstance(d, dict):
         raise AsapError("cluster", f"must be a mapping, got {type(d).__name__}")
     unknown = set(d) - _CLUSTER_KEYS

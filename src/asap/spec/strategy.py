@@ -1,6 +1,6 @@
 """Parallel strategies: parse ``key=value`` lists, fill defaults, check legality.
 
-Keys (design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full, or Megatron-Core's
+Keys (docs/design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full, or Megatron-Core's
 recompute modules joined by ``+``, e.g. ``layernorm+moe_act``), zero (0|1|2|3),
 sp (0|1), schedule (1f1b|interleaved|zb|gpipe), dispatcher (alltoall|allgather|dedup), a2a_overlap (0|1),
 layer_split (layers per pipeline chunk, ``5/4/4/3``).
