@@ -180,12 +180,9 @@ def run_job(job: dict, device: torch.device) -> dict:
     docs, works = job.get("documents"), []
     for step in range(steps):
         # the batch is ready before the clock starts, as a prefetching data loader would have it
-        batch, doc_ids = step_batch(data, job, step, gb, seq)
-        batch = local_rows(batch, dp_rank, s.dp).to(device)
+        inputs, labels, doc_ids = _local_batch(data, job, step, dp_rank, s.dp, device)
         if docs:
-            doc_ids = local_rows(doc_ids, dp_rank, s.dp).to(device)
             works.append(attention_work(doc_ids))
-        inputs, labels = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
         if capture is not None and step == 0:
             capture.arm()
         _sync(device)
@@ -204,8 +201,7 @@ def run_job(job: dict, device: torch.device) -> dict:
         step_times.append(time.perf_counter() - t0)
 
         losses.append(_global_loss(local_loss, has_last and tp_rank == 0 and local_loss is not None, device))
-        moe_aux = [m.last_aux_loss for p in parts for m in p.moe_layers() if m.last_aux_loss is not None]
-        aux.append(sum(moe_aux) / len(moe_aux) if moe_aux else None)
+        aux.append(_aux_loss(parts))
         log(f"step {step + 1}/{steps} loss {losses[-1]:.5f} time {step_times[-1]:.3f}s")
         if prof is not None:
             prof.step()
@@ -218,6 +214,22 @@ def run_job(job: dict, device: torch.device) -> dict:
               "attention_work": sum(works) / len(works) if works else None}
     dist.barrier()
     return result
+
+
+def _local_batch(data, job: dict, step: int, dp_rank: int, dp: int, device: torch.device):
+    """This data-parallel rank's rows of the step's batch: inputs, labels (the inputs shifted by one) and, with
+    packed documents, their document ids (else None)."""
+    batch, doc_ids = step_batch(data, job, step, int(job["global_batch"]), int(job["seq_len"]))
+    batch = local_rows(batch, dp_rank, dp).to(device)
+    if job.get("documents"):
+        doc_ids = local_rows(doc_ids, dp_rank, dp).to(device)
+    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous(), doc_ids
+
+
+def _aux_loss(parts) -> float | None:
+    """The step's MoE auxiliary loss: the mean over this rank's MoE layers (None without any)."""
+    moe_aux = [m.last_aux_loss for p in parts for m in p.moe_layers() if m.last_aux_loss is not None]
+    return sum(moe_aux) / len(moe_aux) if moe_aux else None
 
 
 def _cp_context(s: Strategy, dims: ParallelDims, parts):
