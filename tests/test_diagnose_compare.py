@@ -1,7 +1,7 @@
 """`asap diagnose --compare BEFORE... -- AFTER...` on the shared HolisticTraceAnalysis trace-diff pair (real A100
 / V100 traces of one job before and after a change), checked against an independent interval count made here
 from the raw events, on two real runs of the reference trainer whose work differs by construction, and through
-the CLI in both orders that design.md allows."""
+the CLI in both orders that docs/design.md allows."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from asap.cli import _register_commands, app
 from asap.errors import AsapError
 from asap.profile.devices import infer_accelerator
-from asap.profile.trace import load_timelines
+from asap.profile.load import load_timelines
 from asap.profile.xplane import fields, load_xspace
 
 pytestmark = pytest.mark.jax

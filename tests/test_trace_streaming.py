@@ -15,7 +15,8 @@ from asap.errors import AsapError
 from asap.profile import diagnose
 from asap.profile.diagnose import diagnose_timelines
 from asap.profile.kineto import stream_kineto, timelines_from_kineto
-from asap.profile.trace import load_document, load_timelines
+from asap.profile.load import load_timelines
+from asap.profile.trace import load_document
 
 HTA = SHARED / "traces" / "hta"
 NAMES = sorted(p.name for p in HTA.glob("*.json.gz"))

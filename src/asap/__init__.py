@@ -6,8 +6,7 @@ The importable API (the CLI is a thin face over it):
 """
 
 from asap.errors import AsapError
-
-__version__ = "0.1.0"
+from asap.version import __version__
 
 __all__ = ["AsapError", "__version__", "load_model", "load_cluster", "parse_strategy", "TrainSpec", "estimate"]
 

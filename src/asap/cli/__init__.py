@@ -24,7 +24,7 @@ def _version(value: bool) -> None:
         try:
             print(f"asap {version('asap')}")
         except PackageNotFoundError:  # run from a source tree that was never installed
-            from asap import __version__
+            from asap.version import __version__
 
             print(f"asap {__version__}")
         raise typer.Exit(0)

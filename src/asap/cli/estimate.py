@@ -127,15 +127,10 @@ def estimate_table(est) -> Table:
 
 
 def seconds(x: float) -> str:
-    """A duration in the unit that reads best: s, ms or µs (0 as 0)."""
-    ax = abs(x)
-    if ax < 5e-10:
-        return "0"
-    if ax >= 1.0:
-        return f"{x:.3f} s"
-    if ax >= 1e-3:
-        return f"{x * 1e3:.2f} ms"
-    return f"{x * 1e6:.1f} µs"
+    """A duration in the unit that reads best: s, ms or µs (0 as 0); ``asap.spec.words.duration_text``."""
+    from asap.spec.words import duration_text
+
+    return duration_text(x)
 
 
 def headline(est, devices: int, capacity_gb: float, precision: str = "bf16") -> list[str]:

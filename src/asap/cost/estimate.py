@@ -343,7 +343,7 @@ class Estimate:
 
 def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_s: float,
                     step_time_s: float) -> tuple[str, list[str]]:
-    """The largest share of the step, in design.md's vocabulary, with the figures that made it so."""
+    """The largest share of the step, in docs/design.md's vocabulary, with the figures that made it so."""
     comm = sum(exposed[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
     compute = exposed["compute"] + exposed["optimizer"]
     bubble = exposed["bubble"]

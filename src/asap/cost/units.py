@@ -29,7 +29,7 @@ from asap.cost.communication import LayerComm, layer_comm
 from asap.cost.compute import (BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device,
                                layer_compute)
 from asap.cost.host import unit_host_s
-from asap.cost.memory import LAYER_UNITS, activation_bytes_per_layer, module_kept_bytes
+from asap.cost.activations import LAYER_UNITS, activation_bytes_per_layer, module_kept_bytes
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.layout import UNITS, Layout, Unit, layout

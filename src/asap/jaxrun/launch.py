@@ -24,9 +24,9 @@ from asap.jaxrun.worker import STEP_LINE
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
+from asap.runner import RUN_PRECISIONS, RunFailed, RunResult, run_logged
 from asap.subprocs import log_tail
-from asap.train.launch import (RUN_PRECISIONS, RunConfig, RunFailed, RunResult, _run_logged, check_inputs,
-                               resolve_run_strategy)
+from asap.train.launch import RunConfig, check_inputs, resolve_run_strategy
 
 
 def check_supported_jax(model: ModelSpec, s: Strategy, train: TrainSpec, field_name: str = "strategy") -> None:
@@ -59,23 +59,6 @@ def child_env(devices: int) -> dict[str, str]:
     env.setdefault("PYTHONWARNINGS", "ignore")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
-
-
-class _Lines:
-    """A stream for ``_run_logged``'s echo: every line to ``echo``, step lines to ``progress``."""
-
-    def __init__(self, echo: IO[str] | None, progress: IO[str] | None):
-        self.echo, self.progress = echo, progress
-
-    def write(self, line: str) -> None:
-        out = self.echo if self.echo is not None else (self.progress if line.startswith(STEP_LINE) else None)
-        if out is not None:
-            out.write(line)
-
-    def flush(self) -> None:
-        for s in (self.echo, self.progress):
-            if s is not None:
-                s.flush()
 
 
 def _failure(out: Path, log_path: Path, rc: int) -> RunFailed:
@@ -128,7 +111,7 @@ def launch(configs: list[RunConfig], *, timeout_s: float | None = None, echo: IO
         log_path = out / "jax.log"
         cmd = [sys.executable, "-m", "asap.jaxrun.worker", "--config", str(cfg_path)]
         t0 = time.perf_counter()
-        rc, timed_out = _run_logged(cmd, child_env(devices), log_path, timeout_s, _Lines(echo, progress))
+        rc, timed_out = run_logged(cmd, child_env(devices), log_path, timeout_s, echo, progress, STEP_LINE)
         wall = time.perf_counter() - t0
         if timed_out:
             raise RunFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the run was killed", log_tail(log_path))

@@ -136,7 +136,8 @@ def capture_config(model, strategy, precision: str, global_batch: int, seq_len: 
     if s.cp > 1:
         raise AsapError(field_name, "align does not stitch context-parallel shards (cp > 1)")
     return RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,
-                     precision=precision, seed=seed, capture_dir=str(capture_dir))
+                     precision=precision, seed=seed, capture_dir=str(capture_dir),
+                     first_step_hook="asap.numerics.capture:install")
 
 
 def run_pair(model, a: str, b: str, *, precision_a: str = "fp32", precision_b: str = "fp32", global_batch: int,

@@ -146,6 +146,10 @@ class Capture:
     def arm(self) -> None:
         self.armed = True
 
+    def after_backward(self, job: dict, parts, dims) -> None:
+        """The worker's call after the first step's backward (``asap.train.worker.first_step_hook``)."""
+        finish(self, job, parts, dims)
+
     @torch.no_grad()
     def disarm(self, parts: list[nn.Module]) -> None:
         """Stop recording and take the parameter gradients (call on every rank: DTensors gather)."""
@@ -234,7 +238,8 @@ def gather_tp(local: torch.Tensor, layout: str, group, tp: int, seq_len: int) ->
 
 
 def install(job: dict, stage_parts, dims, n_micro: int) -> Capture | None:
-    """The worker's entry: a Capture for this job when it asks for one (``capture_dir``), else None."""
+    """The worker's first-step hook (``asap.train.worker.first_step_hook``, named by ``asap align``'s RunConfig):
+    a Capture for this job when it asks for one (``capture_dir``), else None."""
     if not job.get("capture_dir"):
         return None
     scale = 1.0 / dims.dp_size / (n_micro if dims.pp > 1 else 1)

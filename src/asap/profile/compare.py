@@ -22,7 +22,8 @@ from typing import Sequence
 from asap.errors import AsapError
 from asap.profile.devices import Roofline
 from asap.profile.diagnose import Diagnosis, check_one_job, choose_roofline, diagnose_timelines
-from asap.profile.trace import Timeline, expand_paths, load_timelines
+from asap.profile.load import load_timelines
+from asap.profile.trace import Timeline, expand_paths
 
 TERMS = ("step_time_s", "compute_s", "communication_s", "exposed_communication_s", "idle_s")
 PARTS = ("compute_s", "exposed_communication_s", "idle_s")  # they add up to the step

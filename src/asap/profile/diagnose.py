@@ -16,9 +16,10 @@ import numpy as np
 from asap.errors import AsapError
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
 from asap.profile.fusion import fusion_table
-from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
+from asap.profile.load import load_timelines
+from asap.profile.trace import Timeline, expand_paths, is_matrix
 from asap.profile.windows import US, Intervals, window_figures, window_index
-from asap.spec.words import BOTTLENECKS
+from asap.spec.words import BOTTLENECKS, duration_text
 
 # An operator under this fraction of both its peak FLOP/s and the memory bandwidth is bound by neither roof:
 # its time is kernel launch latency and fixed overhead (a 64x64 matmul on an A100 runs ~5 us of launch for
@@ -368,15 +369,8 @@ def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imba
 
 
 def _t(seconds: float) -> str:
-    """A duration as it reads best (s, ms, us); |x| < 1 ns is 0 (interval sums leave ~1e-18 s residues)."""
-    a = abs(seconds)
-    if a < 1e-9:
-        return "0 s"
-    if a >= 1.0:
-        return f"{seconds:.4g} s"
-    if a >= 1e-3:
-        return f"{seconds * 1e3:.4g} ms"
-    return f"{seconds * 1e6:.4g} us"
+    """A duration as it reads best (s, ms, us; four significant digits): ``asap.spec.words.duration_text``."""
+    return duration_text(seconds, significant=4)
 
 
 def _evidence(bottleneck: str, scores: dict, fig: dict, rows: list[OpRow], ranks: list[RankFigures],

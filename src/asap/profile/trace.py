@@ -5,17 +5,16 @@ Readers exist for PyTorch profiler (Kineto) Chrome traces (CUDA, ROCm, CPU-only)
 parses it when installed (about 3x faster than the standard library), else ``json`` does. A Kineto trace is
 streamed instead (``asap.profile.kineto.stream_kineto``, ijson), not held whole in memory.
 
-Every bad input becomes an ``AsapError`` naming the file and the problem in one line.
+Every bad input becomes an ``AsapError`` naming the file and the problem in one line. ``asap.profile.load``
+(``load_timelines``) picks the reader for a file; the readers build on this module's types and helpers.
 """
 
 from __future__ import annotations
 
-import gc
 import gzip
 import json
 import re
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -205,43 +204,6 @@ def event_format(e: Any) -> str | None:
     if e.get("cat") in ("cpu_op", "kernel", "cuda_runtime", "user_annotation", "Operator", "Kernel", "Runtime"):
         return "kineto"
     return None
-
-
-@contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector while millions of event dicts are made: they hold no cycles, and the
-    collector's repeated full passes over a growing heap cost a third of the parse time of a large trace."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def load_timelines(path: Path) -> list[Timeline]:
-    """Read one trace file into its timelines (one per rank; a JAX trace of several GPUs/TPUs gives several).
-    An XProf ``.xplane.pb`` is read by ``asap.profile.xplane``."""
-    from asap.profile.jax_trace import timelines_from_jax
-    from asap.profile.kineto import stream_kineto, timelines_from_kineto
-
-    if path.name.endswith(".xplane.pb"):
-        from asap.profile.xplane import timelines_from_xplane
-
-        with _gc_paused():
-            return timelines_from_xplane(path)
-
-    with _gc_paused():
-        streamed = stream_kineto(path)  # a Kineto trace is read streaming; others (JAX) as a whole document
-        if streamed is not None:
-            return streamed
-        doc = load_document(path)
-        try:
-            fmt = trace_format(doc)
-        except AsapError as e:
-            raise AsapError(str(path), e.problem) from None
-        return timelines_from_kineto(doc, str(path)) if fmt == "kineto" else timelines_from_jax(doc, str(path))
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class GradSync(str, Enum):
     PER_MICRO_BATCH = "per_micro_batch"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Framework:
     name: str
     zero_le1_grad_sync: GradSync  # ZeRO 0/1
@@ -195,28 +195,40 @@ class Framework:
 _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 
 FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
-    Framework("megatron", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
+    Framework(name="megatron", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
+              fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
+              dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0),
-    Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
+    Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
+              fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER,
+              async_collectives=False, dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=()),
-    Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
+    Framework(name="torchtitan", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
+              fsdp_keeps_params_under_pp=True, collectives_per_layer=1, async_collectives=False,
+              dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
                       "a2a_overlap": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=()),
-    Framework("maxtext", GradSync.PER_STEP, True, False, 1, True, Dispatcher.ALLTOALL, 0,
+    Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
+              fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
+              dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3,
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=()),
-    Framework("mindspore", GradSync.PER_STEP, True, False, 1, False, Dispatcher.DEDUP, 1,
+    Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
+              fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
+              dispatcher=Dispatcher.DEDUP, a2a_overlap=1,
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
     # torch's ZeroRedundancyOptimizer for zero 1 (a broadcast per parameter tensor after the step), FSDP2 per
     # block for zero 2/3, DTensor TP, torch.distributed.pipelining, eager kernels, experts in a loop
-    Framework("asap", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
+    Framework(name="asap", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
+              fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
+              dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
@@ -228,7 +240,7 @@ DEFAULT_BY_FAMILY = {"tpu": "maxtext", "ascend": "mindspore", "cpu": "asap"}
 
 
 def default_framework(accelerator_family: str) -> str:
-    """GPU stacks default to Megatron, TPUs to MaxText, Ascend to MindSpore (design.md); CPUs to the reference
+    """GPU stacks default to Megatron, TPUs to MaxText, Ascend to MindSpore (docs/design.md); CPUs to the reference
     trainer (``asap run``), whose semantics a CPU estimate has to follow."""
     return DEFAULT_BY_FAMILY.get(accelerator_family, "megatron")
 

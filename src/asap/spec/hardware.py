@@ -417,7 +417,7 @@ _CUSTOM_ACC_KEYS = {"name", "family", "peak_tflops", "hbm_gb", "hbm_gbps", "intr
 
 
 def cluster_from_dict(d: Any, name: str = "") -> Cluster:
-    """Build a Cluster from the design.md cluster schema, naming the bad field on error."""
+    """Build a Cluster from the docs/design.md cluster schema, naming the bad field on error."""
     if not isinstance(d, dict):
         raise AsapError("cluster", f"must be a mapping, got {type(d).__name__}")
     unknown = set(d) - _CLUSTER_KEYS
@@ -585,7 +585,7 @@ def check_calibration_file(cluster: "str | dict | Cluster", this_machine: bool =
                             f"calibrated with {there.get('cpu_count')} CPUs, this machine has {here['cpu_count']}: "
                             "a foreign calibration (rerun asap calibrate here)")
     warnings = []
-    from asap import __version__
+    from asap.version import __version__
 
     if m["versions"].get("asap") not in (None, __version__):
         warnings.append(f"made by asap {m['versions'].get('asap')}, this is asap {__version__}")

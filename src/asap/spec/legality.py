@@ -17,7 +17,7 @@ import numpy as np
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS
 from asap.spec.layout import check_layer_split
-from asap.spec.strategy import KEYS, RECOMPUTE, SCHEDULES, Schedule, Strategy, recompute_code
+from asap.spec.knobs import KEYS, RECOMPUTE, SCHEDULES, Schedule, recompute_code
 
 Cols = Mapping[str, np.ndarray]
 PIPELINE_SCHEDULES_WITH_CHUNKS = (Schedule.INTERLEAVED, Schedule.ZB)
@@ -40,7 +40,7 @@ class Rule:
     key: str  # the strategy key the message blames
     reads: tuple[str, ...]  # the columns the test needs
     ok: Callable[[Cols, Any, Any, int], np.ndarray]  # (cols, model, train, devices) -> bool per row
-    problem: Callable[[Strategy, Any, Any, int], str]  # the one-line problem for a scalar strategy
+    problem: Callable[[Any, Any, Any, int], str]  # the one-line problem for a scalar strategy (a Strategy)
 
 
 def _moe(model) -> bool:
@@ -113,8 +113,8 @@ def legal_rows(cols: Cols, model, train, devices: int, only_new: tuple[str, ...]
     return keep
 
 
-def strategy_columns(s: Strategy) -> dict[str, np.ndarray]:
-    """One strategy as the columns the rules read."""
+def strategy_columns(s) -> dict[str, np.ndarray]:
+    """One strategy (a ``Strategy``; this module reads its knobs, not the class) as the columns the rules read."""
     cols = {k: np.array([getattr(s, k)], dtype=np.int64) for k in KEYS if k not in ("recompute", "schedule",
                                                                                     "dispatcher", "layer_split")}
     cols["recompute"] = np.array([recompute_code(s.recompute)], dtype=np.int64)
@@ -149,7 +149,7 @@ def check_offered(values: Mapping[str, Any], framework, field: str = "fix") -> N
         raise err
 
 
-def first_broken_rule(s: Strategy, model, train, devices: int, field: str = "strategy",
+def first_broken_rule(s, model, train, devices: int, field: str = "strategy",
                       framework=None) -> AsapError | None:
     cols = strategy_columns(s)
     for rule in RULES:

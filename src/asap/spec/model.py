@@ -1,4 +1,4 @@
-"""The model spec (design.md native schema) and its parameter counts.
+"""The model spec (docs/design.md native schema) and its parameter counts.
 
 Parameter counts follow the module shapes of Megatron-Core / Hugging Face implementations:
 attention Q, K, V, O projections (or MLA's low-rank projections), MLPs (gated: 3 matrices, else 2), MoE

@@ -1,6 +1,6 @@
 """Parallel strategies: parse ``key=value`` lists, fill defaults, check legality.
 
-Keys (design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full, or Megatron-Core's
+Keys (docs/design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full, or Megatron-Core's
 recompute modules joined by ``+``, e.g. ``layernorm+moe_act``), zero (0|1|2|3),
 sp (0|1), schedule (1f1b|interleaved|zb|gpipe), dispatcher (alltoall|allgather|dedup), a2a_overlap (0|1),
 layer_split (layers per pipeline chunk, ``5/4/4/3``).
@@ -12,7 +12,8 @@ Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   defaults (``asap.spec.framework``), layer_split = the default split of ``asap.spec.layout`` (L // (pp vpp)
   per chunk, the remainder from the middle chunks outwards).
 
-The rules a strategy must keep live in one table, ``asap.spec.legality``.
+The rules a strategy must keep live in one table, ``asap.spec.legality``; the knobs' names and codes (the
+enums, the batch codes of recompute values) in ``asap.spec.knobs``, which both read.
 
 Placement rules (Megatron-Core "MoE parallel folding", arXiv:2504.14960): attention layers use the grid
 tp x cp x dp x pp; expert layers regroup the same tp*cp*dp devices of a stage as etp x ep x edp, so
@@ -22,107 +23,15 @@ tp x cp x dp x pp; expert layers regroup the same tp*cp*dp devices of a stage as
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from enum import IntEnum
 from typing import Any
-
-import numpy as np
 
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS
+from asap.spec.knobs import (INT_KEYS, KEYS, RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, Recompute,  # noqa: F401
+                             RecomputeModule, Schedule, Zero, module_recomputed, recompute_code, recompute_label)
 from asap.spec.layout import format_layer_split, parse_layer_split
 
 
-class Recompute(IntEnum):
-    """Activation recomputation: none; selective (the stack's own selective policy, ``Framework.selective``);
-    full (every layer); or a set of modules (``RecomputeModule``), coded ``MODULES + mask``."""
-
-    NONE = 0
-    SELECTIVE = 1
-    FULL = 2
-    MODULES = 8  # codes >= 8: MODULES + the bit mask of the recomputed modules
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
-class RecomputeModule(IntEnum):
-    """Megatron-Core's ``--recompute-granularity selective --recompute-modules`` (``transformer_config.py``):
-    each checkpoints one submodule of every layer, dropping what it stores and re-running its forward in
-    backward. The value is the module's bit in the mask."""
-
-    CORE_ATTN = 0  # the attention kernel (with flash attention it stores little: its inputs are kept anyway)
-    LAYERNORM = 1  # input and pre-MLP norms: their outputs (the QKV and MLP inputs) are not stored
-    MLP = 2  # a dense layer's MLP: only its input is stored
-    MOE_ACT = 3  # the routed experts' activation function: the fc2 inputs are not stored
-    MOE = 4  # the whole MoE block (router, dispatch, experts, combine), dispatch repeated
-    SHARED_EXPERTS = 5  # the shared experts' MLP
-    MLA_UP_PROJ = 6  # MLA's q/kv up-projections: only the compressed latents are stored
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
-RECOMPUTE_MODULES = tuple(m.label for m in RecomputeModule)
-
-
-def recompute_code(label: str, field: str = "strategy.recompute") -> int:
-    """The batch code of a recompute value: none | selective | full, or modules joined by ``+``."""
-    text = str(label).strip().lower()
-    if text in RECOMPUTE:
-        return RECOMPUTE.index(text)
-    names = [n.strip() for n in text.split("+")]
-    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
-    if unknown or not names:
-        raise AsapError(field, f"must be none, selective, full or modules joined by '+' "
-                               f"({', '.join(RECOMPUTE_MODULES)}), got {label!r}")
-    mask = 0
-    for n in names:
-        mask |= 1 << RECOMPUTE_MODULES.index(n)
-    return int(Recompute.MODULES) + mask
-
-
-def recompute_label(code: int) -> str:
-    """The canonical spelling of a batch code (modules in ``RecomputeModule`` order)."""
-    if code < Recompute.MODULES:
-        return RECOMPUTE[code]
-    mask = code - Recompute.MODULES
-    return "+".join(m.label for m in RecomputeModule if mask >> m.value & 1)
-
-
-def module_recomputed(codes, module: RecomputeModule):
-    """Per row: whether ``module`` is in the row's recompute module set (False for none/selective/full)."""
-    codes = np.asarray(codes)
-    return (codes >= Recompute.MODULES) & (((codes - Recompute.MODULES) >> module.value) & 1 == 1)
-
-
-class Schedule(IntEnum):
-    """Pipeline schedules: 1F1B, interleaved 1F1B (vpp > 1), zero-bubble ZB-H1, GPipe."""
-
-    ONE_F_ONE_B = 0
-    INTERLEAVED = 1
-    ZB = 2
-    GPIPE = 3
-
-    @property
-    def label(self) -> str:
-        return SCHEDULES[self.value]
-
-
-class Zero(IntEnum):
-    """ZeRO stage: what the data-parallel group shards (Rajbhandari et al. 2020)."""
-
-    NONE = 0
-    OPTIMIZER = 1  # optimizer states (Megatron's distributed optimizer)
-    GRADIENTS = 2  # + gradients
-    PARAMETERS = 3  # + parameters (FSDP, ZeRO-3)
-
-
-RECOMPUTE = ("none", "selective", "full")  # the named policies; module sets are spelled out
-SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
-INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "a2a_overlap")
-KEYS = INT_KEYS[:-1] + ("recompute", "schedule", "dispatcher", "a2a_overlap", "layer_split")
 
 
 @dataclass(frozen=True)

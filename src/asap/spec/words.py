@@ -1,4 +1,4 @@
-"""The shared vocabulary (design.md, "Words"): what the cost model's estimate and the trace diagnosis call a
+"""The shared vocabulary (docs/design.md, "Words"): what the cost model's estimate and the trace diagnosis call a
 bottleneck. One table for both, so a predicted and a measured verdict compare."""
 
 from __future__ import annotations
@@ -41,3 +41,27 @@ def did_you_mean(text: str, names) -> str:
     if not close:
         return ""
     return " (did you mean " + " or ".join(f"'{n}'" for n in close[:3]) + "?)"
+
+
+def duration_text(seconds: float, significant: int | None = None) -> str:
+    """A duration in the unit that reads best: s, ms or µs; the one duration formatter of every face.
+
+    Fixed decimals by default (the tables: ``1.234 s``, ``12.35 ms``, ``25.0 µs``; under 0.5 ns ``0``), or
+    ``significant`` digits (the diagnosis's evidence lines, which go into JSON, so micro is ASCII: ``12.3 ms``,
+    ``4.5 us``; under 1 ns ``0 s``, as interval sums leave ~1e-18 s residues)."""
+    a = abs(seconds)
+    if significant is not None:
+        if a < 1e-9:
+            return "0 s"
+        if a >= 1.0:
+            return f"{seconds:.{significant}g} s"
+        if a >= 1e-3:
+            return f"{seconds * 1e3:.{significant}g} ms"
+        return f"{seconds * 1e6:.{significant}g} us"
+    if a < 5e-10:
+        return "0"
+    if a >= 1.0:
+        return f"{seconds:.3f} s"
+    if a >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} µs"

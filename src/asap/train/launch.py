@@ -8,7 +8,8 @@ time after warm-up (each step's time is its slowest rank's), tokens/s, the peak 
 (``layers_per_chunk``, in chunk order: the split of ``asap.spec.layout`` the cost model prices) and, with a
 profile directory, one trace per rank.
 
-A run that crashes, runs out of memory or hangs raises ``RunFailed`` with a one-line reason; a strategy
+A run that crashes, runs out of memory or hangs raises ``RunFailed`` with a one-line reason (``RunFailed``,
+``RunResult`` and the logged child process are ``asap.runner``'s, shared with the JAX backend); a strategy
 the trainer cannot run raises ``AsapError`` before anything is launched (``check_supported``).
 """
 
@@ -18,31 +19,20 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from asap.errors import AsapError
-from asap.subprocs import log_tail, wait_or_kill
+from asap.runner import RUN_PRECISIONS, RunFailed, RunResult, run_logged  # noqa: F401 (the runners' shared types)
+from asap.subprocs import log_tail
 from asap.spec.model import ModelSpec
 from asap.spec.layout import layout, parse_layer_split
 from asap.spec.strategy import Strategy, parse_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
-
-RUN_PRECISIONS = ("fp32", "bf16")
-
-
-class RunFailed(RuntimeError):
-    """A launched run that did not finish: ``kind`` is oom, crash or timeout; ``reason`` is one line."""
-
-    def __init__(self, kind: str, reason: str, log_tail: str = ""):
-        self.kind, self.reason, self.log_tail = kind, reason, log_tail
-        super().__init__(reason)
 
 
 @dataclass
@@ -58,6 +48,7 @@ class RunConfig:
     lr: float = 1e-3
     profile_dir: str | None = None
     capture_dir: str | None = None  # asap align: the first step's per-module numerics (asap.numerics.capture)
+    first_step_hook: str | None = None  # "module:function" called around the first step (worker.first_step_hook)
     devices_per_node: int | None = None  # processes per "node" for hierarchical collectives (None: one node)
     documents: list[list[int]] | None = None  # packed samples (document lengths): document-masked attention
     balance: bool = False  # each step's samples placed by asap.balance instead of in file order
@@ -70,7 +61,8 @@ class RunConfig:
         return {"model": self.model.to_dict(), "strategy": self.strategy.to_dict(), "global_batch": self.global_batch,
                 "seq_len": self.seq_len, "steps": self.steps, "precision": self.precision, "seed": self.seed,
                 "data": self.data, "lr": self.lr, "profile_dir": self.profile_dir,
-                "capture_dir": self.capture_dir, "devices_per_node": self.devices_per_node,
+                "capture_dir": self.capture_dir, "first_step_hook": self.first_step_hook,
+                "devices_per_node": self.devices_per_node,
                 **({"documents": self.documents, "sample_order": sample_order(self)} if self.documents else {})}
 
 
@@ -95,40 +87,6 @@ def sample_order(c: RunConfig) -> list[list[int]]:
             idx = [idx[j] for slot in placed["assignment"] for j in slot]
         order.append(idx)
     return order
-
-@dataclass
-class RunResult:
-    strategy: dict[str, Any]
-    step_time_s: float
-    tokens_per_s: float
-    losses: list[float]
-    peak_memory_gb: float
-    traces: list[str] = field(default_factory=list)
-    step_times_s: list[float] = field(default_factory=list)
-    peak_memory_gb_per_rank: list[float] = field(default_factory=list)
-    aux_losses: list[float | None] = field(default_factory=list)
-    layers_per_chunk: list[int] = field(default_factory=list)  # as the workers built them, in chunk order
-    # MoE dispatch across "nodes" (--devices-per-node), summed over ranks, layers, micro-batches and steps:
-    # hidden-state bytes sent to ranks of another node, and sum over tokens of the remote nodes of its experts
-    internode_dispatch_bytes: int = 0
-    dispatch_remote_domains: int = 0
-    # --lengths: each data-parallel rank's attention work, sum(l^2) of its samples over rows x seq_len^2, mean
-    # over steps (what asap balance evens out), and the slowest over the mean
-    attention_work_per_dp_rank: list[float] = field(default_factory=list)
-    attention_max_over_mean: float | None = None
-    model: str = ""
-    global_batch: int = 0
-    seq_len: int = 0
-    steps: int = 0
-    precision: str = "fp32"
-    nproc: int = 1
-    device: str = "cpu"
-    backend: str = "gloo"
-    wall_time_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 # ------------------------------------------------------------------------------------------------------------
 # Strategy resolution and the trainer's own limits
@@ -399,8 +357,8 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
     log_path = out / "torchrun.log"
     t0 = time.perf_counter()
     try:
-        rc, timed_out = _run_logged(torchrun_command(nproc, str(cfg_path)), _child_env(dev, nproc), log_path,
-                                    timeout_s, echo, progress)
+        rc, timed_out = run_logged(torchrun_command(nproc, str(cfg_path)), _child_env(dev, nproc), log_path,
+                                   timeout_s, echo, progress, STEP_LINE)
         wall = time.perf_counter() - t0
         if timed_out:
             raise RunFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the run was killed", log_tail(log_path))
@@ -413,29 +371,6 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
 
 
 STEP_LINE = "[asap.train] step "  # what worker.run_job logs on rank 0 after each step
-
-
-def _run_logged(cmd: list[str], env: dict[str, str], log_path: Path, timeout_s: float | None,
-                echo: IO[str] | None, progress: IO[str] | None = None) -> tuple[int, bool]:
-    with open(log_path, "w") as logf:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, text=True, errors="replace")
-
-        def pump():
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                logf.write(line)
-                logf.flush()
-                out = echo if echo is not None else (progress if line.startswith(STEP_LINE) else None)
-                if out is not None:
-                    out.write(line)
-                    out.flush()
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        timed_out = wait_or_kill(proc, timeout_s)
-        reader.join(timeout=5)
-        return proc.returncode, timed_out
 
 
 def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: float) -> RunResult:

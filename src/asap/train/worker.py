@@ -2,7 +2,8 @@
 
 FILE is JSON: ``{"device": "cpu"|"cuda", "out_dir": DIR, "pg_timeout_s": S, "jobs": [job, ...]}`` where a job
 is ``{model (native mapping), strategy (every key, as ``Strategy.to_dict`` writes it), global_batch, seq_len,
-steps, precision, seed, data, lr, profile_dir}``. Every job needs the same world size; they run one after the
+steps, precision, seed, data, lr, profile_dir, capture_dir, first_step_hook}`` (``first_step_hook``: see
+``first_step_hook``). Every job needs the same world size; they run one after the
 other in the same processes (tests share one launch between several strategies). Each rank writes
 ``job{j}_rank{r}.json`` into DIR: ``{rank, losses, step_times_s, peak_memory_gb, trace, aux_losses,
 chunk_layers}`` (chunk_layers: chunk id -> the transformer-layer indices this rank built it with, as
@@ -131,6 +132,21 @@ def _accumulate(model, is_ddp: bool, inputs, labels, doc_ids, mbs: int, n_micro:
     return total / n_micro
 
 
+def first_step_hook(job: dict, stage_parts, dims: ParallelDims, n_micro: int):
+    """The job's first-step callback, or None: ``job["first_step_hook"]`` names a factory ``"module:function"``
+    (a callback across the process boundary, by name: the launcher cannot hand this process a function) called
+    as ``factory(job, stage_parts, dims, n_micro)`` on every rank; what it returns (or None) is armed before the
+    first step's forward (``arm()``) and called after its backward, before the optimizer step
+    (``after_backward(job, parts, dims)``). ``asap align`` passes ``asap.numerics.capture:install``."""
+    name = job.get("first_step_hook")
+    if not name:
+        return None
+    import importlib
+
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)(job, stage_parts, dims, n_micro)
+
+
 def run_job(job: dict, device: torch.device) -> dict:
     spec = load_model(job["model"])
     s = Strategy(**parse_strategy(job["strategy"], "job.strategy"))
@@ -155,11 +171,70 @@ def run_job(job: dict, device: torch.device) -> dict:
     autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext())
     prof, trace = _profiler(job.get("profile_dir"), steps, device, rank)
     is_ddp = [type(w).__name__ == "DistributedDataParallel" for w in wrapped]
-    capture = None
-    if job.get("capture_dir"):  # asap align: the first step's numerics, per module (asap.numerics.capture)
-        from asap.numerics import capture as numerics_capture
+    capture = first_step_hook(job, stage_parts, dims, n_micro)
 
-        capture = numerics_capture.install(job, stage_parts, dims, n_micro)
+    cp_context = _cp_context(s, dims, parts)
+    losses, step_times, aux = [], [], []
+    if prof is not None:
+        prof.start()
+    docs, works = job.get("documents"), []
+    for step in range(steps):
+        # the batch is ready before the clock starts, as a prefetching data loader would have it
+        inputs, labels, doc_ids = _local_batch(data, job, step, dp_rank, s.dp, device)
+        if docs:
+            works.append(attention_work(doc_ids))
+        if capture is not None and step == 0:
+            capture.arm()
+        _sync(device)
+        t0 = time.perf_counter()
+        if schedule is not None:
+            local_loss = _pipelined_step(schedule, has_first, has_last, inputs, labels, autocast)
+        else:
+            local_loss = _accumulate(wrapped[0], is_ddp[0], inputs, labels, doc_ids if docs else None, s.mbs,
+                                     n_micro, cp_context, autocast)
+        finalize_grads(parts, dims, manual_dp)
+        if capture is not None and step == 0:
+            capture.after_backward(job, parts, dims)
+        optimizer.step()
+        optimizer.zero_grad()
+        _sync(device)
+        step_times.append(time.perf_counter() - t0)
+
+        losses.append(_global_loss(local_loss, has_last and tp_rank == 0 and local_loss is not None, device))
+        aux.append(_aux_loss(parts))
+        log(f"step {step + 1}/{steps} loss {losses[-1]:.5f} time {step_times[-1]:.3f}s")
+        if prof is not None:
+            prof.step()
+    if prof is not None:
+        prof.stop()
+    result = {"rank": rank, "losses": losses, "step_times_s": step_times, "peak_memory_gb": peak_memory_gb(device),
+              "trace": trace if trace and Path(trace).exists() else None, "aux_losses": aux,
+              "device": str(device), "backend": dist.get_backend(), "chunk_layers": chunk_layers,
+              **_dispatch_figures(parts), "dp_rank": dp_rank,
+              "attention_work": sum(works) / len(works) if works else None}
+    dist.barrier()
+    return result
+
+
+def _local_batch(data, job: dict, step: int, dp_rank: int, dp: int, device: torch.device):
+    """This data-parallel rank's rows of the step's batch: inputs, labels (the inputs shifted by one) and, with
+    packed documents, their document ids (else None)."""
+    batch, doc_ids = step_batch(data, job, step, int(job["global_batch"]), int(job["seq_len"]))
+    batch = local_rows(batch, dp_rank, dp).to(device)
+    if job.get("documents"):
+        doc_ids = local_rows(doc_ids, dp_rank, dp).to(device)
+    return batch[:, :-1].contiguous(), batch[:, 1:].contiguous(), doc_ids
+
+
+def _aux_loss(parts) -> float | None:
+    """The step's MoE auxiliary loss: the mean over this rank's MoE layers (None without any)."""
+    moe_aux = [m.last_aux_loss for p in parts for m in p.moe_layers() if m.last_aux_loss is not None]
+    return sum(moe_aux) / len(moe_aux) if moe_aux else None
+
+
+def _cp_context(s: Strategy, dims: ParallelDims, parts):
+    """A function of (buffer, sequence dim) pairs: the context-parallel context that shards them and every part's
+    rotary table over cp (a null context with cp = 1)."""
 
     def cp_context(buffers_with_dims):
         if s.cp == 1:
@@ -171,64 +246,33 @@ def run_job(job: dict, device: torch.device) -> dict:
         return context_parallel(dims.cp_mesh, buffers=bufs, buffer_seq_dims=dims_,
                                 no_restore_buffers={b for b, _ in buffers_with_dims})
 
-    losses, step_times, aux = [], [], []
-    if prof is not None:
-        prof.start()
-    docs, works = job.get("documents"), []
-    for step in range(steps):
-        # the batch is ready before the clock starts, as a prefetching data loader would have it
-        batch, doc_ids = step_batch(data, job, step, gb, seq)
-        batch = local_rows(batch, dp_rank, s.dp).to(device)
-        if docs:
-            doc_ids = local_rows(doc_ids, dp_rank, s.dp).to(device)
-            works.append(attention_work(doc_ids))
-        inputs, labels = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
-        if capture is not None and step == 0:
-            capture.arm()
-        _sync(device)
-        t0 = time.perf_counter()
-        if schedule is not None:
-            mb_losses: list[torch.Tensor] = []
-            with autocast:
-                if has_first:
-                    schedule.step(inputs, target=labels, losses=mb_losses)
-                else:
-                    schedule.step(target=labels, losses=mb_losses)
-            local_loss = torch.stack([l.detach().float() for l in mb_losses]).mean() if has_last else None
-        else:
-            local_loss = _accumulate(wrapped[0], is_ddp[0], inputs, labels, doc_ids if docs else None, s.mbs,
-                                     n_micro, cp_context, autocast)
-        finalize_grads(parts, dims, manual_dp)
-        if capture is not None and step == 0:
-            numerics_capture.finish(capture, job, parts, dims)
-        optimizer.step()
-        optimizer.zero_grad()
-        _sync(device)
-        step_times.append(time.perf_counter() - t0)
+    return cp_context
 
-        # the global loss: mean over the ranks that computed one (last stage, first tp rank; every cp rank)
-        counted = has_last and tp_rank == 0 and local_loss is not None
-        red = torch.stack([local_loss if counted else torch.zeros((), device=device),
-                           torch.ones((), device=device) if counted else torch.zeros((), device=device)]).float()
-        dist.all_reduce(red)
-        losses.append(float(red[0] / red[1]))
-        moe_aux = [m.last_aux_loss for p in parts for m in p.moe_layers() if m.last_aux_loss is not None]
-        aux.append(sum(moe_aux) / len(moe_aux) if moe_aux else None)
-        log(f"step {step + 1}/{steps} loss {losses[-1]:.5f} time {step_times[-1]:.3f}s")
-        if prof is not None:
-            prof.step()
-    if prof is not None:
-        prof.stop()
-    result = {"rank": rank, "losses": losses, "step_times_s": step_times, "peak_memory_gb": peak_memory_gb(device),
-              "trace": trace if trace and Path(trace).exists() else None, "aux_losses": aux,
-              "device": str(device), "backend": dist.get_backend(), "chunk_layers": chunk_layers}
-    moes = [m for p in parts for m in p.moe_layers()]  # what crossed "nodes" (--devices-per-node), all steps
-    result["internode_dispatch_bytes"] = sum(m.internode_dispatch_bytes for m in moes)
-    result["dispatch_remote_domains"] = sum(m.dispatch_remote_domains for m in moes)
-    result["dp_rank"] = dp_rank
-    result["attention_work"] = sum(works) / len(works) if works else None
-    dist.barrier()
-    return result
+
+def _pipelined_step(schedule, has_first: bool, has_last: bool, inputs, labels, autocast):
+    """One step of the pipeline schedule; the mean micro-batch loss on the last stage, else None."""
+    mb_losses: list[torch.Tensor] = []
+    with autocast:
+        if has_first:
+            schedule.step(inputs, target=labels, losses=mb_losses)
+        else:
+            schedule.step(target=labels, losses=mb_losses)
+    return torch.stack([l.detach().float() for l in mb_losses]).mean() if has_last else None
+
+
+def _global_loss(local_loss, counted: bool, device: torch.device) -> float:
+    """The global loss: the mean over the ranks that computed one (last stage, first tp rank; every cp rank)."""
+    red = torch.stack([local_loss if counted else torch.zeros((), device=device),
+                       torch.ones((), device=device) if counted else torch.zeros((), device=device)]).float()
+    dist.all_reduce(red)
+    return float(red[0] / red[1])
+
+
+def _dispatch_figures(parts) -> dict[str, int]:
+    """What crossed "nodes" (--devices-per-node) in MoE dispatch, all steps."""
+    moes = [m for p in parts for m in p.moe_layers()]
+    return {"internode_dispatch_bytes": sum(m.internode_dispatch_bytes for m in moes),
+            "dispatch_remote_domains": sum(m.dispatch_remote_domains for m in moes)}
 
 
 def _error_kind(e: BaseException) -> str:
