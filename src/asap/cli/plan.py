@@ -29,7 +29,11 @@ def plan(
                                                        "shape."),
     ilp_candidates: int = typer.Option(1, "--ilp-candidates", min=0,
                                        help="How many of the best pipelined candidates get the stage-split ILP."),
-    ilp_time_limit: float = typer.Option(0.2, "--ilp-time-limit", min=0.05, help="HiGHS time limit per ILP (s)."),
+    ilp_time_limit: Optional[float] = typer.Option(None, "--ilp-time-limit", min=0.05,
+                                                   help="A wall-clock limit per ILP (s); default none, since it "
+                                                        "makes the plan depend on machine load."),
+    ilp_work_limit: int = typer.Option(500, "--ilp-work-limit", min=1,
+                                       help="Branch-and-bound nodes per ILP (a deterministic work limit)."),
     time_limit: float = typer.Option(60.0, "--time-limit", help="The whole search's budget (s): past it the plan "
                                                                   "ranks what it priced and says it stopped early."),
     precision: str = PrecisionOpt,
@@ -67,7 +71,7 @@ def plan(
 
         result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
-                          time_limit_s=time_limit)
+                          time_limit_s=time_limit, ilp_work_limit_nodes=ilp_work_limit)
     emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
     if json_out:
         out = result.to_dict()

@@ -16,9 +16,10 @@ recompute, z[l, j] = x[l, j] r[j] (linearised). T_max is continuous.
                every stage holds at least one unit; the embedding is in stage 0, the head in the last
 where t_l is the unit's time, dt_l the extra time of full recompute, a_l its stored activations, da_l what full
 recompute saves, w_l its model states, and f_d the micro-batches device d keeps in flight (1F1B: min(m, pp-d);
-interleaved: ((pp-d-1)*2 + (vpp-1)*pp + 1)/vpp chunks' worth). Solved by HiGHS (highspy) under a
-time limit (highspy), started from the better of the uniform split (Megatron's default: equal layer
-counts) and a balanced greedy split, so it never returns worse than either.
+interleaved: ((pp-d-1)*2 + (vpp-1)*pp + 1)/vpp chunks' worth). Solved by HiGHS (highspy) to a 0.1% gap
+under a deterministic work limit (branch-and-bound nodes, not seconds: the same input gives the same split on
+any machine load), started from the better of the uniform split (Megatron's default: equal layer counts) and
+a balanced greedy split, so it never returns worse than either.
 """
 
 from __future__ import annotations
@@ -375,6 +376,12 @@ def _tail_units(prob: StageProblem) -> list[int]:
 
 OPTIMALITY_GAP = 0.001  # a split whose slowest device is this close to the lower bound is taken as optimal
 MIP_REL_GAP = 0.001  # HiGHS stops once its incumbent is proven within 0.1% of the optimum
+# The deterministic work limit: HiGHS stops after this many branch-and-bound nodes (a count, so the result does
+# not depend on machine load the way a time limit does). DeepSeek-V3's splits on 2048 H800 close at the root
+# node or within 3 nodes; the limit bounds pathological cases. Presolve is off: on these chains it spent 85% of
+# the solve (3.8 of 4.4 s, probing the prefix variables) for no smaller tree, and HiGHS's heuristics and
+# symmetry detection find nothing the MIP start does not already give.
+ILP_WORK_LIMIT_NODES = 500
 
 
 def _near_lower_bound(prob: StageProblem, split: StageSplit) -> bool:
@@ -386,8 +393,11 @@ def _near_lower_bound(prob: StageProblem, split: StageSplit) -> bool:
     return no_extra and max(split.device_time_s) <= bound * (1 + OPTIMALITY_GAP)
 
 
-def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_choice: bool = True) -> StageSplit:
-    """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible."""
+def solve_split(prob: StageProblem, time_limit_s: float | None = None, allow_recompute_choice: bool = True,
+                work_limit_nodes: int = ILP_WORK_LIMIT_NODES) -> StageSplit:
+    """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible.
+    ``work_limit_nodes`` bounds the search deterministically; ``time_limit_s`` (None: none) adds a wall-clock
+    limit, which makes the answer depend on machine load."""
     U, S = len(prob.units), prob.stages
     if S > U:
         raise AsapError("strategy.pp", f"pp*vpp = {S} stages exceed the {U} units of the model")
@@ -408,7 +418,8 @@ def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_c
     if start is not None and start.fits:
         ub[v.it] = max(start.device_time_s) / scale_t * (1 + 1e-9)  # never worse than the heuristic
         x0 = _encode(prob, start, scale_t, v.n)
-    x, status = _solve_highs(c, A, lo, hi, lb, ub, integer=np.arange(v.n - 1), x0=x0, time_limit_s=time_limit_s)
+    x, status = _solve_highs(c, A, lo, hi, lb, ub, integer=np.arange(v.n - 1), x0=x0, time_limit_s=time_limit_s,
+                            work_limit_nodes=work_limit_nodes)
     if x is None:
         if start is not None and start.fits:
             start.solver = "heuristic (HiGHS found nothing better: " + status + ")"
@@ -458,14 +469,19 @@ def _quiet_stdout():
         os.close(saved)
 
 
-def _solve_highs(c, A, row_lo, row_hi, lb, ub, integer, x0, time_limit_s):
+def _solve_highs(c, A, row_lo, row_hi, lb, ub, integer, x0, time_limit_s, work_limit_nodes):
     import highspy
 
     with _quiet_stdout():
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", float(time_limit_s))
+        if time_limit_s is not None:
+            h.setOptionValue("time_limit", float(time_limit_s))
+        h.setOptionValue("mip_max_nodes", int(work_limit_nodes))
         h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
+        h.setOptionValue("presolve", "off")
+        h.setOptionValue("mip_heuristic_effort", 0.0)
+        h.setOptionValue("mip_detect_symmetry", False)
         lp = highspy.HighsLp()
         lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
         lp.col_cost_, lp.col_lower_, lp.col_upper_ = c, lb, ub
