@@ -182,7 +182,7 @@ class DataParallelTerms:
 
 def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
                         layers_on_stage, micro_compute, m, precision: str = "bf16",
-                        tensors_on_stage=None) -> DataParallelTerms:
+                        tensors_on_stage=None, embedding_params=0.0) -> DataParallelTerms:
     """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), and how
     much of them hides behind compute.
 
@@ -193,7 +193,11 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     1) / v micro-batch backwards); the next step's weight gather mirrors it in the warm-up forwards. Per
     micro-batch (ZeRO-2 keeps only its gradient shard; ZeRO-3 also gathers weights for forward and again for
     backward, prefetching one layer ahead, its first layer's gather exposed). With async collectives (XLA's
-    latency-hiding scheduler) any collective may overlap any compute of the step."""
+    latency-hiding scheduler) any collective may overlap any compute of the step. A stack whose FSDP wraps the
+    token embedding as its own unit (``Framework.fsdp_embedding_unit``; ``embedding_params`` on the device)
+    starts each forward with that unit's gather and the first block's, which have no compute to hide behind
+    but the embedding lookup, and ends the step's backward with their reduce-scatters, which have no later
+    backward to hide behind."""
     zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
                              fw.grad_bytes(precision, S.zero), zero1_gathers, 4.0 if precision == "fp32" else 2.0)
@@ -206,6 +210,14 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     gather = np.where(kept, dpc.param_gather_s / 2, dpc.param_gather_s)  # kept: gathered for forward only
     total = np.where(grad_per_mb, m, 1.0) * dpc.grad_sync_s + np.where(gather_per_mb, m, 1.0) * gather
     first_layer_gather = gather / np.maximum(layers_on_stage, 1)
+    step_end = 0.0
+    if fw.fsdp_embedding_unit:
+        # the embedding unit and the first block: the embedding's lookup is too short to hide the first block's
+        # prefetched gather, and its scatter-add backward too short to hide the first block's reduce-scatter
+        share = np.where(S.pp > 1, 0.0, embedding_params / np.maximum(dense_params + expert_params, 1.0))
+        share = np.where(share > 0, share + (1.0 - share) / np.maximum(layers_on_stage, 1), 0.0)
+        first_layer_gather = np.where(share > 0, gather * share, first_layer_gather)
+        step_end = np.where(gather_per_mb, dpc.grad_sync_s * share, 0.0)
     fwd, bwd = micro_compute * fwd_share, micro_compute * (1 - fwd_share)
     interleaved_dp = (S.vpp > 1) & ~grad_per_mb
     chunks_ahead = np.where(interleaved_dp, ((S.vpp - 1) * np.minimum(m, S.pp) + 1) / S.vpp, 1.0)
@@ -213,7 +225,7 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     exposed = np.select(
         [gather_per_mb, grad_per_mb],
         [m * (np.maximum(0.0, gather / 2 - fwd) + np.maximum(0.0, gather / 2 + dpc.grad_sync_s - bwd)
-              + first_layer_gather),
+              + first_layer_gather) + step_end,
          m * np.maximum(0.0, dpc.grad_sync_s - bwd) + per_step_gather],
         np.maximum(0.0, dpc.grad_sync_s - bwd * chunks_ahead) + per_step_gather)
     if fw.async_collectives:
@@ -281,7 +293,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     c = times.critical  # the critical device's parameters set the data-parallel traffic
     tensors = f.at(f.param_tensors, c)
     dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
-                             times.parts["compute"], m, train.precision, tensors)
+                             times.parts["compute"], m, train.precision, tensors,
+                             model.embedding_params() / S.tp)
     step_host = step_host_s(cluster, S, fw, f.at(f.layers, c), tensors, m, float(model.moe is not None),
                             dp.optimizer_s)
     exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m, step_host)

@@ -10,6 +10,13 @@ Achievable FLOP/s of a GEMM (m x k) @ (k x n) falls for thin shapes: tensor core
 dimension d fills them with efficiency ~ d / (d + d_half) (a saturating curve; d_half is the family's
 ``gemm_half_dim``). The efficiency of the whole GEMM is the product over its three dimensions times the
 family's large-GEMM efficiency. All functions accept numpy arrays and broadcast.
+
+Grouped (MoE expert) GEMMs pay a fixed cost per output tile beyond its math: the tile scheduler walks expert
+boundaries and, in low precision, every expert's GEMM loads its own scaling factors and casts its own input
+(Transformer Engine's GroupedLinear quantises and launches per expert). A tile of low-precision math finishes
+in 1/r of the bf16 time (r = the precision's peak over bf16's: 2 for fp8 on Hopper), so the same fixed cost
+weighs r times more: the dimension at which a grouped GEMM's efficiency halves is r times the family's
+(``grouped_half_dim_scale``). Small experts (thin n, k) therefore lose the most, and more so in fp8.
 """
 
 from __future__ import annotations
@@ -27,15 +34,24 @@ def act_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def gemm_efficiency(acc: Accelerator, m, n, k):
+def gemm_efficiency(acc: Accelerator, m, n, k, half_dim_scale=1.0):
     fam = acc.family_constants
-    d0 = fam.gemm_half_dim
+    d0 = fam.gemm_half_dim * half_dim_scale
     shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
     return fam.gemm_efficiency * shape
 
 
-def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0):
-    """``count`` GEMMs of (m, k) x (k, n): 2mnk FLOPs each, operands and result read/written once."""
+def grouped_half_dim_scale(acc: Accelerator, precision: str) -> float:
+    """How much later a grouped GEMM's efficiency halves than a plain one's: the precision's peak over bf16's
+    (1 for bf16/fp16/fp32; the module docstring)."""
+    if precision != "fp8":
+        return 1.0
+    return max(acc.peak_flops("fp8") / acc.peak_flops("bf16"), 1.0)
+
+
+def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0, grouped=False):
+    """``count`` GEMMs of (m, k) x (k, n): 2mnk FLOPs each, operands and result read/written once;
+    ``grouped``: the experts of one grouped GEMM (its efficiency halves later: ``grouped_half_dim_scale``)."""
     fam = acc.family_constants
     m = np.maximum(m, 1.0)
     n = np.maximum(n, 1.0)
@@ -47,7 +63,7 @@ def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0):
     else:
         peak = acc.peak_flops(precision)
         elem = BYTES[precision]
-    rate = peak * gemm_efficiency(acc, m, n, k)
+    rate = peak * gemm_efficiency(acc, m, n, k, grouped_half_dim_scale(acc, precision) if grouped else 1.0)
     bytes_moved = elem * (m * k + k * n) + act_bytes(precision) * m * n
     t = np.maximum(flops / rate, bytes_moved / (acc.hbm_gbps * 1e9 * fam.hbm_efficiency))
     if precision == "fp8":  # the input is quantised first: read bf16, write fp8 (Transformer Engine, torchao)

@@ -175,6 +175,13 @@ class Framework:
     dp_overlap: bool = True
     # the Megatron-Core recompute modules the stack offers for ``recompute=a+b`` (None: all of them)
     recompute_modules: tuple[str, ...] | None = None
+    # FSDP wraps the token embedding as its own unit (torchtitan's apply_fsdp: tok_embeddings, each block, then
+    # [norm, output]): each forward starts with its gather and the backward ends with its reduce-scatter,
+    # with nothing to overlap either (``estimate.data_parallel_terms``)
+    fsdp_embedding_unit: bool = False
+    # the MoE dispatcher copies the routed token counts to the host and waits on them once per MoE layer
+    # forward (``asap.cost.host.moe_syncs``); XLA compiles static shapes and needs none
+    moe_host_sync: bool = True
 
     def grad_bytes(self, precision: str, zero):
         """Bytes per gradient element in the buffer and on the wire: fp32 (Megatron turns
@@ -206,11 +213,13 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
                       "a2a_overlap": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
-              selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=()),
+              selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
+              fsdp_embedding_unit=True),
     Framework("maxtext", GradSync.PER_STEP, True, False, 1, True, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3,
-              fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=()),
+              fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
+              moe_host_sync=False),
     Framework("mindspore", GradSync.PER_STEP, True, False, 1, False, Dispatcher.DEDUP, 1,
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
