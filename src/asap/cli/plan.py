@@ -12,8 +12,8 @@ from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
-                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt,
-                               budget_of, load_job, seconds, with_budget, with_lengths)
+                               MemoryMarginOpt, ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt,
+                               TokensOpt, budget_of, load_job, seconds, with_budget, with_lengths)
 
 
 @app.command()
@@ -45,6 +45,7 @@ def plan(
     fused_kernels: Optional[bool] = FusedOpt,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
+    memory_margin: float = MemoryMarginOpt,
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
                                                              "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
     json_out: bool = JsonOpt,
@@ -59,7 +60,7 @@ def plan(
         check_format(emit)  # an unknown format: one line before the search
         framework = framework or FRAMEWORK_OF[emit]  # plan with the options the format's stack has
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                       fused_kernels)
+                       fused_kernels, memory_margin)
     budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, _ = with_lengths(c, t, lengths)
     fixed = parse_strategy(fix, field="fix")

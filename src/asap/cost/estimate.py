@@ -33,7 +33,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.communication import data_parallel_comm
 from asap.cost.host import step_host_s
 from asap.cost.compute import BWD_GEMM
-from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory
+from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory, usable_hbm_gb
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
 from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
@@ -301,7 +301,7 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     if mem is None:
         mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
     return BatchEstimate(
-        step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
+        step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train),
         breakdown_s=breakdown, exposed_s=exposed,
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
                    "activations": mem.activations_gb, "allowance": mem.allowance_gb,

@@ -31,9 +31,12 @@ pp (1 + (pp-1)/(pp v)); GPipe all m. Every device of the pipeline is priced with
 (``asap.cost.units``: one device per distinct unit count, the one with most micro-batches in flight; the last
 also holds the fp32 logits of one micro-batch); the fullest one is the peak.
 
-Allowance: the stack's allocator reserve (``asap.spec.framework``: 5% of the total for Megatron and
-MindSpore, 10% for the per-parameter gathers of FSDP2 and DeepSpeed, 2% for XLA's static plan) plus a fixed
-1 GB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GB for a TPU runtime, 0.25 GB on CPU).
+Allowance: the stack's allocator reserve (``asap.spec.framework``: 5% for Megatron and MindSpore, 10% for the
+per-parameter gathers of FSDP2 and DeepSpeed, 2% for XLA's static plan) of what the step allocates and frees
+(activations and ZeRO-3's gathered weights; the model states are allocated once and never freed, so they
+leave no free blocks behind: Megatron-Core's contiguous param-and-grad buffers, the optimizer's states), plus a
+fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GiB for a TPU runtime, 0.25 GiB
+on CPU). A strategy fits when the peak is at most ``usable_hbm_gb``.
 
 Which figure is which: ``peak_memory_gb`` is the device memory the job holds at its peak, the caching
 allocator's reserve plus the context (what ``torch.cuda.max_memory_reserved`` plus the context, and
@@ -61,6 +64,15 @@ FRAGMENTATION = 0.05
 FIXED_ALLOWANCE_GB = {"cpu": 0.25, "tpu": 0.5}
 DEFAULT_FIXED_ALLOWANCE_GB = 1.0
 LAYER_UNITS = (Unit.DENSE, Unit.MOE, Unit.MTP)  # the units that are transformer blocks
+
+
+def usable_hbm_gb(acc: Accelerator, train: TrainSpec | None = None) -> float:
+    """The peak a strategy may reach and still fit, GiB: the device memory the driver reports
+    (``Accelerator.usable_hbm_gb``: nvidia-smi's total, 79.65 GiB on an "80 GB" H100) less the job's
+    ``--memory-margin``. The runtime's own share (CUDA context, NCCL buffers, workspaces; the TPU runtime's
+    reservation) is in the peak already, as the stack's fixed allowance (``fixed_allowance_bytes``)."""
+    margin = train.memory_margin_gb if train is not None else 0.0
+    return acc.usable_hbm_gb - margin
 
 
 def fixed_allowance_bytes(acc: Accelerator) -> float:
@@ -202,6 +214,24 @@ def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
     return micro_batches_in_flight(*cols, device)
 
 
+# DeepSpeed ZeRO-3 (deepspeed/runtime/zero/config.py defaults): stage3_prefetch_bucket_size = 5e7 parameters
+# are fetched ahead of the submodule computing; the largest submodule of a GPT block is an MLP linear, 4h^2 of
+# the block's 12h^2 (a third)
+ZERO3_PREFETCH_BUCKET_PARAMS = 5e7
+LARGEST_SUBMODULE_SHARE = 1.0 / 3.0
+
+
+def zero3_gathered_bytes(largest_layer_params, framework=None):
+    """The bf16 weights ZeRO-3 holds gathered at once: FSDP (one unit per block, the next block prefetched)
+    two whole layers; a stack that gathers submodule by submodule (DeepSpeed's per-module hooks,
+    ``Framework.collectives_per_layer`` > 1) the largest submodule plus its prefetch bucket."""
+    whole = 2.0 * 2.0 * largest_layer_params
+    if framework is None or framework.collectives_per_layer <= 1:
+        return whole
+    part = 2.0 * (LARGEST_SUBMODULE_SHARE * largest_layer_params + ZERO3_PREFETCH_BUCKET_PARAMS)
+    return np.minimum(whole, part)
+
+
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,
            framework=None) -> MemoryBreakdown:
     """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
@@ -225,7 +255,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # (two of the model's largest layers, the one computing and the one prefetched)
     dense_p, expert_p = f.rows(f.dense_params), f.rows(f.expert_params)
     states = dense_p * (wd + gd + od)[:, None] + expert_p * (we + ge + oe)[:, None]
-    gathered = np.where(zero >= Zero.PARAMETERS, 2.0 * 2.0 * f.rows(f.largest_layer_params), 0.0)
+    gathered = np.where(zero >= Zero.PARAMETERS, zero3_gathered_bytes(f.rows(f.largest_layer_params), framework), 0.0)
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
     a = (in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
@@ -235,7 +265,10 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
     peak_body = at(body, which)
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
-    allowance = fragmentation * peak_body + fixed_allowance_bytes(acc)
+    # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
+    # gathered weights); the model states are allocated once at start-up and never freed
+    transient = at(a, which) + gathered
+    allowance = fragmentation * transient + fixed_allowance_bytes(acc)
     return MemoryBreakdown(weights_gb=(dense_at * wd + expert_at * we + gathered) / GB,
                            grads_gb=(dense_at * gd + expert_at * ge) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,

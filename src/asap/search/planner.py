@@ -22,7 +22,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch, framework_of
-from asap.cost.memory import MemoryBreakdown, memory
+from asap.cost.memory import MemoryBreakdown, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
@@ -213,7 +213,7 @@ class Search:
         ut = unit_times(model, cluster, train, part, UNIT_KEYS)
         f = device_figures(model, train, part, ut, fw.selective)
         mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
-        fits = mem.peak_gb <= cluster.hbm_gb
+        fits = mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train)
         self.fitting += int(fits.sum())
         self.priced += len(part)
         j = int(np.argmin(mem.peak_gb))
@@ -306,7 +306,7 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     if search.fitting == 0 and not include_oom:
         cut = " before the time limit" if search.priced < search.space else ""
         raise NoFitError("fix" if fixed else "cluster",
-                         f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {search.priced}{cut}); "
+                         f"no strategy fits in {usable_hbm_gb(cluster.accelerator, train):.4g} GiB per device (searched {search.priced}{cut}); "
                          f"the smallest needs {search.smallest[0]:.1f} GiB ({search.smallest[2]})")
     kept = search.kept
     S, mem_kept, step = kept.S, kept.mem, kept.step

@@ -36,7 +36,7 @@ from scipy.sparse import coo_matrix
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
-                              state_bytes_per_param)
+                              state_bytes_per_param, usable_hbm_gb)
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
@@ -144,17 +144,19 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     expert_state = sum(state_bytes_per_param(train.precision, base.zero, edp, g))[0]
     states = params.dense[0] * dense_state + params.expert[0] * expert_state
 
+    # activations carry the allocator's reserve (cost/memory.py: a share of what the step allocates and frees)
+    reserve = 1.0 + fw.fragmentation
+
     def unit(kind: Unit) -> StageUnit:
-        kept = a_base.kept[0, kind] + a_base.once[0, kind]
+        kept = reserve * (a_base.kept[0, kind] + a_base.once[0, kind])
+        saved = reserve * max(float(a_base.kept[0, kind] - a_full.kept[0, kind]), 0.0)
         return StageUnit(kind.name.lower(), float(time_base[kind]), max(float(time_full[kind] - time_base[kind]), 0.0),
-                         float(kept), max(float(a_base.kept[0, kind] - a_full.kept[0, kind]), 0.0),
-                         float(states[kind]), once=kind == Unit.HEAD)
+                         float(kept), saved, float(states[kind]), once=kind == Unit.HEAD)
 
     units = [unit(Unit.EMBEDDING)]
     units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
     units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
-    fragmentation = fw.fragmentation
-    hbm = cluster.hbm_gb * GB / (1 + fragmentation) - fixed_allowance_bytes(cluster.accelerator)
+    hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
     return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
                         hbm_bytes=hbm, base_recompute=s.recompute,
                         default_layers=layout(model, s.pp, s.vpp).chunk_layers, schedule=s.schedule)

@@ -162,6 +162,15 @@ class Accelerator:
     source: str = ""
     scale_up_domain: int = 0  # most devices one fast fabric joins (NVSwitch domain, ICI pod, supernode); 0: one host
     efficiency: Family | None = None  # the family's constants unless a cluster file overrides some
+    # the device memory the driver reports (nvidia-smi's total, in GiB), where it differs from hbm_gb (the
+    # marketed "80 GB" of an H100 is 81559 MiB = 79.65 GiB); 0: hbm_gb. What the program may allocate is this
+    # less the runtime's own share (``asap.cost.memory``: the stack's fixed allowance) and a --memory-margin.
+    hbm_total_gb: float = 0.0
+
+    @property
+    def usable_hbm_gb(self) -> float:
+        """The device memory the driver reports, GiB (``hbm_total_gb``, else ``hbm_gb``)."""
+        return self.hbm_total_gb or self.hbm_gb
 
     def __post_init__(self):
         if self.efficiency is None:  # roofline-only parts (asap.profile.devices) have no cost-model family
@@ -200,19 +209,23 @@ CATALOG: dict[str, Accelerator] = {
         # bidirectional; DGX H100: 8x 400 Gb/s NDR ConnectX-7 (50 GB/s per GPU).
         _acc(name="h100-sxm", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
-             source="NVIDIA H100 datasheet; DGX H100 user guide"),
+             hbm_total_gb=81559 / 1024,  # nvidia-smi: 81559 MiB
+             source="NVIDIA H100 datasheet; DGX H100 user guide; nvidia-smi total 81559 MiB"),
         # H800: H100 compute with NVLink cut to 400 GB/s bidirectional (DeepSeek-V3 report, sec. 3.1: 8x 400 Gb/s IB).
         _acc(name="h800", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=200, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
+             hbm_total_gb=81559 / 1024,  # the H100's HBM3 stacks: nvidia-smi 81559 MiB
              source="DeepSeek-V3 technical report (arXiv:2412.19437) sec. 3.1; NVIDIA H800 product brief"),
         # H200 SXM datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
         _acc(name="h200", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=141,
              hbm_gbps=4800, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
-             source="NVIDIA H200 datasheet"),
+             hbm_total_gb=143771 / 1024,  # nvidia-smi: 143771 MiB
+             source="NVIDIA H200 datasheet; nvidia-smi total 143771 MiB"),
         # B200 (HGX B200 datasheet): 2.25 PF dense fp16/bf16, 4.5 PF fp8; 180 GB HBM3e at 8 TB/s; NVLink5 1.8 TB/s.
         _acc(name="b200", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500}, hbm_gb=180,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
-             source="NVIDIA HGX B200 datasheet; DGX B200 user guide"),
+             hbm_total_gb=183359 / 1024,  # nvidia-smi: 183359 MiB
+             source="NVIDIA HGX B200 datasheet; DGX B200 user guide; nvidia-smi total 183359 MiB"),
         # GB200 NVL72 datasheet: 180 PF dense bf16 / 72 GPUs = 2.5 PF; 13.4 TB HBM3e / 72 = 186 GB at 8 TB/s;
         # one 72-GPU NVLink domain over 18 compute trays of 4 GPUs (2 Grace-Blackwell superchips each);
         # ConnectX-7 400 Gb/s per GPU.
@@ -436,6 +449,8 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
     for key in ("hbm_gb", "intra_node_gbps", "inter_node_gbps"):
         if key in d and d[key] is not None:
             overrides[key] = _positive_number(d[key], f"cluster.{key}")
+    if "hbm_gb" in overrides:  # a part with other memory: its driver total is the figure given
+        overrides["hbm_total_gb"] = 0.0
     if d.get("efficiency") is not None:
         overrides["efficiency"] = efficiency_from_dict(d["efficiency"], acc.efficiency, "cluster.efficiency")
     if overrides:
