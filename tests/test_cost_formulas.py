@@ -81,7 +81,7 @@ def test_estimate_object_has_the_contract_fields_and_adds_up():
         assert key in d
     assert set(d["strategy"]) == {"dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "layer_split",
                                   "dispatcher", "a2a_overlap",
-                                  "schedule"}
+                                  "schedule", "offload_act", "offload_opt", "fp8_param"}
     for key in ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer"):
         assert key in d["breakdown_s"] and d["breakdown_s"][key] >= d["exposed_s"][key] - 1e-12
     assert sum(d["exposed_s"].values()) == pytest.approx(d["step_time_s"])

@@ -34,6 +34,7 @@ from asap.cost.communication import data_parallel_comm
 from asap.cost.host import step_host_s
 from asap.cost.compute import BWD_GEMM
 from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory, usable_hbm_gb
+from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
 from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
@@ -46,7 +47,8 @@ from asap.spec.words import Bottleneck
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
-UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp")  # what unit_times reads
+UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp",
+             "offload_act")  # what unit_times reads
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 MEMORY_BOUND_MAJORITY = 0.5  # compute is called memory-bound when low-intensity kernels are most of it
 
@@ -200,7 +202,8 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     backward to hide behind."""
     zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
-                             fw.grad_bytes(precision, S.zero), zero1_gathers, 4.0 if precision == "fp32" else 2.0)
+                             fw.grad_bytes(precision, S.zero), zero1_gathers,
+                             4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0))
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
     zero3 = S.zero >= Zero.PARAMETERS
     kept = zero3 & (S.pp > 1) & fw.fsdp_keeps_params_under_pp
@@ -237,6 +240,8 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     sharded = S.zero >= Zero.OPTIMIZER
     states = dense_params / np.where(sharded, shard_d, 1) + expert_params / np.where(sharded, edp, 1)
     optimizer = elementwise_time_s(cluster.accelerator, ADAM_BYTES_PER_PARAM * states, kernels=OPTIMIZER_KERNELS)
+    # optimizer offload: the host steps the device's shard, its transfers overlapped with the CPU's Adam
+    optimizer = np.where(S.offload_opt > 0, offloaded_optimizer_s(cluster.accelerator, states), optimizer)
     return DataParallelTerms(total_s=total, exposed_s=exposed, optimizer_s=optimizer)
 
 

@@ -52,6 +52,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.compute import qkv_width_per_device
+from asap.cost.offload import offloaded_activations
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Accelerator
 from asap.spec.layout import Unit
@@ -98,14 +99,16 @@ class MemoryBreakdown:
         return cls(**out)
 
 
-def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0):
+def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param=0, offload_opt=0):
     """Bytes per parameter for weights, gradients (``grad_bytes``: the stack's ``Framework.grad_bytes``) and
-    optimizer states under ZeRO stage ``zero``."""
+    optimizer states under ZeRO stage ``zero``. ``fp8_param``: the compute weight exists only in fp8 (1 B;
+    Megatron-Core's --fp8-param-gather keeps no bf16 copy, the fp32 master stays in the optimizer);
+    ``offload_opt``: the optimizer states live in host memory (0 B on the device)."""
     w = 4.0 if precision == "fp32" else 2.0
     g = grad_bytes
-    o = 8.0 if precision == "fp32" else 12.0
+    o = np.where(np.asarray(offload_opt) > 0, 0.0, 8.0 if precision == "fp32" else 12.0)
     if precision == "fp8":
-        w = w + 1.0
+        w = np.where(np.asarray(fp8_param) > 0, 1.0, w + 1.0)
     shard = np.maximum(shard, 1)
     w_b = np.where(zero >= Zero.PARAMETERS, w / shard, w)
     g_b = np.where(zero >= Zero.GRADIENTS, g / shard, g)
@@ -249,7 +252,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # reduce-scatter (FSDP2 with gradient sync off for all but the last micro-batch: unsharded_accumulated_grad)
     zero = np.where(kept, Zero.OPTIMIZER, S.zero)
     g = framework.grad_bytes(train.precision, S.zero) if framework is not None else 4.0
-    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g) for sh in (dense_shard, edp))
+    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt)
+                                  for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next
     # (two of the model's largest layers, the one computing and the one prefetched)
@@ -258,8 +262,10 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     gathered = np.where(zero >= Zero.PARAMETERS, zero3_gathered_bytes(f.rows(f.largest_layer_params), framework), 0.0)
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
-    a = (in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
-         + f.rows(f.working_bytes)[:, None] + f.rows(f.once_bytes))
+    stored = in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
+    stored = np.where(S.offload_act[:, None] > 0, offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored),
+                      stored)  # under activation offload: a window of layers (asap.cost.offload)
+    a = stored + f.rows(f.working_bytes)[:, None] + f.rows(f.once_bytes)
     body = states + gathered[:, None] + a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)

@@ -303,6 +303,12 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     search = search_space(Search(model, cluster, train, include_oom, top_k, distinct), space, progress, deadline)
     if search.space == 0:
         raise explain_empty_space(model, cluster, train, fixed)
+    if search.fitting == 0 and not include_oom and "offload_opt" not in fixed and offload_offered(fw):
+        try:  # optimizer offload only ever makes a step slower: tried when nothing fits without it
+            return plan(model, cluster, train, {**fixed, "offload_opt": 1}, top, include_oom, progress,
+                        ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes)
+        except NoFitError:
+            pass
     if search.fitting == 0 and not include_oom:
         cut = " before the time limit" if search.priced < search.space else ""
         raise NoFitError("fix" if fixed else "cluster",
@@ -334,6 +340,11 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
                       distinct=distinct, space=search.space, time_limit_s=time_limit_s,
                       stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None)
+
+
+def offload_offered(fw) -> bool:
+    allowed = fw.offers.get("offload_opt")
+    return allowed is None or 1 in allowed
 
 
 def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, candidates: list[Estimate],

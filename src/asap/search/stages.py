@@ -140,8 +140,8 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero)
-    dense_state = sum(state_bytes_per_param(train.precision, base.zero, dense_shard, g))[0]
-    expert_state = sum(state_bytes_per_param(train.precision, base.zero, edp, g))[0]
+    dense_state, expert_state = (sum(state_bytes_per_param(train.precision, base.zero, shard, g, base.fp8_param,
+                                                          base.offload_opt))[0] for shard in (dense_shard, edp))
     states = params.dense[0] * dense_state + params.expert[0] * expert_state
 
     # activations carry the allocator's reserve (cost/memory.py: a share of what the step allocates and frees)

@@ -35,6 +35,12 @@ Sources, per entry:
 - MindSpore / MindFormers (``parallel_config``: data/model/pipeline/context/expert parallel, ``pp_interleave``
   , ``optimizer_shard``): Megatron-like semantics; the Ascend MoE training report exchanges tokens by a
   hierarchical (node-deduplicated) all-to-all overlapped with expert computation.
+- Host offload (``offload_act``, ``offload_opt``): Megatron-Core offers both (``--cpu-offloading`` with
+  ``--cpu-offloading-activations``, Transformer Engine's CPU offload context; ``--optimizer-cpu-offload``, its
+  HybridDeviceOptimizer) and ``--fp8-param-gather`` (``fp8_param``); DeepSpeed offloads activation checkpoints
+  (``cpu_checkpointing``) and the optimizer (``offload_optimizer``, ZeRO-Offload); torchtitan offloads the
+  optimizer with FSDP2's ``CPUOffloadPolicy`` (``training.enable_cpu_offload``) and no activations; MaxText both
+  (the offloading ``remat_policy`` variants, ``optimizer_memory_host_offload``); MindFormers none here.
 - asap, the reference trainer (``asap.train``; the CPU default, what ``asap run`` measures): DDP with
   ``no_sync`` (or one all-reduce after the backward under pp or DTensor TP), torch's ZeroRedundancyOptimizer
   for ZeRO-1 (a broadcast per parameter tensor after the step), FSDP2 per block for ZeRO-2/3, DTensor TP,
@@ -207,26 +213,28 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0),
     Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1,
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,)}, max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=()),
     Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
-                      "a2a_overlap": (0,)}, zero_default=3,
+                      "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True),
     Framework("maxtext", GradSync.PER_STEP, True, False, 1, True, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3,
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,)}, zero_default=3,
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False),
     Framework("mindspore", GradSync.PER_STEP, True, False, 1, False, Dispatcher.DEDUP, 1,
-              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),
+              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS,
+                      "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,)}),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
     # torch's ZeroRedundancyOptimizer for zero 1 (a broadcast per parameter tensor after the step), FSDP2 per
     # block for zero 2/3, DTensor TP, torch.distributed.pipelining, eager kernels, experts in a loop
     Framework("asap", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
-              offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,)},
+              offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,), "offload_act": (0,), "offload_opt": (0,),
+                      "fp8_param": (0,)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe")),

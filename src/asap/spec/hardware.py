@@ -166,6 +166,10 @@ class Accelerator:
     # marketed "80 GB" of an H100 is 81559 MiB = 79.65 GiB); 0: hbm_gb. What the program may allocate is this
     # less the runtime's own share (``asap.cost.memory``: the stack's fixed allowance) and a --memory-margin.
     hbm_total_gb: float = 0.0
+    # the host side (``asap.cost.offload``): the device's link to host memory per direction (PCIe Gen4 x16 32
+    # GB/s, Gen5 x16 64 GB/s, NVLink-C2C on Grace superchips) and its share of the host's DRAM bandwidth
+    host_link_gbps: float = 32.0
+    host_mem_gbps: float = 50.0
 
     @property
     def usable_hbm_gb(self) -> float:
@@ -201,47 +205,63 @@ CATALOG: dict[str, Accelerator] = {
         # 8x 200 Gb/s HDR InfiniBand (25 GB/s per GPU). 40 GB: 1555 GB/s HBM2; 80 GB: 2039 GB/s HBM2e.
         _acc(name="a100-40gb", family="ampere", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=40, hbm_gbps=1555,
              intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             host_link_gbps=32, host_mem_gbps=51,  # PCIe Gen4 x16; DGX A100: 2 EPYC 7742, 8 x DDR4-3200 each
              source="NVIDIA A100 datasheet; DGX A100 user guide"),
         _acc(name="a100-80gb", family="ampere", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=80, hbm_gbps=2039,
              intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             host_link_gbps=32, host_mem_gbps=51,
              source="NVIDIA A100 datasheet; DGX A100 user guide"),
         # NVIDIA H100 SXM datasheet: 989 TF dense bf16, 1979 TF fp8; 80 GB HBM3 at 3.35 TB/s; NVLink4 900 GB/s
         # bidirectional; DGX H100: 8x 400 Gb/s NDR ConnectX-7 (50 GB/s per GPU).
         _acc(name="h100-sxm", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              hbm_total_gb=81559 / 1024,  # nvidia-smi: 81559 MiB
+             host_link_gbps=64, host_mem_gbps=77,  # PCIe Gen5 x16; DGX H100: 2 Xeon 8480C, 8 x DDR5-4800 each
              source="NVIDIA H100 datasheet; DGX H100 user guide; nvidia-smi total 81559 MiB"),
         # H800: H100 compute with NVLink cut to 400 GB/s bidirectional (DeepSeek-V3 report, sec. 3.1: 8x 400 Gb/s IB).
         _acc(name="h800", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=200, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              hbm_total_gb=81559 / 1024,  # the H100's HBM3 stacks: nvidia-smi 81559 MiB
+             host_link_gbps=64, host_mem_gbps=77,
              source="DeepSeek-V3 technical report (arXiv:2412.19437) sec. 3.1; NVIDIA H800 product brief"),
         # H200 SXM datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
         _acc(name="h200", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=141,
              hbm_gbps=4800, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              hbm_total_gb=143771 / 1024,  # nvidia-smi: 143771 MiB
+             host_link_gbps=64, host_mem_gbps=77,
              source="NVIDIA H200 datasheet; nvidia-smi total 143771 MiB"),
         # B200 (HGX B200 datasheet): 2.25 PF dense fp16/bf16, 4.5 PF fp8; 180 GB HBM3e at 8 TB/s; NVLink5 1.8 TB/s.
         _acc(name="b200", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500}, hbm_gb=180,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              hbm_total_gb=183359 / 1024,  # nvidia-smi: 183359 MiB
+             host_link_gbps=64, host_mem_gbps=90,  # PCIe Gen5 x16; DGX B200: 2 Xeon 8570, 8 x DDR5-5600 each
              source="NVIDIA HGX B200 datasheet; DGX B200 user guide; nvidia-smi total 183359 MiB"),
         # GB200 NVL72 datasheet: 180 PF dense bf16 / 72 GPUs = 2.5 PF; 13.4 TB HBM3e / 72 = 186 GB at 8 TB/s;
         # one 72-GPU NVLink domain over 18 compute trays of 4 GPUs (2 Grace-Blackwell superchips each);
         # ConnectX-7 400 Gb/s per GPU.
         _acc(name="gb200", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=186,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=4, scale_up_domain=72,
+             host_link_gbps=225, host_mem_gbps=256,  # NVLink-C2C 900 GB/s bidirectional per Grace, 2 GPUs; LPDDR5X 512 GB/s
              source="NVIDIA GB200 NVL72 datasheet"),
         # GB300 NVL72: same dense bf16/fp8 as GB200, 288 GB HBM3e per GPU, ConnectX-8 800 Gb/s per GPU; the same
         # 72-GPU NVLink domain of 18 trays of 4.
         _acc(name="gb300", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=288,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=4, scale_up_domain=72,
+             host_link_gbps=225, host_mem_gbps=256,
              source="NVIDIA GB300 NVL72 datasheet"),
+        # NVIDIA GH200 Grace Hopper superchip datasheet: the H100's compute, 96 GB HBM3 at 4 TB/s, NVLink-C2C 900
+        # GB/s bidirectional to one Grace with 480 GB LPDDR5X at up to 512 GB/s; quad-GH200 nodes (CSCS Alps):
+        # 6 NVLink4 links (150 GB/s per direction) between each pair, a 200 Gb/s Slingshot NIC per superchip.
+        _acc(name="gh200", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=96,
+             hbm_gbps=4000, intra_node_gbps=150, inter_node_gbps=25, devices_per_node=4, scale_up_domain=4,
+             host_link_gbps=450, host_mem_gbps=512,
+             source="NVIDIA GH200 Grace Hopper superchip datasheet; CSCS Alps quad-GH200 node"),
         # AMD Instinct MI300X datasheet: 1307 TF dense bf16, 2615 TF fp8; 192 GB HBM3 at 5.3 TB/s; 7 Infinity
         # Fabric links x 64 GB/s per direction = 448 GB/s; 400 Gb/s NIC per GPU in reference platforms.
         _acc(name="mi300x", family="cdna3", peak_tflops={"bf16": 1307, "fp16": 1307, "fp8": 2615}, hbm_gb=192,
              hbm_gbps=5300, intra_node_gbps=448, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              interconnect="xgmi",
+             host_link_gbps=64, host_mem_gbps=115,  # PCIe Gen5 x16; 2 EPYC 9654, 12 x DDR5-4800 each
              source="AMD Instinct MI300X datasheet"),
         # TPUs (Google Cloud TPU system architecture docs; 'How to Scale Your Model' (JAX scaling book) table of
         # TPU specs): ICI link bandwidth one-way per link. A TPU VM host holds 4 chips (devices_per_node); an
@@ -269,6 +289,7 @@ CATALOG: dict[str, Accelerator] = {
         # = 392 GB/s bidirectional (196 per direction); 200 Gb/s RoCE per NPU.
         _acc(name="ascend-910b", family="ascend", peak_tflops={"bf16": 313, "fp16": 313}, hbm_gb=64, hbm_gbps=1600,
              intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8, interconnect="hccs",
+             host_link_gbps=64, host_mem_gbps=102,  # PCIe Gen5 x16; 4 Kunpeng 920, 8 x DDR4-3200 each
              source="Huawei Atlas 800T A2 datasheet; Ascend 910B public specs"),
         # Ascend 910C (two 910B-class dies; CloudMatrix 384 paper arXiv:2506.12708): ~780 TF bf16, 128 GB at
         # 3.2 TB/s; servers of 8 NPUs joined by the Unified Bus into one 384-NPU supernode at 392 GB/s per NPU

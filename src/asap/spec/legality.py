@@ -92,6 +92,11 @@ RULES: tuple[Rule, ...] = (
                             f"ones too: {s.ep}-way experts over {s.dp} data replicas is dp={s.dp * s.ep},ep={s.ep})"),
     Rule("etp", ("etp",), lambda c, m, t, n: (not _moe(m)) or m.moe.expert_ffn_hidden_size % c["etp"] == 0,
          lambda s, m, t, n: f"etp={s.etp} does not divide expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size}"),
+    Rule("fp8_param", ("fp8_param",), lambda c, m, t, n: (c["fp8_param"] == 0) | (t.precision == "fp8"),
+         lambda s, m, t, n: f"fp8_param=1 keeps the weights in fp8, which needs --precision fp8 (got {t.precision})"),
+    Rule("offload_opt", ("offload_opt", "zero"), lambda c, m, t, n: (c["offload_opt"] == 0) | (c["zero"] >= 1),
+         lambda s, m, t, n: "offload_opt=1 steps each rank's optimizer shard on its host, which needs zero >= 1 "
+                            "(Megatron-Core's --optimizer-cpu-offload runs under the distributed optimizer)"),
 )
 
 
