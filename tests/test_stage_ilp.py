@@ -101,6 +101,7 @@ def _plan_json(*args) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [(), ("--fix", "pp=16,ep=64", "--ilp-candidates", "3")])
 def test_plan_is_the_same_under_a_cpu_hog(args):
     """The stage ILP stops on a count of branch-and-bound nodes, not on seconds, so a loaded machine gives

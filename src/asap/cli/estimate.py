@@ -53,9 +53,11 @@ def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[i
     c = load_cluster(cluster, nodes=nodes, devices=devices)
     t = TrainSpec(global_batch, seq_len, precision, framework, moe_imbalance, fused_elementwise=fused_kernels,
                   memory_margin_gb=memory_margin)
-    c.accelerator.peak_flops("bf16" if precision == "fp8" else precision)
-    if precision == "fp8":
-        c.accelerator.peak_flops("fp8")
+    from asap.spec.train import LOW_PRECISIONS
+
+    c.accelerator.peak_flops("bf16" if precision in LOW_PRECISIONS else precision)
+    if precision in LOW_PRECISIONS:  # the quantised GEMMs need the part's own peak (fp4: Blackwell, CDNA4)
+        c.accelerator.peak_flops(precision)
     return m, c, t
 
 

@@ -137,9 +137,9 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
 
     shape = "the fastest of each tp, pp, cp, ep shape (--all: every row)" if result.distinct else "every row"
     table = Table(title=f"fastest configurations: {shape}", title_justify="left", caption_justify="left",
-                  caption="asap estimate --strategy <strategy> gives each row. ≈: within the cost model's held-out "
-                          "error of the best (step_time_range_s overlaps), a tie the model cannot break: measure to "
-                          "decide.")
+                  caption="asap estimate --strategy <strategy> gives each row. ≈: its margin over the best is within "
+                          "the model's error on the terms in which they differ (tie_with_best), a tie the model cannot "
+                          "break: measure to decide.")
     cols = ["#", "strategy", "step", "likely range", "tokens/s", "MFU", "GiB", "bottleneck"]
     cols += ["fits"] if include_oom else []
     cols += ["days", "device-hours"] + (["cost"] if price is not None else []) if tokens is not None else []

@@ -21,10 +21,7 @@ for separate key and value head sizes (without causal savings, as published MFUs
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -33,7 +30,8 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.communication import data_parallel_comm
 from asap.cost.host import step_host_s
 from asap.cost.compute import BWD_GEMM
-from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory, usable_hbm_gb
+from asap.cost.bands import error_bands, prediction_band, relative_error_scale
+from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, fits_memory, memory
 from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
@@ -81,6 +79,7 @@ class BatchEstimate:
     imbalance_s: np.ndarray
     ep_split_saving_s: np.ndarray | float = 0.0  # what splitting micro-batches for dispatch overlap would save
     dispatcher: np.ndarray | None = None  # the MoE dispatcher priced per row (index into DISPATCHERS)
+    host_memory_gb: np.ndarray | float = 0.0  # what host offload keeps in host memory per device
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -306,7 +305,8 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     if mem is None:
         mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
     return BatchEstimate(
-        step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train),
+        step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, host_memory_gb=mem.host_gb,
+        fits=fits_memory(mem, cluster.accelerator, train),
         breakdown_s=breakdown, exposed_s=exposed,
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
                    "activations": mem.activations_gb, "allowance": mem.allowance_gb,
@@ -334,7 +334,9 @@ class Estimate:
     imbalance_s: float = 0.0  # the heaviest pipeline stage's excess over the mean, over the step
     # model FLOP/s over the run precision's own dense peak, where it is not the bf16 one (fp8, fp32 runs)
     precision_peak_utilization: float | None = None
-    step_time_range_s: tuple[float, float] = (0.0, 0.0)  # the family's held-out error band around step_time_s
+    step_time_range_s: tuple[float, float] = (0.0, 0.0)  # this prediction's error band (asap.cost.bands)
+    error_scale: float = 0.0  # u, the relative error of a well-calibrated term (asap.cost.bands)
+    host_memory_gb: float = 0.0  # what host offload keeps in host memory per device (GiB)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -342,6 +344,7 @@ class Estimate:
             "strategy_string": str(self.strategy),
             "step_time_s": self.step_time_s,
             "step_time_range_s": list(self.step_time_range_s),
+            "error_scale": self.error_scale,
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
             "model_tflops_per_device": self.model_tflops_per_device,
@@ -349,6 +352,7 @@ class Estimate:
             **({"precision_peak_utilization": self.precision_peak_utilization}
                if self.precision_peak_utilization is not None else {}),
             "peak_memory_gb": self.peak_memory_gb,
+            **({"host_memory_gb": self.host_memory_gb} if self.host_memory_gb else {}),
             "fits": self.fits,
             "breakdown_s": self.breakdown_s,
             "exposed_s": self.exposed_s,
@@ -378,17 +382,10 @@ def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_
     return name, evidence
 
 
-@lru_cache(maxsize=1)
-def error_bands() -> dict[str, Any]:
-    """Held-out residuals (predicted / published - 1) per accelerator family, from leave-one-source-out fits
-    on the calibration runs (``benchmarks/loso.py --write``, shipped as ``asap/data/error_bands.json``)."""
-    return json.loads(resources.files("asap").joinpath("data/error_bands.json").read_text())
-
-
 def step_time_range_s(step_s: float, family: str) -> tuple[float, float]:
-    """[low, high] step times consistent with the family's held-out residuals: a prediction off by e means the
-    true step is step / (1 + e), so the band is [step / (1 + e_max), step / (1 + e_min)]. Families without
-    calibration runs take the range pooled over all families."""
+    """[low, high] step times consistent with the family's held-out residuals (the widest it has been off on
+    runs it never saw): [step / (1 + e_max), step / (1 + e_min)]. Families without calibration runs take the
+    range pooled over all families. An estimate's own band is narrower (``asap.cost.bands.prediction_band``)."""
     bands = error_bands()
     band = bands["families"].get(family, bands["pooled"])
     return step_s / (1.0 + band["high"]), step_s / (1.0 + band["low"])
@@ -403,6 +400,7 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
     peak = mfu_peak_flops(cluster.accelerator)
     own = cluster.accelerator.peak_flops(train.precision)  # fp32 without a figure of its own: half of bf16
     exposed = {k: float(v[i]) for k, v in be.exposed_s.items()}
+    scale = relative_error_scale(cluster.accelerator.family, train.precision)
     bottleneck, evidence = name_bottleneck(exposed, float(be.memory_bound_s[i]), float(be.imbalance_s[i]), step)
     alternatives = {}
     saving = float(np.broadcast_to(be.ep_split_saving_s, be.step_time_s.shape)[i])
@@ -419,7 +417,8 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
         bottleneck=bottleneck, evidence=evidence, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
-        step_time_range_s=step_time_range_s(step, cluster.accelerator.family))
+        step_time_range_s=prediction_band(step, exposed, scale), error_scale=scale,
+        host_memory_gb=float(np.broadcast_to(be.host_memory_gb, be.step_time_s.shape)[i]))
 
 
 def mfu_peak_flops(acc) -> float:

@@ -53,7 +53,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch
 from asap.cost.compute import qkv_width_per_device
 from asap.cost.offload import offloaded_activations
-from asap.cost.roofline import act_bytes
+from asap.cost.roofline import BYTES, LOW_PRECISIONS, act_bytes
 from asap.spec.hardware import Accelerator
 from asap.spec.layout import Unit
 from asap.spec.model import ModelSpec
@@ -76,6 +76,15 @@ def usable_hbm_gb(acc: Accelerator, train: TrainSpec | None = None) -> float:
     return acc.usable_hbm_gb - margin
 
 
+HOST_MEM_USABLE = 0.8  # the share of a device's host memory offload may pin (the OS, data loaders keep the rest)
+
+
+def fits_memory(mem: MemoryBreakdown, acc: Accelerator, train: TrainSpec | None = None):
+    """Whether each row fits: the device peak within ``usable_hbm_gb`` and what host offload keeps within the
+    device's share of host memory (``Accelerator.host_mem_capacity_gb`` at ``HOST_MEM_USABLE``)."""
+    return (mem.peak_gb <= usable_hbm_gb(acc, train)) & (mem.host_gb <= HOST_MEM_USABLE * acc.host_mem_capacity_gb)
+
+
 def fixed_allowance_bytes(acc: Accelerator) -> float:
     return FIXED_ALLOWANCE_GB.get(acc.family, DEFAULT_FIXED_ALLOWANCE_GB) * GB
 
@@ -88,6 +97,7 @@ class MemoryBreakdown:
     activations_gb: np.ndarray
     allowance_gb: np.ndarray
     peak_gb: np.ndarray
+    host_gb: np.ndarray | float = 0.0  # what host offload keeps in host memory per device (not in peak_gb)
 
     @classmethod
     def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
@@ -107,8 +117,8 @@ def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param
     w = 4.0 if precision == "fp32" else 2.0
     g = grad_bytes
     o = np.where(np.asarray(offload_opt) > 0, 0.0, 8.0 if precision == "fp32" else 12.0)
-    if precision == "fp8":
-        w = np.where(np.asarray(fp8_param) > 0, 1.0, w + 1.0)
+    if precision in LOW_PRECISIONS:  # bf16 weights and their quantised copy (fp8: 1 B, fp4: 0.5 B + scales)
+        w = np.where(np.asarray(fp8_param) > 0, 1.0, w + BYTES[precision])
     shard = np.maximum(shard, 1)
     w_b = np.where(zero >= Zero.PARAMETERS, w / shard, w)
     g_b = np.where(zero >= Zero.GRADIENTS, g / shard, g)
@@ -142,7 +152,8 @@ def activation_terms(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: 
         out_width = nh * model.head_dim
         latents = 0.0
     mult = 2.0 if model.gated else 1.0
-    gemm_in = 1.0 if train.precision == "fp8" else ab  # fp8 GEMMs save their inputs in fp8 (Transformer Engine)
+    # quantised GEMMs save their inputs quantised (Transformer Engine: fp8, NVFP4/MXFP4 recipes)
+    gemm_in = BYTES[train.precision] if train.precision in LOW_PRECISIONS else ab
     zero = np.zeros(len(S))
     t = dict(norm_inputs=T * 2 * ab * h / sp_div,  # the layer input and the mid-layer residual
              norm_outputs=T * 2 * gemm_in * h / sp_div,  # the QKV and MLP inputs
@@ -263,9 +274,10 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
     stored = in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
-    stored = np.where(S.offload_act[:, None] > 0, offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored),
-                      stored)  # under activation offload: a window of layers (asap.cost.offload)
-    a = stored + f.rows(f.working_bytes)[:, None] + f.rows(f.once_bytes)
+    # under activation offload: a window of layers (asap.cost.offload)
+    window = offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored)
+    stored_on_device = np.where(S.offload_act[:, None] > 0, window, stored)
+    a = stored_on_device + f.rows(f.working_bytes)[:, None] + f.rows(f.once_bytes)
     body = states + gathered[:, None] + a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
@@ -275,7 +287,11 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # gathered weights); the model states are allocated once at start-up and never freed
     transient = at(a, which) + gathered
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
-    return MemoryBreakdown(weights_gb=(dense_at * wd + expert_at * we + gathered) / GB,
+    _, _, od_all = state_bytes_per_param(train.precision, zero, dense_shard, g)
+    _, _, oe_all = state_bytes_per_param(train.precision, zero, edp, g)
+    host = (at(stored - stored_on_device, which)
+            + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
+    return MemoryBreakdown(host_gb=host / GB, weights_gb=(dense_at * wd + expert_at * we + gathered) / GB,
                            grads_gb=(dense_at * gd + expert_at * ge) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,

@@ -22,7 +22,8 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch, framework_of
-from asap.cost.memory import MemoryBreakdown, memory, usable_hbm_gb
+from asap.cost.bands import indistinguishable
+from asap.cost.memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
@@ -87,11 +88,12 @@ class PlanResult:
     stop_reason: str | None = None
 
     def ties(self) -> list[bool]:
-        """Whether each candidate's error band reaches the best one's: the model cannot tell them apart."""
+        """Whether each candidate's margin over the best is within the uncertainty of the terms in which they
+        differ (``asap.cost.bands.indistinguishable``): the model cannot tell them apart."""
         if not self.candidates:
             return []
-        best_high = self.candidates[0].step_time_range_s[1]
-        return [e.step_time_range_s[0] <= best_high for e in self.candidates]
+        best = self.candidates[0]
+        return [indistinguishable(best, e) for e in self.candidates]
 
     def to_dict(self) -> dict[str, Any]:
         cands = []
@@ -213,7 +215,7 @@ class Search:
         ut = unit_times(model, cluster, train, part, UNIT_KEYS)
         f = device_figures(model, train, part, ut, fw.selective)
         mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
-        fits = mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train)
+        fits = fits_memory(mem, cluster.accelerator, train)
         self.fitting += int(fits.sum())
         self.priced += len(part)
         j = int(np.argmin(mem.peak_gb))

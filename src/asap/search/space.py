@@ -52,7 +52,7 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         schedule=[int(s) for s in Schedule],
         dispatcher=list(range(len(DISPATCHERS))) if moe else [DISPATCHERS.index(framework.dispatcher.value)],
         a2a_overlap=[0, 1] if moe else [framework.a2a_overlap],
-        # activation offload is searched (where it can pay: redundant_rows); optimizer offload is never faster
+        # activation offload is searched (with recompute=none: the legality table); optimizer offload is never faster
         # (the host's Adam streams through DRAM at a fraction of HBM's rate), so the planner tries it only when
         # nothing fits without it (planner.plan); fp8 weights are never slower nor larger, so an fp8 run takes
         # them where the stack offers them
@@ -133,8 +133,6 @@ def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.nda
         drop |= s == Schedule.GPIPE
     if "etp" in cols and "etp" not in fixed:
         drop |= cols["etp"] > cols["tp"]
-    if "offload_act" in cols and "offload_act" not in fixed:  # offloading what recompute would not store
-        drop |= (cols["offload_act"] == 1) & (cols["recompute"] != Recompute.NONE)
     return drop
 
 
@@ -224,7 +222,8 @@ class Space:
             keep = (legal_rows(cols, self.model, self.train, self.devices, only_new=tuple(values))
                     & ~redundant_rows(cols, fixed))
             cols = _where(cols, keep)
-        keep = (cols["pp"] == 1) | (cols["zero"] <= self.framework.max_zero_with_pp)
+        keep = (cols["pp"] == 1) | ((cols["zero"] <= self.framework.max_zero_with_pp)
+                                    & ((cols["offload_act"] == 0) | self.framework.offload_act_with_pp))
         if not keep.all():
             cols = _where(cols, keep)
         if self.free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing

@@ -27,7 +27,8 @@ Sources, per entry:
   schedule disables gradient sync for all but the last micro-batch: one gather and one reduce-scatter per
   step. Without PP, FSDP2 gathers per micro-batch for forward and backward and reduce-scatters each
   backward. Data parallelism is DDP (zero 0), FSDP2 without resharding (zero 2) or FSDP2 (zero 3); no
-  distributed optimizer (zero 1). Async TP is optional; MoE with the all-to-all dispatcher.
+  distributed optimizer (zero 1). Async TP is optional; MoE with the all-to-all dispatcher, or DeepEP's
+  node-deduplicated dispatch (``expert_parallel_comm_backend = "deepep"``: dedup).
 - MaxText (``MaxText/configs/base.yml``): XLA SPMD over named mesh axes; the latency-hiding scheduler issues
   collectives asynchronously, so FSDP weight gathers and gradient reduce-scatters overlap the neighbouring
   layers' compute; remat policies (none, a selective policy such as ``minimal``/``save_qkv_proj``, full);
@@ -37,8 +38,9 @@ Sources, per entry:
   hierarchical (node-deduplicated) all-to-all overlapped with expert computation.
 - Host offload (``offload_act``, ``offload_opt``): Megatron-Core offers both (``--cpu-offloading`` with
   ``--cpu-offloading-activations``, Transformer Engine's CPU offload context; ``--optimizer-cpu-offload``, its
-  HybridDeviceOptimizer) and ``--fp8-param-gather`` (``fp8_param``); DeepSpeed offloads activation checkpoints
-  (``cpu_checkpointing``) and the optimizer (``offload_optimizer``, ZeRO-Offload); torchtitan offloads the
+  HybridDeviceOptimizer) and ``--fp8-param-gather`` (``fp8_param``), activation offload without a pipeline
+  and without recompute (TransformerConfig refuses both); DeepSpeed the optimizer (``offload_optimizer``,
+  ZeRO-Offload; its ``cpu_checkpointing`` moves full-recompute checkpoints, not priced here); torchtitan offloads the
   optimizer with FSDP2's ``CPUOffloadPolicy`` (``training.enable_cpu_offload``) and no activations; MaxText both
   (the offloading ``remat_policy`` variants, ``optimizer_memory_host_offload``); MindFormers none here.
 - asap, the reference trainer (``asap.train``; the CPU default, what ``asap run`` measures): DDP with
@@ -188,6 +190,9 @@ class Framework:
     # the MoE dispatcher copies the routed token counts to the host and waits on them once per MoE layer
     # forward (``asap.cost.host.moe_syncs``); XLA compiles static shapes and needs none
     moe_host_sync: bool = True
+    # activation offload combines with pipeline parallelism (Megatron-Core's TransformerConfig refuses
+    # cpu_offloading with pipeline_model_parallel_size > 1)
+    offload_act_with_pp: bool = True
 
     def grad_bytes(self, precision: str, zero):
         """Bytes per gradient element in the buffer and on the wire: fp32 (Megatron turns
@@ -210,13 +215,15 @@ _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework("megatron", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
-              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0),
+              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0,
+              offload_act_with_pp=False),
     Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,)}, max_zero_with_pp=1,
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,)},
+              max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=()),
     Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
-              offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
+              offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"),
                       "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),

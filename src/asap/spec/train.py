@@ -11,7 +11,12 @@ import numpy as np
 from asap.errors import AsapError
 from asap.spec.framework import FRAMEWORK_NAMES
 
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "nvfp4", "mxfp4")
+# block-scaled 4-bit GEMMs (Blackwell's fifth-generation tensor cores; AMD CDNA4): NVFP4 is e2m1 with an fp8
+# scale per 16 elements, MXFP4 (OCP microscaling) e2m1 with an e8m0 scale per 32; both run at the catalog's fp4
+# peak, with bf16 activations and higher-precision weights kept for the optimizer
+FP4_PRECISIONS = ("nvfp4", "mxfp4")
+LOW_PRECISIONS = ("fp8",) + FP4_PRECISIONS  # GEMMs in a quantised format, the rest of the step in bf16
 TRAIN_KEYS = {"global_batch", "seq_len", "precision", "framework", "moe_imbalance", "memory_margin_gb"}
 
 
