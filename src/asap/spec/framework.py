@@ -9,7 +9,8 @@ Sources, per entry:
   distributed optimizer keeps one contiguous gradient buffer and reduce-scatters it once per step, bucket by
   bucket, as the last micro-batch's backward completes (``--overlap-grad-reduce``; the other micro-batches
   run under ``no_sync``), and all-gathers the updated weights during the next forward
-  (``--overlap-param-gather``). TP communication overlap (``--tp-comm-overlap``, Transformer Engine
+  (``--overlap-param-gather``). It has no ZeRO-2 (zero 0, 1, and Megatron-FSDP's 3): a per-micro-batch
+  reduce-scatter of partitioned gradients is DeepSpeed's. TP communication overlap (``--tp-comm-overlap``, Transformer Engine
   userbuffers); MoE dispatchers ``--moe-token-dispatcher-type`` allgather | alltoall | flex (DeepEP, node-
   deduplicated); the expert all-to-all overlap ``--overlap-moe-expert-parallel-comm`` is off by default.
   Recipes set the alltoall dispatcher for expert parallelism, which is the default taken here.
@@ -215,8 +216,8 @@ _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework("megatron", GradSync.PER_STEP, True, False, 1, False, Dispatcher.ALLTOALL, 0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
-              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0,
-              offload_act_with_pp=False),
+              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3)},
+              fsdp_grad_bytes=2.0, offload_act_with_pp=False),
     Framework("deepspeed", GradSync.PER_STEP, True, False, ZERO3_MODULES_PER_LAYER, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,)},
