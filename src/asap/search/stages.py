@@ -37,6 +37,7 @@ from scipy.sparse import coo_matrix
 from asap.cost.batch import StrategyBatch
 from asap.cost.memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
                               state_bytes_per_param, usable_hbm_gb)
+from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
@@ -128,10 +129,11 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     t_base, t_full = (unit_times(model, cluster, train, S).parts for S in (base, full))
     # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's computation
     # (cost/estimate.py, stage_times); unit by unit only what exceeds the unit's own computation stays
-    paired = s.schedule != "gpipe" and model.moe is not None
+    paired = (s.a2a_overlap == 1 and s.schedule != "gpipe" and model.moe is not None and s.recompute != "full"
+              and s.micro_batches(train.global_batch) >= 2)  # cost.estimate.expert_overlap
 
     def unit_time(t):
-        ep = np.maximum(t["ep"] - t["compute"], 0.0) if paired else t["ep"]
+        ep = t["ep"] - paired_hidden_s(t["ep"], t["compute"]) if paired else t["ep"]
         return (t["compute"] + t["tp"] + ep + t["cp"] + t["host"])[0]
 
     time_base, time_full = unit_time(t_base), unit_time(t_full)
