@@ -113,3 +113,30 @@ def test_validate_bad_case_file(cli, tmp_path):
     f.write_text(json.dumps([{"id": "x", "model": {"name": "m"}, "cluster": {"accelerator": "h100-sxm"},
                               "train": {"global_batch": 8, "seq_len": 128}, "published": {"step_time_s": 1}}]))
     assert_one_line_error(cli("validate", "--cases", str(f)), "x.model.num_layers", "missing")
+
+
+def test_memory_margin_decides_fit_against_the_reported_device_memory(cli):
+    """An H100 reports 81559 MiB (79.65 GiB); a strategy fits when its peak is at most that less --memory-margin,
+    on estimate and plan alike."""
+    job = ["--model", "llama3-70b", "--cluster", "h100-sxm", "--nodes", "8", "--global-batch", "64", "--seq-len",
+           "8192", "--json"]
+    free = json.loads(cli("estimate", *job, "--strategy", "tp=8,pp=4,mbs=1").stdout)
+    peak = free["peak_memory_gb"]
+    assert free["fits"] and peak <= 81559 / 1024
+    margin = 81559 / 1024 - peak + 0.5  # leaves less than the peak needs
+    tight = json.loads(cli("estimate", *job, "--strategy", "tp=8,pp=4,mbs=1", "--memory-margin", margin).stdout)
+    assert tight["peak_memory_gb"] == pytest.approx(peak) and not tight["fits"]
+    p = cli("plan", *job, "--memory-margin", 20, "--top", 3)
+    assert p.returncode == 0, p.stderr
+    assert all(c["peak_memory_gb"] <= 81559 / 1024 - 20 for c in json.loads(p.stdout)["candidates"])
+
+
+def test_memory_margin_bad_value_is_one_line(cli, tmp_path):
+    case = tmp_path / "cases.json"
+    model = dict(name="m", num_layers=2, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4, vocab_size=1000)
+    case.write_text(json.dumps([{"id": "x", "model": model, "cluster": {"accelerator": "h100-sxm"},
+                                 "train": {"global_batch": 8, "seq_len": 2048, "memory_margin_gb": -1},
+                                 "published": {"step_time_s": 1.0}}]))
+    assert_one_line_error(cli("validate", "--cases", case), "train.memory_margin_gb")
+    assert_one_line_error(cli("estimate", "--model", "llama3-8b", "--cluster", "h100-sxm", "-b", 8, "-s", 2048,
+                              "--memory-margin", "lots"), "memory-margin")

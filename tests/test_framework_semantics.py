@@ -105,10 +105,19 @@ def test_zero1_reduces_gradients_once_per_step(framework):
     assert est.breakdown_s["dp_comm"] == pytest.approx(1020.267e-6, rel=1e-6)
 
 
-@pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
+def test_megatron_has_no_zero2():
+    """Megatron-Core's distributed optimizer reduce-scatters once per step (ZeRO-1 semantics); there is no
+    per-micro-batch gradient partitioning to ask for."""
+    from asap.errors import AsapError
+
+    with pytest.raises(AsapError, match="zero=2 is not available in megatron"):
+        _dp_comm("megatron", "tp=1,pp=1,zero=2")
+
+
+@pytest.mark.parametrize("framework", ["deepspeed"])
 def test_zero2_reduce_scatters_every_micro_batch(framework):
-    """ZeRO-2 keeps only its gradient shard, so both stacks (zero2_grad_per_micro_batch) reduce-scatter after
-    each of the m = 4 backwards, and gather the weights once: 4 * 646.691e-6 + 373.576e-6 = 2960.339e-6 s."""
+    """ZeRO-2 keeps only its gradient shard, so DeepSpeed (zero2_grad_per_micro_batch) reduce-scatters after
+    each of the m = 4 backwards, and gathers the weights once: 4 * 646.691e-6 + 373.576e-6 = 2960.339e-6 s."""
     assert FRAMEWORKS[framework].zero2_grad_per_micro_batch
     z1 = _dp_comm(framework, "tp=1,pp=1,zero=1").breakdown_s["dp_comm"]
     z2 = _dp_comm(framework, "tp=1,pp=1,zero=2").breakdown_s["dp_comm"]

@@ -1,5 +1,9 @@
 """The pipeline-stage ILP against a brute-force split, and against Megatron's uniform split."""
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -9,6 +13,7 @@ from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.strategy import resolve_strategy
 from asap.spec.train import TrainSpec
+from conftest import run_cli
 
 SMALL_MOE = dict(name="small-moe", num_layers=7, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=8,
                  vocab_size=65536, moe=dict(num_experts=8, top_k=2, expert_ffn_hidden_size=1024, shared_experts=1,
@@ -85,3 +90,30 @@ def test_ilp_beats_uniform_split_on_uneven_models(name, cluster, nodes, gb, seq,
 def test_ilp_never_worse_than_uniform_on_even_dense():
     prob = problem(SMALL_DENSE, "pp=4,tp=2,mbs=1")
     assert solve_split(prob, time_limit_s=5).pipeline_time_s <= uniform_split(prob).pipeline_time_s + 1e-12
+
+
+def _plan_json(*args) -> dict:
+    proc = run_cli("plan", "--model", "deepseek-v3", "--cluster", "h800", "--nodes", 256, "--global-batch", 15360,
+                   "--seq-len", 4096, "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    out.pop("search_time_s")  # the one wall-clock field
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [(), ("--fix", "pp=16,ep=64", "--ilp-candidates", "3")])
+def test_plan_is_the_same_under_a_cpu_hog(args):
+    """The stage ILP stops on a count of branch-and-bound nodes, not on seconds, so a loaded machine gives
+    the same plan, stage splits and solver status (the pinned layout's ILPs are the ones a 0.2 s limit cut)."""
+    quiet = _plan_json(*args)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        loaded = _plan_json(*args)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert loaded == quiet
+    splits = [c["stage_split"] for c in quiet["candidates"] if c.get("stage_split")]
+    assert splits and all("Time limit" not in s["solver"] for s in splits)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from asap.cost.bands import indistinguishable
 from asap.cost.estimate import Estimate
 from asap.errors import AsapError
 
@@ -47,8 +48,7 @@ def verdict(a: Estimate, b: Estimate, name_a: str, name_b: str) -> str:
     if gain < 1e-9:
         return f"{name_a} and {name_b} price the same ({a.step_time_s:.4g} s per step)."
     term, delta = deciding_term(slow, fast)
-    tie = (" (within the model's error band: measure to decide)"
-           if fast.step_time_range_s[1] >= slow.step_time_range_s[0] else "")
+    tie = " (within the model's error band: measure to decide)" if indistinguishable(fast, slow) else ""
     mem = fast.peak_memory_gb - slow.peak_memory_gb
     return (f"{nf} is {gain:.1%} faster than {ns} ({fast.step_time_s:.4g} s vs {slow.step_time_s:.4g} s per "
             f"step){tie}, mostly because exposed {term} {'drops' if delta < 0 else 'grows'} by "

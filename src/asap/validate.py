@@ -93,6 +93,8 @@ def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str,
     if efficiency and cluster.accelerator.family in efficiency:
         acc = replace(cluster.accelerator, efficiency=efficiency[cluster.accelerator.family])
         cluster = replace(cluster, accelerator=acc)
+    # a run that does not say it offloaded to host memory did not: the stacks' default is off
+    fixed = {"offload_act": 0, "offload_opt": 0, **fixed}
     comp = best_completion(model, cluster, train, fixed, allow_oom=True)
     est = comp.best
     return CaseResult(id=cid, published_step_time_s=published, predicted_step_time_s=est.step_time_s,

@@ -13,8 +13,8 @@ from rich.table import Table
 
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, ModelOpt, MoEImbalanceOpt,
-                               NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds)
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, MemoryMarginOpt, ModelOpt,
+                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds)
 from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
@@ -51,6 +51,7 @@ def propose(
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     memory: Optional[str] = MemoryOpt,
+    memory_margin: float = MemoryMarginOpt,
     llm: bool = LlmOpt,
     llm_base_url: Optional[str] = LlmUrlOpt,
     llm_model: Optional[str] = LlmModelOpt,
@@ -62,7 +63,8 @@ def propose(
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
+                       memory_margin=memory_margin)
     current = parse_current(strategy, m, c, t)
     diagnosis = Analyzer(c).analyze(estimate(m, c, t, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None

@@ -10,8 +10,8 @@ from rich.table import Table
 from asap.cli import app
 from asap.cli.common import out_console, print_json
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
-                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt,
-                               budget_of, load_job, seconds, with_budget, with_lengths)
+                               MemoryMarginOpt, ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt,
+                               TokensOpt, budget_of, load_job, seconds, with_budget, with_lengths)
 
 
 @app.command()
@@ -32,6 +32,7 @@ def compare(
     fused_kernels: Optional[bool] = FusedOpt,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
+    memory_margin: float = MemoryMarginOpt,
     json_out: bool = JsonOpt,
 ):
     """Estimate each strategy and show them term by term, with the difference that decides it in one sentence."""
@@ -40,7 +41,7 @@ def compare(
     from asap.spec.strategy import non_default_keys
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                       fused_kernels)
+                       fused_kernels, memory_margin)
     budget, price = budget_of(tokens, price_per_device_hour)
     t, _, _ = with_lengths(c, t, lengths)
     texts = list(strategy or [])

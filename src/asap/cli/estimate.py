@@ -34,13 +34,16 @@ FusedOpt = typer.Option(None, "--fused-kernels/--eager-kernels",
 TokensOpt = typer.Option(None, "--tokens", help="A training budget in tokens (15T, 300B, 2e12): adds the time to "
                                                 "train and the device-hours.")
 PriceOpt = typer.Option(None, "--price-per-device-hour", help="With --tokens: the cost at this price per device-hour.")
+MemoryMarginOpt = typer.Option(0.0, "--memory-margin", min=0.0,
+                               help="GiB per device to keep free: a strategy fits when its peak (the stack's runtime "
+                                    "share included) is at most the device's reported memory less this.")
 MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
                                help="Tokens on the busiest expert rank over the mean (1.0: force-balanced routing).")
 
 
 def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[int], global_batch: int,
              seq_len: int, precision: str, framework: Optional[str] = None, moe_imbalance: float = 1.0,
-             fused_kernels: Optional[bool] = None):
+             fused_kernels: Optional[bool] = None, memory_margin: float = 0.0):
     """The three inputs every planning command shares, validated with one-line errors."""
     from asap.spec.hardware import load_cluster
     from asap.spec.loader import load_model
@@ -48,10 +51,13 @@ def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[i
 
     m = load_model(model)
     c = load_cluster(cluster, nodes=nodes, devices=devices)
-    t = TrainSpec(global_batch, seq_len, precision, framework, moe_imbalance, fused_elementwise=fused_kernels)
-    c.accelerator.peak_flops("bf16" if precision == "fp8" else precision)
-    if precision == "fp8":
-        c.accelerator.peak_flops("fp8")
+    t = TrainSpec(global_batch, seq_len, precision, framework, moe_imbalance, fused_elementwise=fused_kernels,
+                  memory_margin_gb=memory_margin)
+    from asap.spec.train import LOW_PRECISIONS
+
+    c.accelerator.peak_flops("bf16" if precision in LOW_PRECISIONS else precision)
+    if precision in LOW_PRECISIONS:  # the quantised GEMMs need the part's own peak (fp4: Blackwell, CDNA4)
+        c.accelerator.peak_flops(precision)
     return m, c, t
 
 
@@ -142,7 +148,7 @@ def headline(est, devices: int, capacity_gb: float, precision: str = "bf16") -> 
     return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
             f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_device:,.0f} per device, {devices} devices) · "
             f"MFU {est.mfu:.1%}{own}",
-            f"memory {est.peak_memory_gb:.1f} of {capacity_gb:.0f} GiB per device: {fit}"]
+            f"memory {est.peak_memory_gb:.1f} of {round(capacity_gb, 1):g} GiB per device: {fit}"]
 
 
 def does_not_fit_lines(est, capacity_gb: float, fix_cmd: str) -> list[str]:
@@ -150,7 +156,7 @@ def does_not_fit_lines(est, capacity_gb: float, fix_cmd: str) -> list[str]:
     terms = {k: v for k, v in est.memory_gb.items() if k != "allocated"}
     top = sorted(terms.items(), key=lambda kv: -kv[1])[:3]
     return [f"does not fit: needs {est.peak_memory_gb:.1f} GiB per device, {est.peak_memory_gb - capacity_gb:.1f} GiB "
-            f"over the {capacity_gb:.0f} GiB; largest terms: " + ", ".join(f"{k} {v:.1f} GiB" for k, v in top),
+            f"over the {round(capacity_gb, 1):g} GiB; largest terms: " + ", ".join(f"{k} {v:.1f} GiB" for k, v in top),
             f"next: {fix_cmd}   (the fastest strategies that fit; --fix pins the keys you want to keep)"]
 
 
@@ -171,6 +177,7 @@ def estimate(
     fused_kernels: Optional[bool] = FusedOpt,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
+    memory_margin: float = MemoryMarginOpt,
     explain: bool = typer.Option(False, "--explain", help="Show memory terms and the evidence for the bottleneck."),
     json_out: bool = JsonOpt,
 ):
@@ -180,7 +187,7 @@ def estimate(
     from asap.spec.hardware import figures_provenance
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                       fused_kernels)
+                       fused_kernels, memory_margin)
     budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, data = with_lengths(c, t, lengths)
     est = run_estimate(m, c, t, strategy)
@@ -213,7 +220,9 @@ def print_estimate(m, c, t, est, strategy_text: str, model_arg: str, cluster_arg
 
     from asap.spec.words import count_text
 
-    capacity = c.accelerator.hbm_gb
+    from asap.cost.memory import usable_hbm_gb
+
+    capacity = usable_hbm_gb(c.accelerator, t)
     given = parse_strategy(strategy_text) if strategy_text else {}
     note = "" if given else "  (no --strategy: the defaults, pure data parallelism; asap plan finds the fastest)"
     out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x {c.accelerator.name} · "

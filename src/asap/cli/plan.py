@@ -12,8 +12,8 @@ from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
-                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt, TokensOpt,
-                               budget_of, load_job, seconds, with_budget, with_lengths)
+                               MemoryMarginOpt, ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt,
+                               TokensOpt, budget_of, load_job, seconds, with_budget, with_lengths)
 
 
 @app.command()
@@ -29,7 +29,11 @@ def plan(
                                                        "shape."),
     ilp_candidates: int = typer.Option(1, "--ilp-candidates", min=0,
                                        help="How many of the best pipelined candidates get the stage-split ILP."),
-    ilp_time_limit: float = typer.Option(0.2, "--ilp-time-limit", min=0.05, help="HiGHS time limit per ILP (s)."),
+    ilp_time_limit: Optional[float] = typer.Option(None, "--ilp-time-limit", min=0.05,
+                                                   help="A wall-clock limit per ILP (s); default none, since it "
+                                                        "makes the plan depend on machine load."),
+    ilp_work_limit: int = typer.Option(500, "--ilp-work-limit", min=1,
+                                       help="Branch-and-bound nodes per ILP (a deterministic work limit)."),
     time_limit: float = typer.Option(60.0, "--time-limit", help="The whole search's budget (s): past it the plan "
                                                                   "ranks what it priced and says it stopped early."),
     precision: str = PrecisionOpt,
@@ -41,6 +45,7 @@ def plan(
     fused_kernels: Optional[bool] = FusedOpt,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
+    memory_margin: float = MemoryMarginOpt,
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
                                                              "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
     json_out: bool = JsonOpt,
@@ -55,7 +60,7 @@ def plan(
         check_format(emit)  # an unknown format: one line before the search
         framework = framework or FRAMEWORK_OF[emit]  # plan with the options the format's stack has
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                       fused_kernels)
+                       fused_kernels, memory_margin)
     budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, _ = with_lengths(c, t, lengths)
     fixed = parse_strategy(fix, field="fix")
@@ -67,7 +72,7 @@ def plan(
 
         result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
-                          time_limit_s=time_limit)
+                          time_limit_s=time_limit, ilp_work_limit_nodes=ilp_work_limit)
     emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
     if json_out:
         out = result.to_dict()
@@ -132,9 +137,9 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
 
     shape = "the fastest of each tp, pp, cp, ep shape (--all: every row)" if result.distinct else "every row"
     table = Table(title=f"fastest configurations: {shape}", title_justify="left", caption_justify="left",
-                  caption="asap estimate --strategy <strategy> gives each row. ≈: within the cost model's held-out "
-                          "error of the best (step_time_range_s overlaps), a tie the model cannot break: measure to "
-                          "decide.")
+                  caption="asap estimate --strategy <strategy> gives each row. ≈: its margin over the best is within "
+                          "the model's error on the terms in which they differ (tie_with_best), a tie the model cannot "
+                          "break: measure to decide.")
     cols = ["#", "strategy", "step", "likely range", "tokens/s", "MFU", "GiB", "bottleneck"]
     cols += ["fits"] if include_oom else []
     cols += ["days", "device-hours"] + (["cost"] if price is not None else []) if tokens is not None else []

@@ -12,7 +12,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.compute import qkv_width_per_device
-from asap.cost.roofline import act_bytes
+from asap.cost.roofline import BYTES, LOW_PRECISIONS, act_bytes
 from asap.spec.layout import Unit
 from asap.spec.model import ModelSpec
 from asap.spec.train import TrainSpec
@@ -39,7 +39,8 @@ def activation_terms(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: 
         out_width = nh * model.head_dim
         latents = 0.0
     mult = 2.0 if model.gated else 1.0
-    gemm_in = 1.0 if train.precision == "fp8" else ab  # fp8 GEMMs save their inputs in fp8 (Transformer Engine)
+    # quantised GEMMs save their inputs quantised (Transformer Engine: fp8, NVFP4/MXFP4 recipes)
+    gemm_in = BYTES[train.precision] if train.precision in LOW_PRECISIONS else ab
     zero = np.zeros(len(S))
     t = dict(norm_inputs=T * 2 * ab * h / sp_div,  # the layer input and the mid-layer residual
              norm_outputs=T * 2 * gemm_in * h / sp_div,  # the QKV and MLP inputs

@@ -17,7 +17,8 @@ from asap.spec.framework import DISPATCHERS
 from asap.spec.strategy import SCHEDULES, Strategy, recompute_code, recompute_label
 
 COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "dispatcher",
-           "a2a_overlap", "split")
+           "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param")
+OPTIONAL = ("dispatcher", "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param")  # default 0
 
 
 @dataclass
@@ -37,10 +38,13 @@ class StrategyBatch:
     dispatcher: np.ndarray | None = None  # index into DISPATCHERS
     a2a_overlap: np.ndarray | None = None
     split: np.ndarray | None = None
+    offload_act: np.ndarray | None = None
+    offload_opt: np.ndarray | None = None
+    fp8_param: np.ndarray | None = None
     layer_splits: tuple[tuple[int, ...], ...] = field(default=((),))
 
     def __post_init__(self):
-        for name in ("dispatcher", "a2a_overlap", "split"):
+        for name in OPTIONAL:
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.dp), dtype=np.int64))
 

@@ -150,12 +150,13 @@ def attention_block(model: ModelSpec, acc: Accelerator, x: _Shapes):
     return proj + out_proj + core + elem, core, elem, proj + out_proj, up
 
 
-def mlp_time(model: ModelSpec, acc: Accelerator, x: _Shapes, tokens, ffn_per_device, count=1.0):
-    """(GEMMs, activation kernel) of ``count`` MLPs with ``tokens`` rows each and ``ffn_per_device`` columns."""
+def mlp_time(model: ModelSpec, acc: Accelerator, x: _Shapes, tokens, ffn_per_device, count=1.0, grouped=False):
+    """(GEMMs, activation kernel) of ``count`` MLPs with ``tokens`` rows each and ``ffn_per_device`` columns;
+    ``grouped``: the routed experts' grouped GEMM (``roofline.grouped_half_dim_scale``)."""
     up_mult = 2.0 if model.gated else 1.0
     act_elems_mult = 3.0 if model.gated else 2.0  # SwiGLU reads gate and up, writes the product
-    up = gemm_time_s(acc, x.p, tokens, up_mult * ffn_per_device, x.h, count=count)
-    down = gemm_time_s(acc, x.p, tokens, x.h, ffn_per_device, count=count)
+    up = gemm_time_s(acc, x.p, tokens, up_mult * ffn_per_device, x.h, count=count, grouped=grouped)
+    down = gemm_time_s(acc, x.p, tokens, x.h, ffn_per_device, count=count, grouped=grouped)
     act = elementwise_time_s(acc, act_elems_mult * x.ab * tokens * ffn_per_device * count * x.unfused, kernels=1)
     return up + down, act
 
@@ -171,7 +172,8 @@ def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch, 
     permute_bytes = 2 * 2 * x.ab * x.T_sp * mo.top_k * x.h  # permute + unpermute, read and write
     rows = x.T * mo.top_k * etp / x.tp * imbalance  # routed token copies this device's etp group computes
     local_experts = mo.num_experts / ep
-    gemms, act = mlp_time(model, acc, x, rows / local_experts, mo.expert_ffn_hidden_size / etp, count=local_experts)
+    gemms, act = mlp_time(model, acc, x, rows / local_experts, mo.expert_ffn_hidden_size / etp, count=local_experts,
+                           grouped=True)
     expert = gemms + act
     moe = router + expert + elementwise_time_s(acc, topk_bytes + permute_bytes, kernels=4)
     shared = np.zeros_like(moe)

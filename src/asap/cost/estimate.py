@@ -21,10 +21,7 @@ for separate key and value head sizes (without causal savings, as published MFUs
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -33,7 +30,9 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.communication import data_parallel_comm
 from asap.cost.host import step_host_s
 from asap.cost.compute import BWD_GEMM
-from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, memory
+from asap.cost.bands import error_bands, prediction_band, relative_error_scale
+from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, fits_memory, memory
+from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
 from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
@@ -46,7 +45,8 @@ from asap.spec.words import Bottleneck
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
-UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp")  # what unit_times reads
+UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp",
+             "offload_act")  # what unit_times reads
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 MEMORY_BOUND_MAJORITY = 0.5  # compute is called memory-bound when low-intensity kernels are most of it
 
@@ -79,6 +79,7 @@ class BatchEstimate:
     imbalance_s: np.ndarray
     ep_split_saving_s: np.ndarray | float = 0.0  # what splitting micro-batches for dispatch overlap would save
     dispatcher: np.ndarray | None = None  # the MoE dispatcher priced per row (index into DISPATCHERS)
+    host_memory_gb: np.ndarray | float = 0.0  # what host offload keeps in host memory per device
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -110,19 +111,27 @@ def expert_overlap(model: ModelSpec, S: StrategyBatch, m) -> np.ndarray:
             & (m >= 2) & (S.recompute != Recompute.FULL))
 
 
+def paired_hidden_s(ep_s, compute_s):
+    """The expert all-to-all time that pairing hides: the schedule overlaps one micro-batch's forward with
+    another's backward, so the forward's dispatch and combine (half of the exchange) hide behind the other's
+    backward compute (two thirds of the unit's) and the backward's behind the other's forward (one third), each
+    at most that: min(ep/2, 2c/3) + min(ep/2, c/3), never the whole exchange behind the whole computation."""
+    return np.minimum(ep_s / 2.0, compute_s * 2.0 / 3.0) + np.minimum(ep_s / 2.0, compute_s / 3.0)
+
+
 def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, m) -> StageTimes:
     """The critical device: the busiest representative once paired EP traffic hides (``expert_overlap``: up to
     the paired micro-batch's computation; the unpaired warm-up and cool-down passes are ``compose``'s). Both
     cases are ranked once per device-figure row, then each strategy takes its own."""
     paired = expert_overlap(model, S, m)
     t, w = f.time, f.whole_time
-    hidden = np.minimum(t["ep"], t["compute"])
+    hidden = paired_hidden_s(t["ep"], t["compute"])
     busy = _busy(t)
     critical = np.where(paired, np.argmax(busy - hidden, axis=1)[f.row], np.argmax(busy, axis=1)[f.row])
     parts = {k: f.at(v, critical) for k, v in t.items()}
     parts["ep_hidden"] = np.where(paired, f.at(hidden, critical), 0.0)
     parts["ep"] = parts["ep"] - parts["ep_hidden"]
-    whole_busy = f.rows(_busy(w)) - np.where(paired, f.rows(np.minimum(w["ep"], w["compute"])), 0.0)
+    whole_busy = f.rows(_busy(w)) - np.where(paired, f.rows(paired_hidden_s(w["ep"], w["compute"])), 0.0)
     return StageTimes(parts=parts, t_max_s=_busy(parts), t_avg_s=whole_busy / S.pp, critical=critical)
 
 
@@ -182,7 +191,7 @@ class DataParallelTerms:
 
 def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
                         layers_on_stage, micro_compute, m, precision: str = "bf16",
-                        tensors_on_stage=None) -> DataParallelTerms:
+                        tensors_on_stage=None, embedding_params=0.0) -> DataParallelTerms:
     """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), and how
     much of them hides behind compute.
 
@@ -193,10 +202,15 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     1) / v micro-batch backwards); the next step's weight gather mirrors it in the warm-up forwards. Per
     micro-batch (ZeRO-2 keeps only its gradient shard; ZeRO-3 also gathers weights for forward and again for
     backward, prefetching one layer ahead, its first layer's gather exposed). With async collectives (XLA's
-    latency-hiding scheduler) any collective may overlap any compute of the step."""
+    latency-hiding scheduler) any collective may overlap any compute of the step. A stack whose FSDP wraps the
+    token embedding as its own unit (``Framework.fsdp_embedding_unit``; ``embedding_params`` on the device)
+    starts each forward with that unit's gather and the first block's, which have no compute to hide behind
+    but the embedding lookup, and ends the step's backward with their reduce-scatters, which have no later
+    backward to hide behind."""
     zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
-                             fw.grad_bytes(precision, S.zero), zero1_gathers, 4.0 if precision == "fp32" else 2.0)
+                             fw.grad_bytes(precision, S.zero), zero1_gathers,
+                             4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0))
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
     zero3 = S.zero >= Zero.PARAMETERS
     kept = zero3 & (S.pp > 1) & fw.fsdp_keeps_params_under_pp
@@ -206,6 +220,14 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     gather = np.where(kept, dpc.param_gather_s / 2, dpc.param_gather_s)  # kept: gathered for forward only
     total = np.where(grad_per_mb, m, 1.0) * dpc.grad_sync_s + np.where(gather_per_mb, m, 1.0) * gather
     first_layer_gather = gather / np.maximum(layers_on_stage, 1)
+    step_end = 0.0
+    if fw.fsdp_embedding_unit:
+        # the embedding unit and the first block: the embedding's lookup is too short to hide the first block's
+        # prefetched gather, and its scatter-add backward too short to hide the first block's reduce-scatter
+        share = np.where(S.pp > 1, 0.0, embedding_params / np.maximum(dense_params + expert_params, 1.0))
+        share = np.where(share > 0, share + (1.0 - share) / np.maximum(layers_on_stage, 1), 0.0)
+        first_layer_gather = np.where(share > 0, gather * share, first_layer_gather)
+        step_end = np.where(gather_per_mb, dpc.grad_sync_s * share, 0.0)
     fwd, bwd = micro_compute * fwd_share, micro_compute * (1 - fwd_share)
     interleaved_dp = (S.vpp > 1) & ~grad_per_mb
     chunks_ahead = np.where(interleaved_dp, ((S.vpp - 1) * np.minimum(m, S.pp) + 1) / S.vpp, 1.0)
@@ -213,7 +235,7 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     exposed = np.select(
         [gather_per_mb, grad_per_mb],
         [m * (np.maximum(0.0, gather / 2 - fwd) + np.maximum(0.0, gather / 2 + dpc.grad_sync_s - bwd)
-              + first_layer_gather),
+              + first_layer_gather) + step_end,
          m * np.maximum(0.0, dpc.grad_sync_s - bwd) + per_step_gather],
         np.maximum(0.0, dpc.grad_sync_s - bwd * chunks_ahead) + per_step_gather)
     if fw.async_collectives:
@@ -225,6 +247,8 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     sharded = S.zero >= Zero.OPTIMIZER
     states = dense_params / np.where(sharded, shard_d, 1) + expert_params / np.where(sharded, edp, 1)
     optimizer = elementwise_time_s(cluster.accelerator, ADAM_BYTES_PER_PARAM * states, kernels=OPTIMIZER_KERNELS)
+    # optimizer offload: the host steps the device's shard, its transfers overlapped with the CPU's Adam
+    optimizer = np.where(S.offload_opt > 0, offloaded_optimizer_s(cluster.accelerator, states), optimizer)
     return DataParallelTerms(total_s=total, exposed_s=exposed, optimizer_s=optimizer)
 
 
@@ -281,14 +305,16 @@ def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     c = times.critical  # the critical device's parameters set the data-parallel traffic
     tensors = f.at(f.param_tensors, c)
     dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
-                             times.parts["compute"], m, train.precision, tensors)
+                             times.parts["compute"], m, train.precision, tensors,
+                             model.embedding_params() / S.tp)
     step_host = step_host_s(cluster, S, fw, f.at(f.layers, c), tensors, m, float(model.moe is not None),
                             dp.optimizer_s)
     exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m, step_host)
     if mem is None:
         mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
     return BatchEstimate(
-        step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, fits=mem.peak_gb <= cluster.hbm_gb,
+        step_time_s=sum(exposed.values()), peak_memory_gb=mem.peak_gb, host_memory_gb=mem.host_gb,
+        fits=fits_memory(mem, cluster.accelerator, train),
         breakdown_s=breakdown, exposed_s=exposed,
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
                    "activations": mem.activations_gb, "allowance": mem.allowance_gb,
@@ -316,7 +342,9 @@ class Estimate:
     imbalance_s: float = 0.0  # the heaviest pipeline stage's excess over the mean, over the step
     # model FLOP/s over the run precision's own dense peak, where it is not the bf16 one (fp8, fp32 runs)
     precision_peak_utilization: float | None = None
-    step_time_range_s: tuple[float, float] = (0.0, 0.0)  # the family's held-out error band around step_time_s
+    step_time_range_s: tuple[float, float] = (0.0, 0.0)  # this prediction's error band (asap.cost.bands)
+    error_scale: float = 0.0  # u, the relative error of a well-calibrated term (asap.cost.bands)
+    host_memory_gb: float = 0.0  # what host offload keeps in host memory per device (GiB)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -324,6 +352,7 @@ class Estimate:
             "strategy_string": str(self.strategy),
             "step_time_s": self.step_time_s,
             "step_time_range_s": list(self.step_time_range_s),
+            "error_scale": self.error_scale,
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
             "model_tflops_per_device": self.model_tflops_per_device,
@@ -331,6 +360,7 @@ class Estimate:
             **({"precision_peak_utilization": self.precision_peak_utilization}
                if self.precision_peak_utilization is not None else {}),
             "peak_memory_gb": self.peak_memory_gb,
+            **({"host_memory_gb": self.host_memory_gb} if self.host_memory_gb else {}),
             "fits": self.fits,
             "breakdown_s": self.breakdown_s,
             "exposed_s": self.exposed_s,
@@ -360,17 +390,10 @@ def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_
     return name, evidence
 
 
-@lru_cache(maxsize=1)
-def error_bands() -> dict[str, Any]:
-    """Held-out residuals (predicted / published - 1) per accelerator family, from leave-one-source-out fits
-    on the calibration runs (``benchmarks/loso.py --write``, shipped as ``asap/data/error_bands.json``)."""
-    return json.loads(resources.files("asap").joinpath("data/error_bands.json").read_text())
-
-
 def step_time_range_s(step_s: float, family: str) -> tuple[float, float]:
-    """[low, high] step times consistent with the family's held-out residuals: a prediction off by e means the
-    true step is step / (1 + e), so the band is [step / (1 + e_max), step / (1 + e_min)]. Families without
-    calibration runs take the range pooled over all families."""
+    """[low, high] step times consistent with the family's held-out residuals (the widest it has been off on
+    runs it never saw): [step / (1 + e_max), step / (1 + e_min)]. Families without calibration runs take the
+    range pooled over all families. An estimate's own band is narrower (``asap.cost.bands.prediction_band``)."""
     bands = error_bands()
     band = bands["families"].get(family, bands["pooled"])
     return step_s / (1.0 + band["high"]), step_s / (1.0 + band["low"])
@@ -385,6 +408,7 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
     peak = mfu_peak_flops(cluster.accelerator)
     own = cluster.accelerator.peak_flops(train.precision)  # fp32 without a figure of its own: half of bf16
     exposed = {k: float(v[i]) for k, v in be.exposed_s.items()}
+    scale = relative_error_scale(cluster.accelerator.family, train.precision)
     bottleneck, evidence = name_bottleneck(exposed, float(be.memory_bound_s[i]), float(be.imbalance_s[i]), step)
     alternatives = {}
     saving = float(np.broadcast_to(be.ep_split_saving_s, be.step_time_s.shape)[i])
@@ -401,7 +425,8 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
         bottleneck=bottleneck, evidence=evidence, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
-        step_time_range_s=step_time_range_s(step, cluster.accelerator.family))
+        step_time_range_s=prediction_band(step, exposed, scale), error_scale=scale,
+        host_memory_gb=float(np.broadcast_to(be.host_memory_gb, be.step_time_s.shape)[i]))
 
 
 def mfu_peak_flops(acc) -> float:

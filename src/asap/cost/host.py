@@ -25,6 +25,15 @@ Per unit and micro-batch (a time part of ``asap.cost.units``, beside compute):
 On an accelerator the host runs ahead of the device (kernels queue): a unit shows only the host time beyond
 its device time, max(0, host_u - device_u). A CPU runs the operators on the host itself: host_u adds up.
 
+The MoE dispatcher's token-count sync is the exception: a stack that sizes its all-to-all from the routed
+token counts copies them to the host and waits (Megatron-Core's MoEAlltoAllTokenDispatcher synchronises at
+``cuda_sync_point = "before_ep_alltoall"`` whenever ep > 1, token_dispatcher.py; DeepEP's normal kernels
+busy-wait on the host for the received-token counter; torchtitan's all-to-all calls ``.tolist()`` on its
+splits), once per MoE layer forward (again under full recompute; backward reuses the counts). The device's
+queue drains there, so each sync costs ``D2H_SYNC_S`` (the device-to-host copy and the event wait) plus one
+operator's dispatch before the device has work again, whatever the host's lead (``Framework.moe_host_sync``;
+XLA's static shapes need none).
+
 Per step (``step_host_s``): the optimizer's operators (``optimizer_per_tensor`` per parameter tensor the
 device steps: every tensor, or its 1/dp share under ZeRO-1), and the blocking calls of data parallelism (the
 gradient reduction, ZeRO-1's weight gathers, per block and micro-batch ZeRO-2/3's gather(s) and
@@ -46,6 +55,9 @@ from asap.spec.strategy import Recompute, Zero
 CALLS_PER_TP_PASS = {0: 2, 1: 4}  # by sp
 EP_CALLS_FORWARD, EP_CALLS_BACKWARD = 3, 2
 PP_CALLS_PER_MICRO_BATCH_AND_CHUNK = 4  # send and receive, forward and backward
+# a device-to-host copy of a few hundred bytes and the event wait on it: ~10 us over PCIe (CUDA's
+# cudaMemcpyAsync + cudaEventSynchronize round trip; the same order as a kernel launch and its completion)
+D2H_SYNC_S = 10e-6
 LOSS_CALLS_PER_STEP = 1
 
 
@@ -103,7 +115,19 @@ def unit_host_s(model: ModelSpec, cluster: Cluster, fw: Framework, S: StrategyBa
     dtensor_calls = tp_calls(model, S) * (fw.host_ops.dtensor_share[0] > 0)
     host = (ops * fam.host_op_s + share[:, None] * ops * fam.dtensor_op_s + calls * fam.sync_s
             + dtensor_calls * fam.dtensor_call_s)
-    return np.maximum(0.0, host - device_s) if fam.async_host else host
+    hidden = np.maximum(0.0, host - device_s) if fam.async_host else host
+    return hidden + moe_syncs(model, fw, S) * (D2H_SYNC_S + fam.host_op_s)
+
+
+def moe_syncs(model: ModelSpec, fw: Framework, S: StrategyBatch) -> np.ndarray:
+    """[n, len(Unit)] host-device syncs per unit and micro-batch: the dispatcher's token counts, once per MoE
+    layer forward with ep > 1 (twice under full recompute)."""
+    out = np.zeros((len(S), len(UNITS)))
+    if model.moe is None or not fw.moe_host_sync:
+        return out
+    per = np.where(S.ep > 1, 1.0 + (S.recompute == Recompute.FULL), 0.0)
+    out[:, Unit.MOE] = out[:, Unit.MTP] = per
+    return out
 
 
 def step_calls(S: StrategyBatch, fw: Framework, layers, tensors, m, has_experts) -> np.ndarray:

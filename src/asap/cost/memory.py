@@ -31,9 +31,12 @@ pp (1 + (pp-1)/(pp v)); GPipe all m. Every device of the pipeline is priced with
 (``asap.cost.units``: one device per distinct unit count, the one with most micro-batches in flight; the last
 also holds the fp32 logits of one micro-batch); the fullest one is the peak.
 
-Allowance: the stack's allocator reserve (``asap.spec.framework``: 5% of the total for Megatron and
-MindSpore, 10% for the per-parameter gathers of FSDP2 and DeepSpeed, 2% for XLA's static plan) plus a fixed
-1 GB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GB for a TPU runtime, 0.25 GB on CPU).
+Allowance: the stack's allocator reserve (``asap.spec.framework``: 5% for Megatron and MindSpore, 10% for the
+per-parameter gathers of FSDP2 and DeepSpeed, 2% for XLA's static plan) of what the step allocates and frees
+(activations and ZeRO-3's gathered weights; the model states are allocated once and never freed, so they
+leave no free blocks behind: Megatron-Core's contiguous param-and-grad buffers, the optimizer's states), plus a
+fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GiB for a TPU runtime, 0.25 GiB
+on CPU). A strategy fits when the peak is at most ``usable_hbm_gb``.
 
 Which figure is which: ``peak_memory_gb`` is the device memory the job holds at its peak, the caching
 allocator's reserve plus the context (what ``torch.cuda.max_memory_reserved`` plus the context, and
@@ -50,6 +53,8 @@ import numpy as np
 from asap.cost.activations import (LAYER_UNITS, MODULE_SAVES, SELECTIVE_SAVES, activation_bytes_per_layer,  # noqa: F401
                                    activation_terms, module_kept_bytes)
 from asap.cost.batch import StrategyBatch
+from asap.cost.offload import offloaded_activations
+from asap.cost.roofline import BYTES, LOW_PRECISIONS
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Schedule, Zero
@@ -59,6 +64,24 @@ GB = float(2**30)  # memory is reported in GiB, as nvidia-smi and torch.cuda do;
 FRAGMENTATION = 0.05
 FIXED_ALLOWANCE_GB = {"cpu": 0.25, "tpu": 0.5}
 DEFAULT_FIXED_ALLOWANCE_GB = 1.0
+
+
+def usable_hbm_gb(acc: Accelerator, train: TrainSpec | None = None) -> float:
+    """The peak a strategy may reach and still fit, GiB: the device memory the driver reports
+    (``Accelerator.usable_hbm_gb``: nvidia-smi's total, 79.65 GiB on an "80 GB" H100) less the job's
+    ``--memory-margin``. The runtime's own share (CUDA context, NCCL buffers, workspaces; the TPU runtime's
+    reservation) is in the peak already, as the stack's fixed allowance (``fixed_allowance_bytes``)."""
+    margin = train.memory_margin_gb if train is not None else 0.0
+    return acc.usable_hbm_gb - margin
+
+
+HOST_MEM_USABLE = 0.8  # the share of a device's host memory offload may pin (the OS, data loaders keep the rest)
+
+
+def fits_memory(mem: MemoryBreakdown, acc: Accelerator, train: TrainSpec | None = None):
+    """Whether each row fits: the device peak within ``usable_hbm_gb`` and what host offload keeps within the
+    device's share of host memory (``Accelerator.host_mem_capacity_gb`` at ``HOST_MEM_USABLE``)."""
+    return (mem.peak_gb <= usable_hbm_gb(acc, train)) & (mem.host_gb <= HOST_MEM_USABLE * acc.host_mem_capacity_gb)
 
 
 def fixed_allowance_bytes(acc: Accelerator) -> float:
@@ -73,6 +96,7 @@ class MemoryBreakdown:
     activations_gb: np.ndarray
     allowance_gb: np.ndarray
     peak_gb: np.ndarray
+    host_gb: np.ndarray | float = 0.0  # what host offload keeps in host memory per device (not in peak_gb)
 
     @classmethod
     def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
@@ -84,14 +108,16 @@ class MemoryBreakdown:
         return cls(**out)
 
 
-def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0):
+def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param=0, offload_opt=0):
     """Bytes per parameter for weights, gradients (``grad_bytes``: the stack's ``Framework.grad_bytes``) and
-    optimizer states under ZeRO stage ``zero``."""
+    optimizer states under ZeRO stage ``zero``. ``fp8_param``: the compute weight exists only in fp8 (1 B;
+    Megatron-Core's --fp8-param-gather keeps no bf16 copy, the fp32 master stays in the optimizer);
+    ``offload_opt``: the optimizer states live in host memory (0 B on the device)."""
     w = 4.0 if precision == "fp32" else 2.0
     g = grad_bytes
-    o = 8.0 if precision == "fp32" else 12.0
-    if precision == "fp8":
-        w = w + 1.0
+    o = np.where(np.asarray(offload_opt) > 0, 0.0, 8.0 if precision == "fp32" else 12.0)
+    if precision in LOW_PRECISIONS:  # bf16 weights and their quantised copy (fp8: 1 B, fp4: 0.5 B + scales)
+        w = np.where(np.asarray(fp8_param) > 0, 1.0, w + BYTES[precision])
     shard = np.maximum(shard, 1)
     w_b = np.where(zero >= Zero.PARAMETERS, w / shard, w)
     g_b = np.where(zero >= Zero.GRADIENTS, g / shard, g)
@@ -128,6 +154,24 @@ def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
     return micro_batches_in_flight(*cols, device)
 
 
+# DeepSpeed ZeRO-3 (deepspeed/runtime/zero/config.py defaults): stage3_prefetch_bucket_size = 5e7 parameters
+# are fetched ahead of the submodule computing; the largest submodule of a GPT block is an MLP linear, 4h^2 of
+# the block's 12h^2 (a third)
+ZERO3_PREFETCH_BUCKET_PARAMS = 5e7
+LARGEST_SUBMODULE_SHARE = 1.0 / 3.0
+
+
+def zero3_gathered_bytes(largest_layer_params, framework=None):
+    """The bf16 weights ZeRO-3 holds gathered at once: FSDP (one unit per block, the next block prefetched)
+    two whole layers; a stack that gathers submodule by submodule (DeepSpeed's per-module hooks,
+    ``Framework.collectives_per_layer`` > 1) the largest submodule plus its prefetch bucket."""
+    whole = 2.0 * 2.0 * largest_layer_params
+    if framework is None or framework.collectives_per_layer <= 1:
+        return whole
+    part = 2.0 * (LARGEST_SUBMODULE_SHARE * largest_layer_params + ZERO3_PREFETCH_BUCKET_PARAMS)
+    return np.minimum(whole, part)
+
+
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,
            framework=None) -> MemoryBreakdown:
     """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
@@ -145,24 +189,35 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # reduce-scatter (FSDP2 with gradient sync off for all but the last micro-batch: unsharded_accumulated_grad)
     zero = np.where(kept, Zero.OPTIMIZER, S.zero)
     g = framework.grad_bytes(train.precision, S.zero) if framework is not None else 4.0
-    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g) for sh in (dense_shard, edp))
+    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt)
+                                  for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next
     # (two of the model's largest layers, the one computing and the one prefetched)
     dense_p, expert_p = f.rows(f.dense_params), f.rows(f.expert_params)
     states = dense_p * (wd + gd + od)[:, None] + expert_p * (we + ge + oe)[:, None]
-    gathered = np.where(zero >= Zero.PARAMETERS, 2.0 * 2.0 * f.rows(f.largest_layer_params), 0.0)
+    gathered = np.where(zero >= Zero.PARAMETERS, zero3_gathered_bytes(f.rows(f.largest_layer_params), framework), 0.0)
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
-    a = (in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
-         + f.rows(f.working_bytes)[:, None] + f.rows(f.once_bytes))
+    stored = in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
+    # under activation offload: a window of layers (asap.cost.offload)
+    window = offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored)
+    stored_on_device = np.where(S.offload_act[:, None] > 0, window, stored)
+    a = stored_on_device + f.rows(f.working_bytes)[:, None] + f.rows(f.once_bytes)
     body = states + gathered[:, None] + a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
     peak_body = at(body, which)
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
-    allowance = fragmentation * peak_body + fixed_allowance_bytes(acc)
-    return MemoryBreakdown(weights_gb=(dense_at * wd + expert_at * we + gathered) / GB,
+    # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
+    # gathered weights); the model states are allocated once at start-up and never freed
+    transient = at(a, which) + gathered
+    allowance = fragmentation * transient + fixed_allowance_bytes(acc)
+    _, _, od_all = state_bytes_per_param(train.precision, zero, dense_shard, g)
+    _, _, oe_all = state_bytes_per_param(train.precision, zero, edp, g)
+    host = (at(stored - stored_on_device, which)
+            + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
+    return MemoryBreakdown(host_gb=host / GB, weights_gb=(dense_at * wd + expert_at * we + gathered) / GB,
                            grads_gb=(dense_at * gd + expert_at * ge) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,

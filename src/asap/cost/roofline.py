@@ -10,6 +10,13 @@ Achievable FLOP/s of a GEMM (m x k) @ (k x n) falls for thin shapes: tensor core
 dimension d fills them with efficiency ~ d / (d + d_half) (a saturating curve; d_half is the family's
 ``gemm_half_dim``). The efficiency of the whole GEMM is the product over its three dimensions times the
 family's large-GEMM efficiency. All functions accept numpy arrays and broadcast.
+
+Grouped (MoE expert) GEMMs pay a fixed cost per output tile beyond its math: the tile scheduler walks expert
+boundaries and, in low precision, every expert's GEMM loads its own scaling factors and casts its own input
+(Transformer Engine's GroupedLinear quantises and launches per expert). A tile of low-precision math finishes
+in 1/r of the bf16 time (r = the precision's peak over bf16's: 2 for fp8 on Hopper), so the same fixed cost
+weighs r times more: the dimension at which a grouped GEMM's efficiency halves is r times the family's
+(``grouped_half_dim_scale``). Small experts (thin n, k) therefore lose the most, and more so in fp8.
 """
 
 from __future__ import annotations
@@ -18,8 +25,16 @@ import numpy as np
 
 from asap.spec.hardware import Accelerator
 
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# bytes per GEMM operand element; the block-scaled 4-bit formats carry their scales: NVFP4 one fp8 scale per 16
+# elements (0.5 + 1/16 B), MXFP4 one e8m0 scale per 32 (0.5 + 1/32 B)
+BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
+LOW_PRECISIONS = ("fp8", "nvfp4", "mxfp4")  # quantised GEMMs (asap.spec.train.LOW_PRECISIONS)
 FP8_CAST_BYTES_PER_ELEMENT = 3.0  # an fp8 GEMM's activation input, cast from bf16 (2 B read, 1 B written)
+
+
+def cast_bytes_per_element(precision: str) -> float:
+    """A quantised GEMM's input cast from bf16: 2 B read, the format's bytes written."""
+    return 2.0 + BYTES[precision]
 
 
 def act_bytes(precision: str) -> int:
@@ -27,31 +42,40 @@ def act_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def gemm_efficiency(acc: Accelerator, m, n, k):
+def gemm_efficiency(acc: Accelerator, m, n, k, half_dim_scale=1.0):
     fam = acc.family_constants
-    d0 = fam.gemm_half_dim
+    d0 = fam.gemm_half_dim * half_dim_scale
     shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
     return fam.gemm_efficiency * shape
 
 
-def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0):
-    """``count`` GEMMs of (m, k) x (k, n): 2mnk FLOPs each, operands and result read/written once."""
+def grouped_half_dim_scale(acc: Accelerator, precision: str) -> float:
+    """How much later a grouped GEMM's efficiency halves than a plain one's: the precision's peak over bf16's
+    (1 for bf16/fp16/fp32; the module docstring)."""
+    if precision not in LOW_PRECISIONS:
+        return 1.0
+    return max(acc.peak_flops(precision) / acc.peak_flops("bf16"), 1.0)
+
+
+def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0, grouped=False):
+    """``count`` GEMMs of (m, k) x (k, n): 2mnk FLOPs each, operands and result read/written once;
+    ``grouped``: the experts of one grouped GEMM (its efficiency halves later: ``grouped_half_dim_scale``)."""
     fam = acc.family_constants
     m = np.maximum(m, 1.0)
     n = np.maximum(n, 1.0)
     k = np.maximum(k, 1.0)
     flops = 2.0 * m * n * k
-    if precision == "fp8":
-        peak = acc.peak_flops("fp8") * fam.fp8_gemm_efficiency / fam.gemm_efficiency
-        elem = 1.0
+    if precision in LOW_PRECISIONS:  # fp4 GEMMs take fp8's fraction of their own peak (block scales in hardware)
+        peak = acc.peak_flops(precision) * fam.fp8_gemm_efficiency / fam.gemm_efficiency
+        elem = BYTES[precision]
     else:
         peak = acc.peak_flops(precision)
         elem = BYTES[precision]
-    rate = peak * gemm_efficiency(acc, m, n, k)
+    rate = peak * gemm_efficiency(acc, m, n, k, grouped_half_dim_scale(acc, precision) if grouped else 1.0)
     bytes_moved = elem * (m * k + k * n) + act_bytes(precision) * m * n
     t = np.maximum(flops / rate, bytes_moved / (acc.hbm_gbps * 1e9 * fam.hbm_efficiency))
-    if precision == "fp8":  # the input is quantised first: read bf16, write fp8 (Transformer Engine, torchao)
-        t = t + elementwise_time_s(acc, FP8_CAST_BYTES_PER_ELEMENT * m * k)
+    if precision in LOW_PRECISIONS:  # the input is quantised first: read bf16, write fp8/fp4 (TE, torchao)
+        t = t + elementwise_time_s(acc, cast_bytes_per_element(precision) * m * k)
     return count * (t + fam.kernel_overhead_s)
 
 

@@ -129,8 +129,23 @@ def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     parts["tp"][:, Unit.EMBEDDING] = cm.tp_pair_s
     parts["tp"][:, Unit.HEAD] = cm.tp_pair_s * (1 + model.mtp_layers)
     device = parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
-    parts["host"] = unit_host_s(model, cluster, fw, S, device)
+    parts["host"] = unit_host_s(model, cluster, fw, S, device) + unit_offload_s(model, cluster, train, S, fw, parts)
     return UnitTimes(parts=parts, lc=lc, cm=cm, row=row)
+
+
+def unit_offload_s(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch, fw, parts):
+    """[n, len(Unit)] exposed seconds per micro-batch of the activation offload's copies (``asap.cost.offload``):
+    each unit's stored bytes down during its forward and up during its backward, beside its computation."""
+    from asap.cost.offload import activation_offload_s
+
+    out = np.zeros_like(parts["compute"])
+    on = S.offload_act > 0
+    if not on.any():
+        return out
+    stored = unit_activations(model, train, S, fw.selective).kept
+    fwd = parts["compute"] / (1.0 + BWD_GEMM)
+    copy = activation_offload_s(cluster.accelerator, stored, fwd, parts["compute"] - fwd)
+    return np.where(on[:, None], copy, out)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -291,7 +306,8 @@ def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
 # knobs they depend on (the unit knobs and the layout; not ZeRO, the schedule or anything per step)
 # ------------------------------------------------------------------------------------------------------------
 
-DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp", "vpp", "split")
+DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp", "vpp", "split",
+               "offload_act")
 
 
 @dataclass

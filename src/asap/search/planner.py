@@ -22,12 +22,14 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch, framework_of
-from asap.cost.memory import MemoryBreakdown, memory
+from asap.cost.bands import indistinguishable
+from asap.cost.memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import Space, chunk_order  # noqa: F401 (chunk_order: the order blocks are priced in)
-from asap.search.stages import build_problem, simulate_split, solve_split, uniform_split_or_none
+from asap.search.stages import (ILP_WORK_LIMIT_NODES, build_problem, simulate_split, solve_split,
+                               uniform_split_or_none)
 from asap.spec.hardware import Cluster
 from asap.spec.legality import check_offered
 from asap.spec.layout import layout
@@ -40,7 +42,9 @@ CHUNK = 131072
 # estimate puts it under this share of the step, no split gains more than the model resolves, and the ILP is
 # not run.
 ILP_MIN_IMBALANCE = 0.01
-ILP_TIME_LIMIT_S = 0.2  # HiGHS per candidate; the heuristic start is already within a few tenths of a percent
+# HiGHS per candidate: no wall-clock limit by default (the plan is the same on any machine load); the search is
+# bounded by ``search.stages.ILP_WORK_LIMIT_NODES`` instead.
+ILP_TIME_LIMIT_S: float | None = None
 # The whole search's budget (``plan --time-limit``): past it no further chunk is priced and no ILP is started,
 # and the result says so (``stopped_early``, ``stop_reason``). The calibration cases take under 5 s on 2 cores.
 PLAN_TIME_LIMIT_S = 60.0
@@ -84,11 +88,12 @@ class PlanResult:
     stop_reason: str | None = None
 
     def ties(self) -> list[bool]:
-        """Whether each candidate's error band reaches the best one's: the model cannot tell them apart."""
+        """Whether each candidate's margin over the best is within the uncertainty of the terms in which they
+        differ (``asap.cost.bands.indistinguishable``): the model cannot tell them apart."""
         if not self.candidates:
             return []
-        best_high = self.candidates[0].step_time_range_s[1]
-        return [e.step_time_range_s[0] <= best_high for e in self.candidates]
+        best = self.candidates[0]
+        return [indistinguishable(best, e) for e in self.candidates]
 
     def to_dict(self) -> dict[str, Any]:
         cands = []
@@ -210,7 +215,7 @@ class Search:
         ut = unit_times(model, cluster, train, part, UNIT_KEYS)
         f = device_figures(model, train, part, ut, fw.selective)
         mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
-        fits = mem.peak_gb <= cluster.hbm_gb
+        fits = fits_memory(mem, cluster.accelerator, train)
         self.fitting += int(fits.sum())
         self.priced += len(part)
         j = int(np.argmin(mem.peak_gb))
@@ -278,10 +283,12 @@ def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
 
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = 1, ilp_time_limit_s: float = ILP_TIME_LIMIT_S, distinct: bool = True,
-         time_limit_s: float | None = PLAN_TIME_LIMIT_S) -> PlanResult:
+         ilp_candidates: int = 1, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
+         time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES
+         ) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
-    split (``search.stages``, ``ilp_time_limit_s`` each), adopted as their layout when the estimate says it is
+    split (``search.stages``, ``ilp_work_limit_nodes`` branch-and-bound nodes each, and ``ilp_time_limit_s``
+    seconds if given), adopted as their layout when the estimate says it is
     faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
     only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row).
     ``time_limit_s`` (None: none): past it no more of the space is priced and no ILP started; the result's
@@ -298,10 +305,16 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     search = search_space(Search(model, cluster, train, include_oom, top_k, distinct), space, progress, deadline)
     if search.space == 0:
         raise explain_empty_space(model, cluster, train, fixed)
+    if search.fitting == 0 and not include_oom and "offload_opt" not in fixed and offload_offered(fw):
+        try:  # optimizer offload only ever makes a step slower: tried when nothing fits without it
+            return plan(model, cluster, train, {**fixed, "offload_opt": 1}, top, include_oom, progress,
+                        ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes)
+        except NoFitError:
+            pass
     if search.fitting == 0 and not include_oom:
         cut = " before the time limit" if search.priced < search.space else ""
         raise NoFitError("fix" if fixed else "cluster",
-                         f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {search.priced}{cut}); "
+                         f"no strategy fits in {usable_hbm_gb(cluster.accelerator, train):.4g} GiB per device (searched {search.priced}{cut}); "
                          f"the smallest needs {search.smallest[0]:.1f} GiB ({search.smallest[2]})")
     kept = search.kept
     S, mem_kept, step = kept.S, kept.mem, kept.step
@@ -320,7 +333,8 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         deadline.notes.append("time limit reached before the pipeline-stage ILP: candidates keep the default "
                               "layer split")
     elif "layer_split" not in fixed:
-        candidates, splits = adopt_stage_splits(model, cluster, train, candidates, ilp_candidates, ilp_time_limit_s)
+        candidates, splits = adopt_stage_splits(model, cluster, train, candidates, ilp_candidates, ilp_time_limit_s,
+                                               ilp_work_limit_nodes)
     ranked = sorted(range(len(candidates)), key=lambda i: candidates[i].step_time_s)[:top]
     candidates, splits = [candidates[i] for i in ranked], [splits[i] for i in ranked]
     return PlanResult(candidates=candidates, pareto=full(front), searched=search.priced, fitting=search.fitting,
@@ -330,8 +344,14 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
                       stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None)
 
 
+def offload_offered(fw) -> bool:
+    allowed = fw.offers.get("offload_opt")
+    return allowed is None or 1 in allowed
+
+
 def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, candidates: list[Estimate],
-                       ilp_candidates: int, time_limit_s: float):
+                       ilp_candidates: int, time_limit_s: float | None,
+                       work_limit_nodes: int = ILP_WORK_LIMIT_NODES):
     """Run the stage ILP on the first ``ilp_candidates`` pipelined candidates; where its layer split differs
     from the default and ``estimate`` prices it faster, the candidate becomes that strategy."""
     out, splits, tried = [], [], 0
@@ -339,7 +359,7 @@ def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, can
         split = None
         if e.strategy.pp > 1 and tried < ilp_candidates and e.imbalance_s > ILP_MIN_IMBALANCE * e.step_time_s:
             tried += 1
-            split = stage_split(model, cluster, train, e.strategy, time_limit_s)
+            split = stage_split(model, cluster, train, e.strategy, time_limit_s, work_limit_nodes)
             layers = tuple(split.get("layers_per_stage") or ())
             if layers and layers != layout(model, e.strategy.pp, e.strategy.vpp).chunk_layers:
                 alt = estimate(model, cluster, train, replace(e.strategy, layer_split=layers))
@@ -352,13 +372,15 @@ def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, can
     return out, splits
 
 
-def stage_split(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy, time_limit_s: float) -> dict[str, Any]:
+def stage_split(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy, time_limit_s: float | None = None,
+                work_limit_nodes: int = ILP_WORK_LIMIT_NODES) -> dict[str, Any]:
     """The ILP's layer placement for one strategy (the strategy's recompute on every stage, so a layer split
     expresses it), with the default split it is measured against."""
     prob = build_problem(model, cluster, train, strategy)
     uniform = uniform_split_or_none(prob)
     try:
-        best = solve_split(prob, time_limit_s=time_limit_s, allow_recompute_choice=False)
+        best = solve_split(prob, time_limit_s=time_limit_s, allow_recompute_choice=False,
+                           work_limit_nodes=work_limit_nodes)
     except AsapError as e:
         return {"error": str(e), "uniform": uniform.to_dict() if uniform else None}
     for split in (best, uniform):

@@ -52,11 +52,17 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         schedule=[int(s) for s in Schedule],
         dispatcher=list(range(len(DISPATCHERS))) if moe else [DISPATCHERS.index(framework.dispatcher.value)],
         a2a_overlap=[0, 1] if moe else [framework.a2a_overlap],
+        # activation offload is searched (with recompute=none: the legality table); optimizer offload is never faster
+        # (the host's Adam streams through DRAM at a fraction of HBM's rate), so the planner tries it only when
+        # nothing fits without it (planner.plan); fp8 weights are never slower nor larger, so an fp8 run takes
+        # them where the stack offers them
+        offload_act=[0, 1], offload_opt=[0], fp8_param=[0, 1] if train.precision == "fp8" else [0],
     )
     labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}
     for key, allowed in framework.offers.items():
         names = labels.get(key)
         cands[key] = [v for v in cands[key] if (_label(key, v, names)) in allowed] or cands[key][:1]
+    cands["fp8_param"] = cands["fp8_param"][-1:]  # on where offered (never slower nor larger)
     if moe and len(cands["dispatcher"]) == len(DISPATCHERS):  # every dispatcher offered: price the fastest
         cands["dispatcher"] = [BEST_DISPATCHER]
     for k, v in fixed.items():
@@ -207,7 +213,8 @@ class Space:
         cols["_mesh"] = np.asarray(rows, dtype=np.int64)
         joins = (dict(sp=c["sp"]), dict(mbs=c["mbs"]), dict(vpp=c["vpp"], schedule=c["schedule"]),
                  dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
-                 dict(recompute=c["recompute"], zero=c["zero"]))
+                 dict(recompute=c["recompute"], zero=c["zero"], offload_act=c["offload_act"],
+                      offload_opt=c["offload_opt"], fp8_param=c["fp8_param"]))
         peak = len(rows)
         for values in joins:
             cols = _cross(cols, _grid(**values))
@@ -215,7 +222,8 @@ class Space:
             keep = (legal_rows(cols, self.model, self.train, self.devices, only_new=tuple(values))
                     & ~redundant_rows(cols, fixed))
             cols = _where(cols, keep)
-        keep = (cols["pp"] == 1) | (cols["zero"] <= self.framework.max_zero_with_pp)
+        keep = (cols["pp"] == 1) | ((cols["zero"] <= self.framework.max_zero_with_pp)
+                                    & ((cols["offload_act"] == 0) | self.framework.offload_act_with_pp))
         if not keep.all():
             cols = _where(cols, keep)
         if self.free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing

@@ -16,9 +16,10 @@ recompute, z[l, j] = x[l, j] r[j] (linearised). T_max is continuous.
                every stage holds at least one unit; the embedding is in stage 0, the head in the last
 where t_l is the unit's time, dt_l the extra time of full recompute, a_l its stored activations, da_l what full
 recompute saves, w_l its model states, and f_d the micro-batches device d keeps in flight (1F1B: min(m, pp-d);
-interleaved: ((pp-d-1)*2 + (vpp-1)*pp + 1)/vpp chunks' worth). Solved by HiGHS (highspy) under a
-time limit (highspy), started from the better of the uniform split (Megatron's default: equal layer
-counts) and a balanced greedy split, so it never returns worse than either.
+interleaved: ((pp-d-1)*2 + (vpp-1)*pp + 1)/vpp chunks' worth). Solved by HiGHS (highspy) to a 0.1% gap
+under a deterministic work limit (branch-and-bound nodes, not seconds: the same input gives the same split on
+any machine load), started from the better of the uniform split (Megatron's default: equal layer counts) and
+a balanced greedy split, so it never returns worse than either.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from scipy.sparse import coo_matrix
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
-                              state_bytes_per_param)
+                              state_bytes_per_param, usable_hbm_gb)
+from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
@@ -127,10 +129,11 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     t_base, t_full = (unit_times(model, cluster, train, S).parts for S in (base, full))
     # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's computation
     # (cost/estimate.py, stage_times); unit by unit only what exceeds the unit's own computation stays
-    paired = s.schedule != "gpipe" and model.moe is not None
+    paired = (s.a2a_overlap == 1 and s.schedule != "gpipe" and model.moe is not None and s.recompute != "full"
+              and s.micro_batches(train.global_batch) >= 2)  # cost.estimate.expert_overlap
 
     def unit_time(t):
-        ep = np.maximum(t["ep"] - t["compute"], 0.0) if paired else t["ep"]
+        ep = t["ep"] - paired_hidden_s(t["ep"], t["compute"]) if paired else t["ep"]
         return (t["compute"] + t["tp"] + ep + t["cp"] + t["host"])[0]
 
     time_base, time_full = unit_time(t_base), unit_time(t_full)
@@ -139,21 +142,23 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero)
-    dense_state = sum(state_bytes_per_param(train.precision, base.zero, dense_shard, g))[0]
-    expert_state = sum(state_bytes_per_param(train.precision, base.zero, edp, g))[0]
+    dense_state, expert_state = (sum(state_bytes_per_param(train.precision, base.zero, shard, g, base.fp8_param,
+                                                          base.offload_opt))[0] for shard in (dense_shard, edp))
     states = params.dense[0] * dense_state + params.expert[0] * expert_state
 
+    # activations carry the allocator's reserve (cost/memory.py: a share of what the step allocates and frees)
+    reserve = 1.0 + fw.fragmentation
+
     def unit(kind: Unit) -> StageUnit:
-        kept = a_base.kept[0, kind] + a_base.once[0, kind]
+        kept = reserve * (a_base.kept[0, kind] + a_base.once[0, kind])
+        saved = reserve * max(float(a_base.kept[0, kind] - a_full.kept[0, kind]), 0.0)
         return StageUnit(kind.name.lower(), float(time_base[kind]), max(float(time_full[kind] - time_base[kind]), 0.0),
-                         float(kept), max(float(a_base.kept[0, kind] - a_full.kept[0, kind]), 0.0),
-                         float(states[kind]), once=kind == Unit.HEAD)
+                         float(kept), saved, float(states[kind]), once=kind == Unit.HEAD)
 
     units = [unit(Unit.EMBEDDING)]
     units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
     units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
-    fragmentation = fw.fragmentation
-    hbm = cluster.hbm_gb * GB / (1 + fragmentation) - fixed_allowance_bytes(cluster.accelerator)
+    hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
     return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
                         hbm_bytes=hbm, base_recompute=s.recompute,
                         default_layers=layout(model, s.pp, s.vpp).chunk_layers, schedule=s.schedule)
@@ -375,6 +380,12 @@ def _tail_units(prob: StageProblem) -> list[int]:
 
 OPTIMALITY_GAP = 0.001  # a split whose slowest device is this close to the lower bound is taken as optimal
 MIP_REL_GAP = 0.001  # HiGHS stops once its incumbent is proven within 0.1% of the optimum
+# The deterministic work limit: HiGHS stops after this many branch-and-bound nodes (a count, so the result does
+# not depend on machine load the way a time limit does). DeepSeek-V3's splits on 2048 H800 close at the root
+# node or within 3 nodes; the limit bounds pathological cases. Presolve is off: on these chains it spent 85% of
+# the solve (3.8 of 4.4 s, probing the prefix variables) for no smaller tree, and HiGHS's heuristics and
+# symmetry detection find nothing the MIP start does not already give.
+ILP_WORK_LIMIT_NODES = 500
 
 
 def _near_lower_bound(prob: StageProblem, split: StageSplit) -> bool:
@@ -386,8 +397,11 @@ def _near_lower_bound(prob: StageProblem, split: StageSplit) -> bool:
     return no_extra and max(split.device_time_s) <= bound * (1 + OPTIMALITY_GAP)
 
 
-def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_choice: bool = True) -> StageSplit:
-    """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible."""
+def solve_split(prob: StageProblem, time_limit_s: float | None = None, allow_recompute_choice: bool = True,
+                work_limit_nodes: int = ILP_WORK_LIMIT_NODES) -> StageSplit:
+    """Optimal contiguous split with per-stage full recompute, by HiGHS; raises AsapError if infeasible.
+    ``work_limit_nodes`` bounds the search deterministically; ``time_limit_s`` (None: none) adds a wall-clock
+    limit, which makes the answer depend on machine load."""
     U, S = len(prob.units), prob.stages
     if S > U:
         raise AsapError("strategy.pp", f"pp*vpp = {S} stages exceed the {U} units of the model")
@@ -408,7 +422,8 @@ def solve_split(prob: StageProblem, time_limit_s: float = 2.0, allow_recompute_c
     if start is not None and start.fits:
         ub[v.it] = max(start.device_time_s) / scale_t * (1 + 1e-9)  # never worse than the heuristic
         x0 = _encode(prob, start, scale_t, v.n)
-    x, status = _solve_highs(c, A, lo, hi, lb, ub, integer=np.arange(v.n - 1), x0=x0, time_limit_s=time_limit_s)
+    x, status = _solve_highs(c, A, lo, hi, lb, ub, integer=np.arange(v.n - 1), x0=x0, time_limit_s=time_limit_s,
+                            work_limit_nodes=work_limit_nodes)
     if x is None:
         if start is not None and start.fits:
             start.solver = "heuristic (HiGHS found nothing better: " + status + ")"
@@ -458,14 +473,19 @@ def _quiet_stdout():
         os.close(saved)
 
 
-def _solve_highs(c, A, row_lo, row_hi, lb, ub, integer, x0, time_limit_s):
+def _solve_highs(c, A, row_lo, row_hi, lb, ub, integer, x0, time_limit_s, work_limit_nodes):
     import highspy
 
     with _quiet_stdout():
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", float(time_limit_s))
+        if time_limit_s is not None:
+            h.setOptionValue("time_limit", float(time_limit_s))
+        h.setOptionValue("mip_max_nodes", int(work_limit_nodes))
         h.setOptionValue("mip_rel_gap", MIP_REL_GAP)
+        h.setOptionValue("presolve", "off")
+        h.setOptionValue("mip_heuristic_effort", 0.0)
+        h.setOptionValue("mip_detect_symmetry", False)
         lp = highspy.HighsLp()
         lp.num_col_, lp.num_row_ = A.shape[1], A.shape[0]
         lp.col_cost_, lp.col_lower_, lp.col_upper_ = c, lb, ub

@@ -9,7 +9,8 @@ Sources, per entry:
   distributed optimizer keeps one contiguous gradient buffer and reduce-scatters it once per step, bucket by
   bucket, as the last micro-batch's backward completes (``--overlap-grad-reduce``; the other micro-batches
   run under ``no_sync``), and all-gathers the updated weights during the next forward
-  (``--overlap-param-gather``). TP communication overlap (``--tp-comm-overlap``, Transformer Engine
+  (``--overlap-param-gather``). It has no ZeRO-2 (zero 0, 1, and Megatron-FSDP's 3): a per-micro-batch
+  reduce-scatter of partitioned gradients is DeepSpeed's. TP communication overlap (``--tp-comm-overlap``, Transformer Engine
   userbuffers); MoE dispatchers ``--moe-token-dispatcher-type`` allgather | alltoall | flex (DeepEP, node-
   deduplicated); the expert all-to-all overlap ``--overlap-moe-expert-parallel-comm`` is off by default.
   Recipes set the alltoall dispatcher for expert parallelism, which is the default taken here.
@@ -27,7 +28,8 @@ Sources, per entry:
   schedule disables gradient sync for all but the last micro-batch: one gather and one reduce-scatter per
   step. Without PP, FSDP2 gathers per micro-batch for forward and backward and reduce-scatters each
   backward. Data parallelism is DDP (zero 0), FSDP2 without resharding (zero 2) or FSDP2 (zero 3); no
-  distributed optimizer (zero 1). Async TP is optional; MoE with the all-to-all dispatcher.
+  distributed optimizer (zero 1). Async TP is optional; MoE with the all-to-all dispatcher, or DeepEP's
+  node-deduplicated dispatch (``expert_parallel_comm_backend = "deepep"``: dedup).
 - MaxText (``MaxText/configs/base.yml``): XLA SPMD over named mesh axes; the latency-hiding scheduler issues
   collectives asynchronously, so FSDP weight gathers and gradient reduce-scatters overlap the neighbouring
   layers' compute; remat policies (none, a selective policy such as ``minimal``/``save_qkv_proj``, full);
@@ -35,6 +37,13 @@ Sources, per entry:
 - MindSpore / MindFormers (``parallel_config``: data/model/pipeline/context/expert parallel, ``pp_interleave``
   , ``optimizer_shard``): Megatron-like semantics; the Ascend MoE training report exchanges tokens by a
   hierarchical (node-deduplicated) all-to-all overlapped with expert computation.
+- Host offload (``offload_act``, ``offload_opt``): Megatron-Core offers both (``--cpu-offloading`` with
+  ``--cpu-offloading-activations``, Transformer Engine's CPU offload context; ``--optimizer-cpu-offload``, its
+  HybridDeviceOptimizer) and ``--fp8-param-gather`` (``fp8_param``), activation offload without a pipeline
+  and without recompute (TransformerConfig refuses both); DeepSpeed the optimizer (``offload_optimizer``,
+  ZeRO-Offload; its ``cpu_checkpointing`` moves full-recompute checkpoints, not priced here); torchtitan offloads the
+  optimizer with FSDP2's ``CPUOffloadPolicy`` (``training.enable_cpu_offload``) and no activations; MaxText both
+  (the offloading ``remat_policy`` variants, ``optimizer_memory_host_offload``); MindFormers none here.
 - asap, the reference trainer (``asap.train``; the CPU default, what ``asap run`` measures): DDP with
   ``no_sync`` (or one all-reduce after the backward under pp or DTensor TP), torch's ZeroRedundancyOptimizer
   for ZeRO-1 (a broadcast per parameter tensor after the step), FSDP2 per block for ZeRO-2/3, DTensor TP,
@@ -175,6 +184,16 @@ class Framework:
     dp_overlap: bool = True
     # the Megatron-Core recompute modules the stack offers for ``recompute=a+b`` (None: all of them)
     recompute_modules: tuple[str, ...] | None = None
+    # FSDP wraps the token embedding as its own unit (torchtitan's apply_fsdp: tok_embeddings, each block, then
+    # [norm, output]): each forward starts with its gather and the backward ends with its reduce-scatter,
+    # with nothing to overlap either (``estimate.data_parallel_terms``)
+    fsdp_embedding_unit: bool = False
+    # the MoE dispatcher copies the routed token counts to the host and waits on them once per MoE layer
+    # forward (``asap.cost.host.moe_syncs``); XLA compiles static shapes and needs none
+    moe_host_sync: bool = True
+    # activation offload combines with pipeline parallelism (Megatron-Core's TransformerConfig refuses
+    # cpu_offloading with pipeline_model_parallel_size > 1)
+    offload_act_with_pp: bool = True
 
     def grad_bytes(self, precision: str, zero):
         """Bytes per gradient element in the buffer and on the wire: fp32 (Megatron turns
@@ -199,37 +218,43 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
-              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS}, fsdp_grad_bytes=2.0),
+              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3)},
+              fsdp_grad_bytes=2.0, offload_act_with_pp=False),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
-              fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER,
-              async_collectives=False, dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
+              fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
+              dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, max_zero_with_pp=1,
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,)},
+              max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=()),
     Framework(name="torchtitan", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=True, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
-              offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall",),
-                      "a2a_overlap": (0,)}, zero_default=3,
+              offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"),
+                      "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
-              selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=()),
+              selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
+              fsdp_embedding_unit=True),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3,
-              fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=()),
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,)}, zero_default=3,
+              fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
+              moe_host_sync=False),
     Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.DEDUP, a2a_overlap=1,
-              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),
+              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS,
+                      "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,)}),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
     # torch's ZeroRedundancyOptimizer for zero 1 (a broadcast per parameter tensor after the step), FSDP2 per
     # block for zero 2/3, DTensor TP, torch.distributed.pipelining, eager kernels, experts in a loop
     Framework(name="asap", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
-              offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,)},
+              offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,), "offload_act": (0,), "offload_opt": (0,),
+                      "fp8_param": (0,)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe")),

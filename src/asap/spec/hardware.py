@@ -114,6 +114,11 @@ _FAMILY_TABLE = (
     Family(name="cdna3", gemm_efficiency=0.55, gemm_half_dim=128.0, attention_efficiency=0.30,
            fp8_gemm_efficiency=0.45, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
            kernel_overhead_s=5e-6),
+    # AMD CDNA4 (MI350X, MI355X): no calibration runs; CDNA3's constants (the same ROCm stack, hipBLASLt and
+    # RCCL), so its bands are extrapolated (asap.cost.bands)
+    Family(name="cdna4", gemm_efficiency=0.55, gemm_half_dim=128.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.45, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
+           kernel_overhead_s=5e-6),
     # TPU (fitted on the two MaxText v5p runs): XLA matmuls on the 128x128 MXUs reach 0.85 of peak at large
     # shapes (MaxText's 32B run is at 68% MFU end to end); splash (flash) attention at 0.5; XLA fuses
     # elementwise work into the matmuls; ICI collectives run close to link rate, and half of the TP traffic
@@ -122,10 +127,13 @@ _FAMILY_TABLE = (
     Family(name="tpu", gemm_efficiency=0.85, gemm_half_dim=128.0, attention_efficiency=0.50,
            fp8_gemm_efficiency=0.50, hbm_efficiency=0.85, net_efficiency=0.85, collective_latency_s=15e-6,
            kernel_overhead_s=2e-6, tp_overlap=0.5),
-    # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE.
+    # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE. MC2
+    # (MindSpeed --use-ascend-mc2, MindFormers' mc2 fusion: matmul fused with the TP all-gather /
+    # reduce-scatter, the communication tiled under the matmul's cube work on the 910B) hides TP traffic
+    # behind the GEMMs as Transformer Engine's userbuffers do on Hopper: the same share.
     Family(name="ascend", gemm_efficiency=0.60, gemm_half_dim=128.0, attention_efficiency=0.30,
            fp8_gemm_efficiency=0.50, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=30e-6,
-           kernel_overhead_s=6e-6),
+           kernel_overhead_s=6e-6, tp_overlap=0.3),
     # A CPU runs BLAS at a fair share of its vector peak; gloo over loopback is memory-copy bound.
     # Its per-operator cost is the host's (``host_op_s``, PyTorch eager on one core: ~3 us), priced per
     # operator the framework dispatches, so the roofline adds no launch gap of its own (kernel_overhead_s 0).
@@ -162,14 +170,30 @@ class Accelerator:
     source: str = ""
     scale_up_domain: int = 0  # most devices one fast fabric joins (NVSwitch domain, ICI pod, supernode); 0: one host
     efficiency: Family | None = None  # the family's constants unless a cluster file overrides some
+    # the device memory the driver reports (nvidia-smi's total, in GiB), where it differs from hbm_gb (the
+    # marketed "80 GB" of an H100 is 81559 MiB = 79.65 GiB); 0: hbm_gb. What the program may allocate is this
+    # less the runtime's own share (``asap.cost.memory``: the stack's fixed allowance) and a --memory-margin.
+    hbm_total_gb: float = 0.0
+    # the host side (``asap.cost.offload``): the device's link to host memory per direction (PCIe Gen4 x16 32
+    # GB/s, Gen5 x16 64 GB/s, NVLink-C2C on Grace superchips) and its share of the host's DRAM bandwidth
+    host_link_gbps: float = 32.0
+    host_mem_gbps: float = 50.0
+    host_mem_capacity_gb: float = 128.0  # the device's share of its host's memory (a 1 TB host of 8 devices)
+
+    @property
+    def usable_hbm_gb(self) -> float:
+        """The device memory the driver reports, GiB (``hbm_total_gb``, else ``hbm_gb``)."""
+        return self.hbm_total_gb or self.hbm_gb
 
     def __post_init__(self):
         if self.efficiency is None:  # roofline-only parts (asap.profile.devices) have no cost-model family
             object.__setattr__(self, "efficiency", FAMILIES.get(self.family))
 
     def peak_flops(self, precision: str) -> float:
-        """Dense peak in FLOP/s for a precision; fp32 runs at the catalog's fp32 figure or at half of bf16."""
+        """Dense peak in FLOP/s for a precision; fp32 runs at the catalog's fp32 figure or at half of bf16; the
+        block-scaled 4-bit formats (nvfp4, mxfp4) at the catalog's fp4 figure."""
         p = precision.lower()
+        p = "fp4" if p in ("nvfp4", "mxfp4") else p
         if p in self.peak_tflops and self.peak_tflops[p]:
             return self.peak_tflops[p] * 1e12
         if p == "fp32":
@@ -192,44 +216,90 @@ CATALOG: dict[str, Accelerator] = {
         # 8x 200 Gb/s HDR InfiniBand (25 GB/s per GPU). 40 GB: 1555 GB/s HBM2; 80 GB: 2039 GB/s HBM2e.
         _acc(name="a100-40gb", family="ampere", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=40, hbm_gbps=1555,
              intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             host_link_gbps=32, host_mem_gbps=51,  # PCIe Gen4 x16; DGX A100: 2 EPYC 7742, 8 x DDR4-3200 each
              source="NVIDIA A100 datasheet; DGX A100 user guide"),
         _acc(name="a100-80gb", family="ampere", peak_tflops={"bf16": 312, "fp16": 312}, hbm_gb=80, hbm_gbps=2039,
              intra_node_gbps=300, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             host_link_gbps=32, host_mem_gbps=51,
              source="NVIDIA A100 datasheet; DGX A100 user guide"),
         # NVIDIA H100 SXM datasheet: 989 TF dense bf16, 1979 TF fp8; 80 GB HBM3 at 3.35 TB/s; NVLink4 900 GB/s
-        # bidirectional; DGX H100: 8x 400 Gb/s NDR ConnectX-7 (50 GB/s per GPU).
+        # bidirectional; DGX H100: 8x 400 Gb/s NDR ConnectX-7 (50 GB/s per GPU), 2 TB of host memory.
         _acc(name="h100-sxm", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
-             source="NVIDIA H100 datasheet; DGX H100 user guide"),
+             hbm_total_gb=81559 / 1024,  # nvidia-smi: 81559 MiB
+             # PCIe Gen5 x16; DGX H100: 2 Xeon 8480C, 8 x DDR5-4800 each
+             host_mem_capacity_gb=256, host_link_gbps=64, host_mem_gbps=77,
+             source="NVIDIA H100 datasheet; DGX H100 user guide; nvidia-smi total 81559 MiB"),
         # H800: H100 compute with NVLink cut to 400 GB/s bidirectional (DeepSeek-V3 report, sec. 3.1: 8x 400 Gb/s IB).
         _acc(name="h800", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=200, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
+             hbm_total_gb=81559 / 1024,  # the H100's HBM3 stacks: nvidia-smi 81559 MiB
+             host_mem_capacity_gb=256, host_link_gbps=64, host_mem_gbps=77,
              source="DeepSeek-V3 technical report (arXiv:2412.19437) sec. 3.1; NVIDIA H800 product brief"),
         # H200 SXM datasheet: H100 compute, 141 GB HBM3e at 4.8 TB/s.
         _acc(name="h200", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=141,
              hbm_gbps=4800, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
-             source="NVIDIA H200 datasheet"),
+             hbm_total_gb=143771 / 1024,  # nvidia-smi: 143771 MiB
+             host_mem_capacity_gb=256, host_link_gbps=64, host_mem_gbps=77,
+             source="NVIDIA H200 datasheet; nvidia-smi total 143771 MiB"),
         # B200 (HGX B200 datasheet): 2.25 PF dense fp16/bf16, 4.5 PF fp8; 180 GB HBM3e at 8 TB/s; NVLink5 1.8 TB/s.
-        _acc(name="b200", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500}, hbm_gb=180,
+        _acc(name="b200", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp4": 9000}, hbm_gb=180,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
-             source="NVIDIA HGX B200 datasheet; DGX B200 user guide"),
+             hbm_total_gb=183359 / 1024,  # nvidia-smi: 183359 MiB
+             # PCIe Gen5 x16; DGX B200: 2 Xeon 8570, 8 x DDR5-5600 each
+             host_mem_capacity_gb=512, host_link_gbps=64, host_mem_gbps=90,
+             source="NVIDIA HGX B200 datasheet; DGX B200 user guide; nvidia-smi total 183359 MiB"),
         # GB200 NVL72 datasheet: 180 PF dense bf16 / 72 GPUs = 2.5 PF; 13.4 TB HBM3e / 72 = 186 GB at 8 TB/s;
         # one 72-GPU NVLink domain over 18 compute trays of 4 GPUs (2 Grace-Blackwell superchips each);
         # ConnectX-7 400 Gb/s per GPU.
-        _acc(name="gb200", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=186,
+        _acc(name="gb200", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 10000}, hbm_gb=186,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=50, devices_per_node=4, scale_up_domain=72,
+             # NVLink-C2C 900 GB/s bidirectional per Grace, 2 GPUs; LPDDR5X 512 GB/s
+             host_mem_capacity_gb=240, host_link_gbps=225, host_mem_gbps=256,
              source="NVIDIA GB200 NVL72 datasheet"),
         # GB300 NVL72: same dense bf16/fp8 as GB200, 288 GB HBM3e per GPU, ConnectX-8 800 Gb/s per GPU; the same
         # 72-GPU NVLink domain of 18 trays of 4.
-        _acc(name="gb300", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000}, hbm_gb=288,
+        _acc(name="gb300", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 15000}, hbm_gb=288,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=4, scale_up_domain=72,
+             host_mem_capacity_gb=240, host_link_gbps=225, host_mem_gbps=256,
              source="NVIDIA GB300 NVL72 datasheet"),
+        # NVIDIA GH200 Grace Hopper superchip datasheet: the H100's compute, 96 GB HBM3 at 4 TB/s, NVLink-C2C 900
+        # GB/s bidirectional to one Grace with 480 GB LPDDR5X at up to 512 GB/s; quad-GH200 nodes (CSCS Alps):
+        # 6 NVLink4 links (150 GB/s per direction) between each pair, a 200 Gb/s Slingshot NIC per superchip.
+        _acc(name="gh200", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=96,
+             hbm_gbps=4000, intra_node_gbps=150, inter_node_gbps=25, devices_per_node=4, scale_up_domain=4,
+             host_mem_capacity_gb=480, host_link_gbps=450, host_mem_gbps=512,
+             source="NVIDIA GH200 Grace Hopper superchip datasheet; CSCS Alps quad-GH200 node"),
         # AMD Instinct MI300X datasheet: 1307 TF dense bf16, 2615 TF fp8; 192 GB HBM3 at 5.3 TB/s; 7 Infinity
         # Fabric links x 64 GB/s per direction = 448 GB/s; 400 Gb/s NIC per GPU in reference platforms.
         _acc(name="mi300x", family="cdna3", peak_tflops={"bf16": 1307, "fp16": 1307, "fp8": 2615}, hbm_gb=192,
              hbm_gbps=5300, intra_node_gbps=448, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
              interconnect="xgmi",
+             # PCIe Gen5 x16; 2 EPYC 9654, 12 x DDR5-4800 each
+             host_mem_capacity_gb=192, host_link_gbps=64, host_mem_gbps=115,
              source="AMD Instinct MI300X datasheet"),
+        # AMD Instinct MI325X datasheet: MI300X compute (1307 TF bf16, 2615 fp8), 256 GB HBM3E at 6 TB/s, the same
+        # 7 x 64 GB/s Infinity Fabric links.
+        _acc(name="mi325x", family="cdna3", peak_tflops={"bf16": 1307, "fp16": 1307, "fp8": 2615}, hbm_gb=256,
+             hbm_gbps=6000, intra_node_gbps=448, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
+             interconnect="xgmi", host_mem_capacity_gb=192, host_link_gbps=64, host_mem_gbps=115,
+             source="AMD Instinct MI325X datasheet"),
+        # AMD Instinct MI350X / MI355X datasheets (CDNA4): 2.3 / 2.5 PF dense bf16, 4.6 / 5.0 PF fp8, 9.2 / 10.1 PF
+        # MXFP4; 288 GB HBM3E at 8 TB/s; Infinity Fabric 1075 GB/s per GPU (both directions); PCIe Gen5 host.
+        _acc(name="mi350x", family="cdna4", peak_tflops={"bf16": 2307, "fp16": 2307, "fp8": 4614, "fp4": 9228},
+             hbm_gb=288, hbm_gbps=8000, intra_node_gbps=537, inter_node_gbps=50, devices_per_node=8,
+             scale_up_domain=8, interconnect="xgmi", host_mem_capacity_gb=256, host_link_gbps=64, host_mem_gbps=115,
+             source="AMD Instinct MI350X datasheet"),
+        _acc(name="mi355x", family="cdna4", peak_tflops={"bf16": 2516, "fp16": 2516, "fp8": 5033, "fp4": 10066},
+             hbm_gb=288, hbm_gbps=8000, intra_node_gbps=537, inter_node_gbps=50, devices_per_node=8,
+             scale_up_domain=8, interconnect="xgmi", host_mem_capacity_gb=256, host_link_gbps=64, host_mem_gbps=115,
+             source="AMD Instinct MI355X datasheet"),
+        # NVIDIA HGX B300 (Blackwell Ultra): B200's dense bf16 and fp8, 1.5x its dense NVFP4 (13.5 PF), 288 GB
+        # HBM3E at 8 TB/s, NVLink5 1.8 TB/s bidirectional, ConnectX-8 800 Gb/s per GPU.
+        _acc(name="b300", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp4": 13500},
+             hbm_gb=288, hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=8,
+             scale_up_domain=8, host_mem_capacity_gb=512, host_link_gbps=64, host_mem_gbps=90,
+             source="NVIDIA HGX B300 / Blackwell Ultra datasheet"),
         # TPUs (Google Cloud TPU system architecture docs; 'How to Scale Your Model' (JAX scaling book) table of
         # TPU specs): ICI link bandwidth one-way per link. A TPU VM host holds 4 chips (devices_per_node); an
         # ICI slice spans hosts up to the generation's pod (scale_up_domain: v4 4096, v5p 8960, v5e and v6e
@@ -252,11 +322,30 @@ CATALOG: dict[str, Accelerator] = {
              intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=4, scale_up_domain=256,
              interconnect="ici", torus_dims=2,
              source="Google Cloud TPU v6e (Trillium) docs; JAX scaling book (ICI 9e10 B/s one-way per link)"),
+        # TPU7x (Ironwood; Google Cloud TPU7x docs): 4614 TF fp8 and 2307 TF bf16, 192 GB HBM3E at 7.37 TB/s per chip,
+        # and two TensorCore dies per chip that JAX addresses as two devices: per device half of each (bf16 1153,
+        # fp8 2307, 96 GB at 3.69 TB/s); 1.2 TB/s ICI per chip over a 3D torus (~100 GB/s one-way per link, an
+        # axis's two directions per device as below); 4 chips (8 devices) per host; 9216-chip pods.
+        _acc(name="tpu7x", family="tpu", peak_tflops={"bf16": 1153, "fp16": 1153, "fp8": 2307}, hbm_gb=96,
+             hbm_gbps=3690, intra_node_gbps=100, inter_node_gbps=12.5, devices_per_node=8, scale_up_domain=18432,
+             interconnect="ici", torus_dims=3,
+             source="Google Cloud TPU7x (Ironwood) docs: two devices per chip"),
         # Huawei Ascend 910B (Atlas 800T A2): ~313 TF fp16, 64 GB HBM2e at 1.6 TB/s; HCCS 7 links x 56 GB/s
         # = 392 GB/s bidirectional (196 per direction); 200 Gb/s RoCE per NPU.
         _acc(name="ascend-910b", family="ascend", peak_tflops={"bf16": 313, "fp16": 313}, hbm_gb=64, hbm_gbps=1600,
              intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8, interconnect="hccs",
-             source="Huawei Atlas 800T A2 datasheet; Ascend 910B public specs"),
+             host_link_gbps=64, host_mem_gbps=102,  # PCIe Gen5 x16; 4 Kunpeng 920, 8 x DDR4-3200 each
+             source="Huawei Atlas 800T A2 datasheet; Ascend 910B public specs (the 910B3 bin)"),
+        # the 910B bins by name (public specs): 910B3 313 TF fp16 (the catalog's ascend-910b), 910B2 376 TF,
+        # both 64 GB HBM2e at 1.6 TB/s on the same HCCS
+        _acc(name="ascend-910b3", family="ascend", peak_tflops={"bf16": 313, "fp16": 313}, hbm_gb=64,
+             hbm_gbps=1600, intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             interconnect="hccs", host_link_gbps=64, host_mem_gbps=102,
+             source="Ascend 910B3 public specs"),
+        _acc(name="ascend-910b2", family="ascend", peak_tflops={"bf16": 376, "fp16": 376}, hbm_gb=64,
+             hbm_gbps=1600, intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             interconnect="hccs", host_link_gbps=64, host_mem_gbps=102,
+             source="Ascend 910B2 public specs"),
         # Ascend 910C (two 910B-class dies; CloudMatrix 384 paper arXiv:2506.12708): ~780 TF bf16, 128 GB at
         # 3.2 TB/s; servers of 8 NPUs joined by the Unified Bus into one 384-NPU supernode at 392 GB/s per NPU
         # per direction; 400 Gb/s RoCE per NPU between supernodes.
@@ -436,6 +525,8 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
     for key in ("hbm_gb", "intra_node_gbps", "inter_node_gbps"):
         if key in d and d[key] is not None:
             overrides[key] = _positive_number(d[key], f"cluster.{key}")
+    if "hbm_gb" in overrides:  # a part with other memory: its driver total is the figure given
+        overrides["hbm_total_gb"] = 0.0
     if d.get("efficiency") is not None:
         overrides["efficiency"] = efficiency_from_dict(d["efficiency"], acc.efficiency, "cluster.efficiency")
     if overrides:
@@ -625,8 +716,8 @@ def _custom_accelerator(d: dict) -> Accelerator:
         raise AsapError("cluster.accelerator.peak_tflops", "must be a mapping like {bf16: 989, fp16: 989, fp8: 1979}")
     peak_tflops = {}
     for k, v in peaks.items():
-        if str(k) not in ("bf16", "fp16", "fp8", "fp32"):
-            raise AsapError(f"cluster.accelerator.peak_tflops.{k}", "unknown precision (bf16, fp16, fp8, fp32)")
+        if str(k) not in ("bf16", "fp16", "fp8", "fp32", "fp4"):
+            raise AsapError(f"cluster.accelerator.peak_tflops.{k}", "unknown precision (bf16, fp16, fp8, fp32, fp4)")
         peak_tflops[str(k)] = _positive_number(v, f"cluster.accelerator.peak_tflops.{k}")
     for key in ("hbm_gb", "hbm_gbps"):
         if key not in d:

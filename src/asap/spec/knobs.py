@@ -103,5 +103,9 @@ class Zero(IntEnum):
 
 RECOMPUTE = ("none", "selective", "full")  # the named policies; module sets are spelled out
 SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
-INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "a2a_overlap")
-KEYS = INT_KEYS[:-1] + ("recompute", "schedule", "dispatcher", "a2a_overlap", "layer_split")
+INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "a2a_overlap", "offload_act",
+            "offload_opt", "fp8_param")
+OFF_BY_DEFAULT = ("offload_act", "offload_opt", "fp8_param")  # shown in a strategy string only when on
+SWITCH_KEYS = ("sp", "a2a_overlap", "offload_act", "offload_opt", "fp8_param")  # 0 or 1
+KEYS = INT_KEYS[:10] + ("recompute", "schedule", "dispatcher", "a2a_overlap", "layer_split", "offload_act",
+                        "offload_opt", "fp8_param")

@@ -92,6 +92,16 @@ RULES: tuple[Rule, ...] = (
                             f"ones too: {s.ep}-way experts over {s.dp} data replicas is dp={s.dp * s.ep},ep={s.ep})"),
     Rule("etp", ("etp",), lambda c, m, t, n: (not _moe(m)) or m.moe.expert_ffn_hidden_size % c["etp"] == 0,
          lambda s, m, t, n: f"etp={s.etp} does not divide expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size}"),
+    Rule("fp8_param", ("fp8_param",), lambda c, m, t, n: (c["fp8_param"] == 0) | (t.precision == "fp8"),
+         lambda s, m, t, n: f"fp8_param=1 keeps the weights in fp8, which needs --precision fp8 (got {t.precision})"),
+    Rule("offload_act", ("offload_act", "recompute"),
+         lambda c, m, t, n: (c["offload_act"] == 0) | (c["recompute"] == 0),
+         lambda s, m, t, n: f"offload_act=1 with recompute={s.recompute}: activation offload replaces recomputation "
+                            "(Megatron-Core refuses --cpu-offloading with --recompute-granularity; MaxText's offload "
+                            "is itself a remat policy)"),
+    Rule("offload_opt", ("offload_opt", "zero"), lambda c, m, t, n: (c["offload_opt"] == 0) | (c["zero"] >= 1),
+         lambda s, m, t, n: "offload_opt=1 steps each rank's optimizer shard on its host, which needs zero >= 1 "
+                            "(Megatron-Core's --optimizer-cpu-offload runs under the distributed optimizer)"),
 )
 
 
@@ -156,6 +166,9 @@ def first_broken_rule(s, model, train, devices: int, field: str = "strategy",
         if not _ok(rule, cols, model, train, devices)[0]:
             return AsapError(f"{field}.{rule.key}", rule.problem(s, model, train, devices))
     if framework is not None:
+        if s.pp > 1 and s.offload_act and not framework.offload_act_with_pp:
+            return AsapError(f"{field}.offload_act", f"offload_act=1 with pp={s.pp} is not available in "
+                                                     f"{framework.name} (no CPU offloading with a pipeline)")
         if s.pp > 1 and s.zero > framework.max_zero_with_pp:
             return AsapError(f"{field}.zero", f"zero={s.zero} with pp={s.pp} is not available in {framework.name} "
                                               f"(at most zero={framework.max_zero_with_pp} with a pipeline)")

@@ -3,7 +3,9 @@
 Keys (docs/design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full, or Megatron-Core's
 recompute modules joined by ``+``, e.g. ``layernorm+moe_act``), zero (0|1|2|3),
 sp (0|1), schedule (1f1b|interleaved|zb|gpipe), dispatcher (alltoall|allgather|dedup), a2a_overlap (0|1),
-layer_split (layers per pipeline chunk, ``5/4/4/3``).
+layer_split (layers per pipeline chunk, ``5/4/4/3``), offload_act (0|1: stored activations to host memory),
+offload_opt (0|1: optimizer states to host memory, the step on the CPU), fp8_param (0|1: fp8 runs keep the
+compute weights in fp8 only).
 
 Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   tp=pp=vpp=cp=ep=1, dp = devices / (tp*pp*cp), mbs=1, recompute=none, zero=1 (distributed optimizer, the
@@ -27,11 +29,9 @@ from typing import Any
 
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS
-from asap.spec.knobs import (INT_KEYS, KEYS, RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, Recompute,  # noqa: F401
-                             RecomputeModule, Schedule, Zero, module_recomputed, recompute_code, recompute_label)
+from asap.spec.knobs import (INT_KEYS, KEYS, OFF_BY_DEFAULT, RECOMPUTE, RECOMPUTE_MODULES,  # noqa: F401
+                             SCHEDULES, SWITCH_KEYS, Recompute, RecomputeModule, Schedule, Zero, module_recomputed, recompute_code, recompute_label)
 from asap.spec.layout import format_layer_split, parse_layer_split
-
-
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,14 @@ class Strategy:
     dispatcher: str = "alltoall"  # how MoE tokens reach their experts (asap.spec.framework.Dispatcher)
     a2a_overlap: int = 0  # expert all-to-alls of one micro-batch hide behind another's computation
     layer_split: tuple[int, ...] = ()  # layers per pipeline chunk; () = the default split
+    # host offload (asap.cost.offload): stored activations copied to host memory after each layer's forward and
+    # back before its backward (Megatron-Core --cpu-offloading, MaxText's offloading remat policies, DeepSpeed
+    # cpu_checkpointing); optimizer states on the host, stepped by the CPU (Megatron-Core
+    # --optimizer-cpu-offload, DeepSpeed offload_optimizer, torchtitan's FSDP CPU offload, MaxText
+    # optimizer_memory_host_offload)
+    offload_act: int = 0
+    offload_opt: int = 0
+    fp8_param: int = 0  # fp8 runs: the compute weights exist only in fp8 (Megatron-Core --fp8-param-gather)
 
     @property
     def devices(self) -> int:
@@ -71,8 +79,10 @@ class Strategy:
         return d
 
     def __str__(self) -> str:
-        """``key=value,...`` with every key (the layer split only when it is not the default): copy-pasteable."""
-        return ",".join(f"{k}={v}" for k, v in self.to_dict().items() if v is not None)
+        """``key=value,...`` with every key (the layer split only when it is not the default, the offload and
+        fp8_param switches only when on): copy-pasteable."""
+        return ",".join(f"{k}={v}" for k, v in self.to_dict().items()
+                        if v is not None and not (k in OFF_BY_DEFAULT and v == 0))
 
 
 def _parse_int(k: str, v: Any, field: str) -> int:
@@ -84,9 +94,9 @@ def _parse_int(k: str, v: Any, field: str) -> int:
         raise AsapError(f"{field}.{k}", f"must be an integer, got {v!r}") from None
     if k == "zero" and iv not in tuple(Zero):
         raise AsapError(f"{field}.zero", f"must be 0, 1, 2 or 3, got {iv}")
-    if k in ("sp", "a2a_overlap") and iv not in (0, 1):
+    if k in SWITCH_KEYS and iv not in (0, 1):
         raise AsapError(f"{field}.{k}", f"must be 0 or 1, got {iv}")
-    if k not in ("zero", "sp", "a2a_overlap") and iv < 1:
+    if k != "zero" and k not in SWITCH_KEYS and iv < 1:
         raise AsapError(f"{field}.{k}", f"must be >= 1, got {iv}")
     if iv > 1 << 40:
         raise AsapError(f"{field}.{k}", f"is absurdly large ({iv})")

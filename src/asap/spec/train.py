@@ -11,8 +11,13 @@ import numpy as np
 from asap.errors import AsapError
 from asap.spec.framework import FRAMEWORK_NAMES
 
-PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
-TRAIN_KEYS = {"global_batch", "seq_len", "precision", "framework", "moe_imbalance"}
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "nvfp4", "mxfp4")
+# block-scaled 4-bit GEMMs (Blackwell's fifth-generation tensor cores; AMD CDNA4): NVFP4 is e2m1 with an fp8
+# scale per 16 elements, MXFP4 (OCP microscaling) e2m1 with an e8m0 scale per 32; both run at the catalog's fp4
+# peak, with bf16 activations and higher-precision weights kept for the optimizer
+FP4_PRECISIONS = ("nvfp4", "mxfp4")
+LOW_PRECISIONS = ("fp8",) + FP4_PRECISIONS  # GEMMs in a quantised format, the rest of the step in bf16
+TRAIN_KEYS = {"global_batch", "seq_len", "precision", "framework", "moe_imbalance", "memory_margin_gb"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,9 @@ class TrainSpec:
     # norms, RoPE, activations and residual adds as fused kernels (True: torch.compile, Transformer Engine) or
     # eager ones (False); None: the stack's default (asap.spec.framework.Framework.fused_elementwise)
     fused_elementwise: bool | None = None
+    # device memory (GiB) kept free beyond what the stack's runtime takes (``--memory-margin``): a strategy fits
+    # when its peak is at most the usable HBM less this (``asap.cost.memory.usable_hbm_gb``)
+    memory_margin_gb: float = 0.0
 
     def __post_init__(self):
         for key in ("global_batch", "seq_len"):
@@ -39,6 +47,9 @@ class TrainSpec:
             raise AsapError("precision", f"must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not (isinstance(self.moe_imbalance, (int, float)) and 1.0 <= self.moe_imbalance <= 1e3):
             raise AsapError("moe-imbalance", f"must be a number from 1 to 1000, got {self.moe_imbalance!r}")
+        m = self.memory_margin_gb
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or not 0 <= m <= 1e4:
+            raise AsapError("memory-margin", f"must be a number of GiB from 0 to 10000, got {m!r}")
         if self.framework is not None and self.framework not in FRAMEWORK_NAMES:
             raise AsapError("framework", f"must be one of {', '.join(FRAMEWORK_NAMES)}, got {self.framework!r}")
 
@@ -72,5 +83,9 @@ class TrainSpec:
         for key, v in zip(("global_batch", "seq_len"), sizes):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
                 raise AsapError(f"train.{key}", f"must be a positive integer, got {v!r}")
+        margin = d.get("memory_margin_gb", 0.0)
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin <= 1e4:
+            raise AsapError("train.memory_margin_gb", f"must be a number of GiB from 0 to 10000, got {margin!r}")
         return cls(int(sizes[0]), int(sizes[1]), str(d.get("precision", "bf16")),
-                   None if framework is None else str(framework).lower().strip(), float(imbalance))
+                   None if framework is None else str(framework).lower().strip(), float(imbalance),
+                   memory_margin_gb=float(margin))

@@ -1,0 +1,39 @@
+"""New catalog parts and the block-scaled 4-bit precisions: figures as their datasheets give them."""
+
+import pytest
+
+from asap.cost.estimate import estimate
+from asap.errors import AsapError
+from asap.spec.hardware import get_accelerator, load_cluster
+from asap.spec.loader import load_model
+from asap.spec.train import TrainSpec
+from conftest import assert_one_line_error
+
+
+def test_fp4_runs_on_blackwell_faster_than_fp8_and_is_refused_on_hopper(cli):
+    m = load_model("llama3-70b")
+    c = load_cluster("b300", nodes=8)
+    fp8, nv, mx = (estimate(m, c, TrainSpec(256, 8192, p), "tp=4,pp=2") for p in ("fp8", "nvfp4", "mxfp4"))
+    assert nv.step_time_s < fp8.step_time_s and mx.step_time_s < fp8.step_time_s
+    assert mx.memory_gb["weights"] < nv.memory_gb["weights"] < fp8.memory_gb["weights"]  # scales per 32 < per 16
+    with pytest.raises(AsapError, match="nvfp4 is not supported by h100-sxm"):
+        estimate(m, load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192, "nvfp4"), "tp=4,pp=2")
+    assert_one_line_error(cli("estimate", "-m", "llama3-8b", "-c", "h100-sxm", "-b", 8, "-s", 2048, "--precision",
+                              "mxfp4"), "precision", "mxfp4")
+
+
+def test_ironwood_is_two_devices_per_chip():
+    """TPU7x: 4614 TF fp8, 192 GB at 7.37 TB/s per chip, two devices per chip."""
+    a = get_accelerator("tpu7x")
+    assert 2 * a.peak_tflops["fp8"] == pytest.approx(4614, rel=0.01)
+    assert 2 * a.hbm_gb == 192 and 2 * a.hbm_gbps == pytest.approx(7380, rel=0.01)
+    assert a.devices_per_node == 8  # 4 chips per host
+
+
+def test_new_parts_and_bins_by_name():
+    assert get_accelerator("ascend-910b2").peak_tflops["bf16"] > get_accelerator("ascend-910b3").peak_tflops["bf16"]
+    assert get_accelerator("ascend-910b").peak_tflops == get_accelerator("ascend-910b3").peak_tflops
+    for name, fp4 in (("mi350x", 9228), ("mi355x", 10066), ("b300", 13500)):
+        assert get_accelerator(name).peak_flops("mxfp4") == fp4 * 1e12
+    assert get_accelerator("mi325x").hbm_gb == 256
+    assert get_accelerator("gh200").host_link_gbps > 5 * get_accelerator("h100-sxm").host_link_gbps
