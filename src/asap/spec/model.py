@@ -3,7 +3,7 @@
 Parameter counts follow the module shapes of Megatron-Core / Hugging Face implementations:
 attention Q, K, V, O projections (or MLA's low-rank projections), MLPs (gated: 3 matrices, else 2), MoE
 routers, routed and shared experts, RMS/LayerNorm weights, embeddings and an untied LM head, and
-DeepSeek-style MTP modules (one transformer layer plus a 2h -> h projection and two norms, sharing the
+DeepSeek-style MTP modules (one transformer layer plus a 2h -> h projection and three norms, sharing the
 embedding and head). Biases are ignored (they are < 0.1% of any model here).
 """
 
@@ -135,9 +135,11 @@ class ModelSpec:
         return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
 
     def mtp_module_params(self) -> int:
-        """DeepSeek-V3 sec. 2.2: per MTP depth a transformer block, a 2h->h projection and two RMSNorms."""
+        """DeepSeek-V3 sec. 2.2: per MTP depth a transformer block, a 2h->h projection, two RMSNorms on its inputs
+        and one before the shared output head (the checkpoint's ``shared_head.norm``; Megatron-Core's MTP layer
+        ``final_layernorm``)."""
         block = self.moe_layer_params() if self.moe is not None else self.dense_layer_params()
-        return block + 2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size
+        return block + 2 * self.hidden_size * self.hidden_size + 3 * self.hidden_size
 
     # ---- totals ----------------------------------------------------------------------------------------
     def num_params(self, include_mtp: bool = False) -> int:
@@ -158,7 +160,7 @@ class ModelSpec:
             n += self.num_moe_layers * self.moe_layer_active_params()
         if include_mtp and self.mtp_layers:
             block = self.moe_layer_active_params() if self.moe is not None else self.dense_layer_params()
-            n += self.mtp_layers * (block + 2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size)
+            n += self.mtp_layers * (block + 2 * self.hidden_size * self.hidden_size + 3 * self.hidden_size)
         return n
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,78 @@
+"""Round-trips through the stacks' own code: each emitted config is loaded by the stack's config classes and the
+model it describes is built (meta device: no weights) by the stack's model code; its parameter count equals
+asap's count of the same model (``ModelSpec.num_params``). A dense GQA model (llama3-8b), an MoE model
+(mixtral-8x7b) and an MLA model (deepseek-v3: MLA, MoE with shared experts and dense layers, MTP)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from asap.cli.emit import emit_strategy
+from asap.cli.estimate import load_job
+
+STACKS = Path(__file__).parent / "stacks"
+
+
+def job(model="llama3-8b", cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
+    return load_job(model, cluster, None, None, b, s, precision)
+
+
+def installed(*names):
+    for name in names:
+        if importlib.util.find_spec(name.split(".")[0]) is None or importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed (the quick start's test command installs it)")
+
+
+def run_loader(script, *args, timeout=600):
+    proc = subprocess.run([sys.executable, str(STACKS / script), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+MEGATRON_CASES = [
+    ("llama3-8b", "bf16", "tp=2,pp=2,zero=3,recompute=layernorm+moe_act,layer_split=15/17"),
+    ("mixtral-8x7b", "bf16", "tp=2,pp=4,vpp=2,ep=4,mbs=2,recompute=selective,dispatcher=dedup,a2a_overlap=1"),
+    ("deepseek-v3", "bf16", "tp=2,pp=8,ep=8,zero=1,recompute=selective"),
+    # TransformerConfig checks fp8 with MoE or with layernorm / moe_act recomputation against the installed
+    # Transformer Engine version (not installable here): fp8 on the dense model with full recomputation
+    ("llama3-8b", "fp8", "tp=2,pp=2,recompute=full"),
+]
+# flags read outside megatron.core's configs: by pretrain_gpt.py's training loop and checkpointing
+MEGATRON_TRAINING_ONLY = {"global_batch_size", "micro_batch_size", "seq_length", "ckpt_format"}
+
+
+def test_megatron_core_builds_the_emitted_model(tmp_path):
+    """megatron-core 0.14's TransformerConfig / MLATransformerConfig and DistributedDataParallelConfig take the
+    emitted arguments (its wheel has no Megatron-LM argument parser: tests/stacks/megatron_load.py maps each flag
+    to its argparse destination, then to the configs by field name), and GPTModel built from them has asap's
+    parameter count, MTP included."""
+    installed("megatron.core")
+    paths = []
+    for i, (name, precision, strategy) in enumerate(MEGATRON_CASES):
+        m, c, t = job(name, precision=precision)
+        paths.append(tmp_path / f"args{i}.sh")
+        paths[-1].write_text(emit_strategy("megatron", m, c, t, strategy))
+    dense, moe, mla, fp8 = run_loader("megatron_load.py", *paths)
+    for (name, _, _), got in zip(MEGATRON_CASES, (dense, moe, mla, fp8)):
+        m = job(name)[0]
+        assert got["params"] == m.num_params(include_mtp=True), name
+        assert got["normalization"] == "RMSNorm" and got["gated"] and got["activation"] == "silu"
+        assert got["position_embedding_type"] == "rope" and got["rotary_base"] == m.rope_theta
+        assert got["bias"] is False and set(got["elsewhere"]) <= MEGATRON_TRAINING_ONLY, got["elsewhere"]
+    assert dense["class"] == "TransformerConfig" and dense["query_groups"] == 8
+    assert dense["layout"] == [16, 18] and dense["modules"] == ["layernorm"]  # E+15t | 17t+L
+    # Megatron-FSDP: the sharding strategy, the distributed optimizer and its checkpoint format
+    assert dense["megatron_fsdp"] and dense["sharding"] == "optim_grads_params" and dense["dist_opt"]
+    assert "ckpt_format" in dense["elsewhere"] and dense["grad_reduce_in_fp32"] is False
+    assert (moe["tp"], moe["pp"], moe["vpp"], moe["ep"], moe["experts"], moe["topk"]) == (2, 4, 2, 4, 8, 2)
+    assert (moe["dispatcher"], moe["deepep"], moe["a2a_overlap"]) == ("flex", True, True)
+    assert moe["sp"] and moe["dist_opt"] and moe["overlap_grad_reduce"] and moe["recompute"] == "selective"
+    assert mla["class"] == "MLATransformerConfig" and mla["mla"] and mla["mtp"] == 1
+    assert (mla["experts"], mla["topk"], mla["modules"]) == (256, 8, ["core_attn", "layernorm", "moe_act"])
+    assert mla["layout"] == [8, 7, 8, 8, 8, 8, 8, 9]  # E+7t, 7t, ..., 7t+m+L
+    assert (fp8["fp8"], fp8["fp8_recipe"], fp8["bf16"], fp8["recompute"]) == ("hybrid", "tensorwise", True, "full")
