@@ -172,33 +172,6 @@ def test_cli_json(cli):
     assert proc.returncode == 0 and "--tensor-model-parallel-size 1" in proc.stdout
 
 
-TITAN_LOADER = """
-import importlib.util, sys, types
-spec = importlib.util.find_spec("torchtitan")
-pkg = types.ModuleType("torchtitan"); pkg.__path__ = list(spec.submodule_search_locations)
-sys.modules["torchtitan"] = pkg  # skip torchtitan/__init__ (it imports its trainer, triton and all)
-from torchtitan.config.manager import ConfigManager
-cfg = ConfigManager().parse_args(["--job.config_file", sys.argv[1]])
-p = cfg.parallelism
-print(p.tensor_parallel_degree, p.pipeline_parallel_degree, p.data_parallel_shard_degree,
-      p.pipeline_parallel_schedule, cfg.training.local_batch_size, cfg.activation_checkpoint.mode)
-"""
-
-
-def test_torchtitan_own_loader(tmp_path):
-    if importlib_spec("torchtitan") is None:
-        pytest.skip("torchtitan is not installed (pip install torchtitan==0.2.2 deepspeed==0.19.8)")
-    m, c, t = job()
-    path = tmp_path / "job.toml"
-    path.write_text(emit_strategy("torchtitan", m, c, t, "tp=2,pp=2,vpp=2,mbs=2,recompute=full,zero=3"))
-    proc = subprocess.run([sys.executable, "-c", TITAN_LOADER, str(path)], capture_output=True, text=True,
-                          timeout=120)
-    if proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr:
-        pytest.skip(f"torchtitan's config loader does not import here: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["2", "2", "16", "Interleaved1F1B", "16", "full"]
-
-
 def test_deepspeed_own_loader():
     if importlib_spec("deepspeed") is None:
         pytest.skip("deepspeed is not installed (pip install torchtitan==0.2.2 deepspeed==0.19.8)")

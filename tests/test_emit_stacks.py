@@ -76,3 +76,55 @@ def test_megatron_core_builds_the_emitted_model(tmp_path):
     assert (mla["experts"], mla["topk"], mla["modules"]) == (256, 8, ["core_attn", "layernorm", "moe_act"])
     assert mla["layout"] == [8, 7, 8, 8, 8, 8, 8, 9]  # E+7t, 7t, ..., 7t+m+L
     assert (fp8["fp8"], fp8["fp8_recipe"], fp8["bf16"], fp8["recompute"]) == ("hybrid", "tensorwise", True, "full")
+
+
+def titan_case(tmp_path, model, strategy, cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
+    from asap.emit.torchtitan_model import model_args_json
+
+    _, c, t = job(cluster=cluster, b=b, s=s, precision=precision)
+    toml, args = tmp_path / f"{model.name}.toml", tmp_path / f"{model.name}.json"
+    toml.write_text(emit_strategy("torchtitan", model, c, t, strategy))
+    args.write_text(model_args_json(model, s))
+    return toml, args
+
+
+def test_torchtitan_builds_the_emitted_model(tmp_path):
+    """torchtitan 0.2.2's ConfigManager loads the emitted TOML; the model its train spec builds from [model]
+    name and flavor (a custom flavor registered from the emitted arguments first) has asap's parameter count:
+    llama3-8b is torchtitan's llama3 8B, tiny-dense a custom llama3 flavor, mixtral-8x7b a qwen3 MoE flavor
+    (no q/k norms), deepseek-v3 (without MTP, which torchtitan 0.2.2 lacks) a deepseek_v3 flavor."""
+    installed("torchtitan")
+    from dataclasses import replace
+
+    cases = [("llama3-8b", "tp=2,pp=2,vpp=2,mbs=2,recompute=selective,zero=3", ("llama3", "8B")),
+             ("tiny-dense", "tp=2,zero=0,recompute=full", ("llama3", "asap-tiny-dense")),
+             ("mixtral-8x7b", "ep=8,zero=3,mbs=2", ("qwen3", "asap-mixtral-8x7b")),
+             ("deepseek-v3", "pp=4,ep=8,zero=3", ("deepseek_v3", "asap-deepseek-v3"))]
+    for name, strategy, (family, flavor) in cases:
+        m = job(name)[0]
+        m = replace(m, mtp_layers=0)
+        got = run_loader("torchtitan_load.py", *titan_case(tmp_path, m, strategy), timeout=300)
+        assert (got["name"], got["flavor"]) == (family, flavor)
+        assert got["params"] == m.num_params(), name
+        assert got["layer_names"] == [str(i) for i in range(m.num_layers)]
+        assert got["global_batch"] == 256 and got["seq_len"] == 4096 and got["mixed_precision_param"] == "bfloat16"
+        if name == "llama3-8b":
+            assert (got["tp"], got["pp"], got["dp_shard"], got["schedule"], got["ac"]) == (2, 2, 16,
+                                                                                        "Interleaved1F1B", "selective")
+            assert [len(part) for part in got["fqns"]] == [9, 8, 8, 10]  # embedding + 8 layers, ..., 8 + norm, output
+        if name == "tiny-dense":
+            assert (got["dp_replicate"], got["dp_shard"], got["tp"], got["local_batch"]) == (32, 1, 2, 1)
+        if name == "deepseek-v3":
+            assert got["ep"] == 8 and got["pp"] == 4
+
+
+def test_torchtitan_registered_flavors_are_asap_shapes(tmp_path):
+    """Every flavor the emitter names as torchtitan's own (REGISTERED) builds a model of asap's count."""
+    installed("torchtitan")
+    from asap.emit.torchtitan_model import REGISTERED
+    from asap.spec.model import ModelSpec
+
+    for (family, flavor), shape in REGISTERED.items():
+        m = ModelSpec(name=f"{family}-{flavor}", **shape)
+        got = run_loader("torchtitan_load.py", *titan_case(tmp_path, m, "zero=3"), timeout=300)
+        assert (got["name"], got["flavor"], got["params"]) == (family, flavor, m.num_params())
