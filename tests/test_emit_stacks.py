@@ -128,3 +128,40 @@ def test_torchtitan_registered_flavors_are_asap_shapes(tmp_path):
         m = ModelSpec(name=f"{family}-{flavor}", **shape)
         got = run_loader("torchtitan_load.py", *titan_case(tmp_path, m, "zero=3"), timeout=300)
         assert (got["name"], got["flavor"], got["params"]) == (family, flavor, m.num_params())
+
+
+def maxtext_python():
+    """MaxText 0.2.5 needs Python >= 3.12: its own venv (ASAP_MAXTEXT_PYTHON, else ../main/.venv-maxtext)."""
+    import os
+
+    for candidate in (os.environ.get("ASAP_MAXTEXT_PYTHON"), Path(__file__).parents[2] / "main/.venv-maxtext/bin/python"):
+        if candidate and Path(candidate).exists():
+            return str(candidate)
+    pytest.skip("no MaxText venv (Python >= 3.12 with maxtext 0.2.5: see docs/emit.md; ASAP_MAXTEXT_PYTHON names it)")
+
+
+def test_maxtext_pyconfig_builds_the_emitted_model(tmp_path):
+    """MaxText 0.2.5's pyconfig takes the emitted YAML over its base.yml on 8 virtual CPU devices; the model it
+    creates on that mesh (abstract: jax.eval_shape of its init) has asap's parameter count, MTP included."""
+    python = maxtext_python()
+    cases = [("tiny-dense", "dp=4,tp=2,zero=3", "fp32"), ("mixtral-8x7b", "dp=8,ep=8,zero=3", "bf16"),
+             ("deepseek-v3", "dp=8,ep=4,zero=3,recompute=full", "bf16")]
+    paths = []
+    for name, strategy, precision in cases:
+        m, c, t = load_job(name, "local-cpu", None, 8, 8, 64, precision)
+        paths.append(tmp_path / f"{name}.yml")
+        paths[-1].write_text(emit_strategy("maxtext", m, c, t, strategy))
+    proc = subprocess.run([python, str(STACKS / "maxtext_load.py"), "8", *map(str, paths)], capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (name, _, _), g in zip(cases, got):
+        m = job(name)[0]
+        assert g["params"] == m.num_params(include_mtp=True), name
+        assert (g["layers"], g["emb"], g["rope"], g["batch"], g["seq"]) == (m.num_layers, m.hidden_size,
+                                                                            m.rope_theta, 8, 64)
+    dense, moe, mla = got
+    assert dense["decoder_block"].endswith("LLAMA2") and dense["mesh"]["fsdp"] == 4 and dense["mesh"]["tensor"] == 2
+    assert moe["decoder_block"].endswith("MIXTRAL") and moe["experts"] == 8 and moe["mesh"]["expert"] == 8
+    assert mla["decoder_block"].endswith("DEEPSEEK") and mla["attention_type"] == "mla" and mla["mtp"] == 1
+    assert (mla["mesh"]["expert"], mla["mesh"]["fsdp"], mla["dtype"]) == (4, 2, "bfloat16")
