@@ -165,3 +165,97 @@ def test_maxtext_pyconfig_builds_the_emitted_model(tmp_path):
     assert moe["decoder_block"].endswith("MIXTRAL") and moe["experts"] == 8 and moe["mesh"]["expert"] == 8
     assert mla["decoder_block"].endswith("DEEPSEEK") and mla["attention_type"] == "mla" and mla["mtp"] == 1
     assert (mla["mesh"]["expert"], mla["mesh"]["fsdp"], mla["dtype"]) == (4, 2, "bfloat16")
+
+
+# MindFormers r1.5.0's documented schema (mindformers cannot be installed here: it needs mindspore ~2.11): the
+# keyword arguments of LlamaConfig.__init__ (mindformers/models/llama/llama_config.py), the model_config keys of
+# research/deepseek3/deepseek3_671b/pretrain_deepseek3_671b.yaml (DeepseekV3Config), TransformerOpParallelConfig's
+# fields (mindformers/modules/transformer/transformer.py) and MoEConfig's (mindformers/modules/transformer/moe.py).
+MF_COMMON = {"type": str, "seq_length": int, "num_layers": int, "hidden_size": int, "intermediate_size": int,
+             "num_heads": int, "n_kv_heads": int, "vocab_size": int, "rms_norm_eps": float, "theta": float,
+             "compute_dtype": str, "param_init_type": str, "pp_interleave_num": int, "offset": (int, list)}
+MF_MODEL = {"LlamaConfig": {**MF_COMMON, "max_position_embedding": int},
+            "DeepseekV3Config": {**MF_COMMON, "auto_register": str, "max_position_embeddings": int, "q_lora_rank": int,
+                                 "kv_lora_rank": int, "qk_nope_head_dim": int, "qk_rope_head_dim": int,
+                                 "v_head_dim": int, "mtp_depth": int}}
+MF_PARALLEL = {"data_parallel": int, "model_parallel": int, "pipeline_stage": int, "context_parallel": int,
+               "expert_parallel": int, "micro_batch_num": int, "vocab_emb_dp": bool, "use_seq_parallel": bool,
+               "gradient_aggregation_group": int, "optimizer_shard": bool}
+MF_MOE = {"expert_num": int, "num_experts_chosen": int, "moe_intermediate_size": int, "shared_expert_num": int,
+          "first_k_dense_replace": int, "enable_deredundency": bool, "npu_nums_per_device": int}
+MF_TOP = {"parallel", "parallel_config", "runner_config", "recompute_config", "model", "moe_config"}
+
+
+def conforms(section: dict, schema: dict, where: str):
+    for key, value in section.items():
+        assert key in schema, f"{where}.{key} is not in MindFormers' schema"
+        assert isinstance(value, schema[key]) and not (schema[key] is int and isinstance(value, bool)), \
+            f"{where}.{key}={value!r} is not {schema[key]}"
+
+
+def mindformers_params(mc: dict, moe: dict | None) -> int:
+    """The parameters MindFormers' LlamaForCausalLM / DeepseekV3ForCausalLM hold for the emitted keys (their
+    modules: embedding, per layer attention (wq, wk, wv, wo or MLA's q/kv down, norms and up projections), the
+    SwiGLU w1/w2/w3 or the router and routed + shared experts, two RMSNorms; the final norm, the lm_head and
+    per MTP depth a layer, enorm, hnorm, eh_proj and its head norm)."""
+    h, nh, ffn, vocab = mc["hidden_size"], mc["num_heads"], mc["intermediate_size"], mc["vocab_size"]
+    if "kv_lora_rank" in mc:
+        q, kv = mc["q_lora_rank"], mc["kv_lora_rank"]
+        qk = mc["qk_nope_head_dim"] + mc["qk_rope_head_dim"]
+        attn = (h * q + q + q * nh * qk if q else h * nh * qk) + h * (kv + mc["qk_rope_head_dim"]) + kv
+        attn += kv * nh * (mc["qk_nope_head_dim"] + mc["v_head_dim"]) + nh * mc["v_head_dim"] * h
+    else:
+        hd = h // nh
+        attn = 2 * h * nh * hd + 2 * h * mc["n_kv_heads"] * hd
+    dense = attn + 3 * h * ffn + 2 * h
+    n_moe = 0 if moe is None else mc["num_layers"] - moe["first_k_dense_replace"]
+    moe_layer = 0 if moe is None else (attn + h * moe["expert_num"] + 2 * h + (moe["expert_num"] + moe[
+        "shared_expert_num"]) * 3 * h * moe["moe_intermediate_size"])
+    mtp = mc.get("mtp_depth", 0) * ((moe_layer if moe else dense) + 2 * h * h + 3 * h)
+    return 2 * vocab * h + h + (mc["num_layers"] - n_moe) * dense + n_moe * moe_layer + mtp
+
+
+def test_mindformers_yaml_keeps_the_model_in_its_schema():
+    """The emitted YAML's sections use only MindFormers' documented keys and types, DeepSeek-V3 keeps MLA
+    (DeepseekV3Config with the latent ranks, n_kv_heads = num_heads, no head_dim) and MTP, and the model those
+    keys describe has asap's parameter count."""
+    import yaml
+
+    cases = [("llama3-8b", "tp=8,pp=2,recompute=selective"), ("mixtral-8x7b", "tp=4,pp=4,vpp=2,ep=2,recompute=full"),
+             ("deepseek-v3", "tp=4,pp=4,ep=4,zero=1")]
+    for name, strategy in cases:
+        m, c, t = job(name, cluster="ascend-910b-64")
+        cfg = yaml.safe_load(emit_strategy("mindformers", m, c, t, strategy))
+        assert set(cfg) <= MF_TOP
+        mc = cfg["model"]["model_config"]
+        conforms(mc, MF_MODEL[mc["type"]], "model.model_config")
+        conforms(cfg["parallel_config"], MF_PARALLEL, "parallel_config")
+        if "moe_config" in cfg:
+            conforms(cfg["moe_config"], MF_MOE, "moe_config")
+        assert mindformers_params(mc, cfg.get("moe_config")) == m.num_params(include_mtp=True), name
+        assert mc["theta"] == m.rope_theta and mc["n_kv_heads"] == m.num_kv_heads
+    assert mc["type"] == "DeepseekV3Config" and cfg["model"]["arch"]["type"] == "DeepseekV3ForCausalLM"
+    assert (mc["kv_lora_rank"], mc["q_lora_rank"], mc["n_kv_heads"], mc["mtp_depth"]) == (512, 1536, 128, 1)
+    assert "head_dim" not in mc
+
+
+def test_deepspeed_config_class_takes_every_model():
+    """DeepSpeed 0.19.8's DeepSpeedConfig accepts the JSON for a dense, an MoE and an MLA model (the JSON carries
+    no model: DeepSpeed trains the user's nn.Module, so there is no count to compare); fp8 and expert
+    parallelism are refused in one line."""
+    installed("deepspeed")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from asap.errors import AsapError
+
+    for name in ("llama3-8b", "mixtral-8x7b", "deepseek-v3"):
+        m, c, t = job(name, cluster="dgx-h100-1", b=16)
+        cfg = DeepSpeedConfig(json.loads(emit_strategy("deepspeed", m, c, t, "tp=2,pp=4,mbs=2,zero=1,recompute=full")))
+        assert (cfg.train_batch_size, cfg.gradient_accumulation_steps, cfg.zero_optimization_stage) == (16, 8, 1)
+        assert cfg.bfloat16_config.enabled and cfg.pipeline["stages"] == 4
+    m, c, t = job("mixtral-8x7b", cluster="dgx-h100-1", b=16)
+    with pytest.raises(AsapError, match="strategy.ep: deepspeed cannot express ep=2"):
+        emit_strategy("deepspeed", m, c, t, "tp=2,ep=2,zero=1")
+    m, c, t = job(cluster="dgx-h100-1", b=16, precision="fp8")
+    with pytest.raises(AsapError, match="precision: deepspeed cannot express fp8"):
+        emit_strategy("deepspeed", m, c, t, "tp=2,zero=1")
