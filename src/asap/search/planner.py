@@ -127,7 +127,7 @@ def explain_empty_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, fi
     except AsapError as e:
         return e
     job = Job(model, train, cluster.num_devices, cluster.topology.num_domains)
-    if (err := first_unrunnable(s, fw.name, job)) is not None:
+    if (err := first_unrunnable(s, fw.name, job, field="fix")) is not None:
         return err
     return AsapError("fix", f"no legal strategy keeps {fixed} for {model.name} on {cluster.num_devices} devices "
                             f"with global batch {train.global_batch}")

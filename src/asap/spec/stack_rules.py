@@ -162,7 +162,8 @@ def runnable_rows(cols: Cols, framework: str, job: Job, only_new: tuple[str, ...
     return keep
 
 
-def first_unrunnable(s, framework: str, job: Job, stack: str | None = None) -> AsapError | None:
+def first_unrunnable(s, framework: str, job: Job, stack: str | None = None,
+                     field: str = "strategy") -> AsapError | None:
     """The first stack rule ``s`` breaks, as the one line ``<field>: <stack> cannot express ...`` (``stack``:
     the name the message gives, e.g. the format mindformers for the framework mindspore)."""
     from asap.spec.legality import strategy_columns
@@ -170,8 +171,8 @@ def first_unrunnable(s, framework: str, job: Job, stack: str | None = None) -> A
     cols = strategy_columns(s)
     for rule in STACK_RULES.get(framework, ()):
         if not _rule_ok(rule, cols, job)[0]:
-            field = rule.key if rule.key in ("precision", "model") else f"strategy.{rule.key}"
-            return AsapError(field, f"{stack or framework} cannot express {rule.problem(s, job)}")
+            where = rule.key if rule.key in ("precision", "model") else f"{field}.{rule.key}"
+            return AsapError(where, f"{stack or framework} cannot express {rule.problem(s, job)}")
     return None
 
 
