@@ -7,20 +7,23 @@ train_micro_batch_size_per_gpu, gradient_accumulation_steps, zero_optimization.s
 Refused (what the JSON and the Megatron-DeepSpeed pipeline engine cannot express): vpp > 1 and schedules other
 than 1F1B, sequence parallelism, context parallelism, expert parallelism (set in the model code,
 ``deepspeed.moe.layer.MoE(ep_size=...)``), ZeRO-2/3 with pipeline parallelism, recompute other than none or
-full, a layer split other than the uniform one, fp8.
+full, a layer split other than the uniform one, fp8 (the rules shared with the planner: asap.spec.stack_rules).
+The JSON carries no model: DeepSpeed trains the user's ``nn.Module`` (for Megatron-DeepSpeed, the model is
+Megatron's arguments: ``asap emit --format megatron``).
 """
 
 from __future__ import annotations
 
 import json
 
-from asap.emit.common import chunk_layers, micro_batches, refuse
+from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse
 
 NAME = "deepspeed"
 VERSION = "DeepSpeed v0.19.8 (deepspeed/runtime/config.py)"
 
 
 def config(model, cluster, train, s) -> dict:
+    check_runnable(NAME, NAME, model, cluster, train, s)
     if s.vpp > 1 or s.schedule != "1f1b":
         key = "vpp" if s.vpp > 1 else "schedule"
         raise refuse(key, NAME, f"{key}={getattr(s, key)} (its pipeline engine runs 1F1B with one stage per rank)")
@@ -28,8 +31,6 @@ def config(model, cluster, train, s) -> dict:
         raise refuse("sp", NAME, "sp=1 (no sequence parallelism)")
     if s.cp > 1:
         raise refuse("cp", NAME, f"cp={s.cp} (no context parallelism)")
-    if s.ep > 1:
-        raise refuse("ep", NAME, f"ep={s.ep} (expert parallelism is set in the model code, not the config)")
     if s.pp > 1 and s.zero > 1:
         raise refuse("zero", NAME, f"zero={s.zero} with pp={s.pp} (its pipeline engine takes ZeRO-1 at most)")
     if s.recompute not in ("none", "full"):
@@ -37,8 +38,6 @@ def config(model, cluster, train, s) -> dict:
     if s.layer_split and len(set(chunk_layers(model, s))) != 1:
         raise refuse("layer_split", NAME, f"layer_split={'/'.join(map(str, s.layer_split))} "
                                           "(pipeline.partition is uniform)")
-    if train.precision == "fp8":
-        raise refuse("precision", NAME, "fp8 (bf16 or fp16 only)")
     cfg: dict = {
         "train_batch_size": train.global_batch,
         "train_micro_batch_size_per_gpu": s.mbs,

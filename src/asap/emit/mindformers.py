@@ -15,25 +15,21 @@ expert tensor parallelism other than model_parallel.
 
 from __future__ import annotations
 
-from asap.emit.common import chunk_layers, micro_batches, recompute_modules, refuse
+from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse, refuse_model
 
 NAME = "mindformers"
 VERSION = "MindFormers r1.5.0 (parallel_config, recompute_config)"
 
 
 def config(model, cluster, train, s) -> dict:
+    check_runnable(NAME, "mindspore", model, cluster, train, s)
+    check_model(model)
     if s.zero > 1:
         raise refuse("zero", NAME, f"zero={s.zero} (optimizer_shard shards optimizer states only: zero 0 or 1)")
-    if recompute_modules(s):
-        raise refuse("recompute", NAME, f"recompute={s.recompute} (recompute_config: recompute or select_recompute)")
     if s.schedule in ("zb", "gpipe"):
         raise refuse("schedule", NAME, f"schedule={s.schedule} (1F1B, interleaved with pp_interleave_num)")
     if model.moe is not None and s.dispatcher == "allgather":
         raise refuse("dispatcher", NAME, "dispatcher=allgather (all-to-all, or deduplicated with enable_deredundency)")
-    if model.moe is not None and s.etp != s.tp:
-        raise refuse("etp", NAME, f"etp={s.etp} with tp={s.tp} (experts are sharded by model_parallel)")
-    if train.precision == "fp8":
-        raise refuse("precision", NAME, "fp8 (compute_dtype is float32, float16 or bfloat16)")
     n_micro = micro_batches(train, s)
     chunks = chunk_layers(model, s)
     base = model.num_layers // (s.pp * s.vpp)
@@ -56,13 +52,8 @@ def config(model, cluster, train, s) -> dict:
         "recompute_config": {"recompute": s.recompute == "full", "select_recompute": s.recompute == "selective",
                              "parallel_optimizer_comm_recompute": False, "mp_comm_recompute": True,
                              "recompute_slice_activation": True},
-        "model": {"model_config": {
-            "seq_length": train.seq_len, "num_layers": model.num_layers, "hidden_size": model.hidden_size,
-            "intermediate_size": model.ffn_hidden_size, "num_heads": model.num_attention_heads,
-            "n_kv_heads": model.num_kv_heads, "head_dim": model.head_dim, "vocab_size": model.vocab_size,
-            "tie_word_embeddings": bool(model.tie_embeddings),
-            "compute_dtype": {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16"),
-            "pp_interleave_num": s.vpp, "offset": offset}},
+        "model": {"model_config": {**model_config(model, train), "pp_interleave_num": s.vpp, "offset": offset},
+                  "arch": arch(model)},
     }
     if model.moe is not None:
         e = model.moe
@@ -72,6 +63,53 @@ def config(model, cluster, train, s) -> dict:
                              "enable_deredundency": s.dispatcher == "dedup",
                              "npu_nums_per_device": cluster.devices_per_node if s.dispatcher == "dedup" else 1}
     return cfg
+
+
+def check_model(model) -> None:
+    """What LlamaConfig / DeepseekV3Config cannot build."""
+    problem = (("norm", f"norm={model.norm} (RMSNorm only)") if model.norm != "rmsnorm" else
+               ("position_embedding", f"position_embedding={model.position_embedding} (RoPE only)")
+               if model.position_embedding != "rope" else
+               ("activation", f"activation={model.activation} (SwiGLU feed-forwards)")
+               if model.activation != "swiglu" else
+               ("tie_embeddings", "tied embeddings (an untied lm_head)") if model.tie_embeddings else None)
+    if problem is None and model.mla is None:
+        problem = (("head_dim", f"head_dim={model.head_dim} with hidden_size/num_heads="
+                                f"{model.hidden_size // model.num_attention_heads} (LlamaConfig derives it)")
+                   if model.head_dim * model.num_attention_heads != model.hidden_size else
+                   ("mtp_layers", f"mtp_layers={model.mtp_layers} without MLA (mtp_depth is DeepseekV3Config's)")
+                   if model.mtp_layers else
+                   ("moe", "shared experts or leading dense layers without MLA (DeepseekV3Config's keys)")
+                   if model.moe is not None and (model.moe.shared_experts or model.moe.first_dense_layers) else None)
+    if problem is not None:
+        raise refuse_model(NAME, *problem)
+
+
+def model_config(model, train) -> dict:
+    """``model.model_config``: LlamaConfig's keys (dense, or MoE through moe_config), DeepseekV3Config's with MLA
+    (research/deepseek3/deepseek3_671b/pretrain_deepseek3_671b.yaml: n_kv_heads = num_heads, the latent ranks
+    and head widths, mtp_depth)."""
+    mc = {"type": "DeepseekV3Config" if model.mla is not None else "LlamaConfig",
+          "seq_length": train.seq_len, "max_position_embedding": train.seq_len, "num_layers": model.num_layers,
+          "hidden_size": model.hidden_size, "intermediate_size": model.ffn_hidden_size,
+          "num_heads": model.num_attention_heads, "n_kv_heads": model.num_kv_heads, "vocab_size": model.vocab_size,
+          "rms_norm_eps": 1e-5, "theta": model.rope_theta,
+          "compute_dtype": {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16"),
+          "param_init_type": "float32"}
+    if model.mla is not None:
+        m = model.mla
+        mc.update({"auto_register": "deepseek3_config.DeepseekV3Config", "max_position_embeddings": train.seq_len,
+                   "q_lora_rank": m.q_lora_rank or 0, "kv_lora_rank": m.kv_lora_rank,
+                   "qk_nope_head_dim": m.qk_nope_head_dim, "qk_rope_head_dim": m.qk_rope_head_dim,
+                   "v_head_dim": m.v_head_dim, "mtp_depth": model.mtp_layers})
+        del mc["max_position_embedding"]
+    return mc
+
+
+def arch(model) -> dict:
+    if model.mla is not None:
+        return {"type": "DeepseekV3ForCausalLM", "auto_register": "deepseek3.DeepseekV3ForCausalLM"}
+    return {"type": "LlamaForCausalLM"}
 
 
 def emit(model, cluster, train, s) -> str:

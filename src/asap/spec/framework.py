@@ -245,7 +245,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.DEDUP, a2a_overlap=1,
-              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS,
+              # MindFormers' moe_config: all-to-all, or deduplicated (enable_deredundency); no all-gather dispatcher
+              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": ("alltoall", "dedup"),
                       "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,)}),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
     # torch's ZeroRedundancyOptimizer for zero 1 (a broadcast per parameter tensor after the step), FSDP2 per
