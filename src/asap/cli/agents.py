@@ -94,7 +94,7 @@ def _open_memory(path: str | None):
 
 
 def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: str | None = None):
-    from asap.execute.base import make_executor
+    from asap.execute.factory import make_executor
     from asap.spec.hardware import load_cluster
 
     if kind == "sim":

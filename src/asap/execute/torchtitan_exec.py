@@ -1,0 +1,114 @@
+"""The ``torchtitan`` executor: torchtitan's own trainer on the emitted TOML, under torchrun.
+
+Each trial writes ``torchtitan.toml`` (``asap.emit.torchtitan``) and the model asap emitted as torchtitan
+model args (``model_args.json``, registered as a flavor by ``asap.execute.launchers.torchtitan_main``), with a
+tokenizer and a small JSON-lines corpus made locally (``asap.execute.assets``), and runs::
+
+    torchrun --standalone --nproc-per-node {devices} -m asap.execute.launchers.torchtitan_main
+        [--asap-cpu] --asap-model-args model_args.json --job.config_file torchtitan.toml --training.steps N
+        --metrics.log_freq 1 --profiling.enable_profiling ...
+
+``--asap-cpu`` (the CPU shims, float32 parameters) is added only where the machine has no GPU. The step time
+is read from torchtitan's ``step: ... tps: ...`` lines; rank 0's Kineto traces come back as the trial's traces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from asap.errors import AsapError
+from asap.execute.stack import StackExecutor
+from asap.spec.model import ModelSpec
+from asap.spec.strategy import Strategy
+
+
+def titan_model_args(model: ModelSpec, seq_len: int) -> dict:
+    """torchtitan v0.2.2 llama3 ``TransformerModelArgs`` of ``model``: its SwiGLU hidden size is
+    ``multiple_of * ceil(ffn_dim_multiplier * int(8 * dim / 3) / multiple_of)``, so ``multiple_of = ffn`` and a
+    multiplier just under ``ffn / int(8 dim / 3)`` give the model's ffn exactly."""
+    if model.moe is not None or model.mla is not None:
+        raise AsapError("model", f"torchtitan's llama3 train spec cannot build {model.name} (MoE/MLA: use its "
+                                 "deepseek_v3 spec through --executor command)")
+    if model.activation != "swiglu" or model.tie_embeddings:
+        raise AsapError("model", f"torchtitan's llama3 is untied SwiGLU; {model.name} is "
+                                 f"{model.activation}{', tied' if model.tie_embeddings else ''}")
+    if model.head_dim * model.num_attention_heads != model.hidden_size:
+        raise AsapError("model", f"torchtitan's llama3 takes head_dim = dim / n_heads; {model.name} has "
+                                 f"head_dim {model.head_dim}")
+    base = int(2 * 4 * model.hidden_size / 3)
+    mult = (model.ffn_hidden_size - 0.5) / base
+    assert model.ffn_hidden_size * -(-int(mult * base) // model.ffn_hidden_size) == model.ffn_hidden_size
+    return {"dim": model.hidden_size, "n_layers": model.num_layers, "n_heads": model.num_attention_heads,
+            "n_kv_heads": model.num_kv_heads, "vocab_size": model.vocab_size, "multiple_of": model.ffn_hidden_size,
+            "ffn_dim_multiplier": mult, "rope_theta": float(getattr(model, "rope_theta", 10000.0) or 10000.0),
+            "max_seq_len": max(seq_len, 128)}
+
+
+def has_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+class TorchtitanExecutor(StackExecutor):
+    name = "torchtitan"
+
+    def __init__(self, model, cluster, train, *, steps: int = 3, seed: int = 0, profile: bool = True,
+                 cpu: bool | None = None, launcher: str = "torchrun", timeout_s: float | None = 900.0,
+                 workdir: str | None = None, python: str | None = None):
+        import sys
+
+        self.steps, self.seed, self.profile = max(2, int(steps)), seed, profile
+        self.cpu = (not has_gpu()) if cpu is None else cpu
+        py = python or sys.executable
+        head = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "{devices}"]
+        super().__init__(head + ["-m", "asap.execute.launchers.torchtitan_main", "{launcher_args}"],
+                         "torchtitan", model, cluster, train, timeout_s=timeout_s, workdir=workdir,
+                         env={"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"})
+
+    def extra_fields(self) -> tuple[str, ...]:
+        return super().extra_fields() + ("launcher_args",)
+
+    def refuses(self, strategy: Strategy) -> str | None:
+        try:
+            titan_model_args(self.model, self.train.seq_len)
+        except AsapError as e:
+            return str(e)
+        return super().refuses(strategy)
+
+    def assets(self) -> Path:
+        """The corpus and tokenizer, made once per executor (shared by its trials)."""
+        from asap.execute.assets import write_corpus, write_tokenizer
+
+        folder = self.workdir / "assets"
+        if not (folder / "tokenizer.json").is_file():
+            corpus = write_corpus(folder / "corpus")
+            write_tokenizer(folder, corpus, self.model.vocab_size)
+        return folder
+
+    def prepare(self, s: Strategy, trial_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
+        out = super().prepare(s, trial_dir, values)
+        assets = self.assets()
+        model_args = trial_dir / "model_args.json"
+        flavor = f"asap_{self.model.name}".replace("-", "_")
+        model_args.write_text(json.dumps({"name": "llama3", "flavor": flavor,
+                                          "args": titan_model_args(self.model, self.train.seq_len)}, indent=1))
+        args = (["--asap-cpu"] if self.cpu else []) + [
+            "--asap-model-args", str(model_args), "--job.config_file", out["config"],
+            "--job.dump_folder", str(trial_dir / "outputs"), "--model.name", "llama3", "--model.flavor", flavor,
+            "--model.hf_assets_path", str(assets), "--training.dataset", "c4_test",
+            "--training.dataset_path", str(assets / "corpus"), "--training.steps", str(self.steps),
+            "--metrics.log_freq", "1", "--lr_scheduler.warmup_steps", "1", "--debug.seed", str(self.seed)]
+        if self.cpu:  # bf16 matmuls are very slow on CPUs: float32 parameters
+            args += ["--training.mixed_precision_param", "float32"]
+        if self.profile:
+            args += ["--profiling.enable_profiling", "--profiling.save_traces_folder", "profile_traces",
+                     "--profiling.profile_freq", str(self.steps), "--profiling.profiler_warmup", "0",
+                     "--profiling.profiler_active", "1"]
+        out["_launcher_args_argv"] = args
+        return out
