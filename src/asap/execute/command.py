@@ -79,7 +79,7 @@ class CommandExecutor(Executor):
             from asap.execute.logs import log_format
 
             self.log_format = log_format(framework)
-            oom_regex = f"{self.log_format.oom}|{oom_regex}" if oom_regex else self.log_format.oom
+            oom_regex = f"{oom_regex}|{self.log_format.oom}" if oom_regex else self.log_format.oom
             warmup = self.log_format.warmup
         if isinstance(template, str):
             try:
@@ -260,10 +260,15 @@ class CommandExecutor(Executor):
 
 
 def _last_error_line(text: str) -> str:
+    """The root cause a log says: the last exception line of a Python traceback (``ValueError: ...``), not the
+    launcher's report about its failed child; else the last line saying error; else the last line."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
-    for l in reversed(lines):  # prefer the exception line of a Python traceback, or anything saying error
-        if re.search(r"(?i)(error|exception|fatal|failed|abort)", l):
+    noise = re.compile(r"ChildFailedError|elastic|torch\.distributed\.run|exitcode|error_file|To enable traceback")
+    exc = re.compile(r"^(\[[^\]]*\]:?\s*)?([\w.]+(Error|Exception|Exit)|KeyboardInterrupt)\b(:|$)")
+    for l in reversed(lines):
+        if exc.search(l) and not noise.search(l):
+            return l
+    for l in reversed(lines):  # anything saying error
+        if re.search(r"(?i)(error|exception|fatal|failed|abort)", l) and not noise.search(l):
             return l
     return lines[-1] if lines else ""
-
-

@@ -10,7 +10,11 @@ never does. What each shim stands in for:
   which ``torch.cpu`` lacks; here they report the host's memory and the process's peak RSS;
 * SUM instead of PREMUL_SUM/AVG: FSDP2 reduce-scatters gradients with ``ReduceOp.AVG`` or ``PREMUL_SUM``, which
   gloo does not implement; ``force_sum_reduction_for_comms`` makes it SUM and divide afterwards (the same
-  numbers, as on MTIA).
+  numbers, as on MTIA);
+* profiler activities: torchtitan passes ``[CPU, None]`` to ``torch.profiler.profile`` when there is no GPU;
+  the None is dropped;
+* ``barrier(device_ids=[...])``: an NCCL-only argument (torchtitan passes ``torch.cpu.current_device()``, the
+  string "cpu", when it resets the process groups' timeouts); gloo's barrier takes none.
 """
 
 from __future__ import annotations
@@ -77,7 +81,43 @@ def patch_fsdp_sum_reduction() -> None:
     coll._get_gradient_divide_factors = sum_only
 
 
+def patch_profiler_activities() -> None:
+    """``torch.profiler.profile(activities=[CPU, None])`` -> ``[CPU]``."""
+    import torch.profiler as tp
+
+    base = tp.profile
+    if getattr(base, "_asap_cpu_shim", False):
+        return
+
+    class profile(base):  # noqa: N801 - the name torchtitan calls
+        _asap_cpu_shim = True
+
+        def __init__(self, *args, activities=None, **kwargs):
+            if activities is not None:
+                activities = [a for a in activities if a is not None]
+            super().__init__(*args, activities=activities, **kwargs)
+
+    tp.profile = profile
+
+
+def patch_gloo_barrier() -> None:
+    """``torch.distributed.barrier(device_ids=...)`` without the NCCL-only ``device_ids``."""
+    import torch.distributed as dist
+
+    base = dist.barrier
+    if getattr(base, "_asap_cpu_shim", False):
+        return
+
+    def barrier(*args, device_ids=None, **kwargs):
+        return base(*args, **kwargs)
+
+    barrier._asap_cpu_shim = True
+    dist.barrier = barrier
+
+
 def apply_all() -> None:
     patch_device_type()
+    patch_gloo_barrier()
+    patch_profiler_activities()
     patch_cpu_memory_stats()
     patch_fsdp_sum_reduction()

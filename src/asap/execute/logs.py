@@ -85,7 +85,7 @@ LOG_FORMATS: dict[Stack, LogFormat] = {
     Stack.DEEPSPEED: LogFormat(
         Stack.DEEPSPEED, r"time \(ms\) \| fwd: ([0-9.]+) \| bwd: ([0-9.]+) \|.*?\| step: ([0-9.]+)|"
                          r"iter time \(s\): ([0-9.]+)", StepUnit.SUM_MS,
-        r"(?:\bloss[:=]\s*|steps: \d+ loss: )([-+0-9.eE]+)", COMMON_OOM, "profile/**/*.json",
+        r"(?:\bloss[:=]\s*|steps: \d+ loss: )([-+0-9.eE]+)", COMMON_OOM, "profile/**/rank*_trace.json",
         notes="wall_clock_breakdown: true and steps_per_print: 1 (ZeRO engine); the pipeline engine prints "
               "iter time (s) itself"),
     Stack.MINDFORMERS: LogFormat(
@@ -135,32 +135,30 @@ def _step_seconds(fmt: LogFormat, groups: tuple, tokens_per_step: float | None, 
     return tokens_per_step / (devices * values[0])
 
 
-def parse_log(stack: str | Stack, text: str, *, tokens_per_step: float | None = None, devices: int | None = None,
-              first_rank_only: bool = True) -> ParsedLog:
-    """The step times (s) and losses ``stack`` printed in ``text``. Stacks that log the same line on every
-    rank (torchtitan) repeat each step; ``first_rank_only`` keeps one line per step number."""
+def parse_log(stack: str | Stack, text: str, *, tokens_per_step: float | None = None,
+              devices: int | None = None) -> ParsedLog:
+    """The step times (s) and losses ``stack`` printed in ``text``. A stack that logs the same step on every
+    rank (torchtitan: each rank its own tps) gives one time per step number, the slowest rank's (a step ends
+    when every rank has finished it)."""
     fmt = log_format(stack)
-    out, seen = ParsedLog(), set()
     text = ANSI.sub("", text)
-    step_no = re.compile(r"step:\s*(\d+)")
-    for line in text.splitlines():
-        m = fmt.regex().search(line)
+    step_no = re.compile(r"step:\s*(\d+)") if fmt.stack is Stack.TORCHTITAN else None
+    times: dict = {}
+    losses: dict = {}
+    step_re, loss_re = fmt.regex(), re.compile(fmt.loss) if fmt.loss else None
+    for i, line in enumerate(text.splitlines()):
+        n = step_no.search(line) if step_no else None
+        key = int(n.group(1)) if n else ("line", i)
+        lm = loss_re.search(line) if loss_re else None
+        if lm is not None and _number(lm.group(1)) >= 0:  # a loss may stand on its own line (DeepSpeed);
+            losses.setdefault(key, _number(lm.group(1)))    # torchtitan's non-last pipeline stages print -1
+        m = step_re.search(line)
         if m is None:
             continue
-        if first_rank_only and fmt.stack is Stack.TORCHTITAN:
-            n = step_no.search(line)
-            if n is not None and n.group(1) in seen:
-                continue
-            if n is not None:
-                seen.add(n.group(1))
         t = _step_seconds(fmt, m.groups(), tokens_per_step, devices)
         if t is not None and math.isfinite(t) and t > 0:
-            out.step_times_s.append(t)
-        if fmt.loss:
-            lm = re.search(fmt.loss, line)
-            if lm is not None:
-                out.losses.append(_number(lm.group(1)))
-    return out
+            times[key] = max(times.get(key, 0.0), t)
+    return ParsedLog(list(times.values()), list(losses.values()))
 
 
 def oom_line(stack: str | Stack, text: str) -> str | None:

@@ -44,13 +44,13 @@ def register_flavor(path: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     own, rest = split_argv(list(sys.argv[1:] if argv is None else argv))
+    sys.argv = [sys.argv[0]] + rest  # before torchtitan is imported: its parser reads sys.argv at import
     if own["cpu"]:
         from asap.execute import cpu_shims
 
         cpu_shims.apply_all()
     if own["model_args"]:
         register_flavor(own["model_args"])
-    sys.argv = [sys.argv[0]] + rest
     from torchtitan.train import Trainer, main as torchtitan_main
 
     torchtitan_main(Trainer)
