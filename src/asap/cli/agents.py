@@ -93,8 +93,8 @@ def _open_memory(path: str | None):
     return Memory.open(path)
 
 
-def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: str | None = None):
-    from asap.execute.factory import make_executor
+def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: str | None = None, **real):
+    from asap.execute.factory import make_executor, tune_executor
     from asap.spec.hardware import load_cluster
 
     if kind == "sim":
@@ -104,7 +104,7 @@ def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: 
         raise AsapError("sim-machine", "only the sim executor takes --sim-machine")
     if kind in ("torch", "jax"):
         return make_executor(kind, model=m, train=t, steps=steps, profile_dir=profile)
-    raise AsapError("executor", f"must be sim, torch or jax here, got {kind!r} (the command executor: asap.execute)")
+    return tune_executor(kind, m, c, t, steps=steps, workdir=profile, **real)
 
 
 def _write_corrected_cluster(path: str, coord) -> None:
@@ -157,12 +157,29 @@ def tune(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    executor: str = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax."),
+    executor: str = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax (asap's "
+                                                           "reference trainers), torchtitan, deepspeed or maxtext "
+                                                           "(the stack on its emitted config), or command "
+                                                           "(--launch TEMPLATE)."),
+    launch: Optional[str] = typer.Option(None, "--launch", help="With --executor command: the stack's command line, "
+                                                                "with placeholders ({tp}, {config}, {emitted_args}, "
+                                                                "{trial_dir}, ...: docs/tune.md)."),
+    launcher: str = typer.Option("local", "--launcher", help="With --launch: local, torchrun or srun (the prefix "
+                                                             "put before the template)."),
+    var: Optional[list[str]] = typer.Option(None, "--var", help="KEY=VALUE for a {KEY} placeholder (repeatable)."),
+    step_time_regex: Optional[str] = typer.Option(None, "--step-time-regex",
+                                                  help="With --launch and no --framework: a regex around the step "
+                                                       "time; --step-time-scale converts it to seconds."),
+    step_time_scale: float = typer.Option(1.0, "--step-time-scale", help="Seconds per unit of --step-time-regex."),
+    trial_timeout: Optional[float] = typer.Option(None, "--trial-timeout", help="Seconds a real trial may take "
+                                                                                "before it is killed as a hang."),
+    python: Optional[str] = typer.Option(None, "--python", help="The stack's interpreter (MaxText needs its own "
+                                                                "Python >= 3.12 environment)."),
     budget: int = typer.Option(6, "--budget", min=1, help="Trials to run at most."),
     strategy: str = typer.Option("", "--strategy", "-S", help="The strategy to start from (key=value,...)."),
     sim_machine: Optional[str] = typer.Option(None, "--sim-machine",
                                               help="A cluster file the sim executor 'measures' on."),
-    steps: int = typer.Option(5, "--steps", min=2, help="Steps per torch or jax trial."),
+    steps: int = typer.Option(5, "--steps", min=2, help="Steps per real trial (torch, jax or a stack)."),
     verify_numerics: bool = typer.Option(False, "--verify-numerics",
                                          help="With --executor torch: a new strategy must align numerically with "
                                               "the first trial's (asap align, 2 steps) before it can be best."),
@@ -177,7 +194,8 @@ def tune(
                                                      "`asap estimate -c FILE` then prices any strategy as the "
                                                      "loop's final correction does."),
     profile: Optional[str] = typer.Option(None, "--profile", help="With real runs: profile each trial into "
-                                                                  "DIR/trialN; each trial's gain or loss is then "
+                                                                  "DIR/trialN (a stack's trials: its config, log and "
+                                                                  "traces); each trial's gain or loss is then "
                                                                   "explained from the trace diff."),
     llm: bool = LlmOpt,
     llm_base_url: Optional[str] = LlmUrlOpt,
@@ -188,10 +206,17 @@ def tune(
     """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
     from asap.agents.coordinator import Coordinator
 
+    from asap.execute.factory import tune_framework
+    from asap.execute.launch import parse_variables
+
+    framework = tune_framework(executor, framework)
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, 1.0)
-    if profile and executor not in ("torch", "jax"):
-        raise AsapError("profile", f"needs real runs (--executor torch or jax), got {executor}")
-    ex = _executor(executor, m, c, t, sim_machine, steps, profile)
+    if profile and executor == "sim":
+        raise AsapError("profile", f"needs real runs (--executor torch, jax, a stack or command), got {executor}")
+    real = {} if executor in ("sim", "torch", "jax") else dict(
+        launch=launch, launcher=launcher, variables=parse_variables(var), step_time_regex=step_time_regex,
+        step_time_scale=step_time_scale, timeout_s=trial_timeout, python=python)
+    ex = _executor(executor, m, c, t, sim_machine, steps, profile, **real)
     verify = _numerics_check(ex, m, t) if verify_numerics else None
     from asap.cost.estimate import framework_of
     from asap.spec.strategy import non_default_keys

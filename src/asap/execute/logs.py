@@ -80,7 +80,7 @@ LOG_FORMATS: dict[Stack, LogFormat] = {
         notes="--metrics.log_freq 1; every rank logs the same line: rank 0's are used"),
     Stack.MAXTEXT: LogFormat(
         Stack.MAXTEXT, r"completed step:\s*\d+,\s*seconds:\s*([0-9.]+)", StepUnit.S,
-        r"completed step:.*?\bloss:\s*([-+0-9.eE]+)", COMMON_OOM, "profile/**/*.xplane.pb",
+        r"completed step:.*?\bloss:\s*([-+0-9.eE]+)", COMMON_OOM, "out/**/*.xplane.pb",
         notes="profiler=xplane writes plugins/profile/<run>/*.xplane.pb under base_output_directory"),
     Stack.DEEPSPEED: LogFormat(
         Stack.DEEPSPEED, r"time \(ms\) \| fwd: ([0-9.]+) \| bwd: ([0-9.]+) \|.*?\| step: ([0-9.]+)|"

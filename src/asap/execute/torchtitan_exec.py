@@ -79,6 +79,9 @@ class TorchtitanExecutor(StackExecutor):
             titan_model_args(self.model, self.train.seq_len)
         except AsapError as e:
             return str(e)
+        if self.cpu and strategy.cp > 1:  # measured: aten._scaled_dot_product_flash_attention_for_cpu has no sharding rule
+            return (f"strategy.cp: torchtitan's context parallelism (cp={strategy.cp}) needs the CUDA SDPA kernels "
+                    "(its CPU flash attention has no DTensor sharding rule); not on CPU processes")
         return super().refuses(strategy)
 
     def assets(self) -> Path:
