@@ -76,10 +76,6 @@ class MaxTextExecutor(StackExecutor):
 
     def prepare(self, s: Strategy, trial_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
         out = super().prepare(s, trial_dir, values)
-        config = Path(out["config"])
-        text = config.read_text()
-        if "base_config:" not in text:
-            config.write_text("base_config: base.yml  # MaxText's defaults, under the emitted overrides\n" + text)
         args = [f"run_name=trial{values['trial']}", f"base_output_directory={trial_dir / 'out'}",
                 "dataset_type=synthetic", f"steps={self.steps}", "enable_checkpointing=false",
                 f"init_weights_seed={self.seed}", "attention=dot_product"]

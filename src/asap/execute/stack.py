@@ -69,6 +69,8 @@ class StackExecutor(CommandExecutor):
 
     def prepare(self, s: Strategy, trial_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
         text = self.emitted(s)
+        if self.framework == "maxtext" and "base_config:" not in text:  # MaxText's defaults under the overrides
+            text = "base_config: base.yml\n" + text
         config = trial_dir / f"{self.framework}{CONFIG_SUFFIX[self.framework]}"
         config.write_text(text)
         args = [a for line in text.splitlines() if not line.lstrip().startswith("#") for a in line.split()]
