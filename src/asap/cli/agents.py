@@ -107,6 +107,38 @@ def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: 
     return tune_executor(kind, m, c, t, steps=steps, workdir=profile, **real)
 
 
+def _real_options(executor, launch, launcher, var, step_time_regex, step_time_scale, trial_timeout, python) -> dict:
+    """What a stack or command executor takes from the command line (nothing for sim, torch, jax)."""
+    from asap.execute.launch import parse_variables
+
+    if executor in ("sim", "torch", "jax"):
+        return {}
+    return dict(launch=launch, launcher=launcher, variables=parse_variables(var), step_time_regex=step_time_regex,
+                step_time_scale=step_time_scale, timeout_s=trial_timeout, python=python)
+
+
+def _trial_table(m, c, t, executor: str):
+    """The live table of trials and the callback that fills it."""
+    from asap.cost.estimate import framework_of
+    from asap.spec.strategy import non_default_keys
+
+    table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
+    for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
+        table.add_column(col, justify="right" if col in ("measured", "predicted", "vs first") else "left")
+    fw = framework_of(t, c)
+
+    def on_trial(rec, coord):
+        first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
+        vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
+        table.add_row(str(len(coord.trials)), non_default_keys(rec.strategy, c.num_devices, m.moe is not None, fw),
+                      rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
+                      seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
+                      coord.correction.short(),
+                      (rec.reason or "")[:60])
+
+    return table, on_trial
+
+
 def _write_corrected_cluster(path: str, coord) -> None:
     """The loop's corrected machine as a cluster file, written whole or not at all."""
     import yaml
@@ -151,30 +183,38 @@ def _numerics_check(ex, m, t):
     return NumericsCheck(m, t.global_batch, t.seq_len, ex.precision, device=ex.device, timeout_s=ex.timeout_s)
 
 
+ExecutorOpt = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax (asap's "
+                                                     "reference trainers), torchtitan, deepspeed or maxtext (the "
+                                                     "stack on its emitted config), or command (--launch TEMPLATE).")
+LaunchOpt = typer.Option(None, "--launch", help="With --executor command: the stack's command line, with "
+                                                "placeholders ({tp}, {config}, {emitted_args}, {trial_dir}, ...: "
+                                                "docs/tune.md).")
+LauncherOpt = typer.Option("local", "--launcher", help="With --launch: local, torchrun or srun (the prefix put "
+                                                       "before the template).")
+VarOpt = typer.Option(None, "--var", help="KEY=VALUE for a {KEY} placeholder (repeatable).")
+StepRegexOpt = typer.Option(None, "--step-time-regex", help="With --launch and no --framework: a regex around the "
+                                                            "step time; --step-time-scale converts it to seconds.")
+StepScaleOpt = typer.Option(1.0, "--step-time-scale", help="Seconds per unit of --step-time-regex.")
+TrialTimeoutOpt = typer.Option(None, "--trial-timeout", help="Seconds a real trial may take before it is killed as "
+                                                             "a hang.")
+PythonOpt = typer.Option(None, "--python", help="The stack's interpreter (MaxText needs its own Python >= 3.12 "
+                                                "environment).")
+
+
 @app.command()
 def tune(
     model: str = ModelOpt,
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    executor: str = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax (asap's "
-                                                           "reference trainers), torchtitan, deepspeed or maxtext "
-                                                           "(the stack on its emitted config), or command "
-                                                           "(--launch TEMPLATE)."),
-    launch: Optional[str] = typer.Option(None, "--launch", help="With --executor command: the stack's command line, "
-                                                                "with placeholders ({tp}, {config}, {emitted_args}, "
-                                                                "{trial_dir}, ...: docs/tune.md)."),
-    launcher: str = typer.Option("local", "--launcher", help="With --launch: local, torchrun or srun (the prefix "
-                                                             "put before the template)."),
-    var: Optional[list[str]] = typer.Option(None, "--var", help="KEY=VALUE for a {KEY} placeholder (repeatable)."),
-    step_time_regex: Optional[str] = typer.Option(None, "--step-time-regex",
-                                                  help="With --launch and no --framework: a regex around the step "
-                                                       "time; --step-time-scale converts it to seconds."),
-    step_time_scale: float = typer.Option(1.0, "--step-time-scale", help="Seconds per unit of --step-time-regex."),
-    trial_timeout: Optional[float] = typer.Option(None, "--trial-timeout", help="Seconds a real trial may take "
-                                                                                "before it is killed as a hang."),
-    python: Optional[str] = typer.Option(None, "--python", help="The stack's interpreter (MaxText needs its own "
-                                                                "Python >= 3.12 environment)."),
+    executor: str = ExecutorOpt,
+    launch: Optional[str] = LaunchOpt,
+    launcher: str = LauncherOpt,
+    var: Optional[list[str]] = VarOpt,
+    step_time_regex: Optional[str] = StepRegexOpt,
+    step_time_scale: float = StepScaleOpt,
+    trial_timeout: Optional[float] = TrialTimeoutOpt,
+    python: Optional[str] = PythonOpt,
     budget: int = typer.Option(6, "--budget", min=1, help="Trials to run at most."),
     strategy: str = typer.Option("", "--strategy", "-S", help="The strategy to start from (key=value,...)."),
     sim_machine: Optional[str] = typer.Option(None, "--sim-machine",
@@ -207,34 +247,15 @@ def tune(
     from asap.agents.coordinator import Coordinator
 
     from asap.execute.factory import tune_framework
-    from asap.execute.launch import parse_variables
 
-    framework = tune_framework(executor, framework)
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, 1.0)
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision,
+                       tune_framework(executor, framework), 1.0)
     if profile and executor == "sim":
         raise AsapError("profile", f"needs real runs (--executor torch, jax, a stack or command), got {executor}")
-    real = {} if executor in ("sim", "torch", "jax") else dict(
-        launch=launch, launcher=launcher, variables=parse_variables(var), step_time_regex=step_time_regex,
-        step_time_scale=step_time_scale, timeout_s=trial_timeout, python=python)
+    real = _real_options(executor, launch, launcher, var, step_time_regex, step_time_scale, trial_timeout, python)
     ex = _executor(executor, m, c, t, sim_machine, steps, profile, **real)
     verify = _numerics_check(ex, m, t) if verify_numerics else None
-    from asap.cost.estimate import framework_of
-    from asap.spec.strategy import non_default_keys
-
-    table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
-    for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
-        table.add_column(col, justify="right" if col in ("measured", "predicted", "vs first") else "left")
-    fw = framework_of(t, c)
-
-    def on_trial(rec, coord):
-        first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
-        vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
-        table.add_row(str(len(coord.trials)), non_default_keys(rec.strategy, c.num_devices, m.moe is not None, fw),
-                      rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
-                      seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
-                      coord.correction.short(),
-                      (rec.reason or "")[:60])
-
+    table, on_trial = _trial_table(m, c, t, executor)
     advisor = _llm(llm, llm_base_url, llm_model, llm_key)
     live = Live(table, console=err_console, transient=True, refresh_per_second=4)
     with _open_memory(memory) as mem, (live if err_console.is_terminal and not json_out else nullcontext()):
