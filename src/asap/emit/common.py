@@ -30,3 +30,17 @@ def micro_batches(train, s) -> int:
 def recompute_modules(s) -> list[str] | None:
     """The module names of a ``recompute=a+b`` set (None for none/selective/full)."""
     return None if s.recompute in RECOMPUTE else s.recompute.split("+")
+
+
+def check_runnable(stack: str, framework: str, model, cluster, train, s) -> None:
+    """Refuse what the stack's rules (``asap.spec.stack_rules``, the ones the planner keeps to) reject."""
+    from asap.spec.stack_rules import Job, first_unrunnable
+
+    err = first_unrunnable(s, framework, Job(model, train, cluster.num_devices, cluster.topology.num_domains), stack)
+    if err is not None:
+        raise err
+
+
+def refuse_model(stack: str, field: str, problem: str) -> AsapError:
+    """A model the stack's own model code cannot build: ``model.<field>: <stack> cannot express ...``."""
+    return AsapError(f"model.{field}", f"{stack} cannot express {problem}")

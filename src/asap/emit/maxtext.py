@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from math import gcd
 
-from asap.emit.common import chunk_layers, micro_batches, recompute_modules, refuse
+from asap.emit.common import (check_runnable, chunk_layers, micro_batches, recompute_modules, refuse,
+                              refuse_model)
 
 NAME = "maxtext"
 VERSION = "MaxText configs/base.yml (main, 2025)"
@@ -45,6 +46,7 @@ def mesh(cluster, s) -> dict[str, int]:
 
 
 def config(model, cluster, train, s) -> dict:
+    check_runnable(NAME, NAME, model, cluster, train, s)
     if s.zero in (1, 2):
         raise refuse("zero", NAME, f"zero={s.zero} (the batch axis is data, zero 0, or fsdp, zero 3)")
     if recompute_modules(s):
@@ -55,8 +57,6 @@ def config(model, cluster, train, s) -> dict:
         raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher}")
     if model.moe is not None and s.a2a_overlap:
         raise refuse("a2a_overlap", NAME, "a2a_overlap=1")
-    if model.moe is not None and s.etp not in (1, s.tp):
-        raise refuse("etp", NAME, f"etp={s.etp} (experts are sharded over the tensor axis or not at all)")
     chunks = chunk_layers(model, s)
     if s.pp > 1 and len(set(chunks)) != 1:
         raise refuse("layer_split", NAME, f"an uneven layer split ({'/'.join(map(str, chunks))}): every pipeline "
@@ -78,12 +78,33 @@ def config(model, cluster, train, s) -> dict:
     cfg["dtype"] = {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16")
     if train.precision == "fp8":
         cfg["quantization"] = "fp8"
-    cfg.update({"base_num_decoder_layers": model.num_layers, "base_emb_dim": model.hidden_size,
-                "base_mlp_dim": model.ffn_hidden_size, "base_num_query_heads": model.num_attention_heads,
-                "base_num_kv_heads": model.num_kv_heads, "head_dim": model.head_dim,
-                "vocab_size": model.vocab_size, "logits_via_embedding": bool(model.tie_embeddings),
-                "mlp_activations": {"swiglu": ["silu", "linear"], "gelu": ["gelu"], "relu2": ["relu"]}
-                [model.activation]})
+    cfg.update(model_keys(model))
+    return cfg
+
+
+def check_model(model) -> None:
+    if model.norm != "rmsnorm" or model.position_embedding != "rope":
+        field = "norm" if model.norm != "rmsnorm" else "position_embedding"
+        raise refuse_model(NAME, field, f"{field}={getattr(model, field)} (its llama2, mixtral and deepseek decoder "
+                                        "blocks are RMSNorm with RoPE)")
+    if model.activation == "relu2":
+        raise refuse_model(NAME, "activation", "activation=relu2 (mlp_activations has no squared ReLU)")
+    if model.moe is not None and model.mla is None and (model.moe.shared_experts or model.moe.first_dense_layers):
+        raise refuse_model(NAME, "moe", "shared experts or leading dense layers without MLA (its mixtral block "
+                                        "routes every layer, without shared experts)")
+
+
+def model_keys(model) -> dict:
+    """The architecture: the decoder block (llama2: dense; mixtral: MoE; deepseek: MLA, dense then MoE layers,
+    shared experts, MTP), its shapes, RoPE's base and the activations."""
+    check_model(model)
+    block = "deepseek" if model.mla is not None else "mixtral" if model.moe is not None else "llama2"
+    cfg = {"decoder_block": block, "base_num_decoder_layers": model.num_layers, "base_emb_dim": model.hidden_size,
+           "base_mlp_dim": model.ffn_hidden_size, "base_num_query_heads": model.num_attention_heads,
+           "base_num_kv_heads": model.num_kv_heads, "head_dim": model.head_dim, "vocab_size": model.vocab_size,
+           "logits_via_embedding": bool(model.tie_embeddings), "normalization_layer_epsilon": 1e-5,
+           "rope_type": "default", "rope_max_timescale": model.rope_theta,
+           "mlp_activations": {"swiglu": ["silu", "linear"], "gelu": ["gelu"]}[model.activation]}
     if model.moe is not None:
         e = model.moe
         cfg.update({"num_experts": e.num_experts, "num_experts_per_tok": e.top_k,
@@ -94,6 +115,8 @@ def config(model, cluster, train, s) -> dict:
         cfg.update({"attention_type": "mla", "q_lora_rank": m.q_lora_rank or 0, "kv_lora_rank": m.kv_lora_rank,
                     "qk_nope_head_dim": m.qk_nope_head_dim, "qk_rope_head_dim": m.qk_rope_head_dim,
                     "v_head_dim": m.v_head_dim})
+    if model.mtp_layers:
+        cfg["mtp_num_layers"] = model.mtp_layers
     return cfg
 
 

@@ -14,7 +14,7 @@ recomputation or outside bf16/fp16 (TransformerConfig rejects each).
 
 from __future__ import annotations
 
-from asap.emit.common import chunk_layers, micro_batches, recompute_modules, refuse
+from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
 
 NAME = "megatron"
 VERSION = "Megatron-LM core_r0.14.0 (megatron/training/arguments.py)"
@@ -42,24 +42,7 @@ def pipeline_layout(model, s) -> str:
     return "|".join(parts)
 
 
-def check_a2a_overlap(model, train, s) -> None:
-    """TransformerConfig's conditions for ``--overlap-moe-expert-parallel-comm`` (core_r0.14.0 __post_init__)."""
-    if model.moe is None or not s.a2a_overlap:
-        return
-    problem = ("a2a_overlap=1 with ep=1 (the overlap needs expert parallelism)" if s.ep == 1 else
-               "a2a_overlap=1 with pp>1 and vpp=1 (the overlap needs virtual stages)" if s.pp > 1 and s.vpp == 1 else
-               "a2a_overlap=1 with recompute=full (the overlap needs recomputation off or selective)"
-               if s.recompute == "full" else
-               f"a2a_overlap=1 with precision {train.precision} (the overlap needs bf16 or fp16)"
-               if train.precision not in ("bf16", "fp16") else None)
-    if problem:
-        raise refuse("a2a_overlap", NAME, problem)
-
-
-def args(model, cluster, train, s) -> list[tuple[str, ...]]:
-    if s.schedule in ("zb", "gpipe"):
-        raise refuse("schedule", NAME, f"schedule={s.schedule} (pretrain_gpt.py runs 1F1B or interleaved 1F1B)")
-    check_a2a_overlap(model, train, s)
+def parallel_args(model, train, s) -> list[tuple[str, ...]]:
     a: list[tuple[str, ...]] = [
         ("--tensor-model-parallel-size", str(s.tp)),
         ("--pipeline-model-parallel-size", str(s.pp)),
@@ -78,37 +61,78 @@ def args(model, cluster, train, s) -> list[tuple[str, ...]]:
           ("--seq-length", str(train.seq_len)), ("--max-position-embeddings", str(train.seq_len))]
     if s.sp:
         a.append(("--sequence-parallel",))
+    return a + data_parallel_args(train, s)
+
+
+def data_parallel_args(train, s) -> list[tuple[str, ...]]:
+    """ZeRO 0: DDP; 1: the distributed optimizer; 2/3: Megatron-FSDP with the flags its user guide requires
+    (docs/discussions/megatron-fsdp-user-guide: --use-distributed-optimizer, --no-gradient-accumulation-fusion,
+    --ckpt-format fsdp_dtensor), reducing in bf16 under zero 3 as asap prices it (Framework.fsdp_grad_bytes).
+    The data-parallel collectives overlap compute (asap's megatron semantics): --overlap-grad-reduce, and
+    --overlap-param-gather with the distributed optimizer."""
+    if s.zero == 0:
+        return [("--overlap-grad-reduce",)]
     if s.zero == 1:
-        a.append(("--use-distributed-optimizer",))
-    elif s.zero >= 2:
-        a += [("--use-megatron-fsdp",),
-              ("--data-parallel-sharding-strategy", "optim_grads_params" if s.zero == 3 else "optim_grads")]
+        return [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)]
+    a = [("--use-megatron-fsdp",),
+         ("--data-parallel-sharding-strategy", "optim_grads_params" if s.zero == 3 else "optim_grads"),
+         ("--use-distributed-optimizer",), ("--no-gradient-accumulation-fusion",), ("--ckpt-format", "fsdp_dtensor")]
+    if s.zero == 3 and train.precision != "fp32":
+        a.append(("--grad-reduce-in-bf16",))
+    return a
+
+
+def recompute_args(model, s) -> list[tuple[str, ...]]:
     mods = modules_for(model, recompute_modules(s) or ())
     if s.recompute == "full":
-        a += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
-    elif s.recompute == "selective":
-        a += [("--recompute-granularity", "selective"), ("--recompute-modules", *modules_for(model, SELECTIVE_MODULES))]
-    elif mods:
-        a += [("--recompute-granularity", "selective"), ("--recompute-modules", *mods)]
-    if model.moe is not None:
-        if s.dispatcher == "dedup":
-            a += [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep",)]
-        else:
-            a.append(("--moe-token-dispatcher-type", s.dispatcher))
-        if s.a2a_overlap:
-            a.append(("--overlap-moe-expert-parallel-comm",))
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
+    if s.recompute == "selective":
+        mods = modules_for(model, SELECTIVE_MODULES)
+    if mods:
+        return [("--recompute-granularity", "selective"), ("--recompute-modules", *mods)]
+    return []
+
+
+def precision_args(train) -> list[tuple[str, ...]]:
+    """bf16 weights for bf16 and fp8 (Transformer Engine's fp8 GEMMs, E4M3 forward / E5M2 backward, per-tensor
+    current scaling: TransformerConfig refuses the default delayed scaling with the layernorm / moe_act
+    recomputation asap's selective recompute is); fp16; fp32 has no flag."""
     p = train.precision
-    if p in ("bf16", "fp8"):
-        a.append(("--bf16",))
-    elif p == "fp16":
-        a.append(("--fp16",))
+    a = [("--bf16",)] if p in ("bf16", "fp8") else [("--fp16",)] if p == "fp16" else []
     if p == "fp8":
-        a += [("--fp8-format", "hybrid")]
-    # the model's shape
-    a += [("--num-layers", str(model.num_layers)), ("--hidden-size", str(model.hidden_size)),
-          ("--ffn-hidden-size", str(model.ffn_hidden_size)),
-          ("--num-attention-heads", str(model.num_attention_heads)),
-          ("--kv-channels", str(model.head_dim)), ("--vocab-size", str(model.vocab_size))]
+        a += [("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise")]
+    return a
+
+
+def moe_args(model, s) -> list[tuple[str, ...]]:
+    if model.moe is None:
+        return []
+    e = model.moe
+    a = [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep",)] if s.dispatcher == "dedup" else \
+        [("--moe-token-dispatcher-type", s.dispatcher)]
+    if s.a2a_overlap:
+        a.append(("--overlap-moe-expert-parallel-comm",))
+    a += [("--num-experts", str(e.num_experts)), ("--moe-router-topk", str(e.top_k)),
+          ("--moe-ffn-hidden-size", str(e.expert_ffn_hidden_size)), ("--moe-grouped-gemm",)]
+    if e.shared_experts:
+        a.append(("--moe-shared-expert-intermediate-size", str(e.shared_experts * e.expert_ffn_hidden_size)))
+    if e.first_dense_layers:
+        a.append(("--moe-layer-freq", f"([0]*{e.first_dense_layers}+[1]*{model.num_layers - e.first_dense_layers})"))
+    return a
+
+
+def model_args(model) -> list[tuple[str, ...]]:
+    """The architecture: Megatron's defaults are LayerNorm, learned absolute positions and GeLU, so each is said."""
+    a = [("--num-layers", str(model.num_layers)), ("--hidden-size", str(model.hidden_size)),
+         ("--ffn-hidden-size", str(model.ffn_hidden_size)), ("--num-attention-heads", str(model.num_attention_heads)),
+         ("--vocab-size", str(model.vocab_size)),
+         ("--normalization", {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[model.norm])]
+    if model.mla is None:  # MLA's head widths are its own flags below
+        a.insert(4, ("--kv-channels", str(model.head_dim)))
+    if model.position_embedding == "rope":
+        a += [("--position-embedding-type", "rope"), ("--rotary-base", f"{model.rope_theta:g}")]
+    else:
+        a.append(("--position-embedding-type", "learned_absolute"))
     if model.num_kv_heads != model.num_attention_heads and model.mla is None:
         a += [("--group-query-attention",), ("--num-query-groups", str(model.num_kv_heads))]
     if model.activation == "swiglu":
@@ -120,24 +144,27 @@ def args(model, cluster, train, s) -> list[tuple[str, ...]]:
         a.append(("--untie-embeddings-and-output-weights",))
     if model.mla is not None:
         m = model.mla
-        a.append(("--multi-latent-attention",))
+        # plain RoPE (--rope-type rope; MLA takes YaRN by default): DeepSeek-V3 pretrains with RoPE at 4K and
+        # extends the context with YaRN afterwards (arXiv:2412.19437 sec. 4.3)
+        # --qk-layernorm: the RMSNorms on the query and key-value latents (DeepSeek-V2 sec. 2.1.2; without it
+        # megatron-core's MLA spec has none)
+        a += [("--multi-latent-attention",), ("--rope-type", "rope"), ("--qk-layernorm",)]
         if m.q_lora_rank:
             a.append(("--q-lora-rank", str(m.q_lora_rank)))
         a += [("--kv-lora-rank", str(m.kv_lora_rank)), ("--qk-head-dim", str(m.qk_nope_head_dim)),
               ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)), ("--v-head-dim", str(m.v_head_dim))]
-    if model.moe is not None:
-        e = model.moe
-        a += [("--num-experts", str(e.num_experts)), ("--moe-router-topk", str(e.top_k)),
-              ("--moe-ffn-hidden-size", str(e.expert_ffn_hidden_size)), ("--moe-grouped-gemm",)]
-        if e.shared_experts:
-            a.append(("--moe-shared-expert-intermediate-size", str(e.shared_experts * e.expert_ffn_hidden_size)))
-        if e.first_dense_layers:
-            a.append(("--moe-layer-freq",
-                      f"([0]*{e.first_dense_layers}+[1]*{model.num_layers - e.first_dense_layers})"))
     if model.mtp_layers:
         a.append(("--mtp-num-layers", str(model.mtp_layers)))
-    assert micro_batches(train, s) >= 1
     return a
+
+
+def args(model, cluster, train, s) -> list[tuple[str, ...]]:
+    if s.schedule in ("zb", "gpipe"):
+        raise refuse("schedule", NAME, f"schedule={s.schedule} (pretrain_gpt.py runs 1F1B or interleaved 1F1B)")
+    check_runnable(NAME, NAME, model, cluster, train, s)
+    assert micro_batches(train, s) >= 1
+    return (parallel_args(model, train, s) + recompute_args(model, s) + moe_args(model, s) + precision_args(train)
+            + model_args(model))
 
 
 def emit(model, cluster, train, s) -> str:

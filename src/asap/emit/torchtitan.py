@@ -8,7 +8,8 @@ take pp * vpp stages), pipeline_parallel_microbatch_size, module_fqns_per_model_
 chunk), context_parallel_degree, expert_parallel_degree, expert_tensor_parallel_degree; ``[training]``
 local_batch_size, global_batch_size, seq_len, mixed_precision_param; ``[activation_checkpoint]`` mode none |
 selective (``selective_ac_option = "op"``, the op-level policy asap prices) | full; ``[compile]`` enable (off:
-asap prices eager kernels); ``[model]`` converters ``quantize.linear.float8`` for fp8.
+asap prices eager kernels); ``[model]`` name and flavor (``asap.emit.torchtitan_model``: a registered flavor, or
+one the trainer registers from the emitted arguments) and converters ``quantize.linear.float8`` for fp8.
 Refused: zero 1 (no distributed optimizer), recompute module sets, dispatchers other than all-to-all, the
 expert all-to-all overlap, tensor parallelism without sequence parallelism, zero-bubble without virtual stages,
 fp16.
@@ -16,7 +17,8 @@ fp16.
 
 from __future__ import annotations
 
-from asap.emit.common import chunk_layers, micro_batches, recompute_modules, refuse
+from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
+from asap.emit.torchtitan_model import model_args
 
 NAME = "torchtitan"
 VERSION = "torchtitan v0.2.2 (torchtitan/config/job_config.py)"
@@ -25,6 +27,7 @@ SCHEDULES = {("1f1b", False): "1F1B", ("interleaved", True): "Interleaved1F1B", 
 
 
 def config(model, cluster, train, s) -> dict:
+    check_runnable(NAME, NAME, model, cluster, train, s)
     if s.zero == 1:
         raise refuse("zero", NAME, "zero=1 (FSDP2 shards parameters too: use zero 0, 2 or 3)")
     if recompute_modules(s):
@@ -34,12 +37,7 @@ def config(model, cluster, train, s) -> dict:
         raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher} (its MoE dispatch is all-to-all)")
     if model.moe is not None and s.a2a_overlap:
         raise refuse("a2a_overlap", NAME, "a2a_overlap=1 (no expert all-to-all overlap outside DualPipeV)")
-    if s.tp > 1 and not s.sp:
-        raise refuse("sp", NAME, "sp=0 with tp>1 (its tensor parallelism is always sequence-parallel)")
-    if train.precision == "fp16":
-        raise refuse("precision", NAME, "fp16 (mixed_precision_param is bfloat16 or float32)")
-    if s.etp not in (1, s.tp):
-        raise refuse("etp", NAME, f"etp={s.etp} (expert_tensor_parallel_degree is 1 or tensor_parallel_degree)")
+    titan = model_args(model, train.seq_len)
     looped = s.vpp > 1
     schedule = SCHEDULES.get((s.schedule, looped))
     if s.pp > 1 and schedule is None:
@@ -77,12 +75,11 @@ def config(model, cluster, train, s) -> dict:
     ac = {"mode": s.recompute}
     if s.recompute == "selective":
         ac["selective_ac_option"] = "op"
-    out = {"job": {"description": f"asap: {model.name} {s}"},
-           "model": {"converters": ["quantize.linear.float8"] + (["quantize.grouped_mm.float8"] if model.moe else [])}
-           if train.precision == "fp8" else {},
+    model_table: dict = {"name": titan.name, "flavor": titan.flavor}
+    if train.precision == "fp8":
+        model_table["converters"] = ["quantize.linear.float8"] + (["quantize.grouped_mm.float8"] if model.moe else [])
+    out = {"job": {"description": f"asap: {model.name} {s}"}, "model": model_table,
            "training": training, "parallelism": par, "activation_checkpoint": ac, "compile": {"enable": False}}
-    if not out["model"]:
-        del out["model"]
     assert micro_batches(train, s) >= 1
     return out
 
@@ -90,4 +87,10 @@ def config(model, cluster, train, s) -> dict:
 def emit(model, cluster, train, s) -> str:
     from asap.emit.serialize import toml_dumps
 
-    return f"# {VERSION}\n" + toml_dumps(config(model, cluster, train, s))
+    cfg = config(model, cluster, train, s)
+    head = f"# {VERSION}\n"
+    if not model_args(model, train.seq_len).registered:
+        head += (f"# [model] flavor {cfg['model']['flavor']} is not one of torchtitan's: register it in the trainer "
+                 "process first,\n# asap.emit.torchtitan_model.register_flavor(name, flavor, args) with "
+                 "model_args_json(model, seq_len)'s fields\n")
+    return head + toml_dumps(cfg)

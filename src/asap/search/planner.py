@@ -30,6 +30,7 @@ from asap.search.space import Space, chunk_order  # noqa: F401 (chunk_order: the
 from asap.search.stages import build_problem, simulate_split, solve_split, uniform_split_or_none
 from asap.spec.hardware import Cluster
 from asap.spec.legality import check_offered
+from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, Job, first_unrunnable
 from asap.spec.layout import layout
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import check_strategy, complete_strategy
@@ -125,6 +126,9 @@ def explain_empty_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, fi
         check_strategy(s, model, train, cluster.num_devices, field="fix", framework=fw)
     except AsapError as e:
         return e
+    job = Job(model, train, cluster.num_devices, cluster.topology.num_domains)
+    if (err := first_unrunnable(s, fw.name, job)) is not None:
+        return err
     return AsapError("fix", f"no legal strategy keeps {fixed} for {model.name} on {cluster.num_devices} devices "
                             f"with global batch {train.global_batch}")
 
@@ -344,7 +348,9 @@ def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, can
             if layers and layers != layout(model, e.strategy.pp, e.strategy.vpp).chunk_layers:
                 alt = estimate(model, cluster, train, replace(e.strategy, layer_split=layers))
                 split["default_split_step_time_s"] = e.step_time_s
-                split["adopted"] = alt.fits and alt.step_time_s < e.step_time_s
+                # a stack whose stages hold equal layers cannot run it (asap.spec.stack_rules)
+                split["adopted"] = (alt.fits and alt.step_time_s < e.step_time_s
+                                    and framework_of(train, cluster).name not in UNIFORM_SPLIT_ONLY)
                 if split["adopted"]:
                     e = alt
         out.append(e)

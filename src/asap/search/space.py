@@ -18,6 +18,7 @@ from asap.errors import AsapError
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framework
 from asap.spec.legality import legal_rows
 from asap.spec.model import ModelSpec
+from asap.spec.stack_rules import Job, domains_of, runnable_rows
 from asap.spec.strategy import (KEYS, RECOMPUTE, SCHEDULES, Recompute, Schedule, Zero, recompute_code,
                                 recompute_label)
 from asap.spec.train import TrainSpec
@@ -175,6 +176,7 @@ class Space:
     cands: dict[str, list]
     free_overlap: bool
     mesh: dict[str, np.ndarray]
+    job: Job  # what the stack's rules (``asap.spec.stack_rules``) read besides the strategy
 
     @classmethod
     def of(cls, model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
@@ -192,8 +194,9 @@ class Space:
         cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
         if "dp" in fixed:
             cols = _where(cols, cols["dp"] == int(fixed["dp"]))
-        cols = _where(cols, legal_rows(cols, model, train, devices))
-        return cls(model, train, devices, fixed, framework, c, free_overlap, cols)
+        job = Job(model, train, devices, domains_of(devices, scale_up_domain))
+        cols = _where(cols, legal_rows(cols, model, train, devices) & runnable_rows(cols, framework.name, job))
+        return cls(model, train, devices, fixed, framework, c, free_overlap, cols, job)
 
     @property
     def n_mesh(self) -> int:
@@ -213,13 +216,16 @@ class Space:
             cols = _cross(cols, _grid(**values))
             peak = max(peak, len(cols["tp"]))
             keep = (legal_rows(cols, self.model, self.train, self.devices, only_new=tuple(values))
+                    & runnable_rows(cols, self.framework.name, self.job, only_new=tuple(values))
                     & ~redundant_rows(cols, fixed))
             cols = _where(cols, keep)
         keep = (cols["pp"] == 1) | (cols["zero"] <= self.framework.max_zero_with_pp)
         if not keep.all():
             cols = _where(cols, keep)
         if self.free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing
-            cols["a2a_overlap"] = overlap_pays(cols)
+            cols["a2a_overlap"] = overlap_pays(cols)  # and off where the stack cannot run it
+            runs = runnable_rows(cols, self.framework.name, self.job, only_new=("a2a_overlap",))
+            cols["a2a_overlap"] = np.where(runs, cols["a2a_overlap"], 0)
         mesh = cols.pop("_mesh")
         S = StrategyBatch(**{k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()})
         if "layer_split" in fixed:

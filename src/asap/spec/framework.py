@@ -212,7 +212,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,)}, zero_default=3,
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=()),
     Framework("mindspore", GradSync.PER_STEP, True, False, 1, False, Dispatcher.DEDUP, 1,
-              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": DISPATCHERS}),
+              # MindFormers' moe_config: all-to-all, or deduplicated (enable_deredundency); no all-gather dispatcher
+              offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": ("alltoall", "dedup")}),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
     # torch's ZeroRedundancyOptimizer for zero 1 (a broadcast per parameter tensor after the step), FSDP2 per
     # block for zero 2/3, DTensor TP, torch.distributed.pipelining, eager kernels, experts in a loop

@@ -56,13 +56,15 @@ def model_from_hf(d: dict) -> ModelSpec:
         native = dict(name=name, num_layers=_get(d, "n_layer"), hidden_size=h,
                       ffn_hidden_size=d.get("n_inner") or 4 * h, num_attention_heads=_get(d, "n_head"),
                       vocab_size=_get(d, "vocab_size"), activation="gelu",
-                      tie_embeddings=bool(d.get("tie_word_embeddings", True)))
+                      tie_embeddings=bool(d.get("tie_word_embeddings", True)), norm="layernorm",
+                      position_embedding="learned")
         return model_from_dict(native, where="config.json")
     if mt == "gpt_neox":
         native = dict(name=name, num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
                       ffn_hidden_size=_get(d, "intermediate_size"), num_attention_heads=_get(d, "num_attention_heads"),
                       vocab_size=_get(d, "vocab_size"), activation="gelu",
-                      tie_embeddings=bool(d.get("tie_word_embeddings", False)))
+                      tie_embeddings=bool(d.get("tie_word_embeddings", False)), norm="layernorm",
+                      rope_theta=d.get("rotary_emb_base", 10000.0))
         return model_from_dict(native, where="config.json")
 
     heads = _get(d, "num_attention_heads")
@@ -73,6 +75,8 @@ def model_from_hf(d: dict) -> ModelSpec:
         activation=_gated_activation(d), tie_embeddings=bool(d.get("tie_word_embeddings", False)))
     if d.get("head_dim"):
         native["head_dim"] = d["head_dim"]
+    if d.get("rope_theta"):
+        native["rope_theta"] = d["rope_theta"]
 
     if mt == "mixtral":
         native["moe"] = dict(num_experts=_get(d, "num_local_experts"), top_k=_get(d, "num_experts_per_tok"),

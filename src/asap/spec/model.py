@@ -3,7 +3,7 @@
 Parameter counts follow the module shapes of Megatron-Core / Hugging Face implementations:
 attention Q, K, V, O projections (or MLA's low-rank projections), MLPs (gated: 3 matrices, else 2), MoE
 routers, routed and shared experts, RMS/LayerNorm weights, embeddings and an untied LM head, and
-DeepSeek-style MTP modules (one transformer layer plus a 2h -> h projection and two norms, sharing the
+DeepSeek-style MTP modules (one transformer layer plus a 2h -> h projection and three norms, sharing the
 embedding and head). Biases are ignored (they are < 0.1% of any model here).
 """
 
@@ -15,6 +15,11 @@ from typing import Any
 from asap.errors import AsapError
 
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
+NORMS = ("rmsnorm", "layernorm")  # the block's normalization (LayerNorm's bias is ignored like every bias)
+POSITION_EMBEDDINGS = ("rope", "learned")  # rotary (base ``rope_theta``) or a learned absolute table (GPT-2/3)
+# the defaults of the fields the architecture adds beyond the shapes (emitted configs carry them; the shape
+# counts do not depend on them, except a learned position table, which like biases is left out of the counts)
+ARCH_DEFAULTS = {"norm": "rmsnorm", "position_embedding": "rope", "rope_theta": 10000.0}
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class ModelSpec:
     mla: MLASpec | None = None
     moe: MoESpec | None = None
     mtp_layers: int = 0
+    norm: str = "rmsnorm"
+    position_embedding: str = "rope"
+    rope_theta: float = 10000.0  # the rotary base (Su et al. 2021, RoFormer); unused with learned positions
 
     def __post_init__(self):
         if not self.num_kv_heads:
@@ -127,9 +135,11 @@ class ModelSpec:
         return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
 
     def mtp_module_params(self) -> int:
-        """DeepSeek-V3 sec. 2.2: per MTP depth a transformer block, a 2h->h projection and two RMSNorms."""
+        """DeepSeek-V3 sec. 2.2: per MTP depth a transformer block, a 2h->h projection, two RMSNorms on its inputs
+        and one before the shared output head (the checkpoint's ``shared_head.norm``; Megatron-Core's MTP layer
+        ``final_layernorm``)."""
         block = self.moe_layer_params() if self.moe is not None else self.dense_layer_params()
-        return block + 2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size
+        return block + 2 * self.hidden_size * self.hidden_size + 3 * self.hidden_size
 
     # ---- totals ----------------------------------------------------------------------------------------
     def num_params(self, include_mtp: bool = False) -> int:
@@ -150,12 +160,12 @@ class ModelSpec:
             n += self.num_moe_layers * self.moe_layer_active_params()
         if include_mtp and self.mtp_layers:
             block = self.moe_layer_active_params() if self.moe is not None else self.dense_layer_params()
-            n += self.mtp_layers * (block + 2 * self.hidden_size * self.hidden_size + 2 * self.hidden_size)
+            n += self.mtp_layers * (block + 2 * self.hidden_size * self.hidden_size + 3 * self.hidden_size)
         return n
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        return {k: v for k, v in d.items() if v is not None}
+        return {k: v for k, v in d.items() if v is not None and not (k in ARCH_DEFAULTS and v == ARCH_DEFAULTS[k])}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -163,7 +173,8 @@ class ModelSpec:
 # ----------------------------------------------------------------------------------------------------------
 
 _REQUIRED = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size")
-_OPTIONAL = ("num_kv_heads", "head_dim", "activation", "tie_embeddings", "mla", "moe", "mtp_layers")
+_OPTIONAL = ("num_kv_heads", "head_dim", "activation", "tie_embeddings", "mla", "moe", "mtp_layers", "norm",
+             "position_embedding", "rope_theta")
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _MOE_KEYS = ("num_experts", "top_k", "expert_ffn_hidden_size", "shared_experts", "first_dense_layers")
 
@@ -252,4 +263,19 @@ def model_from_dict(d: Any, where: str = "model") -> ModelSpec:
     mtp = _int(d, "mtp_layers", where, minimum=0, default=0)
     return ModelSpec(name=name.strip(), num_layers=num_layers, hidden_size=hidden, ffn_hidden_size=ffn,
                      num_attention_heads=heads, vocab_size=vocab, num_kv_heads=kv_heads, head_dim=head_dim,
-                     activation=activation, tie_embeddings=tie, mla=mla, moe=moe, mtp_layers=mtp)
+                     activation=activation, tie_embeddings=tie, mla=mla, moe=moe, mtp_layers=mtp, **_arch(d, where))
+
+
+def _arch(d: dict, where: str) -> dict[str, Any]:
+    """The normalization, the position embedding and the rotary base (defaults: RMSNorm, RoPE, 10000)."""
+    norm = d.get("norm", ARCH_DEFAULTS["norm"])
+    if norm not in NORMS:
+        raise AsapError(f"{where}.norm", f"must be one of {', '.join(NORMS)}, got {norm!r}")
+    pos = d.get("position_embedding", ARCH_DEFAULTS["position_embedding"])
+    if pos not in POSITION_EMBEDDINGS:
+        raise AsapError(f"{where}.position_embedding",
+                        f"must be one of {', '.join(POSITION_EMBEDDINGS)}, got {pos!r}")
+    theta = d.get("rope_theta", ARCH_DEFAULTS["rope_theta"])
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1.0 < float(theta) < 1e12:
+        raise AsapError(f"{where}.rope_theta", f"must be a number between 1 and 1e12, got {theta!r}")
+    return {"norm": norm, "position_embedding": pos, "rope_theta": float(theta)}

@@ -1,0 +1,183 @@
+"""What each training stack can run, beyond its option lists (``Framework.offers``): one table of vectorized rules.
+
+The planner (``search.space``) drops the rows a rule breaks, so it never ranks what the chosen ``--framework``
+cannot run; every emitter (``asap.emit``) checks the same rules first and refuses with the rule's line. A rule
+names the strategy key it blames, the columns it reads (a rule applies once they exist, like
+``asap.spec.legality``'s), a test over integer columns (``recompute`` / ``schedule`` / ``dispatcher`` codes)
+and the problem it reports for one strategy. ``estimate`` does not apply them: it prices what-ifs, including
+a combination no stack offers.
+
+Sources, per stack:
+- megatron: Megatron-Core core_r0.14.0 ``TransformerConfig.__post_init__`` on
+  ``overlap_moe_expert_parallel_comm`` (expert parallelism, virtual stages under a pipeline, the alltoall or
+  flex dispatcher, no full recomputation, bf16/fp16 weights, at most one MTP layer).
+- torchtitan v0.2.2: tensor parallelism is always sequence-parallel (``parallelize_llama``: SequenceParallel
+  norms); ``expert_tensor_parallel_degree`` is 1 or the TP degree; ``mixed_precision_param`` is bfloat16 or
+  float32; the looped schedules (Interleaved1F1B, InterleavedZeroBubble) need virtual stages, GPipe none.
+- maxtext: the expert axis is carved out of the batch axes (dp % ep); experts are sharded over the tensor axis
+  or not at all; tensor, context and expert axes stay inside a slice (``dcn_*`` only for pipeline and batch).
+- deepspeed: expert parallelism lives in the model code (``deepspeed.moe.layer.MoE(ep_size=...)``), not the
+  JSON; no fp8.
+- mindspore (MindFormers r1.5.0): ``recompute_config`` has whole-layer and selective recomputation only, experts
+  are sharded by ``model_parallel`` (etp = tp), no fp8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from asap.errors import AsapError
+from asap.spec.framework import DISPATCHERS, Dispatcher
+from asap.spec.strategy import Recompute, Schedule
+
+Cols = Mapping[str, np.ndarray]
+ALLGATHER = DISPATCHERS.index(Dispatcher.ALLGATHER.value)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a stack rule reads besides the strategy: the model, the training spec, the devices and how many
+    scale-up domains (TPU slices, NVLink nodes) they span."""
+
+    model: Any
+    train: Any
+    devices: int
+    domains: int = 1
+
+
+@dataclass(frozen=True)
+class StackRule:
+    key: str  # the strategy key (or "precision", "model") the message blames
+    reads: tuple[str, ...]
+    ok: Callable[[Cols, Job], Any]  # bool per row (or one bool for the whole job)
+    problem: Callable[[Any, Job], str]  # "<what> (<why>)" for one strategy, after "<stack> cannot express "
+
+
+def _moe(j: Job) -> bool:
+    return j.model.moe is not None
+
+
+def _overlap(c: Cols, j: Job) -> np.ndarray:
+    return (c["a2a_overlap"] == 1) & _moe(j)
+
+
+MEGATRON = (
+    StackRule("a2a_overlap", ("a2a_overlap", "ep"), lambda c, j: ~_overlap(c, j) | (c["ep"] > 1),
+              lambda s, j: "a2a_overlap=1 with ep=1 (the overlap needs expert parallelism)"),
+    StackRule("a2a_overlap", ("a2a_overlap", "pp", "vpp"),
+              lambda c, j: ~_overlap(c, j) | (c["pp"] == 1) | (c["vpp"] > 1),
+              lambda s, j: "a2a_overlap=1 with pp>1 and vpp=1 (the overlap needs virtual stages)"),
+    StackRule("a2a_overlap", ("a2a_overlap", "recompute"),
+              lambda c, j: ~_overlap(c, j) | (c["recompute"] != Recompute.FULL),
+              lambda s, j: "a2a_overlap=1 with recompute=full (the overlap needs recomputation off or selective)"),
+    StackRule("a2a_overlap", ("a2a_overlap", "dispatcher"),
+              lambda c, j: ~_overlap(c, j) | (c["dispatcher"] != ALLGATHER),
+              lambda s, j: "a2a_overlap=1 with dispatcher=allgather (the overlap needs alltoall or flex)"),
+    StackRule("a2a_overlap", ("a2a_overlap",), lambda c, j: ~_overlap(c, j) | (j.train.precision != "fp32"),
+              lambda s, j: "a2a_overlap=1 with precision fp32 (the overlap needs bf16 or fp16 weights)"),
+    StackRule("a2a_overlap", ("a2a_overlap",), lambda c, j: ~_overlap(c, j) | (j.model.mtp_layers <= 1),
+              lambda s, j: f"a2a_overlap=1 with mtp_layers={j.model.mtp_layers} (the overlap takes one MTP layer)"),
+)
+
+
+def _etp_tp_or_one(c: Cols, j: Job) -> np.ndarray:
+    return (not _moe(j)) | (c["etp"] == 1) | (c["etp"] == c["tp"])
+
+
+TORCHTITAN = (
+    StackRule("sp", ("sp", "tp"), lambda c, j: (c["tp"] == 1) | (c["sp"] == 1),
+              lambda s, j: "sp=0 with tp>1 (its tensor parallelism is always sequence-parallel)"),
+    StackRule("etp", ("etp", "tp"), _etp_tp_or_one,
+              lambda s, j: f"etp={s.etp} (expert_tensor_parallel_degree is 1 or tensor_parallel_degree)"),
+    StackRule("schedule", ("schedule", "vpp", "pp"),
+              lambda c, j: (c["pp"] == 1) | (c["schedule"] != Schedule.ZB) | (c["vpp"] > 1),
+              lambda s, j: "schedule=zb with vpp=1 (InterleavedZeroBubble is a looped schedule: vpp > 1)"),
+    StackRule("precision", (), lambda c, j: j.train.precision != "fp16",
+              lambda s, j: "fp16 (mixed_precision_param is bfloat16 or float32)"),
+)
+
+
+def _slices_left(c: Cols, j: Job) -> np.ndarray:
+    """The slices the pipeline and batch axes cannot cover (1: the mesh fits, as ``emit.maxtext.mesh``)."""
+    left = np.full(np.shape(c["pp"]), max(1, j.domains), dtype=np.int64)
+    for axis in (c["pp"], np.maximum(c["dp"] // np.maximum(c["ep"], 1), 1)):
+        left = left // np.gcd(axis, left)
+    return left
+
+
+MAXTEXT = (
+    StackRule("ep", ("ep", "dp"), lambda c, j: c["dp"] % c["ep"] == 0,
+              lambda s, j: f"ep={s.ep} not dividing dp={s.dp} (the expert axis is carved out of the batch)"),
+    StackRule("etp", ("etp", "tp"), _etp_tp_or_one,
+              lambda s, j: f"etp={s.etp} (experts are sharded over the tensor axis or not at all)"),
+    StackRule("pp", ("pp", "vpp"), lambda c, j: (c["pp"] == 1) | (j.model.num_layers % (c["pp"] * c["vpp"]) == 0),
+              lambda s, j: f"pp*vpp={s.pp * s.vpp} stages over {j.model.num_layers} layers (every stage holds "
+                           "num_layers_per_pipeline_stage layers)"),
+    StackRule("tp", ("tp", "pp", "dp", "ep"), lambda c, j: _slices_left(c, j) == 1,
+              lambda s, j: f"this mesh over {j.domains} slices (tensor, context and expert axes must stay within "
+                           "a slice; pipeline and data cross DCN)"),
+)
+
+DEEPSPEED = (
+    StackRule("ep", ("ep",), lambda c, j: c["ep"] == 1,
+              lambda s, j: f"ep={s.ep} (expert parallelism is set in the model code, not the config)"),
+    StackRule("precision", (), lambda c, j: j.train.precision != "fp8", lambda s, j: "fp8 (bf16 or fp16 only)"),
+)
+
+MINDSPORE = (
+    StackRule("recompute", ("recompute",), lambda c, j: c["recompute"] <= Recompute.FULL,
+              lambda s, j: f"recompute={s.recompute} (recompute_config: recompute or select_recompute)"),
+    StackRule("etp", ("etp", "tp"), lambda c, j: (not _moe(j)) | (c["etp"] == c["tp"]),
+              lambda s, j: f"etp={s.etp} with tp={s.tp} (experts are sharded by model_parallel)"),
+    StackRule("precision", (), lambda c, j: j.train.precision != "fp8",
+              lambda s, j: "fp8 (compute_dtype is float32, float16 or bfloat16)"),
+)
+
+# the stacks whose pipeline stages all hold the same number of layers: the planner adopts no uneven split there
+UNIFORM_SPLIT_ONLY = ("deepspeed", "maxtext")
+
+STACK_RULES: Mapping[str, tuple[StackRule, ...]] = {"megatron": MEGATRON, "torchtitan": TORCHTITAN,
+                                                    "maxtext": MAXTEXT, "deepspeed": DEEPSPEED,
+                                                    "mindspore": MINDSPORE}
+
+
+def _rule_ok(rule: StackRule, cols: Cols, job: Job) -> np.ndarray:
+    n = len(cols["tp"])
+    return np.broadcast_to(np.asarray(rule.ok(cols, job), dtype=bool), (n,))
+
+
+def runnable_rows(cols: Cols, framework: str, job: Job, only_new: tuple[str, ...] | None = None) -> np.ndarray:
+    """AND of the stack's rules whose columns are present (with ``only_new``: those reading one of these keys,
+    and the whole-job ones on the first call, ``only_new=None``)."""
+    keep = np.ones(len(cols["tp"]), dtype=bool)
+    for rule in STACK_RULES.get(framework, ()):
+        if not set(rule.reads) <= set(cols):
+            continue
+        if only_new is not None and not set(rule.reads) & set(only_new):
+            continue
+        keep &= _rule_ok(rule, cols, job)
+    return keep
+
+
+def first_unrunnable(s, framework: str, job: Job, stack: str | None = None) -> AsapError | None:
+    """The first stack rule ``s`` breaks, as the one line ``<field>: <stack> cannot express ...`` (``stack``:
+    the name the message gives, e.g. the format mindformers for the framework mindspore)."""
+    from asap.spec.legality import strategy_columns
+
+    cols = strategy_columns(s)
+    for rule in STACK_RULES.get(framework, ()):
+        if not _rule_ok(rule, cols, job)[0]:
+            field = rule.key if rule.key in ("precision", "model") else f"strategy.{rule.key}"
+            return AsapError(field, f"{stack or framework} cannot express {rule.problem(s, job)}")
+    return None
+
+
+def domains_of(devices: int, scale_up_domain: int) -> int:
+    """How many scale-up domains ``devices`` span (``Topology.num_domains``)."""
+    return max(1, devices // max(1, scale_up_domain))
+
+
+__all__ = ["Job", "StackRule", "STACK_RULES", "runnable_rows", "first_unrunnable", "domains_of", "UNIFORM_SPLIT_ONLY"]
