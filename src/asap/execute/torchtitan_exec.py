@@ -1,8 +1,8 @@
 """The ``torchtitan`` executor: torchtitan's own trainer on the emitted TOML, under torchrun.
 
-Each trial writes ``torchtitan.toml`` (``asap.emit.torchtitan``) and the model asap emitted as torchtitan
-model args (``model_args.json``, registered as a flavor by ``asap.execute.launchers.torchtitan_main``), with a
-tokenizer and a small JSON-lines corpus made locally (``asap.execute.assets``), and runs::
+Each trial writes ``torchtitan.toml`` (``asap.emit.torchtitan``: its ``[model]`` name and flavor) and, when that
+flavor is asap's own, its arguments (``model_args.json``, ``asap.emit.torchtitan_model.model_args_json``,
+registered in the trainer process by ``asap.execute.launchers.torchtitan_main``), with a tokenizer and a small JSON-lines corpus made locally (``asap.execute.assets``), and runs::
 
     torchrun --standalone --nproc-per-node {devices} -m asap.execute.launchers.torchtitan_main
         [--asap-cpu] --asap-model-args model_args.json --job.config_file torchtitan.toml --training.steps N
@@ -14,36 +14,11 @@ is read from torchtitan's ``step: ... tps: ...`` lines; rank 0's Kineto traces c
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from asap.errors import AsapError
 from asap.execute.stack import StackExecutor
-from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
-
-
-def titan_model_args(model: ModelSpec, seq_len: int) -> dict:
-    """torchtitan v0.2.2 llama3 ``TransformerModelArgs`` of ``model``: its SwiGLU hidden size is
-    ``multiple_of * ceil(ffn_dim_multiplier * int(8 * dim / 3) / multiple_of)``, so ``multiple_of = ffn`` and a
-    multiplier just under ``ffn / int(8 dim / 3)`` give the model's ffn exactly."""
-    if model.moe is not None or model.mla is not None:
-        raise AsapError("model", f"torchtitan's llama3 train spec cannot build {model.name} (MoE/MLA: use its "
-                                 "deepseek_v3 spec through --executor command)")
-    if model.activation != "swiglu" or model.tie_embeddings:
-        raise AsapError("model", f"torchtitan's llama3 is untied SwiGLU; {model.name} is "
-                                 f"{model.activation}{', tied' if model.tie_embeddings else ''}")
-    if model.head_dim * model.num_attention_heads != model.hidden_size:
-        raise AsapError("model", f"torchtitan's llama3 takes head_dim = dim / n_heads; {model.name} has "
-                                 f"head_dim {model.head_dim}")
-    base = int(2 * 4 * model.hidden_size / 3)
-    mult = (model.ffn_hidden_size - 0.5) / base
-    assert model.ffn_hidden_size * -(-int(mult * base) // model.ffn_hidden_size) == model.ffn_hidden_size
-    return {"dim": model.hidden_size, "n_layers": model.num_layers, "n_heads": model.num_attention_heads,
-            "n_kv_heads": model.num_kv_heads, "vocab_size": model.vocab_size, "multiple_of": model.ffn_hidden_size,
-            "ffn_dim_multiplier": mult, "rope_theta": float(getattr(model, "rope_theta", 10000.0) or 10000.0),
-            "max_seq_len": max(seq_len, 128)}
 
 
 def has_gpu() -> bool:
@@ -75,10 +50,6 @@ class TorchtitanExecutor(StackExecutor):
         return super().extra_fields() + ("launcher_args",)
 
     def refuses(self, strategy: Strategy) -> str | None:
-        try:
-            titan_model_args(self.model, self.train.seq_len)
-        except AsapError as e:
-            return str(e)
         if self.cpu and strategy.cp > 1:  # measured: aten._scaled_dot_product_flash_attention_for_cpu has no sharding rule
             return (f"strategy.cp: torchtitan's context parallelism (cp={strategy.cp}) needs the CUDA SDPA kernels "
                     "(its CPU flash attention has no DTensor sharding rule); not on CPU processes")
@@ -97,13 +68,15 @@ class TorchtitanExecutor(StackExecutor):
     def prepare(self, s: Strategy, trial_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
         out = super().prepare(s, trial_dir, values)
         assets = self.assets()
-        model_args = trial_dir / "model_args.json"
-        flavor = f"asap_{self.model.name}".replace("-", "_")
-        model_args.write_text(json.dumps({"name": "llama3", "flavor": flavor,
-                                          "args": titan_model_args(self.model, self.train.seq_len)}, indent=1))
-        args = (["--asap-cpu"] if self.cpu else []) + [
-            "--asap-model-args", str(model_args), "--job.config_file", out["config"],
-            "--job.dump_folder", str(trial_dir / "outputs"), "--model.name", "llama3", "--model.flavor", flavor,
+        from asap.emit.torchtitan_model import model_args, model_args_json
+
+        own = []
+        if not model_args(self.model, self.train.seq_len).registered:  # the emitted [model] flavor is asap's own
+            path = trial_dir / "model_args.json"
+            path.write_text(model_args_json(self.model, self.train.seq_len))
+            own = ["--asap-model-args", str(path)]
+        args = (["--asap-cpu"] if self.cpu else []) + own + [
+            "--job.config_file", out["config"], "--job.dump_folder", str(trial_dir / "outputs"),
             "--model.hf_assets_path", str(assets), "--training.dataset", "c4_test",
             "--training.dataset_path", str(assets / "corpus"), "--training.steps", str(self.steps),
             "--metrics.log_freq", "1", "--lr_scheduler.warmup_steps", "1", "--debug.seed", str(self.seed)]

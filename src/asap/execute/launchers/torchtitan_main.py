@@ -1,9 +1,8 @@
 """``python -m asap.execute.launchers.torchtitan_main [--asap-cpu] [--asap-model-args FILE] TORCHTITAN-ARGS...``
 
 torchtitan's own trainer (``torchtitan.train.main``), started under torchrun (or srun), after two optional
-steps: ``--asap-model-args FILE`` registers the model asap emitted as a flavor of its train spec (a JSON object
-``{"name": "llama3", "flavor": "asap_tiny", "args": {...TransformerModelArgs...}}``) so that
-``--model.name/--model.flavor`` find it; ``--asap-cpu`` applies ``asap.execute.cpu_shims`` (a local CPU run
+steps: ``--asap-model-args FILE`` registers the model asap emitted as a flavor of its train spec (``asap.emit.torchtitan_model.model_args_json``:
+``{"name": "llama3", "flavor": "asap-tiny-dense", "args": {...}}``) so that the TOML's ``[model]`` finds it; ``--asap-cpu`` applies ``asap.execute.cpu_shims`` (a local CPU run
 only). Everything else is torchtitan's command line (``--job.config_file`` etc.).
 """
 
@@ -31,15 +30,12 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str]]:
 
 
 def register_flavor(path: str) -> None:
-    """Add the emitted model to torchtitan's registry of flavors for its train spec."""
-    from importlib import import_module
+    """Add the emitted model to torchtitan's flavors (``asap.emit.torchtitan_model.register_flavor``)."""
+    from asap.emit.torchtitan_model import register_flavor as register
 
     with open(path) as f:
         doc = json.load(f)
-    module = import_module(f"torchtitan.models.{doc['name']}")
-    spec = module.get_train_spec()
-    args_cls = type(next(iter(spec.model_args.values())))
-    spec.model_args[doc["flavor"]] = args_cls(**doc["args"])
+    register(doc["name"], doc["flavor"], doc["args"])
 
 
 def main(argv: list[str] | None = None) -> None:
