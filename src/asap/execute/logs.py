@@ -49,8 +49,9 @@ class StepUnit(str, Enum):
 
 
 # torch (CUDA, ROCm, CPU), JAX/XLA, NCCL, MindSpore/Ascend and the kernel's OOM killer, in their own words
+# (torch's CPU allocator: "DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes")
 COMMON_OOM = (r"CUDA out of memory|OutOfMemoryError|out of memory|RESOURCE_EXHAUSTED|std::bad_alloc|MemoryError|"
-              r"oom-kill|Out of memory|Killed process \d+")
+              r"oom-kill|Out of memory|Killed process \d+|DefaultCPUAllocator: can't allocate memory")
 
 
 @dataclass(frozen=True)
