@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("asap.cost.estimate")
 
-from asap.execute.base import Failure, Measurement, make_executor  # noqa: E402
+from asap.execute.base import Failure, Measurement
+from asap.execute.factory import make_executor  # noqa: E402
 from asap.spec.hardware import load_cluster  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402

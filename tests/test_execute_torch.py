@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from asap.execute.base import Failure, Measurement, make_executor  # noqa: E402
+from asap.execute.base import Failure, Measurement
+from asap.execute.factory import make_executor  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
 

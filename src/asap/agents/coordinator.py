@@ -181,6 +181,9 @@ class Coordinator:
         self.memory.log(exp, "proposer", "candidates", inputs={"diagnosis": diag}, candidates=considered,
                         outputs={"chosen": str(strategy)}, trial_id=tid)
         res = self.executor.run(strategy)
+        # what the run itself said: its step times, losses, log (tail and path), traces, or why it failed
+        self.memory.log(exp, "executor", "result", inputs={"strategy": str(strategy)}, outputs=res.to_dict(),
+                        trial_id=tid)
         measured = res.step_time_s if res.ok else None
         reason = (self._verify_numerics(strategy) if res.ok else res.reason) or ""
         status = "ok" if res.ok and not reason else "failed"

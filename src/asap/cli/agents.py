@@ -95,8 +95,8 @@ def _open_memory(path: str | None):
     return Memory.open(path)
 
 
-def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: str | None = None):
-    from asap.execute.base import make_executor
+def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: str | None = None, **real):
+    from asap.execute.factory import make_executor, tune_executor
     from asap.spec.hardware import load_cluster
 
     if kind == "sim":
@@ -106,7 +106,39 @@ def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: 
         raise AsapError("sim-machine", "only the sim executor takes --sim-machine")
     if kind in ("torch", "jax"):
         return make_executor(kind, model=m, train=t, steps=steps, profile_dir=profile)
-    raise AsapError("executor", f"must be sim, torch or jax here, got {kind!r} (the command executor: asap.execute)")
+    return tune_executor(kind, m, c, t, steps=steps, workdir=profile, **real)
+
+
+def _real_options(executor, launch, launcher, var, step_time_regex, step_time_scale, trial_timeout, python) -> dict:
+    """What a stack or command executor takes from the command line (nothing for sim, torch, jax)."""
+    from asap.execute.launch import parse_variables
+
+    if executor in ("sim", "torch", "jax"):
+        return {}
+    return dict(launch=launch, launcher=launcher, variables=parse_variables(var), step_time_regex=step_time_regex,
+                step_time_scale=step_time_scale, timeout_s=trial_timeout, python=python)
+
+
+def _trial_table(m, c, t, executor: str):
+    """The live table of trials and the callback that fills it."""
+    from asap.cost.estimate import framework_of
+    from asap.spec.strategy import non_default_keys
+
+    table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
+    for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
+        table.add_column(col, justify="right" if col in ("measured", "predicted", "vs first") else "left")
+    fw = framework_of(t, c)
+
+    def on_trial(rec, coord):
+        first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
+        vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
+        table.add_row(str(len(coord.trials)), non_default_keys(rec.strategy, c.num_devices, m.moe is not None, fw),
+                      rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
+                      seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
+                      coord.correction.short(),
+                      (rec.reason or "")[:60])
+
+    return table, on_trial
 
 
 def _write_corrected_cluster(path: str, coord) -> None:
@@ -153,18 +185,43 @@ def _numerics_check(ex, m, t):
     return NumericsCheck(m, t.global_batch, t.seq_len, ex.precision, device=ex.device, timeout_s=ex.timeout_s)
 
 
+ExecutorOpt = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax (asap's "
+                                                     "reference trainers), torchtitan, deepspeed or maxtext (the "
+                                                     "stack on its emitted config), or command (--launch TEMPLATE).")
+LaunchOpt = typer.Option(None, "--launch", help="With --executor command: the stack's command line, with "
+                                                "placeholders ({tp}, {config}, {emitted_args}, {trial_dir}, ...: "
+                                                "docs/tune.md).")
+LauncherOpt = typer.Option("local", "--launcher", help="With --launch: local, torchrun or srun (the prefix put "
+                                                       "before the template).")
+VarOpt = typer.Option(None, "--var", help="KEY=VALUE for a {KEY} placeholder (repeatable).")
+StepRegexOpt = typer.Option(None, "--step-time-regex", help="With --launch and no --framework: a regex around the "
+                                                            "step time; --step-time-scale converts it to seconds.")
+StepScaleOpt = typer.Option(1.0, "--step-time-scale", help="Seconds per unit of --step-time-regex.")
+TrialTimeoutOpt = typer.Option(None, "--trial-timeout", help="Seconds a real trial may take before it is killed as "
+                                                             "a hang.")
+PythonOpt = typer.Option(None, "--python", help="The stack's interpreter (MaxText needs its own Python >= 3.12 "
+                                                "environment).")
+
+
 @app.command()
 def tune(
     model: str = ModelOpt,
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    executor: str = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax."),
+    executor: str = ExecutorOpt,
+    launch: Optional[str] = LaunchOpt,
+    launcher: str = LauncherOpt,
+    var: Optional[list[str]] = VarOpt,
+    step_time_regex: Optional[str] = StepRegexOpt,
+    step_time_scale: float = StepScaleOpt,
+    trial_timeout: Optional[float] = TrialTimeoutOpt,
+    python: Optional[str] = PythonOpt,
     budget: int = typer.Option(6, "--budget", min=1, help="Trials to run at most."),
     strategy: str = typer.Option("", "--strategy", "-S", help="The strategy to start from (key=value,...)."),
     sim_machine: Optional[str] = typer.Option(None, "--sim-machine",
                                               help="A cluster file the sim executor 'measures' on."),
-    steps: int = typer.Option(5, "--steps", min=2, help="Steps per torch or jax trial."),
+    steps: int = typer.Option(5, "--steps", min=2, help="Steps per real trial (torch, jax or a stack)."),
     verify_numerics: bool = typer.Option(False, "--verify-numerics",
                                          help="With --executor torch: a new strategy must align numerically with "
                                               "the first trial's (asap align, 2 steps) before it can be best."),
@@ -179,7 +236,8 @@ def tune(
                                                      "`asap estimate -c FILE` then prices any strategy as the "
                                                      "loop's final correction does."),
     profile: Optional[str] = typer.Option(None, "--profile", help="With real runs: profile each trial into "
-                                                                  "DIR/trialN; each trial's gain or loss is then "
+                                                                  "DIR/trialN (a stack's trials: its config, log and "
+                                                                  "traces); each trial's gain or loss is then "
                                                                   "explained from the trace diff."),
     llm: bool = LlmOpt,
     llm_base_url: Optional[str] = LlmUrlOpt,
@@ -190,28 +248,16 @@ def tune(
     """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
     from asap.agents.coordinator import Coordinator
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, 1.0)
-    if profile and executor not in ("torch", "jax"):
-        raise AsapError("profile", f"needs real runs (--executor torch or jax), got {executor}")
-    ex = _executor(executor, m, c, t, sim_machine, steps, profile)
+    from asap.execute.factory import tune_framework
+
+    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision,
+                       tune_framework(executor, framework), 1.0)
+    if profile and executor == "sim":
+        raise AsapError("profile", f"needs real runs (--executor torch, jax, a stack or command), got {executor}")
+    real = _real_options(executor, launch, launcher, var, step_time_regex, step_time_scale, trial_timeout, python)
+    ex = _executor(executor, m, c, t, sim_machine, steps, profile, **real)
     verify = _numerics_check(ex, m, t) if verify_numerics else None
-    from asap.cost.estimate import framework_of
-    from asap.spec.strategy import non_default_keys
-
-    table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
-    for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
-        table.add_column(col, justify="right" if col in ("measured", "predicted", "vs first") else "left")
-    fw = framework_of(t, c)
-
-    def on_trial(rec, coord):
-        first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
-        vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
-        table.add_row(str(len(coord.trials)), non_default_keys(rec.strategy, c.num_devices, m.moe is not None, fw),
-                      rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
-                      seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
-                      coord.correction.short(),
-                      (rec.reason or "")[:60])
-
+    table, on_trial = _trial_table(m, c, t, executor)
     advisor = _llm(llm, llm_base_url, llm_model, llm_key)
     live = Live(table, console=err_console, transient=True, refresh_per_second=4)
     with _open_memory(memory) as mem, (live if err_console.is_terminal and not json_out else nullcontext()):

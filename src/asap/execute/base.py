@@ -116,24 +116,3 @@ class Executor(ABC):
     def refuses(self, strategy: Strategy) -> str | None:
         """Why this executor cannot run ``strategy`` (one line), before any trial is spent on it; None if it can."""
         return None
-
-
-def make_executor(kind: str, **kwargs) -> Executor:
-    """``sim`` (model, cluster, train), ``torch`` or ``jax`` (model, train, steps, ...) or ``command`` (template, ...)."""
-    if kind == "sim":
-        from asap.execute.sim import SimExecutor
-
-        return SimExecutor(**kwargs)
-    if kind == "torch":
-        from asap.execute.torch_exec import TorchExecutor
-
-        return TorchExecutor(**kwargs)
-    if kind == "jax":
-        from asap.execute.jax_exec import JaxExecutor
-
-        return JaxExecutor(**kwargs)
-    if kind == "command":
-        from asap.execute.command import CommandExecutor
-
-        return CommandExecutor(**kwargs)
-    raise AsapError("executor", f"must be sim, torch, jax or command, got {kind!r}")

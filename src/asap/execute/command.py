@@ -72,7 +72,15 @@ class CommandExecutor(Executor):
                  step_time_scale: float = 1.0, warmup: int = 1, trace_glob: str | None = None,
                  timeout_s: float | None = 3600.0, cwd: str | None = None, env: dict[str, str] | None = None,
                  variables: dict[str, Any] | None = None, devices: int | None = None, model: ModelSpec | None = None,
-                 train: TrainSpec | None = None, oom_regex: str = DEFAULT_OOM_REGEX, workdir: str | None = None):
+                 train: TrainSpec | None = None, oom_regex: str = DEFAULT_OOM_REGEX, workdir: str | None = None,
+                 framework: str | None = None):
+        self.log_format = None
+        if framework is not None:  # the stack's own step line, OOM messages and trace folder (asap.execute.logs)
+            from asap.execute.logs import log_format
+
+            self.log_format = log_format(framework)
+            oom_regex = f"{oom_regex}|{self.log_format.oom}" if oom_regex else self.log_format.oom
+            warmup = self.log_format.warmup
         if isinstance(template, str):
             try:
                 self.argv_template = shlex.split(template)
@@ -95,7 +103,7 @@ class CommandExecutor(Executor):
         if timeout_s is not None and timeout_s <= 0:
             raise AsapError("timeout", f"must be positive, got {timeout_s}")
         self.variables = dict(variables or {})
-        known = set(KEYS) | set(JOB_KEYS) | set(self.variables)
+        known = set(KEYS) | set(JOB_KEYS) | set(self.variables) | set(self.extra_fields())
         parts = self.argv_template + ([trace_glob] if trace_glob else [])
         unknown = sorted(template_fields(parts) - known)
         if unknown:
@@ -105,6 +113,14 @@ class CommandExecutor(Executor):
         self.devices, self.model, self.train = devices, model, train
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="asap-command-"))
         self.trials = 0
+
+    def extra_fields(self) -> tuple[str, ...]:
+        """Placeholders a subclass fills in ``prepare`` (e.g. ``{config}``)."""
+        return ()
+
+    def prepare(self, s: Strategy, trial_dir: Path, values: dict[str, Any]) -> dict[str, Any]:
+        """Write what the trial needs into ``trial_dir`` before it starts; the placeholders it fills."""
+        return {}
 
     # -- strategy and placeholders ------------------------------------------------------------------------
     def _strategy(self, strategy: Strategy | str | dict) -> Strategy:
@@ -128,6 +144,9 @@ class CommandExecutor(Executor):
                      micro_batches=s.micro_batches(self.train.global_batch))
         return v
 
+    def _argv(self, values: dict[str, Any]) -> list[str]:
+        return [self._fill(a, values) for a in self.argv_template]
+
     @staticmethod
     def _fill(part: str, values: dict[str, Any]) -> str:
         try:
@@ -145,7 +164,8 @@ class CommandExecutor(Executor):
         trial_dir = self.workdir / f"trial{self.trials}"
         trial_dir.mkdir(parents=True, exist_ok=True)
         values = self._values(s, trial_dir)
-        argv = [self._fill(a, values) for a in self.argv_template]
+        values.update(self.prepare(s, trial_dir, values))
+        argv = self._argv(values)
         log_path = trial_dir / "output.log"
         env = None if self.env is None else {**os.environ, **{k: str(v) for k, v in self.env.items()}}
         details: dict[str, Any] = {"argv": argv, "log": str(log_path), "trial_dir": str(trial_dir)}
@@ -170,16 +190,27 @@ class CommandExecutor(Executor):
         if rc != 0:
             return Failure(s.to_dict(), self._crash_reason(text, rc), kind=self._crash_kind(text, rc),
                            log_tail=tail, details=details)
-        times = self._step_times(text)
+        times, losses = self._parse(text, s)
         if not times:
-            return Failure(s.to_dict(), f"exited 0 but printed no step time matching /{self.step_re.pattern}/",
+            pattern = self.log_format.step if self.log_format else self.step_re.pattern
+            return Failure(s.to_dict(), f"exited 0 but printed no step time matching /{pattern}/",
                            kind="no_result", log_tail=tail, details=details)
         kept = times[self.warmup:] if len(times) > self.warmup else times
         step = statistics.median(kept)
-        details["step_times_s"] = times
+        details.update(step_times_s=times, log_tail=tail)
         traces = self._traces(values)
         tokens = self.train.tokens_per_step / step if self.train is not None else None
-        return Measurement(s.to_dict(), step, tokens_per_s=tokens, traces=traces, details=details)
+        return Measurement(s.to_dict(), step, tokens_per_s=tokens, losses=losses, traces=traces, details=details)
+
+    def _parse(self, text: str, s: Strategy) -> tuple[list[float], list[float]]:
+        """(step times s, losses): the stack's own lines with a ``framework``, else ``step_time_regex``."""
+        if self.log_format is None:
+            return self._step_times(text), []
+        from asap.execute.logs import parse_log
+
+        tokens = self.train.tokens_per_step if self.train is not None else None
+        parsed = parse_log(self.log_format.stack, text, tokens_per_step=tokens, devices=s.devices)
+        return parsed.step_times_s, parsed.losses
 
     def _step_times(self, text: str) -> list[float]:
         out = []
@@ -217,19 +248,27 @@ class CommandExecutor(Executor):
         return one_line(f"exited with code {rc}" + (f": {last}" if last else ""))
 
     def _traces(self, values: dict[str, Any]) -> list[str]:
-        if not self.trace_glob:
+        glob_text = self.trace_glob or (self.log_format.trace_glob if self.log_format else None)
+        if not glob_text:
             return []
-        pattern = self._fill(self.trace_glob, values)
+        if self.log_format is not None and not self.trace_glob:
+            glob_text = os.path.join(values["trial_dir"], glob_text)
+        pattern = self._fill(glob_text, values)
         if not os.path.isabs(pattern) and self.cwd:
             pattern = os.path.join(self.cwd, pattern)
         return sorted(str(Path(p).resolve()) for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
 
 
 def _last_error_line(text: str) -> str:
+    """The root cause a log says: the last exception line of a Python traceback (``ValueError: ...``), not the
+    launcher's report about its failed child; else the last line saying error; else the last line."""
     lines = [l.strip() for l in text.splitlines() if l.strip()]
-    for l in reversed(lines):  # prefer the exception line of a Python traceback, or anything saying error
-        if re.search(r"(?i)(error|exception|fatal|failed|abort)", l):
+    noise = re.compile(r"ChildFailedError|elastic|torch\.distributed\.run|exitcode|error_file|To enable traceback")
+    exc = re.compile(r"^(\[[^\]]*\]:?\s*)?([\w.]+(Error|Exception|Exit)|KeyboardInterrupt)\b(:|$)")
+    for l in reversed(lines):
+        if exc.search(l) and not noise.search(l):
+            return l
+    for l in reversed(lines):  # anything saying error
+        if re.search(r"(?i)(error|exception|fatal|failed|abort)", l) and not noise.search(l):
             return l
     return lines[-1] if lines else ""
-
-
