@@ -227,7 +227,8 @@ def print_estimate(m, c, t, est, strategy_text: str, model_arg: str, cluster_arg
         out_console.print(line, soft_wrap=True)
     out_console.print(estimate_table(est))
     if est.fits:
-        out_console.print(f"bottleneck: [bold]{est.bottleneck}[/] ({est.evidence[0]})", soft_wrap=True)
+        out_console.print(f"bottleneck: [bold]{est.bottleneck_class}[/] ({est.bottleneck}-bound: {est.evidence[0]})",
+                          soft_wrap=True)
         return
     fix = ",".join(f"{k}={v}" for k, v in given.items() if k in ("tp", "pp", "cp", "ep"))
     cmd = (f"asap plan -m {model_arg} -c {cluster_arg} -b {t.global_batch} -s {t.seq_len}"
