@@ -153,7 +153,8 @@ class Proposer:
         out: list[Candidate] = []
         devices = self.cluster.num_devices
         targets = diagnosis.targets()[:CLASSES_ATTACKED]
-        for target in targets:
+        minor = [c for c in diagnosis.classes if c not in targets and c["saving_s"] > 0]
+        for target in targets + minor:
             for r in retrieve(target["class"], self.workload(), k=ENTRIES_PER_CLASS, strict=True):
                 for move in r.entry.moves:
                     self._add(out, considered, moved_strategy(current, move, devices, self.moe), "knowledge",
@@ -381,7 +382,8 @@ def choose(cands: list[Candidate], base: Estimate, err: float) -> list[Candidate
     targeted = [c for c in ranked if c.source != "planner"]
     useful = [c for c in targeted if c.step_s < base.step_time_s or not base.fits]
     chosen: list[Candidate] = []
-    for pool, n in (([c for c in useful if c.source == "knowledge"], 2), (useful, 3), (targeted, 3)):
+    known = [c for c in targeted if c.source == "knowledge"]
+    for pool, n in (([c for c in useful if c in known], 2), (known, 2), (useful, 3), (targeted, 3)):
         for c in pool:
             if len(chosen) >= n:
                 break
