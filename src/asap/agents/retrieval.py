@@ -133,8 +133,11 @@ def applies(e: KnowledgeEntry, workload: dict[str, Any]) -> bool:
 
 
 def answers(e: KnowledgeEntry, target: str) -> bool:
-    """Whether ``e`` answers ``target``: a coarse bottleneck (its ``bottlenecks``) or a class (its ``classes``)."""
-    return target in e.classes if target in BOTTLENECK_CLASSES and target not in BOTTLENECKS else target in e.bottlenecks
+    """Whether ``e`` answers ``target``: a class (its ``classes``, where it names any) or a coarse bottleneck (its
+    ``bottlenecks``; "compute", "host" and "pipeline_bubble" are both, and read as classes where it can)."""
+    if target in BOTTLENECK_CLASSES and e.classes:
+        return target in e.classes
+    return target in e.bottlenecks
 
 
 def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int = 5,
