@@ -87,7 +87,7 @@ SCENARIOS = [
      zero_recompute_or_pp),
     ("deepseek-plain-alltoall", "deepseek-v3", ("h800", 2048), 15360, 4096,
      "tp=1,pp=16,ep=64,recompute=full,dispatcher=alltoall", {}, "ep_comm", dedup_or_overlap),
-    ("fsdp-tpu-v5p", "llama3-8b", ("tpu-v5p", 256), 256, 2048, "dp=256,zero=3", {}, "compute", add_tensor),
+    ("fsdp-tpu-v5p", "llama3-70b", ("tpu-v5p", 256), 256, 4096, "dp=256,zero=3", {}, "memory_capacity", add_tensor),
     ("tpu-hbm-overflow", "llama3-70b", ("tpu-v5p", 64), 256, 8192, "dp=64,zero=0", {}, "memory_capacity",
      remat_or_sharding),
     ("128k-without-cp", "llama3-8b", H100_64, 64, 131072, "tp=8", {}, "memory_capacity", context_parallel),
