@@ -92,7 +92,7 @@ def tradeoffs(base: Estimate, new: Estimate, hbm_gb: float, global_batch: int) -
 
 def justifying_lines(body: str, words: list[str], n: int = 2) -> list[str]:
     """The ``n`` sentences of an entry's body that share the most words with the move and the class, in order."""
-    sentences = [x.strip() for x in re.split(r"(?<=[.;:])\s+", " ".join(body.split())) if len(x.strip()) > 20]
+    sentences = [x.strip() for x in re.split(r"(?<=[.])\s+", " ".join(body.split())) if len(x.strip()) > 20]
     vocab = {w.lower() for w in words}
     scored = [(len(vocab & set(re.findall(r"[a-z0-9_-]+", s.lower()))), -i, s) for i, s in enumerate(sentences)]
     best = sorted(scored, reverse=True)[:n]

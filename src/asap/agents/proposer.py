@@ -241,11 +241,24 @@ class Proposer:
             self._add(out, considered, strategy, "llm", f"LLM: {rationale}", ["llm"], target=None)
         self.narrative = advice.narrative
 
-    def _planner_best(self) -> list[Strategy]:
+    def _fill(self, chosen: list[Candidate], skip: set[str], considered: list) -> list[Candidate]:
+        """Where fewer than three targeted moves fit (a strategy far from fitting): the planner's next best, of
+        other knob sets, fill in as re-plans, the one case with more than one."""
+        extra: list[Candidate] = []
+        for s in self._planner_best(top=30)[1:]:
+            self._add(extra, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
+                                                                  "targeted moves fit)", ["planner:top"])
+        for c in extra:
+            if len(chosen) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen):
+                chosen.append(c)
+        return sorted(chosen, key=lambda c: c.step_s)
+
+    def _planner_best(self, top: int = 1) -> list[Strategy]:
         from asap.search.planner import NoFitError, plan
 
         try:
-            return [c.strategy for c in plan(self.model, self.cluster, self.train, {}, top=1, ilp_candidates=0).candidates]
+            return [c.strategy for c in plan(self.model, self.cluster, self.train, {}, top=top,
+                                             ilp_candidates=0).candidates]
         except NoFitError:
             return []
 
@@ -294,6 +307,8 @@ class Proposer:
                 unique[key] = c
         err = model_error(self.cluster.accelerator.family)
         chosen = choose(list(unique.values()), base, err)
+        if len(chosen) < N_PROPOSALS:  # too few targeted moves fit: more of the planner's (re-plans) fill in
+            chosen = self._fill(chosen, skip, considered)
         best = min((c.step_s for c in chosen), default=base.step_time_s)
         within = base.fits and best >= base.step_time_s * (1 - err)
         if within:

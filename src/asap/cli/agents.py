@@ -3,6 +3,7 @@ loop: propose, run, remember, recalibrate)."""
 
 from __future__ import annotations
 
+import shlex
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
@@ -13,8 +14,8 @@ from rich.table import Table
 
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, ModelOpt, MoEImbalanceOpt,
-                               NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds)
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, ModelOpt,
+                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds, with_lengths)
 from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
@@ -48,6 +49,7 @@ def propose(
     precision: str = PrecisionOpt,
     framework: Optional[str] = FrameworkOpt,
     moe_imbalance: float = MoEImbalanceOpt,
+    lengths: Optional[str] = LengthsOpt,
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     memory: Optional[str] = MemoryOpt,
@@ -63,10 +65,12 @@ def propose(
     from asap.cost.estimate import estimate
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    t, _, _ = with_lengths(c, t, lengths)
     current = parse_current(strategy, m, c, t)
     diagnosis = Analyzer(c).analyze(estimate(m, c, t, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
     job = _job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    job += f" --lengths {shlex.quote(lengths)}" if lengths else ""
     result = Proposer(m, c, t, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key),
                       job_args=job).propose(current, diagnosis)
     out = {"diagnosis": diagnosis.to_dict(), "current": {"strategy": current.to_dict(),
@@ -76,25 +80,16 @@ def propose(
     if json_out:
         print_json(out)
         return
-    out_console.print(f"[bold]{diagnosis.bottleneck_class}[/] ({diagnosis.bottleneck}-bound, {diagnosis.source}): "
-                      + "; ".join(c["figure"] for c in diagnosis.classes[:4]), highlight=False)
-    table = Table(title=f"three proposals for {current}")
-    for col in ("#", "kind", "strategy", "speedup", "range", "predicted s", "attacks", "why"):
-        table.add_column(col)
+    out_console.print(f"{diagnosis.bottleneck_class} ({diagnosis.bottleneck}-bound, {diagnosis.source}): "
+                      + "; ".join(c["figure"] for c in diagnosis.classes[:4]), highlight=False, markup=False,
+                      soft_wrap=True)
     for i, p in enumerate(result.proposals, 1):
-        lo, hi = p.expected_speedup_range
-        table.add_row(str(i), p.kind, str(p.strategy), f"{p.expected_speedup:.2f}x", f"{lo:.2f}-{hi:.2f}x",
-                      f"{p.predicted_step_time_s:.4g}", p.attacks, p.rationale)
-    out_console.print(table)
-    for i, p in enumerate(result.proposals, 1):
-        _print_proposal_detail(i, p)
-    out_console.print(result.note, highlight=False)
+        _print_proposal(i, p)
+    out_console.print(result.note, highlight=False, markup=False, soft_wrap=True)
 
 
 def _job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance) -> str:
     """The flags ``asap estimate`` needs to rebuild this job, as the user gave them."""
-    import shlex
-
     args = [f"-m {shlex.quote(model)}", f"-c {shlex.quote(cluster)}"]
     args += [f"--nodes {nodes}"] if nodes else []
     args += [f"--devices {devices}"] if devices else []
@@ -104,11 +99,15 @@ def _job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, 
     return " ".join(args)
 
 
-def _print_proposal_detail(i: int, p) -> None:
-    """What a proposal follows and what it changes: entries with their lines and sources, the exposed terms it
-    moves (as compare gives them), trade-offs, similar trials, and the command that reproduces it."""
-    lines = [f"{i}. {p.kind}, moves {', '.join(p.knobs)}: {p.predicted_step_time_s:.4g} s "
-             f"({p.predicted_step_time_range_s[0]:.4g}-{p.predicted_step_time_range_s[1]:.4g} s)"]
+def _print_proposal(i: int, p) -> None:
+    """One proposal: its kind, predicted step and range, the figure it attacks, what it follows (entries with their
+    lines and sources), the exposed terms it moves (as compare gives them), trade-offs, similar trials, and the
+    command that reproduces it (lines that never wrap, so what a user sees is what the docs show)."""
+    lo, hi = p.expected_speedup_range
+    lines = [f"{i}. {p.kind} ({p.source}), {p.expected_speedup:.2f}x ({lo:.2f}-{hi:.2f}x): "
+             f"{p.predicted_step_time_s:.4g} s ({p.predicted_step_time_range_s[0]:.4g}-"
+             f"{p.predicted_step_time_range_s[1]:.4g} s), moves {', '.join(p.knobs)}",
+             f"   attacks: {p.attacks}", f"   why: {p.rationale.split('): ', 1)[-1]}"]
     for e in p.entries:
         lines.append(f"   follows knowledge:{e['id']} ({e['title']}): " + " ".join(e["lines"]))
         lines.append(f"   source: {'; '.join(e['sources'][:2])}")

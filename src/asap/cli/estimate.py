@@ -85,7 +85,7 @@ def with_lengths(c, t, path: Optional[str]):
     data = read_lengths(path)
     dps = [d for d in range(1, c.num_devices + 1) if c.num_devices % d == 0]
     aw = attention_work(data, t.global_batch, t.seq_len, dps)
-    return replace(t, attention_work=aw.train_pairs()), aw, data
+    return replace(t, attention_work=aw.train_pairs(), attention_work_mean=aw.mean), aw, data
 
 
 def lengths_report(m, c, t, est, aw, data, path: str) -> dict:

@@ -5,7 +5,8 @@ From the cost model's terms: each exposed collective by axis (tp, cp, ep, pp, dp
 host's launch and Python time, the heaviest stage's excess over the mean (stage imbalance), the memory-bound
 kernels' time (what fusion attacks), and, from counterfactual pricings of the same strategy
 (``asap.cost.estimate.estimate`` does them), the recomputed forward passes (the step with ``recompute=none``),
-the busiest expert rank's excess (routing balanced) and packed documents' uneven attention (no lengths).
+the busiest expert rank's excess (routing balanced) and packed documents' uneven attention (every rank
+the mean).
 Memory capacity is a class of its own: a strategy that does not fit, or fills more than ``USABLE_HBM`` of the
 device, must be fixed before any time is won.
 
@@ -51,7 +52,7 @@ class Counterfactuals:
 
     recompute_s: float = 0.0  # step - step with recompute=none
     expert_imbalance_s: float = 0.0  # step - step with balanced routing
-    sequence_imbalance_s: float = 0.0  # step - step without the packed lengths
+    sequence_imbalance_s: float = 0.0  # step - step with every rank at the mean attention work
 
 
 def _s(x: float) -> str:

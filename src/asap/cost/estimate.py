@@ -418,7 +418,8 @@ def framework_of(train: TrainSpec, cluster: Cluster) -> Framework:
 def counterfactuals(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy,
                     step_s: float) -> Counterfactuals:
     """The seconds the strategy's recompute, the busiest expert rank and packed documents' uneven attention cost:
-    the step priced again without each (recompute=none; balanced routing; no lengths), all else equal."""
+    the step priced again without each (recompute=none; balanced routing; every rank the mean attention work of
+    the packed samples), all else equal."""
     def step_of(t: TrainSpec, s: Strategy) -> float:
         return float(estimate_batch(model, cluster, t, StrategyBatch.from_strategies([s])).step_time_s[0])
 
@@ -426,7 +427,8 @@ def counterfactuals(model: ModelSpec, cluster: Cluster, train: TrainSpec, strate
                  if strategy.recompute != "none" else 0.0)
     expert = (step_s - step_of(replace(train, moe_imbalance=1.0), strategy)
               if model.moe is not None and train.moe_imbalance > 1.0 else 0.0)
-    sequence = step_s - step_of(replace(train, attention_work=()), strategy) if train.attention_work else 0.0
+    even = tuple((dp, train.attention_work_mean) for dp, _ in train.attention_work)  # every rank the mean
+    sequence = step_s - step_of(replace(train, attention_work=even), strategy) if train.attention_work else 0.0
     return Counterfactuals(max(recompute, 0.0), max(expert, 0.0), max(sequence, 0.0))
 
 
