@@ -386,7 +386,10 @@ def attacked_class(c: Candidate, base: Estimate | None, targets: list[dict]) -> 
 
 
 def _distinct(c: Candidate, chosen: list[Candidate]) -> bool:
-    return bool(c.knobs) and all(c.knobs != x.knobs and c.attack != x.attack for x in chosen)
+    """Another kind of move: its own knob set and entry (or term), and not one knob's value from a chosen one
+    (tp 4->2 and tp 4->2 with pp 1->2 are one experiment and a variant of it)."""
+    return bool(c.knobs) and all(c.knobs != x.knobs and c.attack != x.attack
+                                 and len(changed_keys(c.strategy, x.strategy)) > 1 for x in chosen)
 
 
 def choose(cands: list[Candidate], base: Estimate, err: float) -> list[Candidate]:
