@@ -148,3 +148,57 @@ def test_within_error_only_where_true():
     *_, ps = _run("tp-across-nodes", "llama3-70b", H100_64, 512, 8192, "tp=16", {})
     assert not ps.within_error and "within the model's error" not in ps.note
     assert ps.proposals[0].expected_speedup > 1.2
+
+
+def _chat_server(answers: list[str], seen: list[dict]):
+    """A real local HTTP server speaking chat completions: records each request, replays ``answers``."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    queue = list(answers)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server protocol
+            seen.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
+            body = json.dumps({"choices": [{"message": {"role": "assistant", "content": queue.pop(0)},
+                                            "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_llm_sees_the_diagnosis_entries_and_priced_candidates_and_may_rewrite_a_rationale():
+    """The LLM's request carries the classes, the retrieved entries and the priced candidates; naming the tp 16->8
+    move again rewrites that proposal's rationale; its new candidate is priced like any other."""
+    from asap.agents.llm import LLMAdvisor, LLMConfig
+
+    answer = json.dumps({"candidates": [{"strategy": {"tp": 8, "pp": 2}, "rationale": "TP back inside the node"},
+                                        {"strategy": {"tp": 4, "pp": 4}, "rationale": "smaller TP, more stages"}],
+                         "narrative": "TP16 crosses InfiniBand"})
+    seen: list[dict] = []
+    server = _chat_server([answer], seen)
+    try:
+        m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(512, 8192)
+        s = parse_current("tp=16", m, c, t)
+        d = Analyzer(c).analyze(estimate(m, c, t, s))
+        advisor = LLMAdvisor(LLMConfig(f"http://127.0.0.1:{server.server_port}/v1", "replay", timeout_s=10))
+        ps = Proposer(m, c, t, llm=advisor).propose(s, d)
+    finally:
+        server.shutdown()
+    context = json.loads(seen[0]["messages"][1]["content"])
+    assert context["diagnosis"]["classes"][0]["class"] == "tp_comm"
+    assert "tp-within-nvlink-domain" in context["retrieved"]
+    assert context["candidates"] and all("predicted_step_time_s" in x for x in context["candidates"])
+    rewritten = [p for p in ps.proposals if p.strategy.tp == 8 and p.strategy.pp == 2]
+    assert rewritten and "TP back inside the node" in rewritten[0].rationale
+    assert any(x["source"] == "llm" and "tp=4" in x["strategy"] for x in ps.considered)
+    assert "LLM: TP16 crosses InfiniBand" in ps.note

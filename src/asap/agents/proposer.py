@@ -237,6 +237,8 @@ class Proposer:
                 text = None
             if text in known:  # a candidate we have: the LLM rewrites its rationale
                 self.rationales[text] = rationale
+                considered.append({"strategy": text, "source": "llm", "kept": True,
+                                   "why": "the LLM's rationale for a candidate already priced"})
                 continue
             self._add(out, considered, strategy, "llm", f"LLM: {rationale}", ["llm"], target=None)
         self.narrative = advice.narrative
