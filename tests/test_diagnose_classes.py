@@ -40,3 +40,16 @@ def test_small_gemms_under_the_ridge_are_memory_bound(tmp_path):
     assert all(o.bound == "memory" for o in d.top_ops if o.intensity is not None)
     assert d.bottleneck == "memory" and d.bottleneck_class == "memory_bandwidth"
     assert d.classes[0]["saving_s"] > 0 and "memory-bound operators" in d.classes[0]["figure"]
+
+
+def test_a_dense_trace_gets_no_moe_advice(tmp_path):
+    """The trace has no all-to-all: diagnose's next moves come from entries that apply to a dense model."""
+    from asap.agents.knowledge import load_knowledge
+    from asap.cli.diagnose import next_steps
+
+    trace = tmp_path / "membound.json"
+    subprocess.run([sys.executable, "-c", JOB, str(trace)], capture_output=True, text=True, timeout=240, check=True)
+    moves = next_steps(diagnose([trace]))["knowledge"]
+    kinds = {e.id: e.model_kinds for e in load_knowledge()}
+    assert moves and all(kinds[m["id"]] == ["any"] or "dense" in kinds[m["id"]] for m in moves)
+    assert "moe-load-imbalance" not in {m["id"] for m in moves}

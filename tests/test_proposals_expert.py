@@ -202,3 +202,25 @@ def test_llm_sees_the_diagnosis_entries_and_priced_candidates_and_may_rewrite_a_
     assert rewritten and "TP back inside the node" in rewritten[0].rationale
     assert any(x["source"] == "llm" and "tp=4" in x["strategy"] for x in ps.considered)
     assert "LLM: TP16 crosses InfiniBand" in ps.note
+
+
+def test_memory_offers_what_worked_on_a_similar_job(tmp_path):
+    """A similar job (the same model on 32 instead of 64 H100) measured tp=8,pp=2 fastest: that layout is a
+    candidate here (source memory, or the knowledge move that reaches it), and the proposal that runs it lists
+    the trial among its similar past trials."""
+    from asap.agents.memory import Memory
+    from asap.agents.proposer import workload_record
+
+    m, t = load_model("llama3-70b"), TrainSpec(512, 8192)
+    small = load_cluster("h100-sxm", devices=32)
+    with Memory.open(tmp_path / "memory.sqlite") as mem:
+        exp = mem.experiment(workload_record(m, small, t))
+        for strategy, measured in (("tp=16", 50.0), ("tp=8,pp=2", 30.0)):
+            tid = mem.begin_trial(exp, parse_current(strategy, m, small, t).to_dict())
+            mem.finish_trial(tid, "ok", measured_step_time_s=measured)
+        c = load_cluster("h100-sxm", devices=64)
+        s = parse_current("tp=16", m, c, t)
+        ps = Proposer(m, c, t, mem).propose(s, Analyzer(c).analyze(estimate(m, c, t, s)))
+    assert any(x["source"] == "memory" and "tp=8,pp=2" in x["strategy"] for x in ps.considered)
+    ran = [p for p in ps.proposals if (p.strategy.tp, p.strategy.pp) == (8, 2)]
+    assert ran and ran[0].similar_trials and ran[0].similar_trials[0]["measured_step_time_s"] == 30.0

@@ -208,7 +208,8 @@ class Proposer:
             ok = [t for t in self.memory.trials(exp["id"]) if t.get("measured_step_time_s") and t.get("strategy")]
             if ok:
                 best = min(ok, key=lambda t: t["measured_step_time_s"])
-                out.append((best["strategy"], f"what worked on a similar job (experiment {exp['id']}, "
+                layout = {k: v for k, v in best["strategy"].items() if k not in ("dp", "layer_split")}
+                out.append((layout, f"what worked on a similar job (experiment {exp['id']}, "
                                               f"similarity {score:.2f})", [f"memory:trial{best['id']}"]))
         return out
 
@@ -306,7 +307,13 @@ class Proposer:
             if key in skip:
                 considered.append({"strategy": key, "source": c.source, "kept": False, "why": "already tried"})
             elif key not in unique or SOURCE_ORDER[c.source] < SOURCE_ORDER[unique[key].source]:
+                if key in unique:
+                    considered.append({"strategy": key, "source": unique[key].source, "kept": False,
+                                       "why": f"the same strategy as a {c.source} candidate"})
                 unique[key] = c
+            else:
+                considered.append({"strategy": key, "source": c.source, "kept": False,
+                                   "why": f"the same strategy as a {unique[key].source} candidate"})
         err = model_error(self.cluster.accelerator.family)
         chosen = choose(list(unique.values()), base, err)
         if len(chosen) < N_PROPOSALS:  # too few targeted moves fit: more of the planner's (re-plans) fill in
