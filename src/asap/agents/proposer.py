@@ -45,6 +45,7 @@ def model_error(family: str) -> float:
     return sum(f.get("n", 0) * f["held_out_mape"] for f in fams.values()) / max(n, 1)
 ENTRIES_PER_CLASS = 6  # entries retrieved per class attacked
 CLASSES_ATTACKED = 4  # the largest classes of the diagnosis
+FIT_MOVES = 4  # memory moves joined with a time move where the current strategy does not fit
 SOURCE_ORDER = {"knowledge": 0, "memory": 1, "neighbour": 2, "llm": 3, "planner": 4}
 
 
@@ -133,6 +134,7 @@ class Proposer:
         self.narrative = ""
         self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
         self.base: Estimate | None = None  # the current strategy's estimate while proposing
+        self._planned: list[Strategy] | None = None
 
     @property
     def moe(self) -> bool:
@@ -198,6 +200,34 @@ class Proposer:
                 title = e1.title + (f" + {e2.title}" if e2 is not None else "")
                 self._add(out, considered, moved_strategy(current, {**m1, **m2}, self.cluster.num_devices, self.moe),
                           "knowledge", title, ev, entry=e1, target=target)
+        self._time_moves_that_fit(current, targets, pool, out, considered)
+
+    def _time_moves_that_fit(self, current: Strategy, targets: list[dict], pool: list, out: list,
+                             considered: list) -> None:
+        """Where the strategy does not fit: each move against a time class (a dispatcher, an overlap, a schedule)
+        joined with one of the ``FIT_MOVES`` memory moves that free the most memory alone, so the move an expert
+        would make for the time is offered in a strategy that fits."""
+        from asap.agents.retrieval import retrieve
+
+        devices = self.cluster.num_devices
+        freed = []
+        for e, m in pool:
+            s = moved_strategy(current, m, devices, self.moe)
+            try:
+                freed.append((self.price(s).peak_memory_gb, e.id, e, m)) if s is not None else None
+            except AsapError:
+                continue
+        fixes = [(e, m) for _, _, e, m in sorted(freed, key=lambda x: x[:2])[:FIT_MOVES]]
+        for target in [t for t in targets if t["class"] != "memory_capacity"][:2]:
+            for r in retrieve(target["class"], self.workload(), k=3, strict=True):
+                for move in r.entry.moves:
+                    for e2, fix in fixes:
+                        joined = {**fix, **move}
+                        if set(move) & set(fix) or len(set(joined) - {"dp"}) > MAX_KNOBS:
+                            continue
+                        self._add(out, considered, moved_strategy(current, joined, devices, self.moe), "knowledge",
+                                  f"{r.entry.title}, with {e2.title.split(' - ')[0].lower()} to fit",
+                                  [f"knowledge:{r.entry.id}", f"knowledge:{e2.id}"], entry=r.entry, target=target)
 
     def _memory_candidates(self, current: Strategy) -> list[tuple[dict, str, list[str]]]:
         """What worked on Memory's similar jobs: each similar experiment's fastest measured trial."""
@@ -257,13 +287,16 @@ class Proposer:
         return sorted(chosen, key=lambda c: c.step_s)
 
     def _planner_best(self, top: int = 1) -> list[Strategy]:
+        """The planner's ``top`` best (its 30 best computed once per proposer: the re-plan and the fill)."""
         from asap.search.planner import NoFitError, plan
 
-        try:
-            return [c.strategy for c in plan(self.model, self.cluster, self.train, {}, top=top,
-                                             ilp_candidates=0).candidates]
-        except NoFitError:
-            return []
+        if self._planned is None:
+            try:
+                self._planned = [c.strategy for c in plan(self.model, self.cluster, self.train, {}, top=30,
+                                                          ilp_candidates=0).candidates]
+            except NoFitError:
+                self._planned = []
+        return self._planned[:top]
 
     def _add(self, out: list, considered: list, strategy: dict | str | None, source: str, why: str, evidence: list,
              entry=None, target=None):
