@@ -2,10 +2,11 @@
 with its evidence, in the words of design.md (compute, memory, communication, host, pipeline_bubble,
 imbalance).
 
-From a cost-model estimate the bottleneck is the estimate's own (the largest exposed term, memory when
-memory-bound kernels dominate compute), except that a strategy that does not fit, or fills more than
-``HBM_PRESSURE`` of the device, is memory-bound in the published optimizer's sense (HBM-bound: capacity, the
-case where model parallelism, sharding or recompute are the moves).
+From a cost-model estimate the classes are the estimate's own (``asap.cost.classes``: each class with the
+seconds removing it would save, memory capacity first where the strategy does not fit or fills more than the
+usable share of HBM, compute only when the step is mostly useful compute at a healthy MFU), so ``asap
+estimate``'s bottleneck line and ``asap propose`` say the same. From traces, ``asap diagnose``'s classes, with
+the collectives a trace cannot assign to an axis split by the cost model's axis terms.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from typing import Any
 from asap.cost.estimate import Estimate
 from asap.spec.hardware import Cluster
 
-HBM_PRESSURE = 0.92  # a device this full has no room for a larger micro-batch or less sharding
-# exposed communication this large a share of the step sets its pace even when compute is the larger term (the
-# published optimizer's communication-bound meshes spent a third or more of the step in collectives)
-COMM_BOUND_SHARE = 0.3
 COMM_TERMS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
+MIN_CLASS_SHARE = 0.02  # a class that would save less than this share of the step is not attacked
 
 
 @dataclass
@@ -31,13 +29,28 @@ class Diagnosis:
     step_time_s: float
     figures: dict[str, float] = field(default_factory=dict)  # shares of the step and other KPIs
     evidence: list[str] = field(default_factory=list)
+    # what can be won, verdict first: [{class, bottleneck, saving_s, figure}] (asap.cost.classes)
+    classes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def bottleneck_class(self) -> str:
+        return self.classes[0]["class"] if self.classes else self.bottleneck
+
+    def targets(self) -> list[dict[str, Any]]:
+        """The classes worth attacking, verdict first: memory capacity when it binds, then every class saving
+        at least ``MIN_CLASS_SHARE`` of the step (compute only when it is the verdict)."""
+        step = max(self.step_time_s, 1e-12)
+        return [c for i, c in enumerate(self.classes)
+                if c["class"] == "memory_capacity" or (c["class"] == "compute" and i == 0)
+                or c["saving_s"] >= MIN_CLASS_SHARE * step]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "bottleneck_class": self.bottleneck_class}
 
 
 def from_estimate(est: Estimate, cluster: Cluster) -> Diagnosis:
-    """The cost model's view of one strategy: exposed shares of the step, memory pressure, its bottleneck."""
+    """The cost model's view of one strategy: its classes (``Estimate.classes``, the same as ``asap estimate``
+    prints), exposed shares of the step, memory pressure."""
     step = max(est.step_time_s, 1e-12)
     exposed = est.exposed_s
     comm = sum(exposed.get(k, 0.0) for k in COMM_TERMS)
@@ -46,19 +59,28 @@ def from_estimate(est: Estimate, cluster: Cluster) -> Diagnosis:
                "peak_memory_gb": est.peak_memory_gb, "hbm_gb": cluster.hbm_gb, "mfu": est.mfu}
     for k in COMM_TERMS:
         figures[f"{k}_share"] = exposed.get(k, 0.0) / step
-    bottleneck = est.bottleneck
-    evidence = list(est.evidence)
-    if bottleneck == "compute" and figures["communication_share"] >= COMM_BOUND_SHARE:
-        bottleneck = "communication"
-        evidence.insert(0, f"exposed communication {figures['communication_share']:.0%} of the step (at least "
-                           f"{COMM_BOUND_SHARE:.0%}: the interconnect sets the pace)")
-    pressure = est.peak_memory_gb / cluster.hbm_gb
-    if not est.fits or pressure > HBM_PRESSURE:
-        bottleneck = "memory"
-        evidence.insert(0, f"peak memory {est.peak_memory_gb:.1f} GB of {cluster.hbm_gb:g} GB per device "
-                           f"({pressure:.0%}){'' if est.fits else ': does not fit'}")
-    return Diagnosis(bottleneck=bottleneck, source="cost model", step_time_s=est.step_time_s, figures=figures,
-                     evidence=evidence)
+    evidence = [c["figure"] for c in est.classes[:4]]
+    return Diagnosis(bottleneck=est.bottleneck, source="cost model", step_time_s=est.step_time_s, figures=figures,
+                     evidence=evidence, classes=list(est.classes))
+
+
+def resplit_collectives(classes: list[dict], est: Estimate) -> list[dict]:
+    """A trace's dp_comm (collectives a trace cannot assign to an axis) split over tp, cp and dp in proportion
+    to the cost model's exposed terms of the strategy that ran."""
+    weights = {k: est.exposed_s.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")}
+    total = sum(weights.values())
+    out = []
+    for c in classes:
+        if c["class"] != "dp_comm" or total <= 0:
+            out.append(c)
+            continue
+        for k, w in weights.items():
+            if w > 0:
+                v = c["saving_s"] * w / total
+                out.append({**c, "class": k, "saving_s": v,
+                            "figure": f"{k} exposed {v:.3g} s (the trace's collectives split by the cost model)"})
+    head, rest = out[:1], sorted(out[1:], key=lambda c: -c["saving_s"])
+    return head + rest
 
 
 def from_traces(traces: list[str | Path], accelerator: str | None = None) -> Diagnosis:
@@ -78,7 +100,7 @@ def from_traces(traces: list[str | Path], accelerator: str | None = None) -> Dia
                    f"({fused_s / step:.1%}); the largest, {' > '.join(n.split('::')[-1] for n in best.ops[:8])}"
                    f"{' > ...' if len(best.ops) > 8 else ''}, {best.saved_bytes / 1e6:.3g} MB ({best.saved_s:.3g} s)")
     return Diagnosis(bottleneck=d.bottleneck, source="trace", step_time_s=d.step_time_s, figures=figures,
-                     evidence=list(d.evidence) + top)
+                     evidence=list(d.evidence) + top, classes=list(d.classes))
 
 
 class Analyzer:
@@ -90,8 +112,9 @@ class Analyzer:
     def analyze(self, estimate: Estimate, traces: list[str | Path] | None = None) -> Diagnosis:
         if traces:
             d = from_traces(traces, self.cluster.accelerator.name)
-            model_view = from_estimate(estimate, self.cluster)
-            if model_view.bottleneck == "memory" and model_view.figures["peak_memory_gb"] > self.cluster.hbm_gb:
-                d.evidence.insert(0, model_view.evidence[0])
+            d.classes = resplit_collectives(d.classes, estimate)
+            if not estimate.fits:  # the strategy as priced here does not fit: that comes first
+                d.classes.insert(0, estimate.classes[0])
+                d.evidence.insert(0, estimate.classes[0]["figure"])
             return d
         return from_estimate(estimate, self.cluster)

@@ -152,6 +152,11 @@ class Coordinator:
         proposer = Proposer(self.model, cluster, self.train, self.memory, llm=self.llm)
         ps = proposer.propose(base, diagnosis, exclude=self._tried_strings(known))
         fresh = [p for p in ps.proposals if canon(p.strategy) not in known and not self._refused(p.strategy)]
+        if self.trials and self.trials[-1].status == "failed" and not best:
+            # nothing has run yet and the last trial failed: before more variants of the start, re-plan
+            again = [s for s in proposer._planner_best() if canon(s) not in known and not self._refused(s)]
+            if again:
+                return again[0], diagnosis, ps.considered
         if ps.within_error and len(fresh) > 1:
             # the model cannot tell them apart: run the one whose mix of terms the trials so far know least
             gains = self._information_gains([p.strategy for p in fresh])

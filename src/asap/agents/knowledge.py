@@ -2,6 +2,7 @@
 
 Each entry is a markdown file under ``asap/data/knowledge/`` (package data) with YAML front matter:
 ``id`` (the file stem), ``title``, ``bottlenecks`` (the diagnoses it answers, design.md's vocabulary),
+``classes`` (the finer bottleneck classes it attacks, ``asap.spec.words.BottleneckClass``; optional),
 ``families`` / ``model_kinds`` / ``frameworks`` (``[any]`` or a list: where it applies), ``moves`` (strategy
 deltas, each a mapping ``key -> op``), ``sources``; the body says when, why, the trade-off and how to check.
 
@@ -24,6 +25,7 @@ from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS, FRAMEWORK_NAMES
 from asap.spec.hardware import FAMILIES
 from asap.spec.strategy import SCHEDULES, recompute_code, recompute_label
+from asap.spec.words import BOTTLENECK_CLASSES
 
 BOTTLENECKS = ("compute", "memory", "communication", "host", "pipeline_bubble", "imbalance")
 MODEL_KINDS = ("dense", "moe", "long_context", "mla")
@@ -90,6 +92,12 @@ class KnowledgeEntry(BaseModel):
     moves: list[dict[str, str]]
     sources: list[str]
     body: str
+    classes: list[str] = []
+
+    @field_validator("classes")
+    @classmethod
+    def _classes(cls, v: list[str]) -> list[str]:
+        return _check_vocabulary(v, BOTTLENECK_CLASSES, "bottleneck class", any_ok=False) if v else v
 
     @field_validator("id")
     @classmethod

@@ -44,7 +44,9 @@ MAX_NARRATIVE_CHARS = 4000
 
 SYSTEM_PROMPT = f"""You advise on parallel strategies for training a large language model.
 The user message is a JSON object describing the model, the cluster, the training setup, the current
-strategy, its diagnosis and the candidates already considered.
+strategy, its diagnosis (bottleneck classes, each with the seconds removing it would save), the ids of the
+knowledge entries retrieved for it, and the candidates already priced by the cost model. Naming one of those
+candidates again replaces its rationale with yours; a new strategy is priced like any other.
 
 Answer with ONLY a JSON object, no prose and no code fence, of exactly this form:
 {{"candidates": [{{"strategy": {{"tp": 4, "pp": 2, "recompute": "selective"}},

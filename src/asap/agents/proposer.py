@@ -1,11 +1,16 @@
-"""The Proposer: candidates from the knowledge entries retrieved for the diagnosis, from one-knob neighbours
-of the current strategy and from the planner's best; every one checked by the cost model (legal, fits,
-predicted step time with its error band) before it is offered; exactly three, diverse (no two moving the same
-knob alone), each with its rationale, expected speedup and range, trade-offs and evidence.
+"""The Proposer: targeted moves from the diagnosis. For each class worth attacking (``Diagnosis.targets``: the
+seconds each would save, memory capacity first where it binds) it retrieves the knowledge entries that answer
+that class and apply to the job (family, model kind, framework), applies their ``moves`` to the current strategy
+with only the dependent changes (``asap.agents.moves``), and adds one-knob neighbours, the strategies that worked
+on Memory's similar jobs, the LLM's candidates (``--llm``) and the planner's best. Every one is priced by the cost
+model; one that does not fit, moves more than ``MAX_KNOBS`` knobs besides dp, or changes nothing is dropped into
+the audit trail with the reason.
 
-When even the best candidate's error band reaches the current strategy's predicted time, the current strategy
-is within the model's error of the best: the proposer says so, and the three it returns are the cheapest
-experiments that would tell (the fastest-running of the diverse candidates).
+Exactly three proposals of three kinds: each attacks the diagnosis through a different entry or term and moves
+a different set of knobs; at least two follow a knowledge entry where two apply and help. The planner's best is
+offered as a "re-plan", at most one of the three, only when it beats the best targeted move by more than the
+model's error (``model_error``: the family's held-out MAPE). When the current strategy fits and no
+proposal is faster by more than the model's error, the proposer says so.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from asap.agents.analyzer import Diagnosis
-from asap.cost.estimate import Estimate, estimate
+from asap.agents.moves import (MAIN_KNOBS, MAX_KNOBS, NEIGHBOUR_MOVES, justifying_lines, moved_knobs,
+                               moved_strategy, moves_text, tradeoffs)
+from asap.compare import deltas
+from asap.cost.estimate import Estimate, estimate, framework_of
 from asap.errors import AsapError
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
@@ -22,30 +30,46 @@ from asap.spec.strategy import Strategy, parse_strategy
 from asap.spec.train import TrainSpec
 
 N_PROPOSALS = 3
-KNOWLEDGE_ENTRIES = 8  # entries retrieved per diagnosis
-# one-knob neighbours of the current strategy, in the knowledge entries' move format
-NEIGHBOUR_MOVES: tuple[dict[str, str], ...] = (
-    {"tp": "x2"}, {"tp": "/2"}, {"pp": "x2"}, {"pp": "/2"}, {"cp": "x2"}, {"cp": "/2"}, {"ep": "x2"}, {"ep": "/2"},
-    {"mbs": "x2"}, {"mbs": "/2"}, {"vpp": "x2"}, {"vpp": "/2"}, {"recompute": "=none"},
-    {"recompute": "=selective"}, {"recompute": "=full"}, {"zero": "=1"}, {"zero": "=3"},
-    {"dispatcher": "=dedup"}, {"a2a_overlap": "=1"}, {"schedule": "=zb"},
-)
-# keys derived from the others (the data-parallel degree fills the devices; the rest follow their defaults)
-DERIVED = ("dp", "etp", "sp", "schedule", "layer_split")
-SOURCE_ORDER = {"knowledge": 0, "planner": 1, "neighbour": 2, "llm": 3}
+
+
+def model_error(family: str) -> float:
+    """The model's error for comparing two strategies of one job: the family's held-out MAPE on the calibration
+    runs (asap/data/error_bands.json), or the MAPE pooled over all families where the family has fewer than 5."""
+    from asap.cost.estimate import error_bands
+
+    fams = error_bands()["families"]
+    own = fams.get(family)
+    if own and own.get("n", 0) >= 5:
+        return float(own["held_out_mape"])
+    n = sum(f.get("n", 0) for f in fams.values())
+    return sum(f.get("n", 0) * f["held_out_mape"] for f in fams.values()) / max(n, 1)
+ENTRIES_PER_CLASS = 6  # entries retrieved per class attacked
+CLASSES_ATTACKED = 4  # the largest classes of the diagnosis
+FIT_MOVES = 4  # memory moves joined with a time move where the current strategy does not fit
+SOURCE_ORDER = {"knowledge": 0, "memory": 1, "neighbour": 2, "llm": 3, "planner": 4}
 
 
 @dataclass
 class Candidate:
     strategy: Strategy
     estimate: Estimate
-    source: str  # knowledge | neighbour | planner
+    source: str  # knowledge | memory | neighbour | llm | planner
     why: str
     evidence: list[str] = field(default_factory=list)
+    entry: Any = None  # the asap.agents.knowledge.KnowledgeEntry it follows
+    target: dict[str, Any] | None = None  # the diagnosis class it attacks
+    knobs: frozenset = frozenset()
 
     @property
     def step_s(self) -> float:
         return self.estimate.step_time_s
+
+    @property
+    def attack(self) -> str:
+        """What it attacks the diagnosis through: its entry, else its class and source."""
+        if self.entry is not None:
+            return f"knowledge:{self.entry.id}"
+        return f"{self.source}:{(self.target or {}).get('class', '')}:{','.join(sorted(self.knobs))}"
 
 
 @dataclass
@@ -60,6 +84,14 @@ class Proposal:
     evidence: list[str]
     fits: bool
     source: str
+    kind: str = "targeted"  # targeted | re-plan
+    attacks: str = ""  # the figure it attacks: "tp_comm exposed 4.1 s of 36.8 s"
+    attacks_class: str = ""
+    knobs: list[str] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)  # {id, title, lines, sources}
+    term_changes_s: dict[str, float] = field(default_factory=dict)  # as compare's deltas_s: new - current
+    similar_trials: list[dict[str, Any]] = field(default_factory=list)
+    estimate_command: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy.to_dict(), "strategy_string": str(self.strategy),
@@ -67,7 +99,10 @@ class Proposal:
                 "expected_speedup_range": list(self.expected_speedup_range),
                 "predicted_step_time_s": self.predicted_step_time_s,
                 "predicted_step_time_range_s": list(self.predicted_step_time_range_s), "tradeoffs": self.tradeoffs,
-                "evidence": self.evidence, "fits": self.fits, "source": self.source}
+                "evidence": self.evidence, "fits": self.fits, "source": self.source, "kind": self.kind,
+                "attacks": self.attacks, "attacks_class": self.attacks_class, "knobs": self.knobs,
+                "entries": self.entries, "term_changes_s": self.term_changes_s,
+                "similar_trials": self.similar_trials, "estimate_command": self.estimate_command}
 
 
 @dataclass
@@ -78,42 +113,28 @@ class ProposalSet:
     considered: list[dict[str, Any]]  # every candidate and why it was kept or dropped (the audit trail)
 
 
-MOE_KEYS = ("ep", "etp", "dispatcher", "a2a_overlap")  # knobs a dense model does not have
-
-
-def moved_strategy(current: Strategy, move: dict[str, str], devices: int, moe: bool = True) -> dict[str, Any] | None:
-    """The strategy ``move`` makes of ``current`` (knowledge-entry ops), with the derived keys filled again
-    (dp from the devices); None where the move does not apply (an MoE knob of a dense model)."""
-    from asap.agents.knowledge import apply_move
-
-    if not moe and any(k in MOE_KEYS for k in move):
-        return None
-    base = {k: v for k, v in current.to_dict().items() if k not in DERIVED and v is not None}
-    new = apply_move(base, move)
-    if new is None or new == base:
-        return None
-    if "dp" in move:
-        dp = apply_move({"dp": current.dp}, {"dp": move["dp"]})
-        if dp is None:
-            return None
-        new["dp"] = dp["dp"]
-    elif devices % (new.get("tp", 1) * new.get("pp", 1) * new.get("cp", 1)):
-        return None
-    if new.get("vpp", 1) > 1:
-        new["schedule"] = current.schedule if current.schedule in ("interleaved", "zb") else "interleaved"
-    if "schedule" in move:
-        new["schedule"] = move["schedule"].lstrip("=")
-    return new
+def job_arguments(model: ModelSpec, cluster: Cluster, train: TrainSpec) -> str:
+    """The ``asap estimate`` flags that rebuild this job from presets (the CLI passes the user's own)."""
+    args = [f"-m {model.name}", f"-c {cluster.accelerator.name}", f"--devices {cluster.num_devices}",
+            f"-b {train.global_batch}", f"-s {train.seq_len}", f"--precision {train.precision}"]
+    if train.framework:
+        args.append(f"--framework {train.framework}")
+    if train.moe_imbalance != 1.0:
+        args.append(f"--moe-imbalance {train.moe_imbalance:g}")
+    return " ".join(args)
 
 
 class Proposer:
     def __init__(self, model: ModelSpec, cluster: Cluster, train: TrainSpec, memory=None, experiment_id=None,
-                 llm=None):
+                 llm=None, job_args: str | None = None):
         self.model, self.cluster, self.train = model, cluster, train
         self.memory, self.experiment_id = memory, experiment_id
         self.llm = llm  # an asap.agents.llm.LLMAdvisor: more candidates and a narrative, checked like the rest
+        self.job_args = job_args or job_arguments(model, cluster, train)
         self.narrative = ""
-        self.base: tuple[float, float] | None = None  # the current strategy's (step time, memory) while proposing
+        self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
+        self.base: Estimate | None = None  # the current strategy's estimate while proposing
+        self._planned: list[Strategy] | None = None
 
     @property
     def moe(self) -> bool:
@@ -123,108 +144,225 @@ class Proposer:
         fam = self.cluster.accelerator.family
         return {"family": fam, "model_kind": "moe" if self.model.moe is not None else "dense",
                 "long_context": self.train.seq_len >= 32768, "mla": self.model.mla is not None,
-                "framework": self.train.framework, "devices": self.cluster.num_devices}
+                "framework": framework_of(self.train, self.cluster).name, "devices": self.cluster.num_devices}
 
     def price(self, strategy: Strategy | dict | str) -> Estimate:
-        return estimate(self.model, self.cluster, self.train, strategy)
+        return estimate(self.model, self.cluster, self.train, strategy, classes=False)
 
     def candidates(self, current: Strategy, diagnosis: Diagnosis, considered: list) -> list[Candidate]:
         from asap.agents.retrieval import retrieve
 
         out: list[Candidate] = []
-        for r in retrieve(diagnosis.bottleneck, self.workload(), k=KNOWLEDGE_ENTRIES):
-            for move in r.entry.moves:
-                why = f"{r.entry.title} ({r.why})"
-                self._add(out, considered, moved_strategy(current, move, self.cluster.num_devices, self.moe),
-                          "knowledge", why, [f"knowledge:{r.entry.id}"])
+        devices = self.cluster.num_devices
+        targets = diagnosis.targets()[:CLASSES_ATTACKED]
+        minor = [c for c in diagnosis.classes if c not in targets and c["saving_s"] > 0]
+        for target in targets + minor:
+            for r in retrieve(target["class"], self.workload(), k=ENTRIES_PER_CLASS, strict=True):
+                for move in r.entry.moves:
+                    self._add(out, considered, moved_strategy(current, move, devices, self.moe), "knowledge",
+                              r.entry.title, [f"knowledge:{r.entry.id}"], entry=r.entry, target=target)
+        if not self.base.fits:
+            self._memory_combinations(current, targets, out, considered)
         for move in NEIGHBOUR_MOVES:
             desc = ", ".join(f"{k} {op}" for k, op in move.items())
-            self._add(out, considered, moved_strategy(current, move, self.cluster.num_devices, self.moe),
-                      "neighbour", f"one-knob neighbour of the current strategy ({desc})", [])
+            self._add(out, considered, moved_strategy(current, move, devices, self.moe), "neighbour",
+                      f"one-knob neighbour ({desc})", [], target=None)
+        for strategy, why, ev in self._memory_candidates(current):
+            self._add(out, considered, strategy, "memory", why, ev, target=None)
         for s in self._planner_best():
-            self._add(out, considered, s.to_dict(), "planner", "the planner's best for this job", ["planner:top"])
+            self._add(out, considered, s.to_dict(), "planner", "re-plan: the planner's best for this job",
+                      ["planner:top"], target=None)
         if self.llm is not None:
             self._llm_candidates(current, diagnosis, out, considered)
+        for c in out:
+            if c.target is None:
+                c.target = attacked_class(c, self.base, targets)
+        return out
+
+    def _memory_combinations(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:
+        """A strategy that does not fit by far: the memory entries' moves, scaled (x2 -> x4, x8) and two of
+        different entries together, at most ``MAX_KNOBS`` knobs; each follows the first entry's move."""
+        from asap.agents.retrieval import retrieve
+
+        target = next((t for t in targets if t["class"] == "memory_capacity"), None)
+        if target is None:
+            return
+        moves = [(r.entry, m) for r in retrieve("memory_capacity", self.workload(), k=ENTRIES_PER_CLASS, strict=True)
+                 for m in r.entry.moves]
+        scaled = [(e, {k: op.replace("x2", f"x{f}") for k, op in m.items()}) for e, m in moves
+                  if any(op == "x2" for op in m.values()) for f in (4, 8)]
+        pool = moves + scaled
+        for i, (e1, m1) in enumerate(pool):
+            for e2, m2 in pool[i + 1:] + [(None, {})]:
+                if e2 is e1 or set(m1) & set(m2) or len(set(m1) | set(m2) - {"dp"}) > MAX_KNOBS:
+                    continue
+                ev = [f"knowledge:{e1.id}"] + ([f"knowledge:{e2.id}"] if e2 is not None else [])
+                title = e1.title + (f" + {e2.title}" if e2 is not None else "")
+                self._add(out, considered, moved_strategy(current, {**m1, **m2}, self.cluster.num_devices, self.moe),
+                          "knowledge", title, ev, entry=e1, target=target)
+        self._time_moves_that_fit(current, targets, pool, out, considered)
+
+    def _time_moves_that_fit(self, current: Strategy, targets: list[dict], pool: list, out: list,
+                             considered: list) -> None:
+        """Where the strategy does not fit: each move against a time class (a dispatcher, an overlap, a schedule)
+        joined with one of the ``FIT_MOVES`` memory moves that free the most memory alone, so the move an expert
+        would make for the time is offered in a strategy that fits."""
+        from asap.agents.retrieval import retrieve
+
+        devices = self.cluster.num_devices
+        freed = []
+        for e, m in pool:
+            s = moved_strategy(current, m, devices, self.moe)
+            try:
+                freed.append((self.price(s).peak_memory_gb, e.id, e, m)) if s is not None else None
+            except AsapError:
+                continue
+        fixes = [(e, m) for _, _, e, m in sorted(freed, key=lambda x: x[:2])[:FIT_MOVES]]
+        for target in [t for t in targets if t["class"] != "memory_capacity"][:2]:
+            for r in retrieve(target["class"], self.workload(), k=3, strict=True):
+                for move in r.entry.moves:
+                    for e2, fix in fixes:
+                        joined = {**fix, **move}
+                        if set(move) & set(fix) or len(set(joined) - {"dp"}) > MAX_KNOBS:
+                            continue
+                        self._add(out, considered, moved_strategy(current, joined, devices, self.moe), "knowledge",
+                                  f"{r.entry.title}, with {e2.title.split(' - ')[0].lower()} to fit",
+                                  [f"knowledge:{r.entry.id}", f"knowledge:{e2.id}"], entry=r.entry, target=target)
+
+    def _memory_candidates(self, current: Strategy) -> list[tuple[dict, str, list[str]]]:
+        """What worked on Memory's similar jobs: each similar experiment's fastest measured trial."""
+        if self.memory is None:
+            return []
+        out = []
+        for exp, score in self.memory.similar_experiments(self.workload_record(), k=3):
+            ok = [t for t in self.memory.trials(exp["id"]) if t.get("measured_step_time_s") and t.get("strategy")]
+            if ok:
+                best = min(ok, key=lambda t: t["measured_step_time_s"])
+                layout = {k: v for k, v in best["strategy"].items() if k not in ("dp", "layer_split")}
+                out.append((layout, f"what worked on a similar job (experiment {exp['id']}, "
+                                              f"similarity {score:.2f})", [f"memory:trial{best['id']}"]))
         return out
 
     def _llm_candidates(self, current: Strategy, diagnosis: Diagnosis, out: list, considered: list) -> None:
-        """The LLM's candidates, parsed against its schema and priced like any other; a failure or a refusal
+        """The LLM sees the diagnosis, the retrieved entries and the priced candidates; its candidates are parsed
+        against its schema and priced like any other, its rationales may replace ours; a failure or a refusal
         leaves the deterministic candidates as they are."""
+        priced = sorted(out, key=lambda c: c.step_s)[:8]
         context = {"model": self.model.name, "cluster": f"{self.cluster.num_devices} x {self.cluster.accelerator.name}",
                    "global_batch": self.train.global_batch, "seq_len": self.train.seq_len,
                    "current": current.to_dict(), "diagnosis": diagnosis.to_dict(),
-                   "best_so_far": [str(c.strategy) for c in sorted(out, key=lambda c: c.step_s)[:5]]}
+                   "retrieved": sorted({c.entry.id for c in out if c.entry is not None}),
+                   "candidates": [{"strategy": str(c.strategy), "predicted_step_time_s": c.step_s,
+                                   "source": c.source, "why": c.why} for c in priced],
+                   "best_so_far": [str(c.strategy) for c in priced[:5]]}
         advice = self.llm.advise(context)
         for reason in advice.dropped:
             considered.append({"strategy": "", "source": "llm", "kept": False, "why": reason})
         if advice.error:
             considered.append({"strategy": "", "source": "llm", "kept": False, "why": advice.error})
+        known = {str(c.strategy) for c in out}
         for strategy, rationale in advice.candidates:
-            self._add(out, considered, strategy, "llm", f"LLM: {rationale}", ["llm"])
+            try:
+                text = str(self.price(strategy).strategy)
+            except AsapError:
+                text = None
+            if text in known:  # a candidate we have: the LLM rewrites its rationale
+                self.rationales[text] = rationale
+                considered.append({"strategy": text, "source": "llm", "kept": True,
+                                   "why": "the LLM's rationale for a candidate already priced"})
+                continue
+            self._add(out, considered, strategy, "llm", f"LLM: {rationale}", ["llm"], target=None)
         self.narrative = advice.narrative
 
-    def _planner_best(self, top: int = 60) -> list[Strategy]:
+    def _fill(self, chosen: list[Candidate], skip: set[str], considered: list) -> list[Candidate]:
+        """Where fewer than three targeted moves fit (a strategy far from fitting): the planner's next best, of
+        other knob sets, fill in as re-plans, the one case with more than one."""
+        extra: list[Candidate] = []
+        for s in self._planner_best(top=30)[1:]:
+            self._add(extra, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
+                                                                  "targeted moves fit)", ["planner:top"])
+        for c in extra:
+            if len(chosen) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen):
+                chosen.append(c)
+        return sorted(chosen, key=lambda c: c.step_s)
+
+    def _planner_best(self, top: int = 1) -> list[Strategy]:
+        """The planner's ``top`` best (its 30 best computed once per proposer: the re-plan and the fill)."""
         from asap.search.planner import NoFitError, plan
 
-        try:
-            return [c.strategy for c in plan(self.model, self.cluster, self.train, {}, top=top,
-                                             ilp_candidates=0, distinct=False).candidates]
-        except NoFitError:
-            return []
+        if self._planned is None:
+            try:
+                self._planned = [c.strategy for c in plan(self.model, self.cluster, self.train, {}, top=30,
+                                                          ilp_candidates=0).candidates]
+            except NoFitError:
+                self._planned = []
+        return self._planned[:top]
 
-    def _add(self, out: list, considered: list, strategy: dict | None, source: str, why: str, evidence: list):
+    def _add(self, out: list, considered: list, strategy: dict | str | None, source: str, why: str, evidence: list,
+             entry=None, target=None):
         if strategy is None:
             return
-        text = ",".join(f"{k}={v}" for k, v in strategy.items() if v is not None)
+        text = strategy if isinstance(strategy, str) else ",".join(f"{k}={v}" for k, v in strategy.items() if v is not None)
         try:
             est = self.price(strategy)
         except AsapError as e:
             considered.append({"strategy": text, "source": source, "kept": False, "why": str(e)})
             return
-        if self.base is not None and (est.step_time_s, est.peak_memory_gb) == self.base:
-            considered.append({"strategy": str(est.strategy), "source": source, "kept": False,
-                               "why": "changes nothing the cost model sees (a knob without effect here)"})
+        reason = self._drop_reason(est, source)
+        if reason:
+            considered.append({"strategy": str(est.strategy), "source": source, "kept": False, "why": reason})
             return
+        knobs = frozenset(moved_knobs(est.strategy, self.base.strategy))
+        out.append(Candidate(est.strategy, est, source, why, evidence, entry, target, knobs))
+
+    def _drop_reason(self, est: Estimate, source: str) -> str | None:
+        base = self.base
+        if (est.step_time_s, est.peak_memory_gb) == (base.step_time_s, base.peak_memory_gb):
+            return "changes nothing the cost model sees (a knob without effect here)"
         if not est.fits:
-            considered.append({"strategy": str(est.strategy), "source": source, "kept": False,
-                               "why": f"does not fit: {est.peak_memory_gb:.1f} GB > {self.cluster.hbm_gb:g} GB"})
-            return
-        out.append(Candidate(est.strategy, est, source, why, evidence))
+            return f"does not fit: {est.peak_memory_gb:.1f} GB > {self.cluster.hbm_gb:g} GB"
+        knobs = moved_knobs(est.strategy, base.strategy)
+        if source != "planner" and len(knobs) > MAX_KNOBS:
+            return f"moves {len(knobs)} knobs besides dp ({', '.join(knobs)}): more than {MAX_KNOBS}"
+        return None
+
+    def workload_record(self) -> dict[str, Any]:
+        return workload_record(self.model, self.cluster, self.train)
 
     def propose(self, current: Strategy, diagnosis: Diagnosis, exclude: Iterable[str] = ()) -> ProposalSet:
         """Exactly three proposals for moving on from ``current`` (``exclude``: strategy strings already tried)."""
         considered: list[dict[str, Any]] = []
-        base = self.price(current)
-        self.base = (base.step_time_s, base.peak_memory_gb)
+        self.base = base = self.price(current)
         skip = set(exclude) | {str(base.strategy)}
         unique: dict[str, Candidate] = {}
         for c in self.candidates(current, diagnosis, considered):
             key = str(c.strategy)
             if key in skip:
                 considered.append({"strategy": key, "source": c.source, "kept": False, "why": "already tried"})
-                continue
-            if key not in unique or SOURCE_ORDER[c.source] < SOURCE_ORDER[unique[key].source]:
+            elif key not in unique or SOURCE_ORDER[c.source] < SOURCE_ORDER[unique[key].source]:
+                if key in unique:
+                    considered.append({"strategy": key, "source": unique[key].source, "kept": False,
+                                       "why": f"the same strategy as a {c.source} candidate"})
                 unique[key] = c
-        ranked = sorted(unique.values(), key=lambda c: (c.step_s, SOURCE_ORDER[c.source], str(c.strategy)))
-        faster = [c for c in ranked if c.step_s < base.step_time_s]
-        chosen = diverse(faster, current)
-        if len(chosen) < N_PROPOSALS:  # fewer than three moves help: the least slow of the others fill in
-            chosen += diverse([c for c in ranked if c not in faster], current, N_PROPOSALS - len(chosen),
-                              taken=chosen)
-        if len(chosen) < N_PROPOSALS:  # still short (few strategies fit): the best of the rest, variants or not
-            chosen += [c for c in ranked if c not in chosen][:N_PROPOSALS - len(chosen)]
-        # within the model's error: the best candidate's predicted time is inside the current one's band
-        within = not chosen or chosen[0].step_s >= base.step_time_range_s[0]
+            else:
+                considered.append({"strategy": key, "source": c.source, "kept": False,
+                                   "why": f"the same strategy as a {unique[key].source} candidate"})
+        err = model_error(self.cluster.accelerator.family)
+        chosen = choose(list(unique.values()), base, err)
+        if len(chosen) < N_PROPOSALS:  # too few targeted moves fit: more of the planner's (re-plans) fill in
+            chosen = self._fill(chosen, skip, considered)
+        best = min((c.step_s for c in chosen), default=base.step_time_s)
+        within = base.fits and best >= base.step_time_s * (1 - err)
         if within:
-            note = (f"the current strategy is within the model's error of the best found (predicted "
-                    f"{base.step_time_s:.4g} s; the best candidate's range reaches it): these are the three "
-                    f"cheapest experiments that would tell")
-            chosen = sorted(chosen, key=lambda c: c.step_s)
+            note = (f"the current strategy is within the model's error ({err:.0%}) of the best found (predicted "
+                    f"{base.step_time_s:.4g} s, the best proposal {best:.4g} s): these are the experiments that "
+                    f"would tell")
         else:
-            note = f"{len(unique)} candidates fit; the three best distinct moves"
+            note = f"{len(unique)} candidates fit; three targeted moves of different knobs, fastest first"
         for c in unique.values():
             considered.append({"strategy": str(c.strategy), "source": c.source, "kept": c in chosen,
-                               "why": "proposed" if c in chosen else "a faster candidate moves the same knob"})
+                               "why": "proposed" if c in chosen else "a faster candidate moves the same knobs "
+                                                                     "or follows the same entry"})
         proposals = [self._proposal(c, base, diagnosis) for c in chosen]
         if self.narrative:
             note += f" | LLM: {self.narrative}"
@@ -233,27 +371,90 @@ class Proposer:
     def _proposal(self, c: Candidate, base: Estimate, diagnosis: Diagnosis) -> Proposal:
         lo, hi = c.estimate.step_time_range_s
         speedup = base.step_time_s / c.step_s
-        moved = changed_keys(c.strategy, base.strategy)
-        rationale = (f"{diagnosis.bottleneck}-bound ({diagnosis.source}): {c.why}; moves "
-                     f"{', '.join(f'{k} {getattr(base.strategy, k)}->{getattr(c.strategy, k)}' for k in moved)}")
-        evidence = list(c.evidence) + [f"diagnosis:{k}={v:.3g}" for k, v in list(diagnosis.figures.items())[:3]]
-        evidence += self._memory_evidence(c.strategy)
+        target = c.target or (diagnosis.classes[0] if diagnosis.classes else {"class": diagnosis.bottleneck,
+                                                                              "figure": ""})
+        kind = "re-plan" if c.source == "planner" else "targeted"
+        why = self.rationales.get(str(c.strategy), c.why)
+        rationale = f"{target['class']} ({target['figure']}): {why}; moves {moves_text(c.strategy, base.strategy)}"
+        entries = [self._entry_dict(c)] if c.entry is not None else []
+        evidence = list(c.evidence) + [f"diagnosis:{target['class']}={target.get('saving_s', 0.0):.3g}s"]
+        trials = self._similar_trials(c.strategy)
+        evidence += [f"memory:trial{t['id']}" for t in trials]
         return Proposal(c.strategy, rationale, speedup, (base.step_time_s / hi, base.step_time_s / lo), c.step_s,
-                        (lo, hi), tradeoffs(base, c.estimate), evidence, c.estimate.fits, c.source)
+                        (lo, hi), tradeoffs(base, c.estimate, self.cluster.hbm_gb, self.train.global_batch),
+                        evidence, c.estimate.fits, c.source, kind=kind, attacks=target["figure"],
+                        attacks_class=target["class"], knobs=sorted(c.knobs), entries=entries,
+                        term_changes_s=deltas(base, c.estimate)["deltas_s"], similar_trials=trials,
+                        estimate_command=f"asap estimate {self.job_args} -S {c.strategy}")
 
-    def _memory_evidence(self, s: Strategy) -> list[str]:
+    def _entry_dict(self, c: Candidate) -> dict[str, Any]:
+        e = c.entry
+        words = list(c.knobs) + [w for k in c.knobs for w in KNOB_WORDS.get(k, ())]
+        words += (c.target or {}).get("class", "").split("_")
+        return {"id": e.id, "title": e.title, "lines": justifying_lines(e.body, words), "sources": list(e.sources)}
+
+    def _similar_trials(self, s: Strategy) -> list[dict[str, Any]]:
+        """Measured trials of similar jobs (Memory) that ran this strategy's parallel layout."""
         if self.memory is None:
             return []
         out = []
         for exp, score in self.memory.similar_experiments(self.workload_record(), k=3):
             for t in self.memory.trials(exp["id"]):
-                if t.get("strategy_string") == str(s) and t.get("measured_step_time_s"):
-                    out.append(f"memory:trial{t['id']} measured {t['measured_step_time_s']:.4g} s "
-                               f"(similar job, {score:.2f})")
+                ts = t.get("strategy") or {}
+                if t.get("measured_step_time_s") and all(ts.get(k) == getattr(s, k) for k in ("tp", "pp", "cp", "ep")):
+                    out.append({"id": t["id"], "experiment": exp["id"], "similarity": round(score, 3),
+                                "strategy_string": t.get("strategy_string"),
+                                "measured_step_time_s": t["measured_step_time_s"]})
         return out[:3]
 
-    def workload_record(self) -> dict[str, Any]:
-        return workload_record(self.model, self.cluster, self.train)
+
+KNOB_WORDS = {"tp": ("tensor",), "pp": ("pipeline", "stages"), "vpp": ("interleaved", "virtual", "chunks"),
+              "cp": ("context", "sequence"), "ep": ("expert", "experts"), "mbs": ("micro-batch", "batch"),
+              "zero": ("zero", "sharding", "optimizer"), "recompute": ("recompute", "recomputation", "activations"),
+              "dispatcher": ("dispatcher", "all-to-all", "dedup"), "a2a_overlap": ("overlap", "all-to-all"),
+              "schedule": ("schedule", "bubble")}
+
+
+def attacked_class(c: Candidate, base: Estimate | None, targets: list[dict]) -> dict | None:
+    """The diagnosis class a candidate without an entry attacks: the target whose term it cuts most."""
+    if base is None or not targets:
+        return None
+    term = {"pipeline_bubble": "bubble", "host": "host"}
+    def cut(t: dict) -> float:
+        key = term.get(t["class"], t["class"])
+        return base.exposed_s.get(key, 0.0) - c.estimate.exposed_s.get(key, 0.0) if key in base.exposed_s else 0.0
+    best = max(targets, key=cut)
+    return best if cut(best) > 0 else targets[0]
+
+
+def _distinct(c: Candidate, chosen: list[Candidate]) -> bool:
+    """Another kind of move: its own knob set and entry (or term), and not one knob's value from a chosen one
+    (tp 4->2 and tp 4->2 with pp 1->2 are one experiment and a variant of it)."""
+    return bool(c.knobs) and all(c.knobs != x.knobs and c.attack != x.attack
+                                 and len(changed_keys(c.strategy, x.strategy)) > 1 for x in chosen)
+
+
+def choose(cands: list[Candidate], base: Estimate, err: float) -> list[Candidate]:
+    """Three of three kinds, fastest first: the two best knowledge moves of different entries and knobs, then the
+    best remaining targeted move of any source; the planner's best replaces the slowest only when it beats the
+    best targeted move by more than the model's error. Too few faster moves: the least slow others fill in."""
+    ranked = sorted(cands, key=lambda c: (c.step_s, SOURCE_ORDER[c.source], str(c.strategy)))
+    targeted = [c for c in ranked if c.source != "planner"]
+    useful = [c for c in targeted if c.step_s < base.step_time_s or not base.fits]
+    chosen: list[Candidate] = []
+    known = [c for c in targeted if c.source == "knowledge"]
+    for pool, n in (([c for c in useful if c in known], 2), (known, 2), (useful, 3), (targeted, 3)):
+        for c in pool:
+            if len(chosen) >= n:
+                break
+            if _distinct(c, chosen):
+                chosen.append(c)
+    planner = [c for c in ranked if c.source == "planner"]
+    if planner and chosen and planner[0].step_s < min(x.step_s for x in chosen) * (1 - err):
+        chosen = chosen[:N_PROPOSALS - 1] + [planner[0]]
+    elif planner and len(chosen) < N_PROPOSALS and _distinct(planner[0], chosen):
+        chosen.append(planner[0])
+    return sorted(chosen[:N_PROPOSALS], key=lambda c: c.step_s)
 
 
 def workload_record(model: ModelSpec, cluster: Cluster, train: TrainSpec) -> dict[str, Any]:
@@ -264,46 +465,11 @@ def workload_record(model: ModelSpec, cluster: Cluster, train: TrainSpec) -> dic
             "precision": train.precision, "framework": train.framework or ""}
 
 
-SMALL_MOVE = 2
-MAIN_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "recompute", "schedule", "dispatcher",
-              "a2a_overlap")
-
-
 def changed_keys(a: Strategy, b: Strategy) -> list[str]:
     return [k for k in MAIN_KNOBS if getattr(a, k) != getattr(b, k)]
 
 
-def diverse(ranked: list[Candidate], current: Strategy, n: int = N_PROPOSALS,
-            taken: list[Candidate] = ()) -> list[Candidate]:
-    """The best ``n`` whose moves differ from each other's and from ``taken``'s: a candidate is skipped when it
-    moves the same knobs as a chosen one, or when one of the two is a small move (at most ``SMALL_MOVE`` knobs)
-    that the other contains (a variant of that move), or when it is one knob's value apart from a chosen one."""
-    chosen: list[Candidate] = []
-    for c in ranked:
-        keys = frozenset(changed_keys(c.strategy, current))
-        if not keys:
-            continue
-        taken_keys = [frozenset(changed_keys(x.strategy, current)) for x in list(taken) + chosen]
-        if any(t == keys or (min(len(t), len(keys)) <= SMALL_MOVE and (t <= keys or keys <= t)) for t in taken_keys):
-            continue
-        if any(len(changed_keys(c.strategy, x.strategy)) <= 1 for x in list(taken) + chosen):
-            continue  # one knob's value apart from a chosen candidate
-        chosen.append(c)
-        if len(chosen) == n:
-            break
-    return chosen
-
-
-def tradeoffs(base: Estimate, new: Estimate) -> list[str]:
-    """What the move costs besides the step time: memory, and the terms that grow."""
-    out = [f"peak memory {base.peak_memory_gb:.1f} -> {new.peak_memory_gb:.1f} GB per device"]
-    for term, value in new.exposed_s.items():
-        before = base.exposed_s.get(term, 0.0)
-        if value > before * 1.2 and value - before > 0.02 * new.step_time_s:
-            out.append(f"more exposed {term}: {before:.3g} -> {value:.3g} s")
-    return out
-
-
 def parse_current(text: str | dict | None, model: ModelSpec, cluster: Cluster, train: TrainSpec) -> Strategy:
     """The current strategy as the cost model completes it."""
-    return estimate(model, cluster, train, parse_strategy(text) if isinstance(text, str) else (text or {})).strategy
+    return estimate(model, cluster, train, parse_strategy(text) if isinstance(text, str) else (text or {}),
+                    classes=False).strategy

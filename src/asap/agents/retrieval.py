@@ -19,6 +19,7 @@ import numpy as np
 
 from asap.agents.knowledge import BOTTLENECKS, KnowledgeEntry, load_knowledge
 from asap.errors import AsapError
+from asap.spec.words import BOTTLENECK_CLASSES
 
 BOTTLENECK_BOOST = 3.0
 # an entry made for the workload's family or model kind is worth more than one that names its framework
@@ -35,6 +36,18 @@ BOTTLENECK_WORDS = {
     "host": "host launch overhead idle python input",
     "pipeline_bubble": "pipeline bubble idle stages warm-up",
     "imbalance": "imbalance slowest straggler wait uneven",
+    # the finer classes (asap.spec.words.BottleneckClass)
+    "tp_comm": "tensor parallel all-reduce collectives exposed nvlink scale-up",
+    "cp_comm": "context parallel ring attention key value exchange exposed",
+    "ep_comm": "expert parallel all-to-all dispatch combine exposed moe",
+    "pp_comm": "pipeline point-to-point send receive activations stages",
+    "dp_comm": "data parallel gradient reduce-scatter all-gather zero fsdp exposed",
+    "memory_capacity": "memory hbm capacity activations out of memory fit",
+    "memory_bandwidth": "memory-bound kernels element-wise fusion bandwidth intensity",
+    "recompute": "recompute activation recomputation full selective backward",
+    "expert_imbalance": "moe expert load imbalance router hot experts tokens",
+    "sequence_imbalance": "packed documents attention imbalance sequence lengths",
+    "stage_imbalance": "pipeline stage imbalance slowest layers uneven straggler",
 }
 
 
@@ -113,15 +126,33 @@ def _query_words(bottleneck: str, workload: dict[str, Any], query: str) -> list[
     return tokenize(" ".join(words))
 
 
+def applies(e: KnowledgeEntry, workload: dict[str, Any]) -> bool:
+    """Whether ``e`` applies to the workload: no family, model kind or framework it names excludes it (a dense
+    model never gets MoE entries, a TPU job never NVLink advice)."""
+    return not any("exclude" in note for note in _applicability(e, workload)[1])
+
+
+def answers(e: KnowledgeEntry, target: str) -> bool:
+    """Whether ``e`` answers ``target``: a class (its ``classes``, where it names any) or a coarse bottleneck (its
+    ``bottlenecks``; "compute", "host" and "pipeline_bubble" are both, and read as classes where it can)."""
+    if target in BOTTLENECK_CLASSES and e.classes:
+        return target in e.classes
+    return target in e.bottlenecks
+
+
 def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int = 5,
-             entries: list[KnowledgeEntry] | None = None) -> list[Retrieved]:
-    """The ``k`` entries that best answer ``bottleneck`` on ``workload`` (keys: family, model_kind,
-    long_context, mla, framework, devices, anything else), best first; ``query`` adds free words."""
-    if bottleneck not in BOTTLENECKS:
-        raise AsapError("bottleneck", f"must be one of {', '.join(BOTTLENECKS)}, got {bottleneck!r}")
+             entries: list[KnowledgeEntry] | None = None, strict: bool = False) -> list[Retrieved]:
+    """The ``k`` entries that best answer ``bottleneck`` (a coarse bottleneck or a ``BottleneckClass``) on
+    ``workload`` (keys: family, model_kind, long_context, mla, framework, devices, anything else), best first;
+    ``query`` adds free words. ``strict``: only entries that apply (``applies``), and only those that answer it."""
+    if bottleneck not in BOTTLENECKS and bottleneck not in BOTTLENECK_CLASSES:
+        raise AsapError("bottleneck", f"must be one of {', '.join(BOTTLENECKS + BOTTLENECK_CLASSES[:-1])}, "
+                                      f"got {bottleneck!r}")
     if k < 1:
         raise AsapError("k", f"must be >= 1, got {k}")
     entries = load_knowledge() if entries is None else list(entries)
+    if strict:
+        entries = [e for e in entries if applies(e, workload) and answers(e, bottleneck)]
     if not entries:
         return []
     terms = _query_words(bottleneck, workload, query)
@@ -129,7 +160,7 @@ def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int 
     ranked = []
     for e, text in zip(entries, text_scores):
         delta, notes = _applicability(e, workload)
-        hit = bottleneck in e.bottlenecks
+        hit = answers(e, bottleneck)
         score = round(float(text) + (BOTTLENECK_BOOST if hit else 0.0) + delta, 6)
         matched = sorted(set(terms) & set(tokenize(entry_text(e))))[:6]
         why = "; ".join([f"answers {bottleneck}" if hit else f"not listed for {bottleneck}", *notes,
@@ -139,9 +170,11 @@ def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int 
     return ranked[:k]
 
 
-def next_moves(bottleneck: str, family: str | None, k: int = 2) -> list[dict[str, Any]]:
-    """The ``k`` knowledge entries that best answer a diagnosed bottleneck on this accelerator family, as
-    ``{id, title, moves}`` (what ``diagnose`` prints under its verdict; ``propose`` checks them)."""
-    workload = {"family": family} if family else {}
+def next_moves(bottleneck: str, family: str | None, k: int = 2, model_kind: str | None = None,
+               framework: str | None = None) -> list[dict[str, Any]]:
+    """The ``k`` knowledge entries that best answer a diagnosed bottleneck (or class) on this accelerator family,
+    model kind and framework, only those that apply, as ``{id, title, moves}`` (what ``diagnose`` prints under
+    its verdict; ``propose`` checks them)."""
+    workload = {key: v for key, v in (("family", family), ("model_kind", model_kind), ("framework", framework)) if v}
     return [{"id": r.entry.id, "title": r.entry.title, "moves": r.entry.moves}
-            for r in retrieve(bottleneck, workload, k=k)]
+            for r in retrieve(bottleneck, workload, k=k, strict=True)]

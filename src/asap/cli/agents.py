@@ -3,6 +3,7 @@ loop: propose, run, remember, recalibrate)."""
 
 from __future__ import annotations
 
+import shlex
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
@@ -13,8 +14,9 @@ from rich.table import Table
 
 from asap.cli import app
 from asap.cli.common import err_console, out_console, print_json
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, MemoryMarginOpt, ModelOpt,
-                               MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds)
+from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, MemoryMarginOpt,
+                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds,
+                               with_lengths)
 from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
@@ -48,6 +50,7 @@ def propose(
     precision: str = PrecisionOpt,
     framework: Optional[str] = FrameworkOpt,
     moe_imbalance: float = MoEImbalanceOpt,
+    lengths: Optional[str] = LengthsOpt,
     nodes: Optional[int] = NodesOpt,
     devices: Optional[int] = DevicesOpt,
     memory: Optional[str] = MemoryOpt,
@@ -65,10 +68,14 @@ def propose(
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
                        memory_margin=memory_margin)
+    t, _, _ = with_lengths(c, t, lengths)
     current = parse_current(strategy, m, c, t)
     diagnosis = Analyzer(c).analyze(estimate(m, c, t, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
-    result = Proposer(m, c, t, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key)).propose(current, diagnosis)
+    job = _job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    job += f" --lengths {shlex.quote(lengths)}" if lengths else ""
+    result = Proposer(m, c, t, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key),
+                      job_args=job).propose(current, diagnosis)
     out = {"diagnosis": diagnosis.to_dict(), "current": {"strategy": current.to_dict(),
                                                          "strategy_string": str(current)},
            "within_error": result.within_error, "note": result.note,
@@ -76,17 +83,44 @@ def propose(
     if json_out:
         print_json(out)
         return
-    out_console.print(f"[bold]{diagnosis.bottleneck}[/]-bound ({diagnosis.source}): "
-                      + "; ".join(diagnosis.evidence[:3]), highlight=False)
-    table = Table(title=f"three proposals for {current}")
-    for col in ("#", "strategy", "speedup", "range", "predicted s", "why"):
-        table.add_column(col)
+    out_console.print(f"{diagnosis.bottleneck_class} ({diagnosis.bottleneck}-bound, {diagnosis.source}): "
+                      + "; ".join(c["figure"] for c in diagnosis.classes[:4]), highlight=False, markup=False,
+                      soft_wrap=True)
     for i, p in enumerate(result.proposals, 1):
-        lo, hi = p.expected_speedup_range
-        table.add_row(str(i), str(p.strategy), f"{p.expected_speedup:.2f}x", f"{lo:.2f}-{hi:.2f}x",
-                      f"{p.predicted_step_time_s:.4g}", p.rationale)
-    out_console.print(table)
-    out_console.print(result.note, highlight=False)
+        _print_proposal(i, p)
+    out_console.print(result.note, highlight=False, markup=False, soft_wrap=True)
+
+
+def _job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance) -> str:
+    """The flags ``asap estimate`` needs to rebuild this job, as the user gave them."""
+    args = [f"-m {shlex.quote(model)}", f"-c {shlex.quote(cluster)}"]
+    args += [f"--nodes {nodes}"] if nodes else []
+    args += [f"--devices {devices}"] if devices else []
+    args += [f"-b {global_batch}", f"-s {seq_len}", f"--precision {precision}"]
+    args += [f"--framework {framework}"] if framework else []
+    args += [f"--moe-imbalance {moe_imbalance:g}"] if moe_imbalance != 1.0 else []
+    return " ".join(args)
+
+
+def _print_proposal(i: int, p) -> None:
+    """One proposal: its kind, predicted step and range, the figure it attacks, what it follows (entries with their
+    lines and sources), the exposed terms it moves (as compare gives them), trade-offs, similar trials, and the
+    command that reproduces it (lines that never wrap, so what a user sees is what the docs show)."""
+    lo, hi = p.expected_speedup_range
+    lines = [f"{i}. {p.kind} ({p.source}), {p.expected_speedup:.2f}x ({lo:.2f}-{hi:.2f}x): "
+             f"{p.predicted_step_time_s:.4g} s ({p.predicted_step_time_range_s[0]:.4g}-"
+             f"{p.predicted_step_time_range_s[1]:.4g} s), moves {', '.join(p.knobs)}",
+             f"   attacks: {p.attacks}", f"   why: {p.rationale.split('): ', 1)[-1]}"]
+    for e in p.entries:
+        lines.append(f"   follows knowledge:{e['id']} ({e['title']}): " + " ".join(e["lines"]))
+        lines.append(f"   source: {'; '.join(e['sources'][:2])}")
+    moved = {k: v for k, v in p.term_changes_s.items() if abs(v) >= 1e-3 * p.predicted_step_time_s}
+    lines.append("   terms: " + ", ".join(f"{k} {v:+.3g} s" for k, v in moved.items()))
+    lines += [f"   trade-off: {t}" for t in p.tradeoffs]
+    lines += [f"   similar trial {t['id']}: {t['strategy_string']} measured {t['measured_step_time_s']:.4g} s"
+              for t in p.similar_trials]
+    lines.append(f"   reproduce: {p.estimate_command}")
+    out_console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
 
 
 def _open_memory(path: str | None):

@@ -181,14 +181,18 @@ def next_steps(d) -> dict:
     best answer the bottleneck on this accelerator's family."""
     from asap.agents.retrieval import next_moves
     from asap.profile.devices import lookup
+    from asap.profile.diagnose import ALLTOALL_RE
 
     try:
         family = lookup(d.roofline.accelerator).family
     except AsapError:
         family = None
     traces = " ".join(d.traces) if len(d.traces) <= 4 else f"{' '.join(d.traces[:2])} ..."
+    # a trace without an all-to-all is of a dense model: no MoE advice for it
+    kind = "moe" if any(ALLTOALL_RE.search(o.name) for o in d.top_ops) or d.bottleneck_class == "ep_comm" else "dense"
+    moves = next_moves(d.bottleneck_class, family, model_kind=kind) or next_moves(d.bottleneck, family, model_kind=kind)
     return {"command": f"asap propose {traces} -m MODEL -c CLUSTER -b GLOBAL_BATCH -s SEQ_LEN -S CURRENT_STRATEGY",
-            "knowledge": next_moves(d.bottleneck, family)}
+            "knowledge": moves}
 
 
 def _move_text(key: str, op: str) -> str:

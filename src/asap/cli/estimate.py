@@ -91,7 +91,7 @@ def with_lengths(c, t, path: Optional[str]):
     data = read_lengths(path)
     dps = [d for d in range(1, c.num_devices + 1) if c.num_devices % d == 0]
     aw = attention_work(data, t.global_batch, t.seq_len, dps)
-    return replace(t, attention_work=aw.train_pairs()), aw, data
+    return replace(t, attention_work=aw.train_pairs(), attention_work_mean=aw.mean), aw, data
 
 
 def lengths_report(m, c, t, est, aw, data, path: str) -> dict:
@@ -231,7 +231,8 @@ def print_estimate(m, c, t, est, strategy_text: str, model_arg: str, cluster_arg
         out_console.print(line, soft_wrap=True)
     out_console.print(estimate_table(est))
     if est.fits:
-        out_console.print(f"bottleneck: [bold]{est.bottleneck}[/] ({est.evidence[0]})", soft_wrap=True)
+        out_console.print(f"bottleneck: [bold]{est.bottleneck_class}[/] ({est.bottleneck}-bound: {est.evidence[0]})",
+                          soft_wrap=True)
         return
     fix = ",".join(f"{k}={v}" for k, v in given.items() if k in ("tp", "pp", "cp", "ep"))
     cmd = (f"asap plan -m {model_arg} -c {cluster_arg} -b {t.global_batch} -s {t.seq_len}"

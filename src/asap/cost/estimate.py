@@ -21,17 +21,18 @@ for separate key and value head sizes (without causal savings, as published MFUs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
+from asap.cost.classes import Counterfactuals, classify
 from asap.cost.communication import data_parallel_comm
 from asap.cost.host import step_host_s
 from asap.cost.compute import BWD_GEMM
 from asap.cost.bands import error_bands, prediction_band, relative_error_scale
-from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, fits_memory, memory
+from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, fits_memory, memory, usable_hbm_gb
 from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
 from asap.cost.roofline import elementwise_time_s
@@ -41,14 +42,12 @@ from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
-from asap.spec.words import Bottleneck
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
 UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp",
              "offload_act")  # what unit_times reads
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
-MEMORY_BOUND_MAJORITY = 0.5  # compute is called memory-bound when low-intensity kernels are most of it
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
@@ -345,6 +344,13 @@ class Estimate:
     step_time_range_s: tuple[float, float] = (0.0, 0.0)  # this prediction's error band (asap.cost.bands)
     error_scale: float = 0.0  # u, the relative error of a well-calibrated term (asap.cost.bands)
     host_memory_gb: float = 0.0  # what host offload keeps in host memory per device (GiB)
+    memory_bound_s: float = 0.0  # time in memory-bound kernels over the step (inside compute)
+    # what can be won (asap.cost.classes), verdict first; bottleneck is classes[0]'s coarse word
+    classes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def bottleneck_class(self) -> str:
+        return self.classes[0]["class"] if self.classes else self.bottleneck
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -366,28 +372,22 @@ class Estimate:
             "exposed_s": self.exposed_s,
             "memory_gb": self.memory_gb,
             "bottleneck": self.bottleneck,
+            "bottleneck_class": self.bottleneck_class,
+            "classes": self.classes,
             "evidence": self.evidence,
             "alternatives": self.alternatives,
         }
 
 
-def name_bottleneck(exposed: dict[str, float], memory_bound_s: float, imbalance_s: float,
-                    step_time_s: float) -> tuple[str, list[str]]:
-    """The largest share of the step, in docs/design.md's vocabulary, with the figures that made it so."""
-    comm = sum(exposed[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
-    compute = exposed["compute"] + exposed["optimizer"]
-    bubble = exposed["bubble"]
-    # imbalance (the heaviest stage's excess over the mean) is time spent inside the critical stage's compute
-    # and communication; count it apart so no second counts twice
-    balanced_compute = max(compute - imbalance_s, 0.0)
-    shares = {Bottleneck.COMPUTE.value: balanced_compute, Bottleneck.COMMUNICATION.value: comm,
-              Bottleneck.PIPELINE_BUBBLE.value: bubble, Bottleneck.IMBALANCE.value: imbalance_s}
-    name = max(shares, key=shares.get)
-    if name == Bottleneck.COMPUTE and memory_bound_s > MEMORY_BOUND_MAJORITY * compute:  # HBM-bound
-        name = Bottleneck.MEMORY.value
-    evidence = [f"{k} {v / step_time_s:.0%} of the step" for k, v in sorted(shares.items(), key=lambda kv: -kv[1])]
-    evidence.append(f"memory-bound kernels {memory_bound_s / max(compute, 1e-12):.0%} of compute time")
-    return name, evidence
+def name_bottleneck(est: "Estimate", hbm_gb: float, cf: Counterfactuals = Counterfactuals()) -> "Estimate":
+    """``est`` with its classes (``asap.cost.classes``, verdict first), its bottleneck (the verdict's coarse
+    word) and evidence (each class's figure, largest first)."""
+    classes = classify(est.exposed_s, est.step_time_s, est.mfu, est.peak_memory_gb, hbm_gb, est.fits,
+                       est.memory_bound_s, est.imbalance_s, cf)
+    est.classes = [o.to_dict() for o in classes]
+    est.bottleneck = classes[0].cls.bottleneck.value
+    est.evidence = [o.figure for o in classes]
+    return est
 
 
 def step_time_range_s(step_s: float, family: str) -> tuple[float, float]:
@@ -409,7 +409,6 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
     own = cluster.accelerator.peak_flops(train.precision)  # fp32 without a figure of its own: half of bf16
     exposed = {k: float(v[i]) for k, v in be.exposed_s.items()}
     scale = relative_error_scale(cluster.accelerator.family, train.precision)
-    bottleneck, evidence = name_bottleneck(exposed, float(be.memory_bound_s[i]), float(be.imbalance_s[i]), step)
     alternatives = {}
     saving = float(np.broadcast_to(be.ep_split_saving_s, be.step_time_s.shape)[i])
     if saving > 0:
@@ -417,16 +416,18 @@ def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S:
             "chunks": SPLIT_CHUNKS, "ep_comm_s": exposed["ep_comm"] - saving, "step_time_s": step - saving,
             "why": "each micro-batch cut in two so one half's dispatch/combine hides behind the other's experts"}
     priced = None if be.dispatcher is None else int(np.broadcast_to(be.dispatcher, be.step_time_s.shape)[i])
-    return Estimate(
+    est = Estimate(
         strategy=S.strategy(i, dispatcher=priced), step_time_s=step, tokens_per_s=tokens / step,
         tokens_per_s_per_device=tokens / step / devices, model_tflops_per_device=mft / 1e12, mfu=mft / peak,
         precision_peak_utilization=mft / own if own != peak else None,
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
-        bottleneck=bottleneck, evidence=evidence, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
+        bottleneck="", alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
         step_time_range_s=prediction_band(step, exposed, scale), error_scale=scale,
-        host_memory_gb=float(np.broadcast_to(be.host_memory_gb, be.step_time_s.shape)[i]))
+        host_memory_gb=float(np.broadcast_to(be.host_memory_gb, be.step_time_s.shape)[i]),
+        memory_bound_s=float(be.memory_bound_s[i]))
+    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train))
 
 
 def mfu_peak_flops(acc) -> float:
@@ -440,9 +441,28 @@ def framework_of(train: TrainSpec, cluster: Cluster) -> Framework:
     return get_framework(train.framework, cluster.accelerator.family)
 
 
-def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy | str | dict | None) -> Estimate:
+def counterfactuals(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy,
+                    step_s: float) -> Counterfactuals:
+    """The seconds the strategy's recompute, the busiest expert rank and packed documents' uneven attention cost:
+    the step priced again without each (recompute=none; balanced routing; every rank the mean attention work of
+    the packed samples), all else equal."""
+    def step_of(t: TrainSpec, s: Strategy) -> float:
+        return float(estimate_batch(model, cluster, t, StrategyBatch.from_strategies([s])).step_time_s[0])
+
+    recompute = (step_s - step_of(train, replace(strategy, recompute="none"))
+                 if strategy.recompute != "none" else 0.0)
+    expert = (step_s - step_of(replace(train, moe_imbalance=1.0), strategy)
+              if model.moe is not None and train.moe_imbalance > 1.0 else 0.0)
+    even = tuple((dp, train.attention_work_mean) for dp, _ in train.attention_work)  # every rank the mean
+    sequence = step_s - step_of(replace(train, attention_work=even), strategy) if train.attention_work else 0.0
+    return Counterfactuals(max(recompute, 0.0), max(expert, 0.0), max(sequence, 0.0))
+
+
+def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy | str | dict | None,
+             classes: bool = True) -> Estimate:
     """Price one strategy (a Strategy, or ``key=value`` text/mapping completed with the documented defaults and
-    the framework's; checked against the framework's options)."""
+    the framework's; checked against the framework's options). ``classes``: name the bottleneck with the
+    counterfactual pricings too (recompute, expert and sequence imbalance; ``asap.cost.classes``)."""
     fw = framework_of(train, cluster)
     if isinstance(strategy, Strategy):
         check_strategy(strategy, model, train, cluster.num_devices, framework=fw)
@@ -450,4 +470,7 @@ def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Str
         strategy = resolve_strategy(strategy, model, train, cluster.num_devices, framework=fw)
     S = StrategyBatch.from_strategies([strategy])
     be = estimate_batch(model, cluster, train, S)
-    return estimate_from_batch(model, cluster, train, S, be, 0)
+    est = estimate_from_batch(model, cluster, train, S, be, 0)
+    if not classes:
+        return est
+    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train), counterfactuals(model, cluster, train, est.strategy, est.step_time_s))

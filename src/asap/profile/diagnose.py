@@ -7,6 +7,7 @@ docs/diagnose.md gives each formula.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from asap.profile.fusion import fusion_table
 from asap.profile.load import load_timelines
 from asap.profile.trace import Timeline, expand_paths, is_matrix
 from asap.profile.windows import US, Intervals, window_figures, window_index
-from asap.spec.words import BOTTLENECKS, duration_text
+from asap.spec.words import BOTTLENECKS, Bottleneck, BottleneckClass, duration_text
 
 # An operator under this fraction of both its peak FLOP/s and the memory bandwidth is bound by neither roof:
 # its time is kernel launch latency and fixed overhead (a 64x64 matmul on an A100 runs ~5 us of launch for
@@ -29,6 +30,10 @@ OVERHEAD_UTILIZATION = 0.10
 # ... and only when its calls are short: launch-latency scale (GPU launches ~5-20 us, eager dispatch ~10-50 us).
 # A long call far below both roofs is a slow kernel or a contended core (CPU ranks sharing cores), not overhead.
 OVERHEAD_CALL_S = 100e-6
+# compute-bound only when compute-bound operators are most of the step (the cost model's rule, asap.cost.classes,
+# also asks for a healthy MFU; a trace's peak is the roofline's, so its share alone decides here)
+TRACE_COMPUTE_BOUND_SHARE = 0.5
+ALLTOALL_RE = re.compile(r"all_?to_?all|alltoall|a2a", re.IGNORECASE)
 DEFAULT_STRAGGLER_THRESHOLD = 0.10  # a rank is a straggler 10% of the median step beyond the median
 DEFAULT_JITTER_THRESHOLD = 0.10  # step-time coefficient of variation above which jitter is flagged
 
@@ -109,6 +114,12 @@ class Diagnosis:
     notes: list[str]
     fusion: list | None = None  # asap.profile.fusion.FusionRow, when asked for (diagnose --fusion)
     precision: str | None = None  # of most compute-bound operator time: the ridge the ops compare against
+    # what can be won, verdict first: [{class, bottleneck, saving_s, figure}] (asap.spec.words.BottleneckClass)
+    classes: list[dict] = field(default_factory=list)
+
+    @property
+    def bottleneck_class(self) -> str:
+        return self.classes[0]["class"] if self.classes else self.bottleneck
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -368,6 +379,33 @@ def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imba
     }
 
 
+def trace_classes(scores: dict[str, float], rows: list[OpRow], step_s: float) -> list[dict]:
+    """The scores as bottleneck classes, verdict first. Exposed collectives split by kind in proportion to their
+    operators' time: all-to-all is expert-parallel (ep_comm); the others go to dp_comm, since a trace alone does
+    not say which axis an all-reduce serves (the Analyzer re-splits them by the cost model's axis terms when it
+    knows the strategy). Compute leads only when it is the largest score and most of the step."""
+    C = BottleneckClass
+    comm = [r for r in rows if r.bound == "communication" and not is_p2p(r.name)]
+    total = sum(r.time_s for r in comm)
+    a2a = sum(r.time_s for r in comm if ALLTOALL_RE.search(r.name)) / total if total > 0 else 0.0
+    of = f" of {_t(step_s)}"
+    items = [(C.EP_COMM, scores["communication"] * a2a, "all-to-all exposed"),
+             (C.DP_COMM, scores["communication"] * (1 - a2a), "collectives exposed"),
+             (C.PIPELINE_BUBBLE, scores["pipeline_bubble"], "point-to-point waits (bubble)"),
+             (C.HOST, scores["host"], "host and launch"), (C.STAGE_IMBALANCE, scores["imbalance"], "waiting on the slowest rank"),
+             (C.MEMORY_BANDWIDTH, scores["memory"], "memory-bound operators")]
+    out = [{"class": c.value, "bottleneck": c.bottleneck.value, "saving_s": v, "figure": f"{what} {_t(v)}{of}"}
+           for c, v, what in sorted(items, key=lambda x: (-x[1], x[0].value)) if v > 0]
+    compute = {"class": C.COMPUTE.value, "bottleneck": "compute", "saving_s": 0.0,
+               "figure": f"compute-bound operators {_t(scores['compute'])}{of} ({scores['compute'] / (step_s or 1):.0%})"}
+    healthy = scores["compute"] >= max(scores.values()) and scores["compute"] >= TRACE_COMPUTE_BOUND_SHARE * step_s
+    if healthy or not out:
+        return [compute] + out
+    coarse = max((k for k in BOTTLENECKS if k != Bottleneck.COMPUTE), key=lambda k: scores[k])
+    first = next((o for o in out if o["bottleneck"] == coarse), out[0])
+    return [first] + [o for o in out if o is not first] + [compute]
+
+
 def _t(seconds: float) -> str:
     """A duration as it reads best (s, ms, us; four significant digits): ``asap.spec.words.duration_text``."""
     return duration_text(seconds, significant=4)
@@ -378,7 +416,7 @@ def _evidence(bottleneck: str, scores: dict, fig: dict, rows: list[OpRow], ranks
     step = fig["step_time_s"] or 1.0
     ev = [
         f"{bottleneck}: {_t(scores[bottleneck])} of the {_t(fig['step_time_s'])} step "
-        f"({scores[bottleneck] / step:.0%}), the largest of " +
+        f"({scores[bottleneck] / step:.0%}); all scores: " +
         ", ".join(f"{k}-bound {_t(v)}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1])),
         f"averaged over {n_steps} step windows on {len(ranks)} rank(s): device busy {fig['busy_fraction']:.0%}; "
         f"compute kernels busy {_t(fig['compute_s'])}, communication kernels busy {_t(fig['communication_s'])} "
@@ -443,7 +481,8 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None
     compute_share, memory_share, overhead_share = bound_fractions(rows)
     imbalance = imbalance_s(ranks)
     scores = bottleneck_scores(fig, compute_share, memory_share, imbalance, overhead_share)
-    bottleneck = max(BOTTLENECKS, key=lambda k: scores[k])
+    classes = trace_classes(scores, rows, fig["step_time_s"])
+    bottleneck = classes[0]["bottleneck"]
     slow = slowest_rank(ranks)
     n_steps = sum(r.n_steps for r in ranks)
     for tl in timelines:
@@ -458,7 +497,7 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None
         slowest_rank=slow, imbalance_s=imbalance, jitter=jitter(ranks, jitter_threshold),
         steps_source="+".join(sources), n_steps=n_steps, roofline=roofline,
         traces=sorted({tl.source for tl in timelines}), notes=notes, precision=dominant_precision(rows),
-        fusion=fusion_table(timelines, roofline) if fusion else None)
+        fusion=fusion_table(timelines, roofline) if fusion else None, classes=classes)
 
 
 def check_one_job(timelines: list[Timeline]) -> None:

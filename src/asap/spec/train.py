@@ -31,6 +31,8 @@ class TrainSpec:
     # degree: ((dp, factor), ...) from a --lengths file (asap.balance.attention_work); empty: every sample is one
     # causal document of seq_len tokens (factor 1)
     attention_work: tuple[tuple[int, float], ...] = ()
+    # the mean factor over ranks of the same samples (even ranks): what balancing could reach at best
+    attention_work_mean: float = 1.0
     # norms, RoPE, activations and residual adds as fused kernels (True: torch.compile, Transformer Engine) or
     # eager ones (False); None: the stack's default (asap.spec.framework.Framework.fused_elementwise)
     fused_elementwise: bool | None = None

@@ -21,6 +21,43 @@ class Bottleneck(str, Enum):
 BOTTLENECKS = tuple(b.value for b in Bottleneck)
 
 
+class BottleneckClass(str, Enum):
+    """What can be won, finer than ``Bottleneck``: each class is a term of the step that a named move removes
+    (the Analyzer gives each its figure, the seconds removing it would save). ``bottleneck`` is the coarse word
+    it reads as in design.md's vocabulary."""
+
+    TP_COMM = "tp_comm"  # exposed tensor-parallel collectives
+    CP_COMM = "cp_comm"  # exposed context-parallel ring / all-gather
+    EP_COMM = "ep_comm"  # exposed expert-parallel all-to-all
+    PP_COMM = "pp_comm"  # exposed pipeline point-to-point
+    DP_COMM = "dp_comm"  # exposed data-parallel gradient reduction / ZeRO gathers
+    PIPELINE_BUBBLE = "pipeline_bubble"  # fill and drain of the pipeline
+    MEMORY_CAPACITY = "memory_capacity"  # does not fit, or above the usable share of HBM
+    MEMORY_BANDWIDTH = "memory_bandwidth"  # memory-bound kernels (low arithmetic intensity)
+    RECOMPUTE = "recompute"  # forward passes recomputed in backward
+    HOST = "host"  # launch, Python and input overhead: the device idles
+    EXPERT_IMBALANCE = "expert_imbalance"  # the busiest expert rank over the mean
+    SEQUENCE_IMBALANCE = "sequence_imbalance"  # packed documents: uneven attention work across ranks
+    STAGE_IMBALANCE = "stage_imbalance"  # the heaviest pipeline stage (or slowest rank) over the mean
+    COMPUTE = "compute"  # useful compute at a healthy MFU: nothing large left to remove
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def bottleneck(self) -> Bottleneck:
+        return _COARSE.get(self, Bottleneck.COMMUNICATION)
+
+
+_COARSE = {BottleneckClass.PIPELINE_BUBBLE: Bottleneck.PIPELINE_BUBBLE,
+           BottleneckClass.MEMORY_CAPACITY: Bottleneck.MEMORY, BottleneckClass.MEMORY_BANDWIDTH: Bottleneck.MEMORY,
+           BottleneckClass.RECOMPUTE: Bottleneck.COMPUTE, BottleneckClass.HOST: Bottleneck.HOST,
+           BottleneckClass.EXPERT_IMBALANCE: Bottleneck.IMBALANCE,
+           BottleneckClass.SEQUENCE_IMBALANCE: Bottleneck.IMBALANCE,
+           BottleneckClass.STAGE_IMBALANCE: Bottleneck.IMBALANCE, BottleneckClass.COMPUTE: Bottleneck.COMPUTE}
+BOTTLENECK_CLASSES = tuple(c.value for c in BottleneckClass)
+
+
 def count_text(n: float) -> str:
     """A count the way model cards write it: 8.03B, 671B, 1.2T, 4.46M, 98.3K, 512 (three significant figures)."""
     for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
