@@ -24,9 +24,9 @@ WORKLOADS = {
                             "--fix", "ep=32"],
     "tpu_v5p_fsdp": ["-m", "llama3-8b", "-c", "{tpu}", "-b", "256", "-s", "8192", "--fix", "zero=3,pp=1"],
     "long_context_cp": ["-m", "llama3-8b", "-c", "dgx-h100-8", "-b", "8", "-s", "131072", "--fix", "cp=8"],
-    # torchtitan runs torch's zero-bubble schedule; Megatron-LM has none to offer
+    # torchtitan runs torch's looped zero-bubble schedule (InterleavedZeroBubble: vpp > 1); Megatron-LM has none
     "small_batch_zb": ["-m", "llama3-70b", "-c", "dgx-h100-8", "-b", "16", "-s", "4096", "--framework", "torchtitan",
-                       "--fix", "vpp=1"],
+                       "--fix", "vpp=2"],
 }
 
 

@@ -122,7 +122,7 @@ def _where(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarra
 def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.ndarray:
     """Spellings that are legal but never better than another one kept in the space (unless pinned): sp off
     when tp > 1 (SP only removes replicated work and memory), a schedule name without a pipeline, a non-
-    interleaved schedule with chunks, GPipe (1F1B's time with more memory), expert TP above tp."""
+    interleaved (or zero-bubble) schedule with chunks, GPipe (1F1B's time with more memory), expert TP above tp."""
     n = len(next(iter(cols.values())))
     drop = np.zeros(n, dtype=bool)
     if "sp" in cols and "sp" not in fixed and cols["sp"].max(initial=0) == 1:
@@ -130,7 +130,7 @@ def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.nda
     if "schedule" in cols and "schedule" not in fixed:
         s, pp, vpp = cols["schedule"], cols["pp"], cols["vpp"]
         drop |= (pp == 1) & (s != Schedule.ONE_F_ONE_B)
-        drop |= (vpp > 1) & (s != Schedule.INTERLEAVED)
+        drop |= (vpp > 1) & (s != Schedule.INTERLEAVED) & (s != Schedule.ZB)  # looped zero bubble: its own
         drop |= s == Schedule.GPIPE
     if "etp" in cols and "etp" not in fixed:
         drop |= cols["etp"] > cols["tp"]
