@@ -222,7 +222,9 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,)},
               max_zero_with_pp=1,
-              fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=()),
+              fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
+              # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it)
+              fsdp_grad_bytes=2.0),
     Framework("torchtitan", GradSync.PER_STEP, True, True, 1, False, Dispatcher.ALLTOALL, 0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"),
                       "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,)}, zero_default=3,
