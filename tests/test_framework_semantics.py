@@ -131,20 +131,25 @@ TITAN_PP_S = 289.548e-6  # 2 * ring(4 S1 / 2) + 2 * ring(2 S1 / 2) inside a node
 MEGATRON_PP_S = 5783.831e-6  # 16 * RS16_UNITS + 32 * AG_UNITS (Megatron-FSDP reduces in bf16)
 
 
-def _zero3_by_hand(gathers_per_layer, grad_bytes=4.0):
+ONE_NIC_BUSBW = 0.9 * min(450e9, 50e9)  # DeepSpeed's per-parameter gathers: one NIC's rate for the node
+
+
+def _zero3_by_hand(gathers_per_layer, grad_bytes=4.0, gather_busbw=INTER_BUSBW):
     """ZeRO-3 at pp = 1: per micro-batch a forward and a backward gather, each n = L * gathers_per_layer rings
     of 1/n of the weights, and a reduce-scatter of the gradients a layer at a time (L rings of 1/L), each ring
     with its own latency and its own, smaller, chunks."""
     n = L * gathers_per_layer
     return M_DP * (L * ring_s(grad_bytes * N_SMALL / L, DP, INTER_BUSBW)
-                   + 2 * n * ring_s(2.0 * N_SMALL / n, DP, INTER_BUSBW))
+                   + 2 * n * ring_s(2.0 * N_SMALL / n, DP, gather_busbw))
 
 
 def test_deepspeed_zero3_pays_a_latency_per_parameterised_module():
     """Megatron / FSDP: one gather per layer and pass, 4 rings of a quarter of the weights; DeepSpeed: one per
     parameterised submodule, ZERO3_MODULES_PER_LAYER = 6 per layer, 24 rings of a 24th. Both reduce-scatter a
     layer at a time. Each ring pays 95e-6 s of latency, so DeepSpeed pays m * 2 gather passes * (24 - 4) *
-    95e-6 = 15.2e-3 s more in latency alone, and its 6x smaller chunks reach less of the bus bandwidth: by hand
+    95e-6 = 15.2e-3 s more in latency alone, and its 6x smaller chunks reach less of the bus bandwidth, which is
+    one NIC's for the node (its per-parameter gathers into list outputs), and it reduce-scatters in the
+    gradients' 16 bits: by hand
     4 * (4 * ring(4N/4) + 8 * ring(2N/4)) = 9191.979e-6 s for FSDP2 (fp32 reduce-scatters). Megatron-FSDP
     reduces in bf16 (``--grad-reduce-in-bf16``, its user guide's setting): 4 * (4 * ring(2N/4) + 8 * ring(2N/4))."""
     assert ZERO3_MODULES_PER_LAYER == 6
@@ -155,7 +160,7 @@ def test_deepspeed_zero3_pays_a_latency_per_parameterised_module():
     assert fsdp == pytest.approx(FP32_ZERO3_S, rel=1e-6)
     assert meg == pytest.approx(_zero3_by_hand(1, grad_bytes=2.0), rel=1e-9)
     assert meg < fsdp
-    assert ds == pytest.approx(_zero3_by_hand(ZERO3_MODULES_PER_LAYER), rel=1e-9)
+    assert ds == pytest.approx(_zero3_by_hand(ZERO3_MODULES_PER_LAYER, 2.0, ONE_NIC_BUSBW), rel=1e-9)
     assert ds - fsdp > M_DP * 2 * (L * 6 - L) * RING16 == pytest.approx(15.2e-3, rel=1e-9)
 
 
@@ -365,3 +370,17 @@ def test_activation_memory_by_recompute_mode(recompute, by_hand_mib):
     est = estimate(SMALL, load_cluster("h100-sxm", nodes=1), train, f"tp=8,sp=1,pp=1,mbs=1,recompute={recompute}")
     assert est.memory_gb["activations"] == pytest.approx(by_hand / GIB, rel=1e-12)
     assert est.memory_gb["activations"] == pytest.approx(by_hand_mib / 1024, rel=1e-12)
+
+
+def test_deepspeed_zero3_gathers_per_parameter_at_one_nic_and_again_for_recompute():
+    """DeepSpeed's per-parameter ZeRO-3 gathers cross nodes at one NIC's rate for the node (not the node's
+    aggregate, as FSDP's flat per-block gathers do), and full recompute fetches the weights a third time."""
+    from asap.cost.estimate import estimate as price
+
+    model, cluster = load_model("llama3-70b"), load_cluster("a100-80gb", nodes=16)
+    train = TrainSpec(256, 2048, framework="deepspeed")
+    none = price(model, cluster, train, "tp=1,pp=1,zero=3,mbs=1,recompute=none")
+    full = price(model, cluster, train, "tp=1,pp=1,zero=3,mbs=1,recompute=full")
+    fsdp = price(model, cluster, TrainSpec(256, 2048, framework="torchtitan"), "tp=1,pp=1,zero=3,mbs=1,recompute=full")
+    assert full.breakdown_s["dp_comm"] > 1.2 * none.breakdown_s["dp_comm"]
+    assert full.breakdown_s["dp_comm"] > 3 * fsdp.breakdown_s["dp_comm"]

@@ -188,6 +188,23 @@ class DataParallelTerms:
     optimizer_s: np.ndarray
 
 
+def per_parameter_gathers_s(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
+                            layers_on_stage, gather_s):
+    """ZeRO-3 weight gathers as DeepSpeed runs them (``Framework.collectives_per_layer`` > 1: one collective per
+    parameter, gathered into list outputs on each submodule's pre-forward hook): those small gathers reach
+    about one NIC's rate for the whole node across nodes, not the node's aggregate (the node's devices take
+    turns on it), and activation checkpointing re-runs each forward, which fetches the released parameters
+    again: forward, recompute and backward, 3 gathers where 2 are priced. Other stacks: ``gather_s`` as is."""
+    if fw.collectives_per_layer <= 1:
+        return gather_s
+    acc = cluster.accelerator
+    one_nic = replace(cluster, accelerator=replace(acc, inter_node_gbps=acc.inter_node_gbps / cluster.devices_per_node))
+    slow = data_parallel_comm(one_nic, S, dense_params, expert_params, layers_on_stage,
+                              fw.collectives_per_layer).param_gather_s
+    passes = np.where(S.recompute == Recompute.FULL, 1.5, 1.0)
+    return np.where(S.zero >= Zero.PARAMETERS, slow * passes, gather_s)
+
+
 def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
                         layers_on_stage, micro_compute, m, precision: str = "bf16",
                         tensors_on_stage=None, embedding_params=0.0) -> DataParallelTerms:
@@ -210,6 +227,8 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
                              fw.grad_bytes(precision, S.zero), zero1_gathers,
                              4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0))
+    dpc.param_gather_s = per_parameter_gathers_s(cluster, S, fw, dense_params, expert_params, layers_on_stage,
+                                                 dpc.param_gather_s)
     fwd_share = 1.0 / (1.0 + BWD_GEMM)
     zero3 = S.zero >= Zero.PARAMETERS
     kept = zero3 & (S.pp > 1) & fw.fsdp_keeps_params_under_pp

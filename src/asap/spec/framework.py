@@ -226,7 +226,9 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,)},
               max_zero_with_pp=1,
-              fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=()),
+              fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
+              # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it)
+              fsdp_grad_bytes=2.0),
     Framework(name="torchtitan", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=True, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
