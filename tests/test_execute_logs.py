@@ -118,3 +118,15 @@ def test_oom_lines():
     assert "RESOURCE_EXHAUSTED" in oom_line("maxtext", "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: "
                                                        "Out of memory while trying to allocate 1.5GiB.")
     assert oom_line("torchtitan", "step:  1  loss:  6.6  tps: 3") is None
+
+
+def test_torch_cpu_allocator_oom_for_real():
+    """torch's own message when its CPU allocator fails (a real allocation of 1 PiB, refused at once)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", "import torch; torch.empty(1 << 50, dtype=torch.uint8)"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    line = oom_line("torchtitan", p.stderr)
+    assert line is not None and "DefaultCPUAllocator: can't allocate memory" in line
