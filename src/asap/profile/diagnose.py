@@ -17,7 +17,7 @@ import numpy as np
 from asap.errors import AsapError
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
 from asap.profile.fusion import fusion_table
-from asap.profile.trace import Timeline, expand_paths, is_matrix, load_timelines
+from asap.profile.trace import Timeline, expand_paths, is_matrix, is_p2p, load_timelines
 from asap.profile.windows import US, Intervals, window_figures, window_index
 from asap.spec.words import BOTTLENECKS, Bottleneck, BottleneckClass
 
@@ -123,6 +123,7 @@ class Diagnosis:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["roofline"] = self.roofline.to_dict()
+        d["bottleneck_class"] = self.bottleneck_class
         if self.fusion is None:
             d.pop("fusion")
         return d
