@@ -18,7 +18,7 @@ from asap.errors import AsapError
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
 from asap.profile.fusion import fusion_table
 from asap.profile.load import load_timelines
-from asap.profile.trace import Timeline, expand_paths, is_matrix
+from asap.profile.trace import Timeline, expand_paths, is_matrix, is_p2p
 from asap.profile.windows import US, Intervals, window_figures, window_index
 from asap.spec.words import BOTTLENECKS, Bottleneck, BottleneckClass, duration_text
 
@@ -124,6 +124,7 @@ class Diagnosis:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["roofline"] = self.roofline.to_dict()
+        d["bottleneck_class"] = self.bottleneck_class
         if self.fusion is None:
             d.pop("fusion")
         return d
