@@ -1,0 +1,127 @@
+"""The Sharding Memory's trials: one row per strategy tried on an experiment, begun ``running`` and committed
+before it starts, finished ``ok | failed | skipped | killed``, and the recovery of trials whose process died."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from datetime import datetime, timezone
+
+from asap.agents.memory.connection import Store
+from asap.agents.memory.records import _dumps, _float_or_none, _loads, _now, _parse_time, canonical_strategy
+from asap.agents.memory.schema import _JSON_TRIAL, FINISHED, FOREIGN_HOST_STALE, KILLED_REASON
+from asap.errors import AsapError
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, another user's
+        return True
+    except OSError:
+        return False
+    return True
+
+
+class Trials(Store):
+    """The ``trials`` table's methods of ``Memory`` (``Memory`` sets ``host``)."""
+
+    host: str
+
+    def begin_trial(self, experiment_id: int, strategy: str | dict, predicted_step_time_s: float | None = None,
+                    executor: str = "", diagnosis: dict | None = None) -> int:
+        """Record a trial as ``running`` by this process (pid, host), committed at once; its id."""
+        text, parsed = canonical_strategy(strategy)
+        predicted = _float_or_none(predicted_step_time_s, "predicted_step_time_s")
+        args = (int(experiment_id), text, _dumps(parsed, "strategy"), predicted, _dumps(diagnosis, "diagnosis"),
+                str(executor or ""), os.getpid(), self.host, _now())
+
+        def run(cur):
+            if cur.execute("SELECT 1 FROM experiments WHERE id = ?", (args[0],)).fetchone() is None:
+                raise AsapError("experiment", f"no experiment {experiment_id} in {self.path}")
+            cur.execute("INSERT INTO trials (experiment_id, strategy_string, strategy, status, "
+                        "predicted_step_time_s, diagnosis, executor, pid, host, started_at) "
+                        "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)", args)
+            return cur.lastrowid
+
+        return self._write(run)
+
+    def finish_trial(self, trial_id: int, status: str, measured_step_time_s: float | None = None, reason: str = "",
+                     diagnosis: dict | None = None, traces: list | None = None) -> None:
+        """Close a trial: ``status`` ok | failed | skipped | killed, what it measured, why it ended so. A
+        ``diagnosis`` or ``traces`` left ``None`` keeps what the trial had."""
+        if status not in FINISHED:
+            raise AsapError("status", f"must be one of {', '.join(FINISHED)}, got {status!r}")
+        measured = _float_or_none(measured_step_time_s, "measured_step_time_s")
+        diag, tr = _dumps(diagnosis, "diagnosis"), _dumps(traces, "traces")
+
+        def run(cur):
+            cur.execute("UPDATE trials SET status = ?, measured_step_time_s = ?, reason = ?, "
+                        "diagnosis = COALESCE(?, diagnosis), traces = COALESCE(?, traces), ended_at = ? "
+                        "WHERE id = ?", (status, measured, str(reason or ""), diag, tr, _now(), int(trial_id)))
+            if cur.rowcount == 0:
+                raise AsapError("trial", f"no trial {trial_id} in {self.path}")
+
+        self._write(run)
+
+    def has_strategy(self, experiment_id: int, strategy: str | dict) -> bool:
+        """Whether this experiment already ran this strategy to an end (a trial ``ok`` or ``failed``; the
+        loop never re-runs those). Keys in any order."""
+        text, _ = canonical_strategy(strategy)
+        rows = self._read("SELECT 1 FROM trials WHERE experiment_id = ? AND strategy_string = ? "
+                          "AND status IN ('ok', 'failed') LIMIT 1", (int(experiment_id), text))
+        return bool(rows)
+
+    def trials(self, experiment_id: int | None = None) -> list[dict]:
+        """The trials (of one experiment, or all), in the order they began."""
+        if experiment_id is None:
+            rows = self._read("SELECT * FROM trials ORDER BY id")
+        else:
+            rows = self._read("SELECT * FROM trials WHERE experiment_id = ? ORDER BY id", (int(experiment_id),))
+        return [self._trial_row(r) for r in rows]
+
+    def trial(self, trial_id: int) -> dict:
+        rows = self._read("SELECT * FROM trials WHERE id = ?", (int(trial_id),))
+        if not rows:
+            raise AsapError("trial", f"no trial {trial_id} in {self.path}")
+        return self._trial_row(rows[0])
+
+    @staticmethod
+    def _trial_row(r: sqlite3.Row) -> dict:
+        d = {k: r[k] for k in r.keys()}
+        for k in _JSON_TRIAL:
+            d[k] = _loads(d.get(k))
+        return d
+
+    def recover(self) -> list[int]:
+        """Mark ``killed`` every trial still ``running`` whose process is gone: on this host, a pid that is not
+        alive; on another host, one that began more than a day ago. The ids marked, in order."""
+        running = self._read("SELECT id, pid, host, started_at FROM trials WHERE status = 'running' ORDER BY id")
+        now = datetime.now(timezone.utc)
+        dead = []
+        for r in running:
+            if r["host"] == self.host:
+                if not _pid_alive(r["pid"]):
+                    dead.append(r["id"])
+            else:
+                started = _parse_time(r["started_at"])
+                if started is None or now - started > FOREIGN_HOST_STALE:
+                    dead.append(r["id"])
+        if not dead:
+            return []
+        ended = _now()
+
+        def run(cur):
+            marked = []
+            for tid in dead:  # only those still running (another process may have recovered them meanwhile)
+                cur.execute("UPDATE trials SET status = 'killed', reason = ?, ended_at = ? "
+                            "WHERE id = ? AND status = 'running'", (KILLED_REASON, ended, tid))
+                if cur.rowcount:
+                    marked.append(tid)
+            return marked
+
+        return self._write(run)
