@@ -36,7 +36,7 @@ FILE_MARKERS = {
     "torch": ("test_agents", "test_align", "test_calibrate", "test_diagnose_compare", "test_diagnose_cpu",
               "test_execute_torch", "test_fusion", "test_hier_ep", "test_host_overhead", "test_layout_trainer",
               "test_run_balance", "test_run_cli", "test_run_preflight", "test_train_distributed", "test_train_model",
-              "test_tune_explain", "test_subprocess_hygiene", "test_emit", "test_tune_stacks", "test_execute_stack_cli",
+              "test_tune_explain", "test_subprocess_hygiene", "test_emit", "test_tune_stacks", "test_execute_logs",
               "test_diagnose_classes"),
     # JAX programs on virtual CPU devices
     "jax": ("test_tune_maxtext", "test_diagnose_jax", "test_jax_bottlenecks", "test_jax_meshes", "test_jax_tune", "test_jax_xplane"),
