@@ -1,0 +1,140 @@
+"""The efficiency constants per accelerator family (``FAMILIES``): the few achievable fractions of peak that turn
+the catalog's published peaks into rates, each with its reason; none names a model or a run. Every name is also
+importable from ``asap.spec.hardware``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+# ----------------------------------------------------------------------------------------------------------
+# Efficiency constants per family (the only tuned numbers in the cost model; see docs/cost_model.md).
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Family:
+    """Achievable fractions of peak for one accelerator family.
+
+    gemm_efficiency: fraction of peak a large, square bf16 GEMM reaches (cuBLAS/CANN/XLA on big shapes).
+    gemm_half_dim: a GEMM dimension at which that efficiency halves; the curve is d / (d + gemm_half_dim) per
+        dimension, which reproduces the roll-off of thin GEMMs (tensor parallelism splits n or k; small
+        micro-batches shrink m). Tile-quantisation of 128x128-class tensor-core tiles motivates ~100-200.
+    attention_efficiency: fraction of peak of fused (flash) attention, whose softmax and masking keep the
+        matrix units idle part of the time (FlashAttention-2 reaches ~70% on A100 forward, less backward).
+    fp8_gemm_efficiency: fraction of the *fp8* peak reached by fp8 GEMMs, lower than bf16 because of the
+        scaling/casting kernels and amax bookkeeping around each GEMM (Transformer Engine, torchao).
+    hbm_efficiency: fraction of the HBM peak a streaming elementwise kernel reaches.
+    net_efficiency: fraction of the link peak that NCCL/HCCL/ICI collectives reach as bus bandwidth.
+    collective_latency_s: fixed cost of one collective or point-to-point call (launch + first hop).
+    kernel_overhead_s: launch gap per kernel that the device cannot hide (the host-bound floor).
+    hop_latency_s: latency of one step of a ring collective; NCCL runs all-gather and reduce-scatter as rings
+        (g-1 steps), all-reduce as a tree at scale (2 log2 g steps) (NCCL tuning docs; nccl-tests latencies).
+    overlap_tax: fraction of an overlapped collective's duration added to the computation it hides behind:
+        NCCL kernels occupy SMs (16-32 channels of 132 SMs on H100) and HBM bandwidth while they run.
+    host_op_s: host time to dispatch one framework operator (PyTorch eager: the Python frame, the dispatcher,
+        the launch; ~3-10 us), priced per operator the stack's host runs (``asap.cost.host``).
+    dtensor_op_s: the extra host time of an operator on DTensors (sharding propagation and the subclass's
+        Python dispatch), for tensor-parallel layers built on DTensor (torchtitan, the reference trainer).
+    dtensor_call_s: the extra host time of a collective issued through torch's functional collectives (DTensor's
+        redistributes: queued on the process group's thread, then waited on) over a direct call.
+    sync_s: the wait of one blocking collective call beyond its transfer and latency: what a rank waits for
+        peers that are descheduled when processes outnumber cores; 0 on dedicated devices; measured by
+        ``asap calibrate``.
+    tp_overlap: fraction of tensor-parallel communication hidden behind the neighbouring GEMMs by the
+        generation's usual stack (Megatron-Core --tp-comm-overlap with Transformer Engine userbuffers and
+        torchtitan's async TP on Hopper; none in the 2021-22 Megatron-LM that A100 runs used, Korthikanti 2022
+        sec. 6 leaves it as future work).
+    """
+
+    name: str
+    gemm_efficiency: float
+    gemm_half_dim: float
+    attention_efficiency: float
+    fp8_gemm_efficiency: float
+    hbm_efficiency: float
+    net_efficiency: float
+    collective_latency_s: float
+    kernel_overhead_s: float
+    hop_latency_s: float = 5e-6
+    overlap_tax: float = 0.15
+    tp_overlap: float = 0.0
+    host_op_s: float = 6e-6
+    dtensor_op_s: float = 20e-6
+    dtensor_call_s: float = 0.0
+    sync_s: float = 0.0
+    # the host runs ahead of an accelerator (kernels queue; the host only shows where it is slower than the
+    # device); a CPU runs its operators on the host itself, so host and compute add up
+    async_host: bool = True
+
+
+_FAMILY_TABLE = (
+    # NVIDIA Ampere (A100). Fitted to the A100 calibration runs (benchmarks/calibrate.py).
+    Family(name="ampere",
+           gemm_efficiency=0.69,  # large fp16 GEMMs; cuBLAS on A100 measures 0.7-0.8 of peak
+           gemm_half_dim=64.0,
+           attention_efficiency=0.10,  # the Megatron/NeoX stacks of 2021-22 ran unfused softmax attention:
+           # scores written and re-read in HBM, ~hd/3 FLOP/B against a ridge of 150 FLOP/B
+           fp8_gemm_efficiency=0.60,  # (A100 has no fp8; unused)
+           hbm_efficiency=0.60,  # unfused elementwise kernels of that generation
+           net_efficiency=0.80,  # NCCL bus bandwidth on DGX A100 (nccl-tests)
+           collective_latency_s=20e-6, kernel_overhead_s=4e-6),
+    # NVIDIA Hopper (H100/H800/H200). Fitted to the H100 calibration runs.
+    Family(name="hopper",
+           gemm_efficiency=0.615,  # power/clock limits under sustained load keep H100 below its boost peak
+           gemm_half_dim=64.0,
+           attention_efficiency=0.30,  # FlashAttention-2 on H100 reaches ~0.35 forward and less backward
+           fp8_gemm_efficiency=0.60,  # fp8 tensor cores at 0.6 of the fp8 peak; the input's cast to fp8 is priced
+           # apart (roofline.FP8_CAST_BYTES_PER_ELEMENT), fitted on the H100 fp8 runs
+           hbm_efficiency=0.95,  # fused elementwise kernels (Transformer Engine, torch.compile)
+           net_efficiency=0.90,  # NCCL over NVLink4 / NDR IB, bounded above at 0.9
+           collective_latency_s=20e-6, kernel_overhead_s=4e-6,
+           tp_overlap=0.3),  # Megatron-Core/NeMo recipes enable TE userbuffer TP overlap, torchtitan async TP;
+    # not every run uses them, so a part, not all
+    # NVIDIA Blackwell (B200/GB200/GB300): first estimates from Hopper's (bf16 GEMMs a little higher at 0.63 for
+    # the larger tensor cores, fused elementwise at 0.86 of the faster HBM3e), fp8 fitted on the one Blackwell
+    # calibration run (Megatron-Bridge, Llama 3.1 405B on 256 GB200): fp8 GEMMs at 0.65 of the fp8 peak, above
+    # Hopper's 0.60 as the second-generation Transformer Engine scales per block in hardware.
+    Family(name="blackwell", gemm_efficiency=0.63, gemm_half_dim=64.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.65, hbm_efficiency=0.86, net_efficiency=0.90, collective_latency_s=20e-6,
+           kernel_overhead_s=4e-6),
+    # AMD CDNA3 (MI300X): hipBLASLt reaches ~0.5-0.6 of the (higher) dense peak on large bf16 GEMMs (ROCm
+    # performance guides); CK flash attention ~0.3; RCCL bus bandwidth ~0.75 of the xGMI line rate.
+    Family(name="cdna3", gemm_efficiency=0.55, gemm_half_dim=128.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.45, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
+           kernel_overhead_s=5e-6),
+    # AMD CDNA4 (MI350X, MI355X): no calibration runs; CDNA3's constants (the same ROCm stack, hipBLASLt and
+    # RCCL), so its bands are extrapolated (asap.cost.bands)
+    Family(name="cdna4", gemm_efficiency=0.55, gemm_half_dim=128.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.45, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
+           kernel_overhead_s=5e-6),
+    # TPU (fitted on the two MaxText v5p runs): XLA matmuls on the 128x128 MXUs reach 0.85 of peak at large
+    # shapes (MaxText's 32B run is at 68% MFU end to end); splash (flash) attention at 0.5; XLA fuses
+    # elementwise work into the matmuls; ICI collectives run close to link rate, and half of the TP traffic
+    # hides behind the matmuls it feeds (XLA's async collective fusion / collective matmul, which MaxText's
+    # v5p configurations enable).
+    Family(name="tpu", gemm_efficiency=0.85, gemm_half_dim=128.0, attention_efficiency=0.50,
+           fp8_gemm_efficiency=0.50, hbm_efficiency=0.85, net_efficiency=0.85, collective_latency_s=15e-6,
+           kernel_overhead_s=2e-6, tp_overlap=0.5),
+    # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE. MC2
+    # (MindSpeed --use-ascend-mc2, MindFormers' mc2 fusion: matmul fused with the TP all-gather /
+    # reduce-scatter, the communication tiled under the matmul's cube work on the 910B) hides TP traffic
+    # behind the GEMMs as Transformer Engine's userbuffers do on Hopper: the same share.
+    Family(name="ascend", gemm_efficiency=0.60, gemm_half_dim=128.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.50, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=30e-6,
+           kernel_overhead_s=6e-6, tp_overlap=0.3),
+    # A CPU runs BLAS at a fair share of its vector peak; gloo over loopback is memory-copy bound.
+    # Its per-operator cost is the host's (``host_op_s``, PyTorch eager on one core: ~3 us), priced per
+    # operator the framework dispatches, so the roofline adds no launch gap of its own (kernel_overhead_s 0).
+    Family(name="cpu", gemm_efficiency=0.50, gemm_half_dim=32.0, attention_efficiency=0.30,
+           fp8_gemm_efficiency=0.50, hbm_efficiency=0.60, net_efficiency=0.50, collective_latency_s=50e-6,
+           kernel_overhead_s=0.0, host_op_s=3e-6, async_host=False),
+)
+# read-only: an accelerator carries its own constants (``Accelerator.efficiency``); a cluster file's
+# ``efficiency`` mapping, or ``dataclasses.replace``, makes a variant, never a change to this table
+FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in _FAMILY_TABLE})
+EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k not in ("name", "async_host"))
+# constants that may be 0 (the others are positive)
+ZERO_ALLOWED_KEYS = ("tp_overlap", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
+                     "sync_s")
