@@ -1,8 +1,8 @@
 """The ``asap`` command line: a thin face over the importable API.
 
-Each command lives in its own module and registers itself on ``app``. Every command takes ``--json`` and then
-prints exactly one JSON document on stdout; logs and progress go to stderr. Bad input exits 2 with one line
-on stderr naming the field and the problem.
+Each command lives in its own module and registers itself on ``app`` (defined in ``asap.cli.root``, re-exported
+here). Every command takes ``--json`` and then prints exactly one JSON document on stdout; logs and progress go
+to stderr. Bad input exits 2 with one line on stderr naming the field and the problem.
 """
 
 from __future__ import annotations
@@ -11,29 +11,8 @@ import sys
 
 import typer
 
+from asap.cli.root import app
 from asap.errors import AsapError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="asap: find, explain and verify the fastest way to train an LLM on a cluster.")
-
-
-def _version(value: bool) -> None:
-    if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            print(f"asap {version('asap')}")
-        except PackageNotFoundError:  # run from a source tree that was never installed
-            from asap.version import __version__
-
-            print(f"asap {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                            help="Print asap's version and exit.")) -> None:
-    """asap: find, explain and verify the fastest way to train an LLM on a cluster."""
 
 
 def _flags_without_type() -> None:

@@ -12,7 +12,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, MemoryMarginOpt,
                                ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds,

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import print_json
 from asap.errors import AsapError
 

@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 

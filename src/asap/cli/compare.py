@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import out_console, print_json
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
                                MemoryMarginOpt, ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt,

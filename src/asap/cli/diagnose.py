@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from typer.core import TyperCommand
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import out_console, print_json
 from asap.errors import AsapError
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import print_json
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, JsonOpt, ModelOpt, NodesOpt, PrecisionOpt, SeqOpt,
                                load_job)

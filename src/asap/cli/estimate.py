@@ -8,7 +8,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import _clean, err_console, out_console, print_json
 from asap.errors import AsapError
 

@@ -13,7 +13,7 @@ from xml.sax.saxutils import escape
 import typer
 from rich.text import Text
 
-from asap.cli import app
+from asap.cli.root import app
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 
