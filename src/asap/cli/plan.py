@@ -51,7 +51,6 @@ def plan(
     json_out: bool = JsonOpt,
 ):
     """Search every legal parallel configuration and rank the fitting ones, fastest first."""
-    from asap.search.planner import plan as run_plan
     from asap.spec.strategy import parse_strategy
 
     if emit is not None:
@@ -64,28 +63,53 @@ def plan(
     budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, _ = with_lengths(c, t, lengths)
     fixed = parse_strategy(fix, field="fix")
+    result = _search(m, c, t, fixed, top=top, include_oom=include_oom, ilp_candidates=ilp_candidates,
+                     ilp_time_limit_s=ilp_time_limit, distinct=not all_rows, time_limit_s=time_limit,
+                     ilp_work_limit_nodes=ilp_work_limit)
+    emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
+    if json_out:
+        _print_json(result, c, budget, price, emitted, aw, lengths)
+    elif emitted:
+        _print_emitted(emitted)
+    else:
+        _print_text(result, m, c, t, include_oom, budget, price)
+
+
+def _search(m, c, t, fixed: dict, **options):
+    """``asap.search.planner.plan`` over the job, with a progress bar on stderr (a terminal's) for searches that
+    take more than a chunk."""
+    from asap.search.planner import plan as run_plan
+
     with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
         task = progress.add_task("pricing configurations", total=None, visible=False)
 
         def on_chunk(done: int, total: int) -> None:  # shown only for searches that take more than a chunk
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
-        result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
-                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
-                          time_limit_s=time_limit, ilp_work_limit_nodes=ilp_work_limit)
-    emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
-    if json_out:
-        out = result.to_dict()
-        out["candidates"] = [with_budget(d, c.num_devices, budget, price) for d in out["candidates"]]
-        print_json({**out, **({"emit": emitted} if emitted else {}),
-                    **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
-        return
-    if emitted:
-        for sk in emitted["skipped"]:
-            err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
-                              markup=False, highlight=False, soft_wrap=True)
-        print(emitted["text"])
-        return
+        return run_plan(m, c, t, fixed, progress=on_chunk, **options)
+
+
+def _print_json(result, c, budget, price, emitted: dict | None, aw, lengths: str | None) -> None:
+    """The plan as one JSON document: the search's result, each candidate's budget, the emitted config and the
+    lengths file's summary where there are."""
+    out = result.to_dict()
+    out["candidates"] = [with_budget(d, c.num_devices, budget, price) for d in out["candidates"]]
+    print_json({**out, **({"emit": emitted} if emitted else {}),
+                **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
+
+
+def _print_emitted(emitted: dict) -> None:
+    """``--emit``: the launch config on stdout, a note on stderr for each faster candidate it cannot express."""
+    for sk in emitted["skipped"]:
+        err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
+                          markup=False, highlight=False, soft_wrap=True)
+    print(emitted["text"])
+
+
+def _print_text(result, m, c, t, include_oom: bool, budget, price) -> None:
+    """The plan for a reader: what was searched, the candidates, the Pareto front, the MaxText mesh of the first
+    candidate that has one, and the stage ILP's word on each pipelined candidate."""
+    from asap.cost.estimate import framework_of
     from asap.spec.words import count_text
 
     out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
@@ -94,8 +118,6 @@ def plan(
     if result.stopped_early:
         out_console.print(f"[yellow]stopped early[/]: {result.stop_reason} (--time-limit raises the budget)",
                           soft_wrap=True)
-    from asap.cost.estimate import framework_of
-
     fw = framework_of(t, c)
     out_console.print(candidates_table(result, c.num_devices, m.moe is not None, fw, include_oom, budget, price))
     if len(result.pareto) > 1:
