@@ -165,24 +165,30 @@ class Kept:
     mem: MemoryBreakdown
     step: np.ndarray
     place: np.ndarray
+    hbm_gb: float = math.inf  # with ``include_oom``: the capacity, so rows that do not fit rank after those that do
 
     def take(self, idx: np.ndarray) -> "Kept":
-        return Kept(self.S.take(idx), expand(self.mem, idx), self.step[idx], self.place[idx])
+        return Kept(self.S.take(idx), expand(self.mem, idx), self.step[idx], self.place[idx], self.hbm_gb)
 
     @staticmethod
     def concatenate(parts: list["Kept"]) -> "Kept":
         return Kept(StrategyBatch.concatenate([p.S for p in parts]), MemoryBreakdown.concatenate([p.mem for p in parts]),
-                    np.concatenate([p.step for p in parts]), np.concatenate([p.place for p in parts]))
+                    np.concatenate([p.step for p in parts]), np.concatenate([p.place for p in parts]), parts[0].hbm_gb)
 
     def by_step(self) -> np.ndarray:
         """Row indices fastest first, ties in the space's order."""
         return np.lexsort((self.place, self.step))
 
+    def by_rank(self) -> np.ndarray:
+        """The candidates' order: rows that fit fastest first, then (``include_oom``) the rest by how far over
+        the capacity they are, least first."""
+        return np.lexsort((self.place, self.step, over_capacity_gb(self.mem.peak_gb, self.hbm_gb)))
+
     def needed(self, top_k: int, distinct: bool) -> "Kept":
         """Only the Pareto front and the first ``top_k`` rows (of distinct shapes with ``distinct``): a row out
         of both here is out of both among any superset of these rows (a row or shape that beats it stays)."""
-        order = self.by_step()
-        front = pareto_front(self.step, self.mem.peak_gb, order)
+        front = pareto_front(self.step, self.mem.peak_gb, self.by_step())
+        order = self.by_rank()
         shown = first_per_shape(self.S, order) if distinct else order
         return self.take(np.union1d(front, shown[:top_k]))
 
@@ -222,9 +228,16 @@ class Search:
         m = expand(mem, rows)
         step = estimate_batch(model, cluster, train, part.take(rows), mem=m, figures=f.subset(rows),
                               unit=ut.subset(rows)).step_time_s
-        new = Kept(part.take(rows), m, step, place[rows]).needed(self.top_k, self.distinct)
+        hbm = cluster.hbm_gb if self.include_oom else math.inf
+        new = Kept(part.take(rows), m, step, place[rows], hbm).needed(self.top_k, self.distinct)
         both = new if self.kept is None else Kept.concatenate([self.kept, new])
         self.kept = both.needed(self.top_k, self.distinct)
+
+
+def over_capacity_gb(peak_gb, capacity_gb: float):
+    """How far a peak is over the capacity (0 where it fits; always 0 for an infinite capacity)."""
+    return np.maximum(np.asarray(peak_gb, dtype=float) - capacity_gb, 0.0) if math.isfinite(capacity_gb) else \
+        np.zeros_like(np.asarray(peak_gb, dtype=float))
 
 
 def chunked(blocks: Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]], chunk_rows: int):
@@ -305,9 +318,9 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
                          f"the smallest needs {search.smallest[0]:.1f} GiB ({search.smallest[2]})")
     kept = search.kept
     S, mem_kept, step = kept.S, kept.mem, kept.step
-    by_step = kept.by_step()
-    front = pareto_front(step, mem_kept.peak_gb, by_step)
-    shown = first_per_shape(S, by_step) if distinct else by_step
+    front = pareto_front(step, mem_kept.peak_gb, kept.by_step())
+    by_rank = kept.by_rank()
+    shown = first_per_shape(S, by_rank) if distinct else by_rank
     order = shown[:top_k]
 
     def full(idx: np.ndarray) -> list[Estimate]:
@@ -316,12 +329,14 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         return [estimate_from_batch(model, cluster, train, sub, be, j) for j in range(len(sub))]
 
     candidates, splits = full(order), [None] * len(order)
+    hbm_rank = cluster.hbm_gb if include_oom else math.inf
     if "layer_split" not in fixed and ilp_candidates and deadline.passed():
         deadline.notes.append("time limit reached before the pipeline-stage ILP: candidates keep the default "
                               "layer split")
     elif "layer_split" not in fixed:
         candidates, splits = adopt_stage_splits(model, cluster, train, candidates, ilp_candidates, ilp_time_limit_s)
-    ranked = sorted(range(len(candidates)), key=lambda i: candidates[i].step_time_s)[:top]
+    ranked = sorted(range(len(candidates)), key=lambda i: (float(over_capacity_gb(candidates[i].peak_memory_gb, hbm_rank)),
+                                                          candidates[i].step_time_s))[:top]
     candidates, splits = [candidates[i] for i in ranked], [splits[i] for i in ranked]
     return PlanResult(candidates=candidates, pareto=full(front), searched=search.priced, fitting=search.fitting,
                       search_time_s=time.perf_counter() - t0,
