@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
+from shlex import quote
 from typing import Optional
 
 import typer
@@ -12,9 +13,9 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli import app
-from asap.cli.common import err_console, out_console, print_json
+from asap.cli.common import err_console, out_console, print_json, strategy_column
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, ModelOpt, MoEImbalanceOpt,
-                               NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds)
+                               NodesOpt, PrecisionOpt, SeqOpt, job_args, load_job, seconds)
 from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
@@ -67,23 +68,45 @@ def propose(
     diagnosis = Analyzer(c).analyze(estimate(m, c, t, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
     result = Proposer(m, c, t, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key)).propose(current, diagnosis)
+    names = [compact_strategy(p.strategy, m, c, t) for p in result.proposals]
+    job = job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
+    commands = [f"asap estimate {job} -S {quote(n)}" for n in names]
     out = {"diagnosis": diagnosis.to_dict(), "current": {"strategy": current.to_dict(),
-                                                         "strategy_string": str(current)},
+                                                         "strategy_string": str(current),
+                                                         "strategy_compact": compact_strategy(current, m, c, t)},
            "within_error": result.within_error, "note": result.note,
-           "proposals": [p.to_dict() for p in result.proposals]}
+           "proposals": [{**p.to_dict(), "strategy_compact": n, "command": cmd}
+                         for p, n, cmd in zip(result.proposals, names, commands)]}
     if json_out:
         print_json(out)
         return
     out_console.print(f"[bold]{diagnosis.bottleneck}[/]-bound ({diagnosis.source}): "
                       + "; ".join(diagnosis.evidence[:3]), highlight=False)
-    table = Table(title=f"three proposals for {current}")
-    for col in ("#", "strategy", "speedup", "range", "predicted s", "why"):
-        table.add_column(col)
-    for i, p in enumerate(result.proposals, 1):
+    _print_proposals(result, names, commands, compact_strategy(current, m, c, t))
+
+
+def compact_strategy(s, m, c, t) -> str:
+    """``s`` in the compact notation for this job (``asap.spec.strategy.format_compact``)."""
+    from asap.cost.estimate import framework_of
+    from asap.spec.strategy import format_compact
+
+    return format_compact(s, c.num_devices, m.moe is not None, framework_of(t, c))
+
+
+def _print_proposals(result, names: list[str], commands: list[str], current: str) -> None:
+    table = Table(title=f"three proposals for {current}", title_justify="left")
+    table.add_column("#")
+    strategy_column(table, names)
+    for col in ("speedup", "range", "predicted"):
+        table.add_column(col, justify="right")
+    table.add_column("why", ratio=1)
+    for i, (p, name) in enumerate(zip(result.proposals, names), 1):
         lo, hi = p.expected_speedup_range
-        table.add_row(str(i), str(p.strategy), f"{p.expected_speedup:.2f}x", f"{lo:.2f}-{hi:.2f}x",
-                      f"{p.predicted_step_time_s:.4g}", p.rationale)
+        table.add_row(str(i), name, f"{p.expected_speedup:.2f}x", f"{lo:.2f}-{hi:.2f}x",
+                      seconds(p.predicted_step_time_s), p.rationale)
     out_console.print(table)
+    for i, cmd in enumerate(commands, 1):
+        out_console.print(f"reproduce #{i}: {cmd}", highlight=False, soft_wrap=True)
     out_console.print(result.note, highlight=False)
 
 
@@ -193,18 +216,17 @@ def tune(
         raise AsapError("profile", f"needs real runs (--executor torch or jax), got {executor}")
     ex = _executor(executor, m, c, t, sim_machine, steps, profile)
     verify = _numerics_check(ex, m, t) if verify_numerics else None
-    from asap.cost.estimate import framework_of
-    from asap.spec.strategy import non_default_keys
-
     table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
     for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
+        if col == "strategy":
+            strategy_column(table, ["tp8 pp8 rc:full"])  # wraps between tokens as trials come
+            continue
         table.add_column(col, justify="right" if col in ("measured", "predicted", "vs first") else "left")
-    fw = framework_of(t, c)
 
     def on_trial(rec, coord):
         first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
         vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
-        table.add_row(str(len(coord.trials)), non_default_keys(rec.strategy, c.num_devices, m.moe is not None, fw),
+        table.add_row(str(len(coord.trials)), compact_strategy(rec.strategy, m, c, t),
                       rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
                       seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
                       coord.correction.short(),
@@ -227,8 +249,12 @@ def tune(
     out_console.print("vs first: the first measured trial's step time over this one's; correction: how much slower "
                       "than the catalog the loop finds this machine's compute / scale-up fabric / scale-out fabric", highlight=False)
     if result["best"]:
-        out_console.print(f"best: {result['best']['strategy_string']} at "
-                          f"{seconds(result['best']['measured_step_time_s'])} per step", highlight=False, soft_wrap=True)
+        best = result["best"]
+        from asap.spec.strategy import complete_strategy, parse_strategy
+
+        s = complete_strategy(parse_strategy(best["strategy_string"]), c.num_devices)
+        out_console.print(f"best: {compact_strategy(s, m, c, t)} at {seconds(best['measured_step_time_s'])} per step "
+                          "(measured)", highlight=False, soft_wrap=True)
     if report:
         out_console.print(f"report: {report}", highlight=False)
     if write_cluster:

@@ -25,9 +25,11 @@ def _pipe_width(default: int = 160) -> int:
 out_console = Console() if sys.stdout.isatty() else Console(width=_pipe_width())
 
 
-def strategy_column(table, header: str = "strategy") -> None:
-    """A strategy column that wraps between tokens and never cuts one off (the compact notation)."""
-    table.add_column(header, justify="left", overflow="fold", min_width=18, ratio=None)
+def strategy_column(table, names: list[str], header: str = "strategy") -> None:
+    """A strategy column that wraps between the compact notation's tokens and never cuts one off: at least as
+    wide as the longest token (Rich folds, rather than truncates, anything longer)."""
+    widest = max((len(tok) for name in names for tok in name.split()), default=8)
+    table.add_column(header, justify="left", overflow="fold", min_width=max(widest, len(header)))
 
 
 def _clean(obj: Any) -> Any:
