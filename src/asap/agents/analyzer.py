@@ -55,7 +55,7 @@ def from_estimate(est: Estimate, cluster: Cluster) -> Diagnosis:
     pressure = est.peak_memory_gb / cluster.hbm_gb
     if not est.fits or pressure > HBM_PRESSURE:
         bottleneck = "memory"
-        evidence.insert(0, f"peak memory {est.peak_memory_gb:.1f} GB of {cluster.hbm_gb:g} GB per device "
+        evidence.insert(0, f"peak memory {est.peak_memory_gb:.1f} GiB reserved of {cluster.hbm_gb:g} GiB per device "
                            f"({pressure:.0%}){'' if est.fits else ': does not fit'}")
     return Diagnosis(bottleneck=bottleneck, source="cost model", step_time_s=est.step_time_s, figures=figures,
                      evidence=evidence)

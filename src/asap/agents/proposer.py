@@ -187,7 +187,7 @@ class Proposer:
             return
         if not est.fits:
             considered.append({"strategy": str(est.strategy), "source": source, "kept": False,
-                               "why": f"does not fit: {est.peak_memory_gb:.1f} GB > {self.cluster.hbm_gb:g} GB"})
+                               "why": f"does not fit: {est.peak_memory_gb:.1f} GiB reserved > {self.cluster.hbm_gb:g} GiB"})
             return
         out.append(Candidate(est.strategy, est, source, why, evidence))
 
@@ -296,7 +296,7 @@ def diverse(ranked: list[Candidate], current: Strategy, n: int = N_PROPOSALS,
 
 def tradeoffs(base: Estimate, new: Estimate) -> list[str]:
     """What the move costs besides the step time: memory, and the terms that grow."""
-    out = [f"peak memory {base.peak_memory_gb:.1f} -> {new.peak_memory_gb:.1f} GB per device"]
+    out = [f"peak memory {base.peak_memory_gb:.1f} -> {new.peak_memory_gb:.1f} GiB reserved per device"]
     for term, value in new.exposed_s.items():
         before = base.exposed_s.get(term, 0.0)
         if value > before * 1.2 and value - before > 0.02 * new.step_time_s:

@@ -144,25 +144,51 @@ def _write_corrected_cluster(path: str, coord) -> None:
     write_whole(Path(path), text, "write-cluster")
 
 
-def _write_report(path: str, coord, result: dict, mem) -> None:
-    """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals."""
+def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None = None,
+                  model_arg: str | None = None) -> None:
+    """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals, each
+    prediction with the ``asap estimate -c CLUSTER_FILE`` command that gives it (the corrected machine, written
+    beside the page when --write-cluster names no file)."""
     from asap.agents.analyzer import Analyzer
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
     from asap.report.html import write_report
 
+    m, t = coord.model, coord.train
+    cluster_file = cluster_file or str(Path(path).with_suffix("")) + "-cluster.yaml"
+    Path(cluster_file).parent.mkdir(parents=True, exist_ok=True)
+    _write_corrected_cluster(cluster_file, coord)
+    job = job_args(model_arg or m.name, cluster_file, None, coord.cluster.num_devices, t.global_batch, t.seq_len, t.precision,
+                   t.framework)
     best_estimate, proposals = None, []
+    trials = [{**tr, "strategy_compact": _compact_text(tr.get("strategy_string"), coord)} for tr in result["trials"]]
     if result["best"]:
         cluster = coord.corrected()
-        best = parse_current(result["best"]["strategy_string"], coord.model, coord.cluster, coord.train)
-        est = estimate(coord.model, cluster, coord.train, best)
-        best_estimate = est.to_dict()
+        best = parse_current(result["best"]["strategy_string"], m, coord.cluster, t)
+        est = estimate(m, cluster, t, best)
+        name = compact_strategy(best, m, coord.cluster, t)
+        best_estimate = {**est.to_dict(), "strategy_compact": name, "command": f"asap estimate {job} -S {quote(name)}"}
         diagnosis = Analyzer(cluster).analyze(est)
-        tried = {t["strategy_string"] for t in result["trials"]}
-        ps = Proposer(coord.model, cluster, coord.train, mem).propose(best, diagnosis, exclude=tried)
-        proposals = [p.to_dict() for p in ps.proposals]
-    write_report(path, result, best_estimate=best_estimate, proposals=proposals,
-                 title=f"asap tune: {coord.model.name} on {coord.cluster.num_devices} x {coord.cluster.accelerator.name}")
+        tried = {tr["strategy_string"] for tr in result["trials"]}
+        ps = Proposer(m, cluster, t, mem).propose(best, diagnosis, exclude=tried)
+        for p in ps.proposals:
+            pname = compact_strategy(p.strategy, m, coord.cluster, t)
+            proposals.append({**p.to_dict(), "strategy_compact": pname,
+                              "command": f"asap estimate {job} -S {quote(pname)}"})
+    best_row = ({**result["best"], "strategy_compact": _compact_text(result["best"].get("strategy_string"), coord)}
+                if result["best"] else None)
+    write_report(path, {**result, "trials": trials, "best": best_row}, best_estimate=best_estimate, proposals=proposals,
+                 title=f"asap tune: {m.name} on {coord.cluster.num_devices} x {coord.cluster.accelerator.name}")
+
+
+def _compact_text(strategy_string: str | None, coord) -> str | None:
+    """A trial's full strategy string in the compact notation (None stays None)."""
+    from asap.spec.strategy import complete_strategy, parse_strategy
+
+    if not strategy_string:
+        return None
+    s = complete_strategy(parse_strategy(strategy_string), coord.cluster.num_devices)
+    return compact_strategy(s, coord.model, coord.cluster, coord.train)
 
 
 def _numerics_check(ex, m, t):
@@ -239,7 +265,7 @@ def tune(
                             verify=verify)
         result = coord.run()
         if report:
-            _write_report(report, coord, result, mem)
+            _write_report(report, coord, result, mem, write_cluster, model)
     if write_cluster:
         _write_corrected_cluster(write_cluster, coord)
     if json_out:
