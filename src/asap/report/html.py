@@ -12,6 +12,7 @@ broken figure is visible to a reader (and to a headless browser's dumped DOM).
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -43,7 +44,7 @@ body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 
 table { border-collapse: collapse; margin: 1em 0 2em; font-size: 0.9em; width: 100%; table-layout: auto; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top;
          overflow-wrap: break-word; word-break: normal; }
-td.strategy { min-width: 10em; }
+.strategy { word-break: break-all; }
 code { white-space: pre-wrap; word-break: break-all; font-size: 0.9em; }
 .plotly-graph-div { max-width: 100%; }
 th { background: #f2f2f2; }
@@ -66,6 +67,28 @@ def strategy_of(item: dict | None) -> str | None:
     """A trial's or proposal's strategy as a person reads it: the compact notation where the caller gave it."""
     item = item or {}
     return item.get("strategy_compact") or item.get("strategy_string")
+
+
+def strategy_cell(item: dict | None) -> str:
+    """A strategy for a table cell: escaped, breaking anywhere so that even a full ``key=value`` string with
+    a long layer split wraps inside its column."""
+    text = strategy_of(item)
+    return f'<span class="strategy">{esc(text)}</span>' if text else ""
+
+
+def plot_lines(text: str, width: int = 90) -> str:
+    """Escaped text for a plotly title, broken into lines of at most ``width`` characters (plotly does not wrap
+    titles), at spaces, commas or slashes where it can."""
+    lines, line = [], ""
+    for piece in re.findall(r"[^ ,/]*[ ,/]?", text):
+        if len(line) + len(piece) > width and line:
+            lines.append(line)
+            line = ""
+        while len(piece) > width:
+            lines.append(piece[:width])
+            piece = piece[width:]
+        line += piece
+    return "<br>".join(esc(x) for x in lines + [line] if x)
 
 
 def short_reason(trial: dict, limit: int = 40) -> str:
@@ -117,8 +140,8 @@ def history_traces(trials: list[dict]) -> list[go.Scatter]:
                          marker={"size": 10, "symbol": "circle"})]
     for status in sorted({esc(t.get("status") or "unknown") for _, t in others}):
         group = [(i, t) for i, t in others if esc(t.get("status") or "unknown") == status]
-        traces.append(go.Scatter(x=[i + 1 for i, _ in group], y=[0.04] * len(group), yaxis="y2",
-                                 mode="markers+text", name=f"{status} (no measurement: on the axis)",
+        traces.append(go.Scatter(x=[i + 1 for i, _ in group], y=[0.0] * len(group), yaxis="y2",
+                                 mode="markers+text", cliponaxis=False, name=f"{status} (no measurement: on the axis)",
                                  text=[esc(short_reason(t)) for _, t in group], textposition="top center",
                                  hovertext=[trial_hover(t, i) for i, t in group], hoverinfo="text",
                                  marker={"size": 12, "symbol": STATUS_SYMBOLS.get(status, "square-open"),
@@ -169,7 +192,7 @@ def breakdown_terms(estimate: dict) -> list[str]:
 
 
 def breakdown_figure(best_estimate: dict | None, best: dict | None) -> go.Figure:
-    name = esc(strategy_of(best_estimate) or strategy_of(best) or "")
+    name = plot_lines(f"Step-time breakdown of the best strategy {strategy_of(best_estimate) or strategy_of(best) or ''}")
     fig = go.Figure()
     if best_estimate and best_estimate.get("exposed_s"):
         terms = breakdown_terms(best_estimate)
@@ -180,8 +203,8 @@ def breakdown_figure(best_estimate: dict | None, best: dict | None) -> go.Figure
     else:
         fig.add_annotation(text="no estimate of the best strategy was given", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title=f"Step-time breakdown of the best strategy {name}".strip(),
-                      yaxis_title="seconds per step", barmode="group")
+    fig.update_layout(title=name.strip(), yaxis_title="seconds per step", barmode="group",
+                      margin={"t": 60 + 20 * name.count("<br>")})
     return fig
 
 
@@ -216,7 +239,7 @@ def table(headers: list[str], rows: list[list[str]], row_classes: list[str] | No
 def proposals_table(proposals: list[dict] | None) -> str:
     if not proposals:
         return "<p>No proposals were given.</p>"
-    rows = [[esc(strategy_of(p)), esc(speedup_text(p)), esc(fmt_s(p.get("predicted_step_time_s"))),
+    rows = [[strategy_cell(p), esc(speedup_text(p)), esc(fmt_s(p.get("predicted_step_time_s"))),
              esc(p.get("fits")), esc(p.get("rationale")), bullet_list(p.get("tradeoffs")),
              bullet_list(p.get("evidence")), esc(p.get("source")), code(p.get("command"))] for p in proposals]
     return table(["strategy", "expected speedup", "predicted step", "fits", "rationale", "trade-offs",
@@ -231,7 +254,7 @@ def code(text: Any) -> str:
 def trials_table(trials: list[dict]) -> str:
     if not trials:
         return "<p>No trials were run.</p>"
-    rows = [[esc(trial_label(t, i)), esc(strategy_of(t)), esc(t.get("status")), esc(t.get("reason")),
+    rows = [[esc(trial_label(t, i)), strategy_cell(t), esc(t.get("status")), esc(t.get("reason")),
              esc(fmt_s(t.get("measured_step_time_s"))), esc(fmt_s(t.get("predicted_step_time_s"))),
              esc(fmt_s(t.get("catalog_step_time_s")))] for i, t in enumerate(trials)]
     return table(["trial", "strategy", "status", "reason", "measured", "corrected prediction", "catalog prediction"],
@@ -256,7 +279,7 @@ def correction_text(corr: dict) -> str:
 def summary_html(tune_result: dict) -> str:
     best, corr = tune_result.get("best"), tune_result.get("correction") or {}
     trials = tune_result.get("trials") or []
-    best_text = (f"{esc(strategy_of(best))} at {esc(fmt_s(best.get('measured_step_time_s')))} (measured)"
+    best_text = (f"{strategy_cell(best)} at {esc(fmt_s(best.get('measured_step_time_s')))} (measured)"
                  if best else "none (no trial was measured)")
     corr_text = correction_text(corr)
     return (f"<p><b>Best:</b> {best_text}<br><b>Trials:</b> {len(trials)} "
