@@ -12,7 +12,6 @@ broken figure is visible to a reader (and to a headless browser's dumped DOM).
 from __future__ import annotations
 
 import html
-import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -74,21 +73,6 @@ def strategy_cell(item: dict | None) -> str:
     a long layer split wraps inside its column."""
     text = strategy_of(item)
     return f'<span class="strategy">{esc(text)}</span>' if text else ""
-
-
-def plot_lines(text: str, width: int = 90) -> str:
-    """Escaped text for a plotly title, broken into lines of at most ``width`` characters (plotly does not wrap
-    titles), at spaces, commas or slashes where it can."""
-    lines, line = [], ""
-    for piece in re.findall(r"[^ ,/]*[ ,/]?", text):
-        if len(line) + len(piece) > width and line:
-            lines.append(line)
-            line = ""
-        while len(piece) > width:
-            lines.append(piece[:width])
-            piece = piece[width:]
-        line += piece
-    return "<br>".join(esc(x) for x in lines + [line] if x)
 
 
 def short_reason(trial: dict, limit: int = 40) -> str:
@@ -192,7 +176,7 @@ def breakdown_terms(estimate: dict) -> list[str]:
 
 
 def breakdown_figure(best_estimate: dict | None, best: dict | None) -> go.Figure:
-    name = plot_lines(f"Step-time breakdown of the best strategy {strategy_of(best_estimate) or strategy_of(best) or ''}")
+    name = "Step-time breakdown of the best strategy"  # the strategy itself is in the page above, where it wraps
     fig = go.Figure()
     if best_estimate and best_estimate.get("exposed_s"):
         terms = breakdown_terms(best_estimate)
@@ -203,8 +187,7 @@ def breakdown_figure(best_estimate: dict | None, best: dict | None) -> go.Figure
     else:
         fig.add_annotation(text="no estimate of the best strategy was given", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title=name.strip(), yaxis_title="seconds per step", barmode="group",
-                      margin={"t": 60 + 20 * name.count("<br>")})
+    fig.update_layout(title=name, yaxis_title="seconds per step", barmode="group")
     return fig
 
 
@@ -308,7 +291,9 @@ def report_html(tune_result: dict, best_estimate: dict | None = None, proposals:
     return page_html(title, [summary_html(tune_result),
                              "<h2>Trial history</h2>", plots[0],
                              "<h2>Predicted vs measured</h2>", plots[1],
-                             "<h2>Breakdown of the best strategy</h2>", plots[2],
+                             "<h2>Breakdown of the best strategy</h2>",
+                             f"<p><b>Strategy:</b> {strategy_cell(best_estimate or tune_result.get('best'))}</p>",
+                             plots[2],
                              reproduce_line(best_estimate),
                              "<h2>Proposals</h2>", proposals_table(proposals),
                              "<h2>All trials</h2>", trials_table(trials)])
