@@ -102,6 +102,8 @@ def plan(
     fw = framework_of(t, c)
     out_console.print(candidates_table(result, c.num_devices, m.moe is not None, fw, include_oom, budget, price,
                                        mfu_peak_name(c)))
+    if budget is not None:
+        out_console.print(budget_table(result, c.num_devices, budget, price))
     for line in limits:
         out_console.print(f"limit: {line}", highlight=False, soft_wrap=True)
     if result.candidates:
@@ -141,7 +143,6 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
                      tokens: Optional[float] = None, price: Optional[float] = None, mfu_peak: str = "bf16") -> Table:
     """One row per candidate: its strategy (the keys that differ from estimate's defaults; the JSON output has
     every key in ``strategy_string``) and the figures estimate gives for it."""
-    from asap.budget import training_budget
     from asap.spec.strategy import format_compact
 
     shape = "the fastest of each tp, pp, cp, ep shape (--all: every row)" if result.distinct else "every row"
@@ -153,7 +154,6 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
     names = [format_compact(e.strategy, devices, moe, framework) for e in result.candidates]
     cols = ["#", "strategy", "step", "likely range", "tokens/s", "MFU", "GiB", "bottleneck"]
     cols += ["fits"] if include_oom else []
-    cols += ["days", "device-hours"] + (["cost"] if price is not None else []) if tokens is not None else []
     for col in cols:
         if col == "strategy":
             strategy_column(table, names)
@@ -165,11 +165,22 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
                seconds(e.step_time_s), f"{seconds(low)}-{seconds(high)}", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}",
                f"{e.peak_memory_gb:.1f}", e.bottleneck]
         row += (["yes" if e.fits else "[red]no[/]"] if include_oom else [])
-        if tokens is not None:
-            b = training_budget(e.tokens_per_s, devices, tokens, price)
-            row += [f"{b['time_to_train_days']:,.1f}", f"{b['device_hours']:,.0f}"]
-            row += [f"${b['cost']:,.0f}"] if price is not None else []
         table.add_row(*row)
+    return table
+
+
+def budget_table(result, devices: int, tokens: float, price: Optional[float] = None) -> Table:
+    """``--tokens``: each candidate's time to train and device-hours (and cost), a table of its own so the
+    candidates' table keeps its width."""
+    from asap.budget import training_budget
+
+    table = Table(title="training budget (--tokens)", title_justify="left")
+    for col in ["#", "days", "device-hours"] + (["cost"] if price is not None else []):
+        table.add_column(col, justify="right")
+    for i, e in enumerate(result.candidates, 1):
+        b = training_budget(e.tokens_per_s, devices, tokens, price)
+        table.add_row(str(i), f"{b['time_to_train_days']:,.1f}", f"{b['device_hours']:,.0f}",
+                      *([f"${b['cost']:,.0f}"] if price is not None else []))
     return table
 
 

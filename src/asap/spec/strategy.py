@@ -390,8 +390,8 @@ def expand_runs(text: str, field: str) -> str:
     """``5/4x3/3`` as ``5/4/4/4/3`` (``parse_layer_split`` checks the numbers)."""
     out = []
     for part in text.split("/"):
-        count, _, times = part.partition("x")
-        if times and not times.isdigit():
+        count, sep, times = part.partition("x")
+        if sep and not times.isdigit():
             raise AsapError(field, f"'{part}' is not N or NxK (K chunks of N layers)")
         out += [count] * (int(times) if times else 1)
     return "/".join(out)
