@@ -4,10 +4,16 @@ and each strategy cell, read back, is the strategy the command's --json gives fo
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import re
+import struct
 import subprocess
 import sys
+import tempfile
+import termios
 
 import pytest
 
@@ -22,11 +28,35 @@ COLUMNS = 100
 
 
 def asap(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": str(COLUMNS)}
     proc = subprocess.run([sys.executable, "-c", "from asap.cli import main; main()", *args], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=REPO)
+                          text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     return proc
+
+
+def on_terminal(*args: str, columns: int = COLUMNS) -> str:
+    """What a user sees at a terminal ``columns`` wide: the command's stdout on a pseudo-terminal of that size
+    (Rich lays its tables out for the terminal), without colour."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb", "PYTHONIOENCODING": "utf-8"}
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-c", "from asap.cli import main; main()", *args], stdout=slave,
+                                stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # the child closed its end
+                break
+            if not data:
+                break
+            chunks.append(data)
+        os.close(master)
+        assert proc.wait(timeout=300) == 0, err.seek(0) or err.read().decode()[-3000:]
+    text = b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
 
 def strategy_cells(text: str, title: str) -> list[str]:
@@ -35,10 +65,11 @@ def strategy_cells(text: str, title: str) -> list[str]:
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.strip().startswith(title))
     header = next(i for i in range(start, len(lines)) if lines[i].startswith("┃"))
-    heads = [h.strip() for h in lines[header].strip("┃").split("┃")]
-    col = heads.index("strategy")
+    body = next(i for i in range(header, len(lines)) if lines[i].startswith("┡"))
+    heads = [[h.strip() for h in ln.strip("┃").split("┃")] for ln in lines[header:body]]
+    col = next(row.index("strategy") for row in heads if "strategy" in row)
     cells: list[list[str]] = []
-    for ln in lines[header + 1:]:
+    for ln in lines[body + 1:]:
         if ln.startswith("└"):
             break
         if not ln.startswith("│"):
@@ -109,7 +140,7 @@ def test_bad_compact_tokens_name_the_field(text, field):
 
 def test_plan_table_at_100_columns():
     job = ["-m", "deepseek-v3", "-c", "gb200-nvl72", "-b", "1024", "-s", "4096", "--top", "5"]
-    text = asap("plan", *job, "--tokens", "15T").stdout
+    text = on_terminal("plan", *job, "--tokens", "15T")
     assert_width(text)
     cands = json.loads(asap("plan", *job, "--json").stdout)["candidates"]
     cells = strategy_cells(text, "fastest configurations")
@@ -122,7 +153,7 @@ def test_plan_table_at_100_columns():
 
 def test_propose_table_at_100_columns():
     job = ["-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "256", "-s", "8192", "-S", "tp=4,pp=4,vpp=5,cp=2"]
-    text = asap("propose", *job).stdout
+    text = on_terminal("propose", *job)
     assert_width(text)
     props = json.loads(asap("propose", *job, "--json").stdout)["proposals"]
     cells = strategy_cells(text, "three proposals")
@@ -135,14 +166,14 @@ def test_tune_and_memory_tables_at_100_columns(tmp_path):
     db = str(tmp_path / "m.sqlite")
     job = ["-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "256", "-s", "8192", "--executor", "sim",
            "--sim-machine", "docs/examples/h100-slow-fabric.yaml", "--budget", "3", "--memory", db]
-    text = asap("tune", *job).stdout
+    text = on_terminal("tune", *job)
     assert_width(text)
     cells = strategy_cells(text, "tune llama3-70b")
     trials = json.loads(asap("memory", "--memory", db, "--json").stdout)["trials"]
     assert len(cells) == len(trials) >= 2
     for cell, t in zip(cells, trials):
         same(cell, t["strategy"], 64)
-    mem = asap("memory", "--memory", db).stdout
+    mem = on_terminal("memory", "--memory", db)
     assert_width(mem)
     for cell, t in zip(strategy_cells(mem, "trials"), trials):
         same(cell, t["strategy"], 64)

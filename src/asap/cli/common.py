@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from typing import Any
 
@@ -13,16 +12,8 @@ from rich.console import Console
 err_console = Console(stderr=True)
 
 
-def _pipe_width(default: int = 160) -> int:
-    """The width of tables written to a file or a pipe: $COLUMNS where it is set, else wide enough for the
-    tables (Rich would otherwise wrap at 80 columns)."""
-    try:
-        return max(40, int(os.environ.get("COLUMNS", default)))
-    except ValueError:
-        return default
-
-
-out_console = Console() if sys.stdout.isatty() else Console(width=_pipe_width())
+# wide enough for the tables when stdout is a file or a pipe (Rich would otherwise wrap at 80 columns)
+out_console = Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def strategy_column(table, names: list[str], header: str = "strategy") -> None:
