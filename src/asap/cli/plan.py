@@ -87,6 +87,9 @@ def plan(
         for sk in emitted["skipped"]:
             err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
                               markup=False, highlight=False, soft_wrap=True)
+        i, e = next((i, e) for i, e in enumerate(result.candidates, 1) if str(e.strategy) == emitted["strategy_string"])
+        err_console.print(f"note: the {emit} config of plan #{i}, {compact_of(e, c, t, moe)}", markup=False,
+                          highlight=False, soft_wrap=True)
         print(emitted["text"])
         return
     from asap.spec.words import count_text

@@ -32,7 +32,7 @@ from asap.spec.hardware import Cluster
 from asap.spec.legality import check_offered
 from asap.spec.layout import layout
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import check_strategy, complete_strategy
+from asap.spec.strategy import check_strategy, complete_strategy, format_compact
 from asap.spec.train import TrainSpec
 
 CHUNK = 131072
@@ -315,7 +315,8 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         cut = " before the time limit" if search.priced < search.space else ""
         raise NoFitError("fix" if fixed else "cluster",
                          f"no strategy fits in {cluster.hbm_gb:g} GiB per device (searched {search.priced}{cut}); "
-                         f"the smallest needs {search.smallest[0]:.1f} GiB ({search.smallest[2]})")
+                         f"the smallest needs {search.smallest[0]:.1f} GiB reserved "
+                         f"({format_compact(search.smallest[2], cluster.num_devices, model.moe is not None, fw)})")
     kept = search.kept
     S, mem_kept, step = kept.S, kept.mem, kept.step
     front = pareto_front(step, mem_kept.peak_gb, kept.by_step())
