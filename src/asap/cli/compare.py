@@ -20,7 +20,7 @@ def compare(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    strategy: Optional[List[str]] = typer.Option(None, "--strategy", "-S", help="A strategy (key=value,...); give it "
+    strategy: Optional[List[str]] = typer.Option(None, "--strategy", "-S", help="A strategy ('tp8 pp2' or key=value,...); give it "
                                                                                 "two or more times."),
     plan_best: bool = typer.Option(False, "--plan-best", help="Add the planner's fastest fitting strategy."),
     precision: str = PrecisionOpt,

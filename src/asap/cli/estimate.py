@@ -204,8 +204,10 @@ def estimate(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    strategy: str = typer.Option("", "--strategy", "-S", help="key=value,... (dp tp pp vpp cp ep etp mbs recompute zero "
-                                                              "sp schedule dispatcher a2a_overlap layer_split)"),
+    strategy: str = typer.Option("", "--strategy", "-S", help="'tp8 pp2 rc:sel' (the compact notation, as the "
+                                                              "tables print it) or key=value,... (dp tp pp vpp cp ep "
+                                                              "etp mbs recompute zero sp schedule dispatcher "
+                                                              "a2a_overlap layer_split)"),
     precision: str = PrecisionOpt,
     framework: Optional[str] = FrameworkOpt,
     moe_imbalance: float = MoEImbalanceOpt,
