@@ -43,8 +43,9 @@ body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 
 table { border-collapse: collapse; margin: 1em 0 2em; font-size: 0.9em; width: 100%; table-layout: auto; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top;
          overflow-wrap: break-word; word-break: normal; }
-.strategy { word-break: break-all; }
-code { white-space: pre-wrap; word-break: break-all; font-size: 0.9em; }
+.strategy { display: inline-block; min-width: 11em; overflow-wrap: anywhere; }
+code { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.9em; }
+td code { display: inline-block; min-width: 18em; }
 .plotly-graph-div { max-width: 100%; }
 th { background: #f2f2f2; }
 td ul { margin: 0; padding-left: 1.2em; }
