@@ -203,6 +203,7 @@ class Search:
     include_oom: bool
     top_k: int  # candidates (with the ILP's spares) the result shows
     distinct: bool
+    oom_by_memory: bool = True  # with include_oom: rows that do not fit ranked by how far over memory
     kept: Kept | None = None
     space: int = 0  # rows enumerated
     priced: int = 0
@@ -228,7 +229,7 @@ class Search:
         m = expand(mem, rows)
         step = estimate_batch(model, cluster, train, part.take(rows), mem=m, figures=f.subset(rows),
                               unit=ut.subset(rows)).step_time_s
-        hbm = cluster.hbm_gb if self.include_oom else math.inf
+        hbm = cluster.hbm_gb if self.include_oom and self.oom_by_memory else math.inf
         new = Kept(part.take(rows), m, step, place[rows], hbm).needed(self.top_k, self.distinct)
         both = new if self.kept is None else Kept.concatenate([self.kept, new])
         self.kept = both.needed(self.top_k, self.distinct)
@@ -292,13 +293,14 @@ def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
          ilp_candidates: int = 1, ilp_time_limit_s: float = ILP_TIME_LIMIT_S, distinct: bool = True,
-         time_limit_s: float | None = PLAN_TIME_LIMIT_S) -> PlanResult:
+         time_limit_s: float | None = PLAN_TIME_LIMIT_S, oom_by_memory: bool = True) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
     split (``search.stages``, ``ilp_time_limit_s`` each), adopted as their layout when the estimate says it is
     faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
     only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row).
     ``time_limit_s`` (None: none): past it no more of the space is priced and no ILP started; the result's
-    ``stopped_early`` and ``stop_reason`` say so."""
+    ``stopped_early`` and ``stop_reason`` say so. With ``include_oom`` the rows that fit come first, then the
+    rest by how far over memory (``oom_by_memory``; False: every row by speed alone)."""
     t0 = time.perf_counter()
     reuse_freed_memory()
     deadline = Deadline(t0, time_limit_s)
@@ -308,7 +310,8 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     # a few spare rows, since an adopted ILP split may reorder the first ones
     top_k = top + (ilp_candidates if "layer_split" not in fixed else 0)
-    search = search_space(Search(model, cluster, train, include_oom, top_k, distinct), space, progress, deadline)
+    search = search_space(Search(model, cluster, train, include_oom, top_k, distinct, oom_by_memory=oom_by_memory),
+                          space, progress, deadline)
     if search.space == 0:
         raise explain_empty_space(model, cluster, train, fixed)
     if search.fitting == 0 and not include_oom:
@@ -330,7 +333,7 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         return [estimate_from_batch(model, cluster, train, sub, be, j) for j in range(len(sub))]
 
     candidates, splits = full(order), [None] * len(order)
-    hbm_rank = cluster.hbm_gb if include_oom else math.inf
+    hbm_rank = cluster.hbm_gb if include_oom and oom_by_memory else math.inf
     if "layer_split" not in fixed and ilp_candidates and deadline.passed():
         deadline.notes.append("time limit reached before the pipeline-stage ILP: candidates keep the default "
                               "layer split")
