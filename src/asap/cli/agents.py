@@ -276,11 +276,9 @@ def tune(
                       "than the catalog the loop finds this machine's compute / scale-up fabric / scale-out fabric", highlight=False)
     if result["best"]:
         best = result["best"]
-        from asap.spec.strategy import complete_strategy, parse_strategy
-
-        s = complete_strategy(parse_strategy(best["strategy_string"]), c.num_devices)
-        out_console.print(f"best: {compact_strategy(s, m, c, t)} at {seconds(best['measured_step_time_s'])} per step "
-                          "(measured)", highlight=False, soft_wrap=True)
+        out_console.print(f"best: {_compact_text(best['strategy_string'], coord)} at "
+                          f"{seconds(best['measured_step_time_s'])} per step (measured)", highlight=False,
+                          soft_wrap=True)
     if report:
         out_console.print(f"report: {report}", highlight=False)
     if write_cluster:

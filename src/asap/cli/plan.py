@@ -84,43 +84,9 @@ def plan(
                     **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
         return
     if emitted:
-        for sk in emitted["skipped"]:
-            err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
-                              markup=False, highlight=False, soft_wrap=True)
-        i, e = next((i, e) for i, e in enumerate(result.candidates, 1) if str(e.strategy) == emitted["strategy_string"])
-        err_console.print(f"note: the {emit} config of plan #{i}, {compact_of(e, c, t, moe)}", markup=False,
-                          highlight=False, soft_wrap=True)
-        print(emitted["text"])
+        _print_emitted(emit, emitted, result, c, t, moe)
         return
-    from asap.spec.words import count_text
-
-    out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
-                      f"{c.accelerator.name}: searched {result.searched:,} configurations ({result.fitting:,} fit) "
-                      f"in {result.search_time_s:.2f} s", soft_wrap=True)
-    if result.stopped_early:
-        out_console.print(f"[yellow]stopped early[/]: {result.stop_reason} (--time-limit raises the budget)",
-                          soft_wrap=True)
-    from asap.cost.estimate import framework_of
-
-    fw = framework_of(t, c)
-    out_console.print(candidates_table(result, c.num_devices, m.moe is not None, fw, include_oom, budget, price,
-                                       mfu_peak_name(c)))
-    if budget is not None:
-        out_console.print(budget_table(result, c.num_devices, budget, price))
-    for line in limits:
-        out_console.print(f"limit: {line}", highlight=False, soft_wrap=True)
-    if result.candidates:
-        best = compact_of(result.candidates[0], c, t, moe)
-        out_console.print(f"reproduce #1: asap estimate {job} -S {quote(best)}", highlight=False, soft_wrap=True)
-    if len(result.pareto) > 1:
-        out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
-    for e, mesh in zip(result.candidates, result.meshes):
-        if mesh:
-            out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
-            break
-    for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits), 1):
-        if split and split.get("layers_per_stage"):
-            out_console.print(stage_split_line(i, e, split))
+    _print_plan(m, c, t, result, limits, job, include_oom, budget, price)
 
 
 def _emit_best(fmt: str, m, c, t, result) -> dict:
@@ -250,3 +216,49 @@ def plan_limits(result, devices: int, global_batch: int, fixed: dict, top: int, 
         out.append("--include-oom: the rows that fit come first, fastest first; then those that do not, least over "
                    "the device memory first")
     return out
+
+
+def _print_emitted(emit: str, emitted: dict, result, c, t, moe: bool) -> None:
+    """The config on stdout; on stderr, which plan row it is and the faster ones the format cannot express."""
+    for sk in emitted["skipped"]:
+        err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
+                          markup=False, highlight=False, soft_wrap=True)
+    i, e = next((i, e) for i, e in enumerate(result.candidates, 1) if str(e.strategy) == emitted["strategy_string"])
+    err_console.print(f"note: the {emit} config of plan #{i}, {compact_of(e, c, t, moe)}", markup=False,
+                      highlight=False, soft_wrap=True)
+    print(emitted["text"])
+
+
+def _print_plan(m, c, t, result, limits: list[str], job: str, include_oom: bool, budget, price) -> None:
+    """The human form of a plan: the candidates, the limits, the command that gives #1, the Pareto front, the
+    TPU mesh and the stage splits."""
+    moe = m.moe is not None
+    from asap.spec.words import count_text
+
+    out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
+                      f"{c.accelerator.name}: searched {result.searched:,} configurations ({result.fitting:,} fit) "
+                      f"in {result.search_time_s:.2f} s", soft_wrap=True)
+    if result.stopped_early:
+        out_console.print(f"[yellow]stopped early[/]: {result.stop_reason} (--time-limit raises the budget)",
+                          soft_wrap=True)
+    from asap.cost.estimate import framework_of
+
+    fw = framework_of(t, c)
+    out_console.print(candidates_table(result, c.num_devices, m.moe is not None, fw, include_oom, budget, price,
+                                       mfu_peak_name(c)))
+    if budget is not None:
+        out_console.print(budget_table(result, c.num_devices, budget, price))
+    for line in limits:
+        out_console.print(f"limit: {line}", highlight=False, soft_wrap=True)
+    if result.candidates:
+        best = compact_of(result.candidates[0], c, t, moe)
+        out_console.print(f"reproduce #1: asap estimate {job} -S {quote(best)}", highlight=False, soft_wrap=True)
+    if len(result.pareto) > 1:
+        out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
+    for e, mesh in zip(result.candidates, result.meshes):
+        if mesh:
+            out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
+            break
+    for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits), 1):
+        if split and split.get("layers_per_stage"):
+            out_console.print(stage_split_line(i, e, split))
