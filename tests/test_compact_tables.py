@@ -139,7 +139,8 @@ def test_bad_compact_tokens_name_the_field(text, field):
 
 
 def test_plan_table_at_100_columns():
-    job = ["-m", "deepseek-v3", "-c", "gb200-nvl72", "-b", "1024", "-s", "4096", "--top", "5"]
+    # no stage ILP: its 0.2 s HiGHS limit could end on different splits in the two runs compared here
+    job = ["-m", "deepseek-v3", "-c", "gb200-nvl72", "-b", "1024", "-s", "4096", "--top", "5", "--ilp-candidates", "0"]
     text = on_terminal("plan", *job, "--tokens", "15T")
     assert_width(text)
     cands = json.loads(asap("plan", *job, "--json").stdout)["candidates"]
