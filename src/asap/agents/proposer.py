@@ -320,7 +320,7 @@ class Proposer:
         if (est.step_time_s, est.peak_memory_gb) == (base.step_time_s, base.peak_memory_gb):
             return "changes nothing the cost model sees (a knob without effect here)"
         if not est.fits:
-            return f"does not fit: {est.peak_memory_gb:.1f} GB > {self.cluster.hbm_gb:g} GB"
+            return f"does not fit: {est.peak_memory_gb:.1f} GiB reserved > {self.cluster.hbm_gb:g} GiB"
         knobs = moved_knobs(est.strategy, base.strategy)
         if source != "planner" and len(knobs) > MAX_KNOBS:
             return f"moves {len(knobs)} knobs besides dp ({', '.join(knobs)}): more than {MAX_KNOBS}"
