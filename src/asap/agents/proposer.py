@@ -339,7 +339,7 @@ class Proposer:
             key = str(c.strategy)
             if key in skip:
                 considered.append({"strategy": key, "source": c.source, "kept": False, "why": "already tried"})
-            elif key not in unique or SOURCE_ORDER[c.source] < SOURCE_ORDER[unique[key].source]:
+            elif key not in unique or _rank(c) < _rank(unique[key]):
                 if key in unique:
                     considered.append({"strategy": key, "source": unique[key].source, "kept": False,
                                        "why": f"the same strategy as a {c.source} candidate"})
@@ -425,6 +425,13 @@ def attacked_class(c: Candidate, base: Estimate | None, targets: list[dict]) -> 
         return base.exposed_s.get(key, 0.0) - c.estimate.exposed_s.get(key, 0.0) if key in base.exposed_s else 0.0
     best = max(targets, key=cut)
     return best if cut(best) > 0 else targets[0]
+
+
+def _rank(c: Candidate) -> tuple[int, int]:
+    """Which of two candidates of one strategy to keep: knowledge first, then the entry made for the class it
+    attacks (its first class) over one that lists it among others."""
+    primary = c.entry is not None and c.target is not None and c.entry.classes[:1] == [c.target["class"]]
+    return SOURCE_ORDER[c.source], 0 if primary else 1
 
 
 def _distinct(c: Candidate, chosen: list[Candidate]) -> bool:
