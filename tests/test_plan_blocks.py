@@ -8,7 +8,7 @@ import pytest
 
 from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch, framework_of
 from asap.cost.batch import expand
-from asap.cost.memory import memory, usable_hbm_gb
+from asap.cost.memory import fits_memory, memory
 from asap.cost.units import device_figures, unit_times
 from asap.search.planner import Deadline, Kept, NoFitError, Search, first_per_shape, pareto_front, plan, search_space
 from asap.search.space import Space, chunk_order, enumerate_space
@@ -38,8 +38,9 @@ def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, 
     S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     ut = unit_times(model, cluster, train, S, UNIT_KEYS)
     f = device_figures(model, train, S, ut, fw.selective)
-    peak = memory(model, cluster.accelerator, train, S, figures=f, framework=fw).peak_gb
-    fits = peak <= usable_hbm_gb(cluster.accelerator, train)
+    mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
+    peak = mem.peak_gb
+    fits = fits_memory(mem, cluster.accelerator, train)
     rows = np.arange(len(S)) if include_oom else np.nonzero(fits)[0]
     be = estimate_batch(model, cluster, train, S.take(rows))
     step = be.step_time_s

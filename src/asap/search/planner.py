@@ -329,7 +329,7 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         try:  # optimizer offload only ever makes a step slower: tried when nothing fits without it
             return plan(model, cluster, train, {**fixed, "offload_opt": 1}, top, include_oom, progress,
                         ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory)
-        except NoFitError:
+        except AsapError:  # nothing fits (or can be built) with it either: the no-fit below says why
             pass
     if search.fitting == 0 and not include_oom:
         cut = " before the time limit" if search.priced < search.space else ""
