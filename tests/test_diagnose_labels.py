@@ -59,16 +59,18 @@ def test_ridge_at_the_traces_own_precision_and_labelled_rows():
 
 
 def test_next_steps_name_propose_and_two_entries_for_the_verdict():
-    out = json.loads(run_cli("diagnose", CONTROL, "--json").stdout)
+    job = ["-m", "llama3-8b", "-c", "dgx-a100-1node", "-b", "32", "-s", "2048", "-S", "dp=8"]
+    out = json.loads(run_cli("diagnose", CONTROL, *job, "--json").stdout)
     nxt = out["next_steps"]
-    assert nxt["command"].startswith(f"asap propose {CONTROL}")
+    assert nxt["command"] == f"asap propose {CONTROL} -m llama3-8b -c dgx-a100-1node -b 32 -s 2048 -S dp=8"
+    assert json.loads(run_cli("diagnose", CONTROL, "--json").stdout)["next_steps"]["command"] is None  # no job
     ids = [k["id"] for k in nxt["knowledge"]]
     assert len(ids) == 2
     entries = {e.id: e for e in load_knowledge()}
     # entries for the verdict's class (asap.spec.words.BottleneckClass), else for its coarse word
     assert all(out["bottleneck_class"] in entries[i].classes or out["bottleneck"] in entries[i].bottlenecks
                for i in ids)
-    human = run_cli("diagnose", CONTROL).stdout
+    human = run_cli("diagnose", CONTROL, *job).stdout
     assert human.count("try (") == 2 and "next: asap propose" in human
 
 

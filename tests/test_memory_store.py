@@ -362,7 +362,7 @@ def test_cli_memory_json_and_export(tmp_path, cli):
     assert [e["id"] for e in doc["experiments"]] == [other] and doc["trials"] == []
     proc = cli("memory", "--memory", path, "--export", out)
     assert proc.returncode == 0, proc.stderr
-    assert "dp=4,tp=2" in proc.stdout and "wrote" in proc.stdout  # the human table
+    assert "dp4 tp2" in proc.stdout and "wrote" in proc.stdout  # the human table, compact notation
     full = json.loads(out.read_text())
     assert set(full) == {"experiments", "trials", "audit"}
     assert len(full["audit"]) == 1 and full["audit"][0]["agent"] == "coordinator"

@@ -182,4 +182,5 @@ def test_expert_tuned_shapes_are_near_the_best(name, accelerator, nodes, global_
                   {}, top=5000, ilp_candidates=0)
     assert_near_the_best(result, shape)
     if nodes == 64 and name == "gpt3-175b":
-        assert shape_rank(result, shape) <= 2, best_shapes(result)[:6]
+        # third since fp8 runs keep their weights in fp8 only (fp8_param): tp = 2 shapes fit with less recompute
+        assert shape_rank(result, shape) <= 3, best_shapes(result)[:6]

@@ -8,14 +8,14 @@ import pytest
 
 from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch, framework_of
 from asap.cost.batch import expand
-from asap.cost.memory import memory, usable_hbm_gb
+from asap.cost.memory import fits_memory, memory
 from asap.cost.units import device_figures, unit_times
 from asap.search.planner import Deadline, Kept, NoFitError, Search, first_per_shape, pareto_front, plan, search_space
 from asap.search.space import Space, chunk_order, enumerate_space
 from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.loader import load_model
 from asap.spec.model import model_from_dict
-from asap.spec.strategy import parse_strategy
+from asap.spec.strategy import format_compact, parse_strategy
 from asap.spec.train import TrainSpec
 from asap.validate import load_cases
 
@@ -31,19 +31,23 @@ def inputs(cid):
             parse_strategy(case["strategy"]))
 
 
-def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, as_estimates=False):
+def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, as_estimates=False,
+              oom_by_memory=False):
     """(ranked rows as strategy strings with their step times, the Pareto front likewise, space, fitting)."""
     fw = framework_of(train, cluster)
     S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     ut = unit_times(model, cluster, train, S, UNIT_KEYS)
     f = device_figures(model, train, S, ut, fw.selective)
-    peak = memory(model, cluster.accelerator, train, S, figures=f, framework=fw).peak_gb
-    fits = peak <= usable_hbm_gb(cluster.accelerator, train)
+    mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
+    peak = mem.peak_gb
+    fits = fits_memory(mem, cluster.accelerator, train)
     rows = np.arange(len(S)) if include_oom else np.nonzero(fits)[0]
     be = estimate_batch(model, cluster, train, S.take(rows))
     step = be.step_time_s
     by_step = np.argsort(step, kind="stable")
-    shown = first_per_shape(S.take(rows), by_step) if distinct else by_step
+    over = np.maximum(peak[rows] - cluster.hbm_gb, 0.0) if oom_by_memory else np.zeros(len(rows))
+    by_rank = np.lexsort((np.arange(len(rows)), step, over))
+    shown = first_per_shape(S.take(rows), by_rank) if distinct else by_rank
     front = pareto_front(step, peak[rows], by_step)
     listed = lambda idx: [(str(S.strategy(int(rows[i]))), float(step[i])) for i in idx]  # noqa: E731
     estimates = lambda idx: [(str(estimate_from_batch(model, cluster, train, S.take(rows), be, int(i)).strategy),  # noqa: E731
@@ -53,13 +57,14 @@ def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, 
     return listed(shown[:top_k]), listed(front), len(S), int(fits.sum())
 
 
-def blockwise(model, cluster, train, fixed, top_k, distinct, include_oom=False, block_rows=512):
+def blockwise(model, cluster, train, fixed, top_k, distinct, include_oom=False, block_rows=512, oom_by_memory=False):
     fw = framework_of(train, cluster)
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
-    s = search_space(Search(model, cluster, train, include_oom, top_k, distinct), space, chunk_rows=block_rows)
+    s = search_space(Search(model, cluster, train, include_oom, top_k, distinct, oom_by_memory=oom_by_memory), space,
+                     chunk_rows=block_rows)
     k = s.kept
     by_step = k.by_step()
-    shown = first_per_shape(k.S, by_step) if distinct else by_step
+    shown = first_per_shape(k.S, k.by_rank()) if distinct else k.by_rank()
     front = pareto_front(k.step, k.mem.peak_gb, by_step)
     listed = lambda idx: [(str(k.S.strategy(int(i))), float(k.step[i])) for i in idx]  # noqa: E731
     return listed(shown[:top_k]), listed(front), s.space, s.fitting, s
@@ -82,6 +87,17 @@ def test_include_oom_blocks_rank_every_row():
     model, cluster, train, fixed = inputs("mbridge_llama3_70b_h100_64gpu_fp8")
     want = reference(model, cluster, train, {"pp": 8}, 6, False, include_oom=True)
     got = blockwise(model, cluster, train, {"pp": 8}, 6, False, include_oom=True, block_rows=300)
+    assert got[:4] == want
+
+
+@pytest.mark.parametrize("distinct", [True, False])
+def test_include_oom_blocks_rank_what_does_not_fit_by_how_far_over(distinct):
+    """plan --include-oom: the rows that fit first, fastest first, then the rest least over memory first,
+    block by block as over the whole space at once."""
+    model, cluster, train, fixed = inputs("mbridge_llama3_70b_h100_64gpu_fp8")
+    want = reference(model, cluster, train, {"pp": 8}, 6, distinct, include_oom=True, oom_by_memory=True)
+    got = blockwise(model, cluster, train, {"pp": 8}, 6, distinct, include_oom=True, block_rows=300,
+                    oom_by_memory=True)
     assert got[:4] == want
 
 
@@ -141,7 +157,8 @@ def test_no_fit_names_the_smallest_row_of_the_space():
     assert peak.min() > cluster.hbm_gb
     with pytest.raises(NoFitError) as e:
         plan(model, cluster, train, {})
-    assert f"({S.strategy(int(np.argmin(peak)))})" in str(e.value)
+    smallest = format_compact(S.strategy(int(np.argmin(peak))), 8, False, fw)  # the compact notation
+    assert f"GiB reserved ({smallest})" in str(e.value)
     assert f"searched {len(S)})" in str(e.value)
 
 

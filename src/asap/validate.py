@@ -54,6 +54,8 @@ class CaseResult:
     peak_memory_gb: float
     mfu: float
     bottleneck: str
+    mfu_peak: str = "bf16"  # the dense peak ``mfu`` is taken against (asap.cost.estimate.mfu_peak_flops)
+    precision_peak_utilization: float | None = None  # against the run precision's own peak (fp8 runs)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -99,7 +101,9 @@ def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str,
     est = comp.best
     return CaseResult(id=cid, published_step_time_s=published, predicted_step_time_s=est.step_time_s,
                       error=est.step_time_s / published - 1.0, strategy=est.strategy.to_dict(), fits=est.fits,
-                      peak_memory_gb=est.peak_memory_gb, mfu=est.mfu, bottleneck=est.bottleneck)
+                      peak_memory_gb=est.peak_memory_gb, mfu=est.mfu, bottleneck=est.bottleneck,
+                      mfu_peak="bf16" if cluster.accelerator.peak_tflops.get("bf16") else "fp32",
+                      precision_peak_utilization=est.precision_peak_utilization)
 
 
 def validate(cases: list[dict[str, Any]], progress: Callable[[int], None] | None = None) -> dict[str, Any]:

@@ -33,6 +33,9 @@ from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
 
 
+N_CLOSE = 6  # the fastest candidates weighed by what they would teach when the model cannot tell them apart
+
+
 def canon(strategy) -> str:
     """Memory's spelling of a strategy (``asap.agents.memory.canonical_strategy``)."""
     return canonical_strategy(str(strategy))[0]
@@ -143,7 +146,8 @@ class Coordinator:
         return refuses(strategy) if refuses else None
 
     def _next(self, first: Strategy | None, best, known) -> tuple[Strategy | None, Diagnosis | None, list]:
-        """The first trial runs the start; every later one the proposer's first proposal not tried yet."""
+        """The first trial runs the start; every later one the fastest untried of the proposals and the planner's
+        best (by information gain among the fastest when the proposals are within the model's error)."""
         if first is not None:
             return first, None, []
         base = best[0] if best else parse_current(self.start, self.model, self.cluster, self.train)
@@ -151,17 +155,22 @@ class Coordinator:
         diagnosis = Analyzer(cluster).analyze(estimate(self.model, cluster, self.train, base))
         proposer = Proposer(self.model, cluster, self.train, self.memory, llm=self.llm)
         ps = proposer.propose(base, diagnosis, exclude=self._tried_strings(known))
-        fresh = [p for p in ps.proposals if canon(p.strategy) not in known and not self._refused(p.strategy)]
-        if self.trials and self.trials[-1].status == "failed" and not best:
-            # nothing has run yet and the last trial failed: before more variants of the start, re-plan
-            again = [s for s in proposer._planner_best() if canon(s) not in known and not self._refused(s)]
-            if again:
-                return again[0], diagnosis, ps.considered
-        if ps.within_error and len(fresh) > 1:
-            # the model cannot tell them apart: run the one whose mix of terms the trials so far know least
-            gains = self._information_gains([p.strategy for p in fresh])
-            fresh = [p for _, p in sorted(zip(gains, fresh), key=lambda gp: -gp[0])]
-        return (fresh[0].strategy if fresh else None), diagnosis, ps.considered
+        # the loop's aim is the fastest measured step: the three proposals (moves to reason about) and the
+        # planner's best on the corrected machine compete, priced alike; when the proposer finds the current
+        # strategy within the model's error of them all, the one that teaches the correction most runs first
+        pool = [p.strategy for p in ps.proposals] + proposer._planner_best(top=30)
+        fresh: dict[str, tuple[float, Strategy]] = {}
+        for s in pool:
+            if canon(s) not in known and not self._refused(s) and canon(s) not in fresh:
+                fresh[canon(s)] = (proposer.price(s).step_time_s, s)
+        ranked = [s for _, s in sorted(fresh.values(), key=lambda x: x[0])]
+        if not ranked:
+            return None, diagnosis, ps.considered
+        close = ranked[:N_CLOSE] if ps.within_error else ranked[:1]
+        if len(close) > 1:
+            gains = self._information_gains(close)
+            close = [s for _, s in sorted(zip(gains, close), key=lambda gs: -gs[0])]
+        return close[0], diagnosis, ps.considered
 
     def _information_gains(self, candidates: list[Strategy]) -> list[float]:
         """What measuring each candidate would teach the correction: its information gain over the factors'

@@ -320,7 +320,7 @@ class Proposer:
         if (est.step_time_s, est.peak_memory_gb) == (base.step_time_s, base.peak_memory_gb):
             return "changes nothing the cost model sees (a knob without effect here)"
         if not est.fits:
-            return f"does not fit: {est.peak_memory_gb:.1f} GB > {self.cluster.hbm_gb:g} GB"
+            return f"does not fit: {est.peak_memory_gb:.1f} GiB reserved > {self.cluster.hbm_gb:g} GiB"
         knobs = moved_knobs(est.strategy, base.strategy)
         if source != "planner" and len(knobs) > MAX_KNOBS:
             return f"moves {len(knobs)} knobs besides dp ({', '.join(knobs)}): more than {MAX_KNOBS}"
@@ -339,7 +339,7 @@ class Proposer:
             key = str(c.strategy)
             if key in skip:
                 considered.append({"strategy": key, "source": c.source, "kept": False, "why": "already tried"})
-            elif key not in unique or SOURCE_ORDER[c.source] < SOURCE_ORDER[unique[key].source]:
+            elif key not in unique or _rank(c) < _rank(unique[key]):
                 if key in unique:
                     considered.append({"strategy": key, "source": unique[key].source, "kept": False,
                                        "why": f"the same strategy as a {c.source} candidate"})
@@ -348,7 +348,7 @@ class Proposer:
                 considered.append({"strategy": key, "source": c.source, "kept": False,
                                    "why": f"the same strategy as a {unique[key].source} candidate"})
         err = model_error(self.cluster.accelerator.family)
-        chosen = choose(list(unique.values()), base, err)
+        chosen = choose(list(unique.values()), base, err, diagnosis.bottleneck_class)
         if len(chosen) < N_PROPOSALS:  # too few targeted moves fit: more of the planner's (re-plans) fill in
             chosen = self._fill(chosen, skip, considered)
         best = min((c.step_s for c in chosen), default=base.step_time_s)
@@ -427,6 +427,13 @@ def attacked_class(c: Candidate, base: Estimate | None, targets: list[dict]) -> 
     return best if cut(best) > 0 else targets[0]
 
 
+def _rank(c: Candidate) -> tuple[int, int]:
+    """Which of two candidates of one strategy to keep: knowledge first, then the entry made for the class it
+    attacks (its first class) over one that lists it among others."""
+    primary = c.entry is not None and c.target is not None and c.entry.classes[:1] == [c.target["class"]]
+    return SOURCE_ORDER[c.source], 0 if primary else 1
+
+
 def _distinct(c: Candidate, chosen: list[Candidate]) -> bool:
     """Another kind of move: its own knob set and entry (or term), and not one knob's value from a chosen one
     (tp 4->2 and tp 4->2 with pp 1->2 are one experiment and a variant of it)."""
@@ -434,16 +441,19 @@ def _distinct(c: Candidate, chosen: list[Candidate]) -> bool:
                                  and len(changed_keys(c.strategy, x.strategy)) > 1 for x in chosen)
 
 
-def choose(cands: list[Candidate], base: Estimate, err: float) -> list[Candidate]:
-    """Three of three kinds, fastest first: the two best knowledge moves of different entries and knobs, then the
+def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = "") -> list[Candidate]:
+    """Three of three kinds, fastest first: the best knowledge move against the named class (``verdict``), the
+    best knowledge moves of other entries and knobs up to two, then the
     best remaining targeted move of any source; the planner's best replaces the slowest only when it beats the
     best targeted move by more than the model's error. Too few faster moves: the least slow others fill in."""
     ranked = sorted(cands, key=lambda c: (c.step_s, SOURCE_ORDER[c.source], str(c.strategy)))
     targeted = [c for c in ranked if c.source != "planner"]
     useful = [c for c in targeted if c.step_s < base.step_time_s or not base.fits]
-    chosen: list[Candidate] = []
     known = [c for c in targeted if c.source == "knowledge"]
-    for pool, n in (([c for c in useful if c in known], 2), (known, 2), (useful, 3), (targeted, 3)):
+    # the named class is attacked first: its best knowledge move, where one helps
+    chosen = [c for c in useful if c in known and (c.target or {}).get("class") == verdict][:1]
+    named_first = sorted(known, key=lambda c: (c.target or {}).get("class") != verdict)  # stable: then by step
+    for pool, n in (([c for c in useful if c in known], 2), (named_first, 2), (useful, 3), (targeted, 3)):
         for c in pool:
             if len(chosen) >= n:
                 break

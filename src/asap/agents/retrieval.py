@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import bm25s
 import numpy as np
 
 from asap.agents.knowledge import BOTTLENECKS, KnowledgeEntry, load_knowledge
@@ -77,9 +76,26 @@ def entry_text(e: KnowledgeEntry) -> str:
     return " ".join([e.title, e.title, " ".join(fields), e.body])
 
 
+def _bm25s():
+    """bm25s, imported without JAX: its top-k helper imports jax.lax when it can (a second of start-up for
+    every ``asap propose``), and retrieval only scores (``get_scores``), never selects with it. A jax already
+    imported is left as it is; one imported later imports normally."""
+    import sys
+
+    if "jax" in sys.modules or "bm25s" in sys.modules:
+        import bm25s
+        return bm25s
+    sys.modules["jax"] = None  # type: ignore[assignment]  # `import jax.lax` raises ImportError
+    try:
+        import bm25s
+    finally:
+        del sys.modules["jax"]
+    return bm25s
+
+
 @lru_cache(maxsize=8)
-def _index(texts: tuple[str, ...]) -> bm25s.BM25:
-    model = bm25s.BM25()
+def _index(texts: tuple[str, ...]):
+    model = _bm25s().BM25()
     model.index([tokenize(t) or ["empty"] for t in texts], show_progress=False)
     return model
 

@@ -3,9 +3,9 @@ loop: propose, run, remember, recalibrate)."""
 
 from __future__ import annotations
 
-import shlex
 from contextlib import nullcontext
 from pathlib import Path
+from shlex import quote
 from typing import Optional
 
 import typer
@@ -13,9 +13,9 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import err_console, out_console, print_json
+from asap.cli.common import err_console, out_console, print_json, strategy_column
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, MemoryMarginOpt,
-                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, load_job, seconds,
+                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, job_args, load_job, seconds,
                                with_lengths)
 from asap.errors import AsapError
 
@@ -46,7 +46,7 @@ def propose(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    strategy: str = typer.Option("", "--strategy", "-S", help="The current strategy (key=value,...)."),
+    strategy: str = typer.Option("", "--strategy", "-S", help="The current strategy ('tp8 pp2 rc:sel' or key=value,...)."),
     precision: str = PrecisionOpt,
     framework: Optional[str] = FrameworkOpt,
     moe_imbalance: float = MoEImbalanceOpt,
@@ -72,38 +72,56 @@ def propose(
     current = parse_current(strategy, m, c, t)
     diagnosis = Analyzer(c).analyze(estimate(m, c, t, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
-    job = _job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance)
-    job += f" --lengths {shlex.quote(lengths)}" if lengths else ""
+    job = job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
+                   lengths=lengths)
     result = Proposer(m, c, t, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key),
                       job_args=job).propose(current, diagnosis)
+    names = [compact_strategy(p.strategy, m, c, t) for p in result.proposals]
+    commands = [f"asap estimate {job} -S {quote(n)}" for n in names]
     out = {"diagnosis": diagnosis.to_dict(), "current": {"strategy": current.to_dict(),
-                                                         "strategy_string": str(current)},
+                                                         "strategy_string": str(current),
+                                                         "strategy_compact": compact_strategy(current, m, c, t)},
            "within_error": result.within_error, "note": result.note,
-           "proposals": [p.to_dict() for p in result.proposals]}
+           "proposals": [{**p.to_dict(), "strategy_compact": n, "command": cmd}
+                         for p, n, cmd in zip(result.proposals, names, commands)]}
     if json_out:
         print_json(out)
         return
     out_console.print(f"{diagnosis.bottleneck_class} ({diagnosis.bottleneck}-bound, {diagnosis.source}): "
                       + "; ".join(c["figure"] for c in diagnosis.classes[:4]), highlight=False, markup=False,
                       soft_wrap=True)
-    for i, p in enumerate(result.proposals, 1):
-        _print_proposal(i, p)
+    _print_proposals(result, names, compact_strategy(current, m, c, t))
+    for i, (p, cmd) in enumerate(zip(result.proposals, commands), 1):
+        _print_proposal(i, p, cmd)
     out_console.print(result.note, highlight=False, markup=False, soft_wrap=True)
 
 
-def _job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance) -> str:
-    """The flags ``asap estimate`` needs to rebuild this job, as the user gave them."""
-    args = [f"-m {shlex.quote(model)}", f"-c {shlex.quote(cluster)}"]
-    args += [f"--nodes {nodes}"] if nodes else []
-    args += [f"--devices {devices}"] if devices else []
-    args += [f"-b {global_batch}", f"-s {seq_len}", f"--precision {precision}"]
-    args += [f"--framework {framework}"] if framework else []
-    args += [f"--moe-imbalance {moe_imbalance:g}"] if moe_imbalance != 1.0 else []
-    return " ".join(args)
+def compact_strategy(s, m, c, t) -> str:
+    """``s`` in the compact notation for this job (``asap.spec.strategy.format_compact``)."""
+    from asap.cost.estimate import framework_of
+    from asap.spec.strategy import format_compact
+
+    return format_compact(s, c.num_devices, m.moe is not None, framework_of(t, c))
 
 
-def _print_proposal(i: int, p) -> None:
-    """One proposal: its kind, predicted step and range, the figure it attacks, what it follows (entries with their
+def _print_proposals(result, names: list[str], current: str) -> None:
+    """The three at a glance: kind, strategy (compact, wrapping between tokens), predicted speedup and step."""
+    table = Table(title=f"three proposals for {current}", title_justify="left")
+    table.add_column("#")
+    table.add_column("kind")
+    strategy_column(table, names)
+    for col in ("speedup", "range", "predicted"):
+        table.add_column(col, justify="right")
+    table.add_column("attacks", ratio=1)
+    for i, (p, name) in enumerate(zip(result.proposals, names), 1):
+        lo, hi = p.expected_speedup_range
+        table.add_row(str(i), f"{p.kind} ({p.source})", name, f"{p.expected_speedup:.2f}x", f"{lo:.2f}-{hi:.2f}x",
+                      seconds(p.predicted_step_time_s), p.attacks)
+    out_console.print(table)
+
+
+def _print_proposal(i: int, p, command: str) -> None:
+    """One proposal: its predicted step and range, the figure it attacks, what it follows (entries with their
     lines and sources), the exposed terms it moves (as compare gives them), trade-offs, similar trials, and the
     command that reproduces it (lines that never wrap, so what a user sees is what the docs show)."""
     lo, hi = p.expected_speedup_range
@@ -119,7 +137,7 @@ def _print_proposal(i: int, p) -> None:
     lines += [f"   trade-off: {t}" for t in p.tradeoffs]
     lines += [f"   similar trial {t['id']}: {t['strategy_string']} measured {t['measured_step_time_s']:.4g} s"
               for t in p.similar_trials]
-    lines.append(f"   reproduce: {p.estimate_command}")
+    lines.append(f"reproduce #{i}: {command}")
     out_console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
 
 
@@ -154,19 +172,19 @@ def _real_options(executor, launch, launcher, var, step_time_regex, step_time_sc
 
 
 def _trial_table(m, c, t, executor: str):
-    """The live table of trials and the callback that fills it."""
-    from asap.cost.estimate import framework_of
-    from asap.spec.strategy import non_default_keys
-
+    """The live table of trials (strategies in the compact notation, wrapping between tokens) and the callback
+    that fills it."""
     table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
     for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
+        if col == "strategy":
+            strategy_column(table, ["tp8 pp8 rc:full"])  # wraps between tokens as trials come
+            continue
         table.add_column(col, justify="right" if col in ("measured", "predicted", "vs first") else "left")
-    fw = framework_of(t, c)
 
     def on_trial(rec, coord):
         first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
         vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
-        table.add_row(str(len(coord.trials)), non_default_keys(rec.strategy, c.num_devices, m.moe is not None, fw),
+        table.add_row(str(len(coord.trials)), compact_strategy(rec.strategy, m, c, t),
                       rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
                       seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
                       coord.correction.short(),
@@ -189,25 +207,51 @@ def _write_corrected_cluster(path: str, coord) -> None:
     write_whole(Path(path), text, "write-cluster")
 
 
-def _write_report(path: str, coord, result: dict, mem) -> None:
-    """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals."""
+def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None = None,
+                  model_arg: str | None = None) -> None:
+    """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals, each
+    prediction with the ``asap estimate -c CLUSTER_FILE`` command that gives it (the corrected machine, written
+    beside the page when --write-cluster names no file)."""
     from asap.agents.analyzer import Analyzer
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
     from asap.report.html import write_report
 
+    m, t = coord.model, coord.train
+    cluster_file = cluster_file or str(Path(path).with_suffix("")) + "-cluster.yaml"
+    Path(cluster_file).parent.mkdir(parents=True, exist_ok=True)
+    _write_corrected_cluster(cluster_file, coord)
+    job = job_args(model_arg or m.name, cluster_file, None, coord.cluster.num_devices, t.global_batch, t.seq_len, t.precision,
+                   t.framework)
     best_estimate, proposals = None, []
+    trials = [{**tr, "strategy_compact": _compact_text(tr.get("strategy_string"), coord)} for tr in result["trials"]]
     if result["best"]:
         cluster = coord.corrected()
-        best = parse_current(result["best"]["strategy_string"], coord.model, coord.cluster, coord.train)
-        est = estimate(coord.model, cluster, coord.train, best)
-        best_estimate = est.to_dict()
+        best = parse_current(result["best"]["strategy_string"], m, coord.cluster, t)
+        est = estimate(m, cluster, t, best)
+        name = compact_strategy(best, m, coord.cluster, t)
+        best_estimate = {**est.to_dict(), "strategy_compact": name, "command": f"asap estimate {job} -S {quote(name)}"}
         diagnosis = Analyzer(cluster).analyze(est)
-        tried = {t["strategy_string"] for t in result["trials"]}
-        ps = Proposer(coord.model, cluster, coord.train, mem).propose(best, diagnosis, exclude=tried)
-        proposals = [p.to_dict() for p in ps.proposals]
-    write_report(path, result, best_estimate=best_estimate, proposals=proposals,
-                 title=f"asap tune: {coord.model.name} on {coord.cluster.num_devices} x {coord.cluster.accelerator.name}")
+        tried = {tr["strategy_string"] for tr in result["trials"]}
+        ps = Proposer(m, cluster, t, mem).propose(best, diagnosis, exclude=tried)
+        for p in ps.proposals:
+            pname = compact_strategy(p.strategy, m, coord.cluster, t)
+            proposals.append({**p.to_dict(), "strategy_compact": pname,
+                              "command": f"asap estimate {job} -S {quote(pname)}"})
+    best_row = ({**result["best"], "strategy_compact": _compact_text(result["best"].get("strategy_string"), coord)}
+                if result["best"] else None)
+    write_report(path, {**result, "trials": trials, "best": best_row}, best_estimate=best_estimate, proposals=proposals,
+                 title=f"asap tune: {m.name} on {coord.cluster.num_devices} x {coord.cluster.accelerator.name}")
+
+
+def _compact_text(strategy_string: str | None, coord) -> str | None:
+    """A trial's full strategy string in the compact notation (None stays None)."""
+    from asap.spec.strategy import complete_strategy, parse_strategy
+
+    if not strategy_string:
+        return None
+    s = complete_strategy(parse_strategy(strategy_string), coord.cluster.num_devices)
+    return compact_strategy(s, coord.model, coord.cluster, coord.train)
 
 
 def _numerics_check(ex, m, t):
@@ -252,7 +296,7 @@ def tune(
     trial_timeout: Optional[float] = TrialTimeoutOpt,
     python: Optional[str] = PythonOpt,
     budget: int = typer.Option(6, "--budget", min=1, help="Trials to run at most."),
-    strategy: str = typer.Option("", "--strategy", "-S", help="The strategy to start from (key=value,...)."),
+    strategy: str = typer.Option("", "--strategy", "-S", help="The strategy to start from ('tp8 pp2' or key=value,...)."),
     sim_machine: Optional[str] = typer.Option(None, "--sim-machine",
                                               help="A cluster file the sim executor 'measures' on."),
     steps: int = typer.Option(5, "--steps", min=2, help="Steps per real trial (torch, jax or a stack)."),
@@ -299,7 +343,7 @@ def tune(
                             verify=verify)
         result = coord.run()
         if report:
-            _write_report(report, coord, result, mem)
+            _write_report(report, coord, result, mem, write_cluster, model)
     if write_cluster:
         _write_corrected_cluster(write_cluster, coord)
     if json_out:
@@ -309,8 +353,10 @@ def tune(
     out_console.print("vs first: the first measured trial's step time over this one's; correction: how much slower "
                       "than the catalog the loop finds this machine's compute / scale-up fabric / scale-out fabric", highlight=False)
     if result["best"]:
-        out_console.print(f"best: {result['best']['strategy_string']} at "
-                          f"{seconds(result['best']['measured_step_time_s'])} per step", highlight=False, soft_wrap=True)
+        best = result["best"]
+        out_console.print(f"best: {_compact_text(best['strategy_string'], coord)} at "
+                          f"{seconds(best['measured_step_time_s'])} per step (measured)", highlight=False,
+                          soft_wrap=True)
     if report:
         out_console.print(f"report: {report}", highlight=False)
     if write_cluster:

@@ -10,8 +10,17 @@ from typing import Any
 from rich.console import Console
 
 err_console = Console(stderr=True)
+
+
 # wide enough for the tables when stdout is a file or a pipe (Rich would otherwise wrap at 80 columns)
 out_console = Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def strategy_column(table, names: list[str], header: str = "strategy") -> None:
+    """A strategy column that wraps between the compact notation's tokens and never cuts one off: at least as
+    wide as the longest token (Rich folds, rather than truncates, anything longer)."""
+    widest = max((len(tok) for name in names for tok in name.split()), default=8)
+    table.add_column(header, justify="left", overflow="fold", min_width=max(widest, len(header)))
 
 
 def _clean(obj: Any) -> Any:

@@ -20,7 +20,7 @@ def compare(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    strategy: Optional[List[str]] = typer.Option(None, "--strategy", "-S", help="A strategy (key=value,...); give it "
+    strategy: Optional[List[str]] = typer.Option(None, "--strategy", "-S", help="A strategy ('tp8 pp2' or key=value,...); give it "
                                                                                 "two or more times."),
     plan_best: bool = typer.Option(False, "--plan-best", help="Add the planner's fastest fitting strategy."),
     precision: str = PrecisionOpt,
@@ -38,7 +38,7 @@ def compare(
     """Estimate each strategy and show them term by term, with the difference that decides it in one sentence."""
     from asap.compare import compare as run_compare
     from asap.cost.estimate import estimate as run_estimate, framework_of
-    from asap.spec.strategy import non_default_keys
+    from asap.spec.strategy import format_compact
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
                        fused_kernels, memory_margin)
@@ -52,7 +52,7 @@ def compare(
         best = run_plan(m, c, t, {}, top=1).candidates[0]
         estimates.append(best)
     fw = framework_of(t, c)
-    names = [non_default_keys(e.strategy, c.num_devices, m.moe is not None, fw) for e in estimates]
+    names = [format_compact(e.strategy, c.num_devices, m.moe is not None, fw) for e in estimates]
     if plan_best:
         names[-1] = f"best: {names[-1]}"
     result = run_compare(estimates, names)
@@ -82,17 +82,18 @@ def compare_table(result: dict, names: list[str]) -> Table:
                           "overlapped or not")
     table.add_column("term")
     for i, n in enumerate(names):
-        table.add_column(f"{'ABCDEFGH'[i] if i < 8 else i}: {n}", justify="right")
+        table.add_column(f"{'ABCDEFGH'[i] if i < 8 else i}: {n}", justify="right", overflow="fold",
+                         min_width=max(len(tok) for tok in f"X: {n}".split()))
     if two:
         table.add_column("B - A", justify="right")
     rows = [("step", lambda e: e["step_time_s"], seconds),
             ("tokens/s", lambda e: e["tokens_per_s"], lambda x: f"{x:,.0f}"),
-            ("MFU", lambda e: e["mfu"], lambda x: f"{x:.1%}"),
-            ("peak memory GiB", lambda e: e["peak_memory_gb"], lambda x: f"{x:.1f}"),
+            ("MFU (of the bf16 peak)", lambda e: e["mfu"], lambda x: f"{x:.1%}"),
+            ("peak memory GiB reserved", lambda e: e["peak_memory_gb"], lambda x: f"{x:.1f}"),
             ("fits", lambda e: e["fits"], lambda x: "yes" if x else "no")]
     rows += [(f"exposed {k}", lambda e, k=k: e["exposed_s"].get(k, 0.0), seconds) for k in ests[0]["exposed_s"]]
     rows += [(f"busy {k}", lambda e, k=k: e["breakdown_s"].get(k, 0.0), seconds) for k in ests[0]["breakdown_s"]]
-    rows += [(f"memory {k} GiB", lambda e, k=k: e["memory_gb"].get(k, 0.0), lambda x: f"{x:.2f}")
+    rows += [(f"memory {k} GiB" + (" (allocated: the tensors)" if k == "allocated" else ""), lambda e, k=k: e["memory_gb"].get(k, 0.0), lambda x: f"{x:.2f}")
              for k in ests[0]["memory_gb"]]
     if "time_to_train_days" in ests[0]:
         rows += [("days to train", lambda e: e["time_to_train_days"], lambda x: f"{x:,.1f}"),

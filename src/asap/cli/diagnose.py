@@ -48,6 +48,15 @@ def diagnose(
                                                         "kernel would replace, with the bytes and time it saves."),
     compare: bool = typer.Option(False, "--compare", help="Compare two sets of traces of one job: BEFORE... -- "
                                                           "AFTER... (term by term, and the operators that moved)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="The job the traces come from (with -c, -b, "
+                                                                       "-s): the next: line is then a propose "
+                                                                       "command that runs as printed."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="The job's cluster."),
+    global_batch: Optional[int] = typer.Option(None, "--global-batch", "-b", help="The job's global batch."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", help="The job's sequence length."),
+    strategy: str = typer.Option("", "--strategy", "-S", help="The job's strategy ('tp2 pp2' or key=value,...)."),
+    devices: Optional[int] = typer.Option(None, "--devices", help="The job's device count."),
+    precision: str = typer.Option("bf16", "--precision", help="The job's precision."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Step time, busy/compute/communication/idle, top operators on a roofline, stragglers and the bottleneck."""
@@ -68,10 +77,28 @@ def diagnose(
                            jitter_threshold=jitter_threshold, fusion=fusion)
     for note in result.notes:  # one line each, unwrapped: logs go to stderr
         sys.stderr.write(f"note: {note}\n")
+    job = _job(model, cluster, global_batch, seq_len, strategy, devices, precision)
     if as_json:
-        print_json({**result.to_dict(), "next_steps": next_steps(result)})
+        print_json({**result.to_dict(), "next_steps": next_steps(result, job)})
         return
-    _print_tables(result, top)
+    _print_tables(result, top, job)
+
+
+def _job(model, cluster, global_batch, seq_len, strategy: str, devices, precision: str) -> dict | None:
+    """The job the traces come from, checked (None when -m, -c, -b and -s are not all given)."""
+    given = {"model": model, "cluster": cluster, "global-batch": global_batch, "seq-len": seq_len}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [k for k, v in given.items() if v is None]
+    if missing:
+        raise AsapError(missing[0], "missing: the job needs -m, -c, -b and -s together")
+    from asap.cli.estimate import job_args, load_job
+    from asap.spec.strategy import parse_strategy
+
+    m, _, _ = load_job(model, cluster, None, devices, global_batch, seq_len, precision)
+    parse_strategy(strategy)
+    return {"args": job_args(model, cluster, None, devices, global_batch, seq_len, precision),
+            "strategy": strategy, "moe": m.moe is not None}
 
 
 def _split(traces: list[Path], compare: bool) -> tuple[list[Path], list[Path]]:
@@ -124,7 +151,7 @@ def _fmt(x, digits: int = 4) -> str:
     return str(x)
 
 
-def _print_tables(d, top: int) -> None:
+def _print_tables(d, top: int, job: dict | None = None) -> None:
     """The diagnosis for a reader: where the step goes (busy kernels, overlap, idle), the operators on the
     roofline, the verdict with its evidence, and what to run next."""
     from asap.cli.estimate import seconds
@@ -173,12 +200,14 @@ def _print_tables(d, top: int) -> None:
         out_console.print(f"- {line}", markup=False, highlight=False)
     for line in d.jitter["where"]:
         out_console.print(f"jitter: {line}", markup=False, highlight=False)
-    _print_next(d)
+    _print_next(d, job)
 
 
-def next_steps(d) -> dict:
+def next_steps(d, job: dict | None = None) -> dict:
     """What to run next for the verdict: ``asap propose`` on these traces, and the two knowledge entries that
     best answer the bottleneck on this accelerator's family."""
+    from shlex import quote
+
     from asap.agents.retrieval import next_moves
     from asap.profile.devices import lookup
     from asap.profile.diagnose import ALLTOALL_RE
@@ -187,12 +216,16 @@ def next_steps(d) -> dict:
         family = lookup(d.roofline.accelerator).family
     except AsapError:
         family = None
-    traces = " ".join(d.traces) if len(d.traces) <= 4 else f"{' '.join(d.traces[:2])} ..."
-    # a trace without an all-to-all is of a dense model: no MoE advice for it
-    kind = "moe" if any(ALLTOALL_RE.search(o.name) for o in d.top_ops) or d.bottleneck_class == "ep_comm" else "dense"
+    # a dense model (the job says so, or the traces show no all-to-all) gets no MoE advice
+    moe = job["moe"] if job else (any(ALLTOALL_RE.search(o.name) for o in d.top_ops) or d.bottleneck_class == "ep_comm")
+    kind = "moe" if moe else "dense"
     moves = next_moves(d.bottleneck_class, family, model_kind=kind) or next_moves(d.bottleneck, family, model_kind=kind)
-    return {"command": f"asap propose {traces} -m MODEL -c CLUSTER -b GLOBAL_BATCH -s SEQ_LEN -S CURRENT_STRATEGY",
-            "knowledge": moves}
+    if job is None:
+        return {"command": None, "needs": "-m MODEL -c CLUSTER -b GLOBAL_BATCH -s SEQ_LEN [-S STRATEGY]",
+                "knowledge": moves}
+    traces = " ".join(quote(str(t)) for t in d.traces)
+    current = f" -S {quote(job['strategy'])}" if job["strategy"] else ""
+    return {"command": f"asap propose {traces} {job['args']}{current}", "knowledge": moves}
 
 
 def _move_text(key: str, op: str) -> str:
@@ -201,14 +234,19 @@ def _move_text(key: str, op: str) -> str:
     return f"{key}{op}" if op.startswith("=") else f"{key} {op}" if op[:1] in "x/+-" else f"{key}={op}"
 
 
-def _print_next(d) -> None:
-    nxt = next_steps(d)
+def _print_next(d, job: dict | None = None) -> None:
+    nxt = next_steps(d, job)
     for k in nxt["knowledge"]:
         moves = "; ".join(", ".join(_move_text(key, op) for key, op in m.items()) for m in k["moves"]) or "see the entry"
         out_console.print(f"try ({k['id']}): {k['title']} -- moves: {moves}", markup=False, highlight=False,
                           soft_wrap=True)
-    out_console.print(f"next: {nxt['command']}  (three moves checked by the cost model)", markup=False,
-                      highlight=False, soft_wrap=True)
+    if nxt["command"] is None:
+        out_console.print(f"next: give this diagnose the job's {nxt['needs']} and it prints the asap propose "
+                          "command that checks three moves with the cost model", markup=False, highlight=False,
+                          soft_wrap=True)
+        return
+    out_console.print(f"next: {nxt['command']}  (three moves checked by the cost model, on these traces' step "
+                      f"time {d.step_time_s:.4g} s)", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_fusion(rows, top: int) -> None:

@@ -33,7 +33,7 @@ def emit_command(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    strategy: str = typer.Option("", "--strategy", "-S", help="key=value,... (completed as asap estimate does)"),
+    strategy: str = typer.Option("", "--strategy", "-S", help="'tp8 pp2 rc:sel' or key=value,... (completed as asap estimate does)"),
     precision: str = PrecisionOpt,
     framework: Optional[str] = typer.Option(None, "--framework",
                                             help="The stack whose defaults complete the strategy (default: the "

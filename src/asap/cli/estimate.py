@@ -61,6 +61,43 @@ def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[i
     return m, c, t
 
 
+def job_args(model: str, cluster: str, nodes: Optional[int], devices: Optional[int], global_batch: int,
+             seq_len: int, precision: str = "bf16", framework: Optional[str] = None, moe_imbalance: float = 1.0,
+             fused_kernels: Optional[bool] = None, lengths: Optional[str] = None) -> str:
+    """The job's options as they must follow a printed command so that it prices the same job (shell-quoted)."""
+    from shlex import quote
+
+    parts = ["-m", quote(model), "-c", quote(cluster)]
+    parts += ["--nodes", str(nodes)] if nodes is not None else []
+    parts += ["--devices", str(devices)] if devices is not None else []
+    parts += ["-b", str(global_batch), "-s", str(seq_len)]
+    parts += ["--precision", quote(precision)] if precision != "bf16" else []
+    parts += ["--framework", quote(framework)] if framework else []
+    parts += ["--moe-imbalance", f"{moe_imbalance:g}"] if moe_imbalance != 1.0 else []
+    parts += [] if fused_kernels is None else ["--fused-kernels" if fused_kernels else "--eager-kernels"]
+    parts += ["--lengths", quote(lengths)] if lengths else []
+    return " ".join(parts)
+
+
+def compact_of(est, c, t, moe: bool) -> str:
+    """An estimate's strategy in the compact notation (``asap.spec.strategy.format_compact``)."""
+    from asap.cost.estimate import framework_of
+    from asap.spec.strategy import format_compact
+
+    return format_compact(est.strategy, c.num_devices, moe, framework_of(t, c))
+
+
+def mfu_peak_name(c) -> str:
+    """The precision whose dense peak MFU is taken against (``asap.cost.estimate.mfu_peak_flops``)."""
+    return "bf16" if c.accelerator.peak_tflops.get("bf16") else "fp32"
+
+
+def readable_keys(d: dict, est, c, t, moe: bool) -> dict:
+    """An estimate's JSON object with the keys a reader needs beside the full ``strategy_string``: the
+    compact strategy and the peak its ``mfu`` is taken against."""
+    return {**d, "strategy_compact": compact_of(est, c, t, moe), "mfu_peak": mfu_peak_name(c)}
+
+
 def budget_of(tokens: Optional[str], price: Optional[float]):
     """(tokens as a number or None, the price): checked before any pricing."""
     from asap.budget import check_price, parse_tokens
@@ -139,25 +176,28 @@ def seconds(x: float) -> str:
     return duration_text(x)
 
 
-def headline(est, devices: int, capacity_gb: float, precision: str = "bf16") -> list[str]:
+def headline(est, devices: int, capacity_gb: float, precision: str = "bf16", mfu_peak: str = "bf16") -> list[str]:
     """The figures a user reads first, one phrase per line part, never wrapped mid-phrase."""
     low, high = est.step_time_range_s
-    own = (f" ({est.precision_peak_utilization:.1%} of the {precision} peak)"
+    own = (f", {est.precision_peak_utilization:.1%} of the {precision} peak"
            if est.precision_peak_utilization is not None else "")
     fit = "fits" if est.fits else "[bold red]DOES NOT FIT[/]"
+    allocated = est.memory_gb.get("allocated")
+    alloc = f" ({allocated:.1f} GiB allocated)" if allocated is not None else ""
     return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
             f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_device:,.0f} per device, {devices} devices) · "
-            f"MFU {est.mfu:.1%}{own}",
-            f"memory {est.peak_memory_gb:.1f} of {round(capacity_gb, 1):g} GiB per device: {fit}"]
+            f"MFU {est.mfu:.1%} (of the {mfu_peak} peak{own})",
+            f"memory {est.peak_memory_gb:.1f} GiB reserved{alloc} of {round(capacity_gb, 1):g} GiB per device: {fit}"]
 
 
 def does_not_fit_lines(est, capacity_gb: float, fix_cmd: str) -> list[str]:
     """Why a strategy does not fit (its largest memory terms) and what to run next."""
     terms = {k: v for k, v in est.memory_gb.items() if k != "allocated"}
     top = sorted(terms.items(), key=lambda kv: -kv[1])[:3]
-    return [f"does not fit: needs {est.peak_memory_gb:.1f} GiB per device, {est.peak_memory_gb - capacity_gb:.1f} GiB "
-            f"over the {round(capacity_gb, 1):g} GiB; largest terms: " + ", ".join(f"{k} {v:.1f} GiB" for k, v in top),
-            f"next: {fix_cmd}   (the fastest strategies that fit; --fix pins the keys you want to keep)"]
+    return [f"does not fit: needs {est.peak_memory_gb:.1f} GiB reserved per device, "
+            f"{est.peak_memory_gb - capacity_gb:.1f} GiB over the {round(capacity_gb, 1):g} GiB; largest terms: "
+            + ", ".join(f"{k} {v:.1f} GiB" for k, v in top),
+            f"next: {fix_cmd}"]
 
 
 @app.command()
@@ -166,8 +206,10 @@ def estimate(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    strategy: str = typer.Option("", "--strategy", "-S", help="key=value,... (dp tp pp vpp cp ep etp mbs recompute zero "
-                                                              "sp schedule dispatcher a2a_overlap layer_split)"),
+    strategy: str = typer.Option("", "--strategy", "-S", help="'tp8 pp2 rc:sel' (the compact notation, as the "
+                                                              "tables print it) or key=value,... (dp tp pp vpp cp ep "
+                                                              "etp mbs recompute zero sp schedule dispatcher "
+                                                              "a2a_overlap layer_split)"),
     precision: str = PrecisionOpt,
     framework: Optional[str] = FrameworkOpt,
     moe_imbalance: float = MoEImbalanceOpt,
@@ -195,16 +237,20 @@ def estimate(
     extra = {"lengths": lengths_report(m, c, t, est, aw, data, lengths)} if aw is not None else {}
     out = with_budget(est.to_dict(), c.num_devices, budget, price)
     if json_out:
-        print_json({**out, "figures": figures, **extra})
+        print_json({**readable_keys(out, est, c, t, m.moe is not None), "figures": figures, **extra})
         return
-    print_estimate(m, c, t, est, strategy, model, cluster)
+    print_estimate(m, c, t, est, strategy, dict(model=model, cluster=cluster, nodes=nodes, devices=devices,
+                                                global_batch=global_batch, seq_len=seq_len, precision=precision,
+                                                framework=framework, moe_imbalance=moe_imbalance,
+                                                fused_kernels=fused_kernels, lengths=lengths))
     if budget is not None:
         out_console.print(budget_line(out), highlight=False, soft_wrap=True)
     if extra:
         out_console.print(lengths_line(extra["lengths"]), highlight=False)
     out_console.print(figures_line(figures), highlight=False)
     if explain:
-        mem = Table(title="peak memory per device (GiB)")
+        mem = Table(title="peak memory per device (GiB; the terms are allocated, the peak adds the allocator's "
+                          "reserve)")
         mem.add_column("term")
         mem.add_column("GiB", justify="right")
         for k, v in est.memory_gb.items():
@@ -214,10 +260,10 @@ def estimate(
             out_console.print(f"  · {line}")
 
 
-def print_estimate(m, c, t, est, strategy_text: str, model_arg: str, cluster_arg: str) -> None:
-    """The human form of one estimate: what was priced, the headline, the parts, the verdict and what next."""
+def print_estimate(m, c, t, est, strategy_text: str, job: dict) -> None:
+    """The human form of one estimate: what was priced, the headline, the parts, the verdict and what next
+    (``job``: the job's options, ``job_args``'s keywords, so the printed command prices the same job)."""
     from asap.spec.strategy import parse_strategy
-
     from asap.spec.words import count_text
 
     from asap.cost.memory import usable_hbm_gb
@@ -225,20 +271,49 @@ def print_estimate(m, c, t, est, strategy_text: str, model_arg: str, cluster_arg
     capacity = usable_hbm_gb(c.accelerator, t)
     given = parse_strategy(strategy_text) if strategy_text else {}
     note = "" if given else "  (no --strategy: the defaults, pure data parallelism; asap plan finds the fastest)"
-    out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x {c.accelerator.name} · "
-                      f"{est.strategy}{note}", soft_wrap=True)
-    for line in headline(est, c.num_devices, capacity, t.precision):
+    out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
+                      f"{c.accelerator.name} · {compact_of(est, c, t, m.moe is not None)}{note}", soft_wrap=True,
+                      highlight=False)
+    for line in headline(est, c.num_devices, capacity, t.precision, mfu_peak_name(c)):
         out_console.print(line, soft_wrap=True)
     out_console.print(estimate_table(est))
     if est.fits:
         out_console.print(f"bottleneck: [bold]{est.bottleneck_class}[/] ({est.bottleneck}-bound: {est.evidence[0]})",
                           soft_wrap=True)
         return
-    fix = ",".join(f"{k}={v}" for k, v in given.items() if k in ("tp", "pp", "cp", "ep"))
-    cmd = (f"asap plan -m {model_arg} -c {cluster_arg} -b {t.global_batch} -s {t.seq_len}"
-           + (f" --fix {fix}" if fix else ""))
-    for line in does_not_fit_lines(est, capacity, cmd):
+    pins = {k: v for k, v in given.items() if k in ("tp", "pp", "cp", "ep")}
+    for line in does_not_fit_lines(est, capacity, fitting_next(m, c, t, pins, job)):
         out_console.print(line, soft_wrap=True, highlight=False)
+
+
+NEXT_DEVICE_DOUBLINGS = 4  # with no fitting strategy on this many devices, try up to 16 times as many
+
+
+def fitting_next(m, c, t, pins: dict, job: dict) -> str:
+    """A ``plan`` command that runs as printed and finds a fitting strategy, with that strategy and its step
+    time: keeping the pinned shape keys if any fit with them, else none, else on the fewest doubled devices."""
+    from shlex import quote
+
+    from asap.search.planner import NoFitError, plan as run_plan
+    from asap.spec.hardware import load_cluster
+    from asap.spec.strategy import format_compact_keys
+
+    tries = [(fixed, c.num_devices * 2 ** k) for k in range(NEXT_DEVICE_DOUBLINGS + 1)
+             for fixed in ([pins, {}] if pins else [{}])]
+    for fixed, n in tries:
+        cl = c if n == c.num_devices else load_cluster(job["cluster"], devices=n)
+        try:
+            best = run_plan(m, cl, t, dict(fixed)).candidates[0]
+        except NoFitError:
+            continue
+        args = job_args(**(job if n == c.num_devices else {**job, "nodes": None, "devices": n}))
+        fix = f" --fix {quote(format_compact_keys(fixed))}" if fixed else ""
+        dropped = f"nothing keeping {format_compact_keys(pins)} fits; " if pins and not fixed else ""
+        more = f"nothing fits on {c.num_devices} devices; " if n != c.num_devices else ""
+        return (f"asap plan {args}{fix}   ({more}{dropped}#1 there: {compact_of(best, cl, t, m.moe is not None)} at "
+                f"{seconds(best.step_time_s)})")
+    return (f"asap plan {job_args(**job)} --include-oom   (nothing fits on up to "
+            f"{c.num_devices * 2 ** NEXT_DEVICE_DOUBLINGS} devices: the configurations by how far over memory)")
 
 
 def lengths_line(r: dict) -> str:

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import _clean, err_console, out_console, print_json
+from asap.cli.common import _clean, err_console, out_console, print_json, strategy_column
 from asap.errors import AsapError
 
 
@@ -58,7 +58,7 @@ def memory_command(
     else:
         out_console.print(experiments_table(experiments, trials))
         if trials:
-            out_console.print(trials_table(trials))
+            out_console.print(trials_table(trials, {e["id"]: e["workload"] for e in experiments}))
     if full is not None:
         out_console.print(f"wrote {export}: {len(full['experiments'])} experiments, {len(full['trials'])} trials, "
                           f"{len(full['audit'])} audit rows", highlight=False)
@@ -85,19 +85,43 @@ def experiments_table(experiments: list[dict], trials: list[dict]) -> Table:
     return table
 
 
-def trials_table(trials: list[dict]) -> Table:
+def trial_compact(trial: dict, workloads: dict) -> str:
+    """A trial's strategy in the compact notation: the keys that differ from the defaults on its experiment's
+    devices and framework when it is complete, else the keys it was given."""
+    from asap.errors import AsapError
+    from asap.spec.framework import get_framework
+    from asap.spec.hardware import get_accelerator
+    from asap.spec.strategy import Strategy, format_compact, format_compact_keys, parse_strategy
+
+    keys = parse_strategy(trial["strategy_string"] or "")
+    w = workloads.get(trial["experiment_id"]) or {}
+    try:
+        s = Strategy(**keys)
+        fw = get_framework(w.get("framework"), get_accelerator(str(w.get("accelerator"))).family)
+        return format_compact(s, int(w["devices"]), s.ep > 1, fw)
+    except (TypeError, KeyError, ValueError, AsapError):
+        return format_compact_keys(keys)
+
+
+def trials_table(trials: list[dict], workloads: dict | None = None) -> Table:
+    """One row per trial, its strategy in the compact notation (``trial_compact``)."""
+
+    names = [trial_compact(t, workloads or {}) for t in trials]
     table = Table(title="trials")
     for col, just in (("id", "right"), ("exp", "right"), ("strategy", "left"), ("status", "left"),
                       ("predicted (s)", "right"), ("measured (s)", "right"), ("executor", "left"),
                       ("reason", "left")):
-        table.add_column(col, justify=just)
+        if col == "strategy":
+            strategy_column(table, names)
+        else:
+            table.add_column(col, justify=just)
     colours = {"ok": "green", "failed": "red", "killed": "red", "skipped": "yellow", "running": "cyan"}
-    for t in trials:
+    for t, name in zip(trials, names):
         reason = t.get("reason") or ""
         if len(reason) > 60:
             reason = reason[:57] + "..."
         status = t["status"]
-        table.add_row(str(t["id"]), str(t["experiment_id"]), t["strategy_string"] or "defaults",
+        table.add_row(str(t["id"]), str(t["experiment_id"]), name,
                       f"[{colours.get(status, 'white')}]{status}[/]", _s(t["predicted_step_time_s"]),
                       _s(t["measured_step_time_s"]), t.get("executor") or "-", reason)
     return table

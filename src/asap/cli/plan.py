@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shlex import quote
 from typing import Optional
 
 import typer
@@ -9,11 +10,12 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import err_console, out_console, print_json
+from asap.cli.common import err_console, out_console, print_json, strategy_column
 from asap.errors import AsapError
 from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
                                MemoryMarginOpt, ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt,
-                               TokensOpt, budget_of, load_job, seconds, with_budget, with_lengths)
+                               TokensOpt, budget_of, compact_of, job_args, load_job, mfu_peak_name, readable_keys,
+                               seconds, with_budget, with_lengths)
 
 
 @app.command()
@@ -22,7 +24,7 @@ def plan(
     cluster: str = ClusterOpt,
     global_batch: int = BatchOpt,
     seq_len: int = SeqOpt,
-    fix: str = typer.Option("", "--fix", help="Pin any subset of the strategy keys: key=value,..."),
+    fix: str = typer.Option("", "--fix", help="Pin any subset of the strategy keys: 'tp8 pp2' or key=value,..."),
     top: int = typer.Option(5, "--top", min=1, help="How many candidates to return."),
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
     all_rows: bool = typer.Option(False, "--all", help="Every ranked row, not only the fastest of each (tp, pp, cp, ep) "
@@ -51,6 +53,7 @@ def plan(
     json_out: bool = JsonOpt,
 ):
     """Search every legal parallel configuration and rank the fitting ones, fastest first."""
+    from asap.search.planner import plan as run_plan
     from asap.spec.strategy import parse_strategy
 
     if emit is not None:
@@ -63,72 +66,32 @@ def plan(
     budget, price = budget_of(tokens, price_per_device_hour)
     t, aw, _ = with_lengths(c, t, lengths)
     fixed = parse_strategy(fix, field="fix")
-    result = _search(m, c, t, fixed, top=top, include_oom=include_oom, ilp_candidates=ilp_candidates,
-                     ilp_time_limit_s=ilp_time_limit, distinct=not all_rows, time_limit_s=time_limit,
-                     ilp_work_limit_nodes=ilp_work_limit)
-    emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
-    if json_out:
-        _print_json(result, c, budget, price, emitted, aw, lengths)
-    elif emitted:
-        _print_emitted(emitted)
-    else:
-        _print_text(result, m, c, t, include_oom, budget, price)
-
-
-def _search(m, c, t, fixed: dict, **options):
-    """``asap.search.planner.plan`` over the job, with a progress bar on stderr (a terminal's) for searches that
-    take more than a chunk."""
-    from asap.search.planner import plan as run_plan
-
     with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
         task = progress.add_task("pricing configurations", total=None, visible=False)
 
         def on_chunk(done: int, total: int) -> None:  # shown only for searches that take more than a chunk
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
-        return run_plan(m, c, t, fixed, progress=on_chunk, **options)
-
-
-def _print_json(result, c, budget, price, emitted: dict | None, aw, lengths: str | None) -> None:
-    """The plan as one JSON document: the search's result, each candidate's budget, the emitted config and the
-    lengths file's summary where there are."""
-    out = result.to_dict()
-    out["candidates"] = [with_budget(d, c.num_devices, budget, price) for d in out["candidates"]]
-    print_json({**out, **({"emit": emitted} if emitted else {}),
-                **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
-
-
-def _print_emitted(emitted: dict) -> None:
-    """``--emit``: the launch config on stdout, a note on stderr for each faster candidate it cannot express."""
-    for sk in emitted["skipped"]:
-        err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
-                          markup=False, highlight=False, soft_wrap=True)
-    print(emitted["text"])
-
-
-def _print_text(result, m, c, t, include_oom: bool, budget, price) -> None:
-    """The plan for a reader: what was searched, the candidates, the Pareto front, the MaxText mesh of the first
-    candidate that has one, and the stage ILP's word on each pipelined candidate."""
-    from asap.cost.estimate import framework_of
-    from asap.spec.words import count_text
-
-    out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
-                      f"{c.accelerator.name}: searched {result.searched:,} configurations ({result.fitting:,} fit) "
-                      f"in {result.search_time_s:.2f} s", soft_wrap=True)
-    if result.stopped_early:
-        out_console.print(f"[yellow]stopped early[/]: {result.stop_reason} (--time-limit raises the budget)",
-                          soft_wrap=True)
-    fw = framework_of(t, c)
-    out_console.print(candidates_table(result, c.num_devices, m.moe is not None, fw, include_oom, budget, price))
-    if len(result.pareto) > 1:
-        out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
-    for e, mesh in zip(result.candidates, result.meshes):
-        if mesh:
-            out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
-            break
-    for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits), 1):
-        if split and split.get("layers_per_stage"):
-            out_console.print(stage_split_line(i, e, split))
+        result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
+                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
+                          time_limit_s=time_limit, ilp_work_limit_nodes=ilp_work_limit)
+    emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
+    limits = plan_limits(result, c.num_devices, t.global_batch, fixed, top, include_oom)
+    job = job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
+                   fused_kernels, lengths)
+    moe = m.moe is not None
+    if json_out:
+        out = result.to_dict()
+        out["candidates"] = [{**readable_keys(with_budget(d, c.num_devices, budget, price), e, c, t, moe),
+                              "command": f"asap estimate {job} -S {quote(compact_of(e, c, t, moe))}"}
+                             for d, e in zip(out["candidates"], result.candidates)]
+        print_json({**out, "limits": limits, **({"emit": emitted} if emitted else {}),
+                    **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
+        return
+    if emitted:
+        _print_emitted(emit, emitted, result, c, t, moe)
+        return
+    _print_plan(m, c, t, result, limits, job, include_oom, budget, price)
 
 
 def _emit_best(fmt: str, m, c, t, result) -> dict:
@@ -151,33 +114,47 @@ def _emit_best(fmt: str, m, c, t, result) -> dict:
 
 
 def candidates_table(result, devices: int, moe: bool, framework=None, include_oom: bool = False,
-                     tokens: Optional[float] = None, price: Optional[float] = None) -> Table:
+                     tokens: Optional[float] = None, price: Optional[float] = None, mfu_peak: str = "bf16") -> Table:
     """One row per candidate: its strategy (the keys that differ from estimate's defaults; the JSON output has
     every key in ``strategy_string``) and the figures estimate gives for it."""
-    from asap.budget import training_budget
-    from asap.spec.strategy import non_default_keys
+    from asap.spec.strategy import format_compact
 
     shape = "the fastest of each tp, pp, cp, ep shape (--all: every row)" if result.distinct else "every row"
     table = Table(title=f"fastest configurations: {shape}", title_justify="left", caption_justify="left",
-                  caption="asap estimate --strategy <strategy> gives each row. ≈: its margin over the best is within "
-                          "the model's error on the terms in which they differ (tie_with_best), a tie the model cannot "
-                          "break: measure to decide.")
+                  caption="asap estimate ... -S '<strategy>' gives each row (the job's options as here). ≈: its "
+                          "margin over the best is within the model's error on the terms in which they differ "
+                          "(tie_with_best), a tie the model cannot break: measure to decide. GiB: peak reserved per "
+                          f"device. MFU: of the {mfu_peak} peak.")
+    names = [format_compact(e.strategy, devices, moe, framework) for e in result.candidates]
     cols = ["#", "strategy", "step", "likely range", "tokens/s", "MFU", "GiB", "bottleneck"]
     cols += ["fits"] if include_oom else []
-    cols += ["days", "device-hours"] + (["cost"] if price is not None else []) if tokens is not None else []
     for col in cols:
-        table.add_column(col, justify="left" if col in ("strategy", "bottleneck", "fits") else "right")
-    for i, (e, tie) in enumerate(zip(result.candidates, result.ties()), 1):
+        if col == "strategy":
+            strategy_column(table, names)
+            continue
+        table.add_column(col, justify="left" if col in ("bottleneck", "fits") else "right")
+    for i, (e, tie, name) in enumerate(zip(result.candidates, result.ties(), names), 1):
         low, high = e.step_time_range_s
-        row = [f"{i}{' ≈' if tie and i > 1 else ''}", non_default_keys(e.strategy, devices, moe, framework),
+        row = [f"{i}{' ≈' if tie and i > 1 else ''}", name,
                seconds(e.step_time_s), f"{seconds(low)}-{seconds(high)}", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}",
                f"{e.peak_memory_gb:.1f}", e.bottleneck]
         row += (["yes" if e.fits else "[red]no[/]"] if include_oom else [])
-        if tokens is not None:
-            b = training_budget(e.tokens_per_s, devices, tokens, price)
-            row += [f"{b['time_to_train_days']:,.1f}", f"{b['device_hours']:,.0f}"]
-            row += [f"${b['cost']:,.0f}"] if price is not None else []
         table.add_row(*row)
+    return table
+
+
+def budget_table(result, devices: int, tokens: float, price: Optional[float] = None) -> Table:
+    """``--tokens``: each candidate's time to train and device-hours (and cost), a table of its own so the
+    candidates' table keeps its width."""
+    from asap.budget import training_budget
+
+    table = Table(title="training budget (--tokens)", title_justify="left")
+    for col in ["#", "days", "device-hours"] + (["cost"] if price is not None else []):
+        table.add_column(col, justify="right")
+    for i, e in enumerate(result.candidates, 1):
+        b = training_budget(e.tokens_per_s, devices, tokens, price)
+        table.add_row(str(i), f"{b['time_to_train_days']:,.1f}", f"{b['device_hours']:,.0f}",
+                      *([f"${b['cost']:,.0f}"] if price is not None else []))
     return table
 
 
@@ -196,18 +173,19 @@ def thin_front(front: list) -> list:
 
 def pareto_table(result, devices: int, moe: bool, framework=None) -> Table:
     """The configurations no other beats on both step time and memory: the trade a user chooses along."""
-    from asap.spec.strategy import non_default_keys
+    from asap.spec.strategy import format_compact
 
     shown = thin_front(result.pareto)
+    names = [format_compact(e.strategy, devices, moe, framework) for e in shown]
     table = Table(title="Pareto front: step time against peak memory", title_justify="left", caption_justify="left",
                   caption=f"each row is faster than those below it and needs more memory; {len(shown)} of "
                           f"{len(result.pareto)} shown, at least {FRONT_MEMORY_STEP:.0%} less memory each "
                           f"(--json: all)")
-    for col in ("strategy", "step", "GiB"):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for e in shown:
-        table.add_row(non_default_keys(e.strategy, devices, moe, framework), seconds(e.step_time_s),
-                      f"{e.peak_memory_gb:.1f}")
+    strategy_column(table, names)
+    for col in ("step", "GiB reserved"):
+        table.add_column(col, justify="right")
+    for e, name in zip(shown, names):
+        table.add_row(name, seconds(e.step_time_s), f"{e.peak_memory_gb:.1f}")
     return table
 
 
@@ -219,3 +197,73 @@ def stage_split_line(i: int, e, split: dict) -> str:
     if "adopted" in split:
         return f"#{i}: the stage ILP's split {layers} is not faster than the default split under the estimate; kept"
     return f"#{i}: the stage ILP keeps the default split ({split['solver']})"
+
+
+def plan_limits(result, devices: int, global_batch: int, fixed: dict, top: int, include_oom: bool) -> list[str]:
+    """Every limit the search applied that shaped what is shown: fewer rows than --top, dp capped by the
+    global batch, rows that do not fit."""
+    out = []
+    n = len(result.candidates)
+    if n < top:
+        pinned = [k for k in ("tp", "pp", "cp", "ep") if k in fixed]
+        why = (f"only {n} (tp, pp, cp, ep) shape{'s' if n != 1 else ''}" if result.distinct
+               else f"only {n} configuration{'s' if n != 1 else ''}")
+        held = f" with {', '.join(pinned)} pinned by --fix" if pinned else ""
+        fit = "exist" if include_oom else f"fit (of {result.fitting:,} fitting configurations)"
+        more = "; --all lists every variation of each shape" if result.distinct else ""
+        out.append(f"{n} row{'s' if n != 1 else ''}, fewer than --top {top}: {why}{held} {fit}{more}")
+    dp_max = max(d for d in range(1, devices + 1) if devices % d == 0 and global_batch % d == 0)
+    if dp_max < devices and "dp" not in fixed:
+        out.append(f"dp is at most {dp_max}: the global batch {global_batch} must be divisible by dp x mbs, and "
+                   f"{dp_max} is its largest divisor that divides the {devices} devices; the rest must go to tp, pp "
+                   f"and cp (a global batch with more such divisors frees dp)")
+    if include_oom:
+        out.append("--include-oom: the rows that fit come first, fastest first; then those that do not, least over "
+                   "the device memory first")
+    return out
+
+
+def _print_emitted(emit: str, emitted: dict, result, c, t, moe: bool) -> None:
+    """The config on stdout; on stderr, which plan row it is and the faster ones the format cannot express."""
+    for sk in emitted["skipped"]:
+        err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
+                          markup=False, highlight=False, soft_wrap=True)
+    i, e = next((i, e) for i, e in enumerate(result.candidates, 1) if str(e.strategy) == emitted["strategy_string"])
+    err_console.print(f"note: the {emit} config of plan #{i}, {compact_of(e, c, t, moe)}", markup=False,
+                      highlight=False, soft_wrap=True)
+    print(emitted["text"])
+
+
+def _print_plan(m, c, t, result, limits: list[str], job: str, include_oom: bool, budget, price) -> None:
+    """The human form of a plan: the candidates, the limits, the command that gives #1, the Pareto front, the
+    TPU mesh and the stage splits."""
+    moe = m.moe is not None
+    from asap.spec.words import count_text
+
+    out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
+                      f"{c.accelerator.name}: searched {result.searched:,} configurations ({result.fitting:,} fit) "
+                      f"in {result.search_time_s:.2f} s", soft_wrap=True)
+    if result.stopped_early:
+        out_console.print(f"[yellow]stopped early[/]: {result.stop_reason} (--time-limit raises the budget)",
+                          soft_wrap=True)
+    from asap.cost.estimate import framework_of
+
+    fw = framework_of(t, c)
+    out_console.print(candidates_table(result, c.num_devices, m.moe is not None, fw, include_oom, budget, price,
+                                       mfu_peak_name(c)))
+    if budget is not None:
+        out_console.print(budget_table(result, c.num_devices, budget, price))
+    for line in limits:
+        out_console.print(f"limit: {line}", highlight=False, soft_wrap=True)
+    if result.candidates:
+        best = compact_of(result.candidates[0], c, t, moe)
+        out_console.print(f"reproduce #1: asap estimate {job} -S {quote(best)}", highlight=False, soft_wrap=True)
+    if len(result.pareto) > 1:
+        out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
+    for e, mesh in zip(result.candidates, result.meshes):
+        if mesh:
+            out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
+            break
+    for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits), 1):
+        if split and split.get("layers_per_stage"):
+            out_console.print(stage_split_line(i, e, split))

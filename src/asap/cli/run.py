@@ -108,7 +108,7 @@ def _report(launch, verbose: bool, json_out: bool, mesh: dict | None = None) -> 
         print_json({**res.to_dict(), **({"mesh": res.mesh} if mesh is not None else {})})
         return
     print(f"step time {res.step_time_s:.4f} s (median after warm-up), {res.tokens_per_s:,.0f} tokens/s, "
-          f"peak memory {res.peak_memory_gb:.2f} GB" + (f", mesh {mesh}" if mesh is not None else ""))
+          f"peak memory {res.peak_memory_gb:.2f} GiB allocated (CUDA max_memory_allocated; CPU: peak resident set)" + (f", mesh {mesh}" if mesh is not None else ""))
     print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
     if res.attention_max_over_mean is not None:
         print(f"attention work per dp rank (sum l^2 / rows x S^2): "

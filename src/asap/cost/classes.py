@@ -93,7 +93,7 @@ def memory_class(peak_gb: float, hbm_gb: float, fits: bool) -> Opportunity | Non
     if fits and peak_gb <= USABLE_HBM * hbm_gb:
         return None
     what = "does not fit" if not fits else f"above the usable {USABLE_HBM:.0%}"
-    return Opportunity(C.MEMORY_CAPACITY, 0.0, f"peak memory {peak_gb:.1f} GB of {hbm_gb:g} GB per device "
+    return Opportunity(C.MEMORY_CAPACITY, 0.0, f"peak memory {peak_gb:.1f} GiB reserved of {hbm_gb:g} GiB per device "
                                                f"({peak_gb / hbm_gb:.0%}): {what}")
 
 

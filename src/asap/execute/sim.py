@@ -38,7 +38,7 @@ class SimExecutor(Executor):
         est = estimate(self.model, self.cluster, self.train, s)
         details = est.to_dict()
         if not est.fits:
-            return Failure(s.to_dict(), f"does not fit: predicted peak memory {est.peak_memory_gb:.1f} GB per device "
-                                        f"> {self.cluster.hbm_gb:g} GB", kind="oom", details=details)
+            return Failure(s.to_dict(), f"does not fit: predicted peak memory {est.peak_memory_gb:.1f} GiB reserved per device "
+                                        f"> {self.cluster.hbm_gb:g} GiB", kind="oom", details=details)
         return Measurement(s.to_dict(), est.step_time_s, tokens_per_s=est.tokens_per_s,
                            peak_memory_gb=est.peak_memory_gb, predicted=True, details=details)

@@ -39,9 +39,14 @@ ERROR_CATCHER = """<pre id="asap-errors" hidden></pre>
 </script>"""
 
 STYLE = """<style>
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0 2em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 100%; overflow-wrap: break-word; }
+table { border-collapse: collapse; margin: 1em 0 2em; font-size: 0.9em; width: 100%; table-layout: auto; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top;
+         overflow-wrap: break-word; word-break: normal; }
+.strategy { display: inline-block; min-width: 11em; overflow-wrap: anywhere; }
+code { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.9em; }
+td code { display: inline-block; min-width: 18em; }
+.plotly-graph-div { max-width: 100%; }
 th { background: #f2f2f2; }
 td ul { margin: 0; padding-left: 1.2em; }
 .failed { color: #b00020; } .skipped { color: #777; }
@@ -58,6 +63,25 @@ def fmt_s(value: float | None) -> str:
     return "" if value is None else f"{value:.4g} s"
 
 
+def strategy_of(item: dict | None) -> str | None:
+    """A trial's or proposal's strategy as a person reads it: the compact notation where the caller gave it."""
+    item = item or {}
+    return item.get("strategy_compact") or item.get("strategy_string")
+
+
+def strategy_cell(item: dict | None) -> str:
+    """A strategy for a table cell: escaped, breaking anywhere so that even a full ``key=value`` string with
+    a long layer split wraps inside its column."""
+    text = strategy_of(item)
+    return f'<span class="strategy">{esc(text)}</span>' if text else ""
+
+
+def short_reason(trial: dict, limit: int = 40) -> str:
+    """The start of a failed trial's reason, for its label on the axis (the hover has all of it)."""
+    text = str(trial.get("reason") or trial.get("status") or "no measurement")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def trial_label(trial: dict, index: int) -> str:
     tid = trial.get("trial_id")
     return f"#{index + 1}" if tid is None else f"#{index + 1} (trial {tid})"
@@ -65,7 +89,7 @@ def trial_label(trial: dict, index: int) -> str:
 
 def trial_hover(trial: dict, index: int) -> str:
     """Hover text of one trial: its number, strategy, status, reason and times (escaped)."""
-    lines = [esc(trial_label(trial, index)), esc(trial.get("strategy_string")), f"status: {esc(trial.get('status'))}"]
+    lines = [esc(trial_label(trial, index)), esc(strategy_of(trial)), f"status: {esc(trial.get('status'))}"]
     if trial.get("reason"):
         lines.append(f"reason: {esc(trial['reason'])}")
     for key, name in (("measured_step_time_s", "measured"), ("predicted_step_time_s", "predicted"),
@@ -90,27 +114,23 @@ def best_so_far(trials: list[dict]) -> list[float | None]:
     return out
 
 
-def unmeasured_y(trial: dict, fallback: float) -> float:
-    """Where a failed or skipped trial sits on the history plot: its prediction, else the fallback height."""
-    for key in ("predicted_step_time_s", "catalog_step_time_s"):
-        if trial.get(key) is not None:
-            return trial[key]
-    return fallback
-
-
 def history_traces(trials: list[dict]) -> list[go.Scatter]:
+    """Measured trials at their step times; a trial with no measurement (failed, skipped) is not a number: it
+    is drawn apart, as a marker on the trial axis (a hidden second y axis from 0 to 1) labelled with its
+    reason, so it never stretches the step-time axis."""
     ok = [(i, t) for i, t in enumerate(trials) if is_measured(t)]
     others = [(i, t) for i, t in enumerate(trials) if not is_measured(t)]
-    top = max((t["measured_step_time_s"] for _, t in ok), default=1.0)
     traces = [go.Scatter(x=[i + 1 for i, _ in ok], y=[t["measured_step_time_s"] for _, t in ok], mode="markers",
                          name="measured", text=[trial_hover(t, i) for i, t in ok], hoverinfo="text",
                          marker={"size": 10, "symbol": "circle"})]
     for status in sorted({esc(t.get("status") or "unknown") for _, t in others}):
         group = [(i, t) for i, t in others if esc(t.get("status") or "unknown") == status]
-        traces.append(go.Scatter(x=[i + 1 for i, _ in group], y=[unmeasured_y(t, top) for _, t in group],
-                                 mode="markers", name=f"{status} (no measurement)",
-                                 text=[trial_hover(t, i) for i, t in group], hoverinfo="text",
-                                 marker={"size": 12, "symbol": STATUS_SYMBOLS.get(status, "square-open")}))
+        traces.append(go.Scatter(x=[i + 1 for i, _ in group], y=[0.0] * len(group), yaxis="y2",
+                                 mode="markers+text", cliponaxis=False, name=f"{status} (no measurement: on the axis)",
+                                 text=[esc(short_reason(t)) for _, t in group], textposition="top center",
+                                 hovertext=[trial_hover(t, i) for i, t in group], hoverinfo="text",
+                                 marker={"size": 12, "symbol": STATUS_SYMBOLS.get(status, "square-open"),
+                                         "color": "#b00020" if status == "failed" else "#777"}))
     traces.append(go.Scatter(x=list(range(1, len(trials) + 1)), y=best_so_far(trials), mode="lines",
                              name="best so far", line={"shape": "hv", "dash": "dash"}, hoverinfo="y"))
     return traces
@@ -119,7 +139,9 @@ def history_traces(trials: list[dict]) -> list[go.Scatter]:
 def history_figure(trials: list[dict]) -> go.Figure:
     fig = go.Figure(history_traces(trials))
     fig.update_layout(title="Trial history: measured step time", xaxis_title="trial",
-                      yaxis_title="step time (s)", xaxis={"dtick": 1})
+                      yaxis_title="step time (s)", xaxis={"dtick": 1},
+                      yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True},
+                      legend={"orientation": "h", "y": -0.2})
     return fig
 
 
@@ -155,8 +177,7 @@ def breakdown_terms(estimate: dict) -> list[str]:
 
 
 def breakdown_figure(best_estimate: dict | None, best: dict | None) -> go.Figure:
-    name = str((best or {}).get("strategy_string") or (best_estimate or {}).get("strategy_string") or "")
-    name = esc(name if len(name) <= 60 else name[:57] + "...")
+    name = "Step-time breakdown of the best strategy"  # the strategy itself is in the page above, where it wraps
     fig = go.Figure()
     if best_estimate and best_estimate.get("exposed_s"):
         terms = breakdown_terms(best_estimate)
@@ -167,8 +188,7 @@ def breakdown_figure(best_estimate: dict | None, best: dict | None) -> go.Figure
     else:
         fig.add_annotation(text="no estimate of the best strategy was given", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.5)
-    fig.update_layout(title=f"Step-time breakdown of the best strategy {name}".strip(),
-                      yaxis_title="seconds per step", barmode="group")
+    fig.update_layout(title=name, yaxis_title="seconds per step", barmode="group")
     return fig
 
 
@@ -203,17 +223,22 @@ def table(headers: list[str], rows: list[list[str]], row_classes: list[str] | No
 def proposals_table(proposals: list[dict] | None) -> str:
     if not proposals:
         return "<p>No proposals were given.</p>"
-    rows = [[esc(p.get("strategy_string")), esc(speedup_text(p)), esc(fmt_s(p.get("predicted_step_time_s"))),
+    rows = [[strategy_cell(p), esc(speedup_text(p)), esc(fmt_s(p.get("predicted_step_time_s"))),
              esc(p.get("fits")), esc(p.get("rationale")), bullet_list(p.get("tradeoffs")),
-             bullet_list(p.get("evidence")), esc(p.get("source"))] for p in proposals]
+             bullet_list(p.get("evidence")), esc(p.get("source")), code(p.get("command"))] for p in proposals]
     return table(["strategy", "expected speedup", "predicted step", "fits", "rationale", "trade-offs",
-                  "evidence", "source"], rows)
+                  "evidence", "source", "reproduce"], rows)
+
+
+def code(text: Any) -> str:
+    """A command to copy, escaped, wrapping anywhere (empty without one)."""
+    return f"<code>{esc(text)}</code>" if text else ""
 
 
 def trials_table(trials: list[dict]) -> str:
     if not trials:
         return "<p>No trials were run.</p>"
-    rows = [[esc(trial_label(t, i)), esc(t.get("strategy_string")), esc(t.get("status")), esc(t.get("reason")),
+    rows = [[esc(trial_label(t, i)), strategy_cell(t), esc(t.get("status")), esc(t.get("reason")),
              esc(fmt_s(t.get("measured_step_time_s"))), esc(fmt_s(t.get("predicted_step_time_s"))),
              esc(fmt_s(t.get("catalog_step_time_s")))] for i, t in enumerate(trials)]
     return table(["trial", "strategy", "status", "reason", "measured", "corrected prediction", "catalog prediction"],
@@ -238,11 +263,17 @@ def correction_text(corr: dict) -> str:
 def summary_html(tune_result: dict) -> str:
     best, corr = tune_result.get("best"), tune_result.get("correction") or {}
     trials = tune_result.get("trials") or []
-    best_text = (f"{esc(best.get('strategy_string'))} at {esc(fmt_s(best.get('measured_step_time_s')))}"
+    best_text = (f"{strategy_cell(best)} at {esc(fmt_s(best.get('measured_step_time_s')))} (measured)"
                  if best else "none (no trial was measured)")
     corr_text = correction_text(corr)
     return (f"<p><b>Best:</b> {best_text}<br><b>Trials:</b> {len(trials)} "
             f"({sum(is_measured(t) for t in trials)} measured)<br><b>Correction:</b> {corr_text or 'none'}</p>")
+
+
+def reproduce_line(best_estimate: dict | None) -> str:
+    """The command that gives the best strategy's breakdown, where the caller gave it."""
+    cmd = (best_estimate or {}).get("command")
+    return f"<p><b>Reproduce:</b> {code(cmd)}</p>" if cmd else ""
 
 
 def page_html(title: str, body: list[str]) -> str:
@@ -261,7 +292,10 @@ def report_html(tune_result: dict, best_estimate: dict | None = None, proposals:
     return page_html(title, [summary_html(tune_result),
                              "<h2>Trial history</h2>", plots[0],
                              "<h2>Predicted vs measured</h2>", plots[1],
-                             "<h2>Breakdown of the best strategy</h2>", plots[2],
+                             "<h2>Breakdown of the best strategy</h2>",
+                             f"<p><b>Strategy:</b> {strategy_cell(best_estimate or tune_result.get('best'))}</p>",
+                             plots[2],
+                             reproduce_line(best_estimate),
                              "<h2>Proposals</h2>", proposals_table(proposals),
                              "<h2>All trials</h2>", trials_table(trials)])
 

@@ -31,5 +31,5 @@ def best_completion(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed:
     except NoFitError:
         if not allow_oom:
             raise
-        result = plan(model, cluster, train, fixed, top=1, include_oom=True, ilp_candidates=0)
+        result = plan(model, cluster, train, fixed, top=1, include_oom=True, ilp_candidates=0, oom_by_memory=False)
     return Completion(best=result.candidates[0], searched=result.searched, fitting=result.fitting)

@@ -35,7 +35,7 @@ from asap.spec.legality import check_offered
 from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, Job, first_unrunnable
 from asap.spec.layout import layout
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import check_strategy, complete_strategy
+from asap.spec.strategy import check_strategy, complete_strategy, format_compact
 from asap.spec.train import TrainSpec
 
 CHUNK = 131072
@@ -174,24 +174,30 @@ class Kept:
     mem: MemoryBreakdown
     step: np.ndarray
     place: np.ndarray
+    hbm_gb: float = math.inf  # with ``include_oom``: the capacity, so rows that do not fit rank after those that do
 
     def take(self, idx: np.ndarray) -> "Kept":
-        return Kept(self.S.take(idx), expand(self.mem, idx), self.step[idx], self.place[idx])
+        return Kept(self.S.take(idx), expand(self.mem, idx), self.step[idx], self.place[idx], self.hbm_gb)
 
     @staticmethod
     def concatenate(parts: list["Kept"]) -> "Kept":
         return Kept(StrategyBatch.concatenate([p.S for p in parts]), MemoryBreakdown.concatenate([p.mem for p in parts]),
-                    np.concatenate([p.step for p in parts]), np.concatenate([p.place for p in parts]))
+                    np.concatenate([p.step for p in parts]), np.concatenate([p.place for p in parts]), parts[0].hbm_gb)
 
     def by_step(self) -> np.ndarray:
         """Row indices fastest first, ties in the space's order."""
         return np.lexsort((self.place, self.step))
 
+    def by_rank(self) -> np.ndarray:
+        """The candidates' order: rows that fit fastest first, then (``include_oom``) the rest by how far over
+        the capacity they are, least first."""
+        return np.lexsort((self.place, self.step, over_capacity_gb(self.mem.peak_gb, self.hbm_gb)))
+
     def needed(self, top_k: int, distinct: bool) -> "Kept":
         """Only the Pareto front and the first ``top_k`` rows (of distinct shapes with ``distinct``): a row out
         of both here is out of both among any superset of these rows (a row or shape that beats it stays)."""
-        order = self.by_step()
-        front = pareto_front(self.step, self.mem.peak_gb, order)
+        front = pareto_front(self.step, self.mem.peak_gb, self.by_step())
+        order = self.by_rank()
         shown = first_per_shape(self.S, order) if distinct else order
         return self.take(np.union1d(front, shown[:top_k]))
 
@@ -206,6 +212,7 @@ class Search:
     include_oom: bool
     top_k: int  # candidates (with the ILP's spares) the result shows
     distinct: bool
+    oom_by_memory: bool = True  # with include_oom: rows that do not fit ranked by how far over memory
     kept: Kept | None = None
     space: int = 0  # rows enumerated
     priced: int = 0
@@ -231,9 +238,16 @@ class Search:
         m = expand(mem, rows)
         step = estimate_batch(model, cluster, train, part.take(rows), mem=m, figures=f.subset(rows),
                               unit=ut.subset(rows)).step_time_s
-        new = Kept(part.take(rows), m, step, place[rows]).needed(self.top_k, self.distinct)
+        hbm = usable_hbm_gb(self.cluster.accelerator, self.train) if self.include_oom and self.oom_by_memory else math.inf
+        new = Kept(part.take(rows), m, step, place[rows], hbm).needed(self.top_k, self.distinct)
         both = new if self.kept is None else Kept.concatenate([self.kept, new])
         self.kept = both.needed(self.top_k, self.distinct)
+
+
+def over_capacity_gb(peak_gb, capacity_gb: float):
+    """How far a peak is over the capacity (0 where it fits; always 0 for an infinite capacity)."""
+    return np.maximum(np.asarray(peak_gb, dtype=float) - capacity_gb, 0.0) if math.isfinite(capacity_gb) else \
+        np.zeros_like(np.asarray(peak_gb, dtype=float))
 
 
 def chunked(blocks: Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]], chunk_rows: int):
@@ -288,15 +302,16 @@ def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
 def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
          ilp_candidates: int = 1, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
-         time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES
-         ) -> PlanResult:
+         time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES,
+         oom_by_memory: bool = True) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
     split (``search.stages``, ``ilp_work_limit_nodes`` branch-and-bound nodes each, and ``ilp_time_limit_s``
     seconds if given), adopted as their layout when the estimate says it is
     faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
     only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row).
     ``time_limit_s`` (None: none): past it no more of the space is priced and no ILP started; the result's
-    ``stopped_early`` and ``stop_reason`` say so."""
+    ``stopped_early`` and ``stop_reason`` say so. With ``include_oom`` the rows that fit come first, then the
+    rest by how far over memory (``oom_by_memory``; False: every row by speed alone)."""
     t0 = time.perf_counter()
     reuse_freed_memory()
     deadline = Deadline(t0, time_limit_s)
@@ -306,25 +321,27 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     # a few spare rows, since an adopted ILP split may reorder the first ones
     top_k = top + (ilp_candidates if "layer_split" not in fixed else 0)
-    search = search_space(Search(model, cluster, train, include_oom, top_k, distinct), space, progress, deadline)
+    search = search_space(Search(model, cluster, train, include_oom, top_k, distinct, oom_by_memory=oom_by_memory),
+                          space, progress, deadline)
     if search.space == 0:
         raise explain_empty_space(model, cluster, train, fixed)
     if search.fitting == 0 and not include_oom and "offload_opt" not in fixed and offload_offered(fw):
         try:  # optimizer offload only ever makes a step slower: tried when nothing fits without it
             return plan(model, cluster, train, {**fixed, "offload_opt": 1}, top, include_oom, progress,
-                        ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes)
-        except NoFitError:
+                        ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory)
+        except AsapError:  # nothing fits (or can be built) with it either: the no-fit below says why
             pass
     if search.fitting == 0 and not include_oom:
         cut = " before the time limit" if search.priced < search.space else ""
         raise NoFitError("fix" if fixed else "cluster",
-                         f"no strategy fits in {usable_hbm_gb(cluster.accelerator, train):.4g} GiB per device (searched {search.priced}{cut}); "
-                         f"the smallest needs {search.smallest[0]:.1f} GiB ({search.smallest[2]})")
+                         f"no strategy fits in {usable_hbm_gb(cluster.accelerator, train):.4g} GiB per device "
+                         f"(searched {search.priced}{cut}); the smallest needs {search.smallest[0]:.1f} GiB reserved "
+                         f"({format_compact(search.smallest[2], cluster.num_devices, model.moe is not None, fw)})")
     kept = search.kept
     S, mem_kept, step = kept.S, kept.mem, kept.step
-    by_step = kept.by_step()
-    front = pareto_front(step, mem_kept.peak_gb, by_step)
-    shown = first_per_shape(S, by_step) if distinct else by_step
+    front = pareto_front(step, mem_kept.peak_gb, kept.by_step())
+    by_rank = kept.by_rank()
+    shown = first_per_shape(S, by_rank) if distinct else by_rank
     order = shown[:top_k]
 
     def full(idx: np.ndarray) -> list[Estimate]:
@@ -333,13 +350,15 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         return [estimate_from_batch(model, cluster, train, sub, be, j) for j in range(len(sub))]
 
     candidates, splits = full(order), [None] * len(order)
+    hbm_rank = usable_hbm_gb(cluster.accelerator, train) if include_oom and oom_by_memory else math.inf
     if "layer_split" not in fixed and ilp_candidates and deadline.passed():
         deadline.notes.append("time limit reached before the pipeline-stage ILP: candidates keep the default "
                               "layer split")
     elif "layer_split" not in fixed:
         candidates, splits = adopt_stage_splits(model, cluster, train, candidates, ilp_candidates, ilp_time_limit_s,
                                                ilp_work_limit_nodes)
-    ranked = sorted(range(len(candidates)), key=lambda i: candidates[i].step_time_s)[:top]
+    ranked = sorted(range(len(candidates)), key=lambda i: (float(over_capacity_gb(candidates[i].peak_memory_gb, hbm_rank)),
+                                                          candidates[i].step_time_s))[:top]
     candidates, splits = [candidates[i] for i in ranked], [splits[i] for i in ranked]
     return PlanResult(candidates=candidates, pareto=full(front), searched=search.priced, fitting=search.fitting,
                       search_time_s=time.perf_counter() - t0,

@@ -24,7 +24,8 @@ tp x cp x dp x pp; expert layers regroup the same tp*cp*dp devices of a stage as
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import re
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from asap.errors import AsapError
@@ -117,21 +118,22 @@ def _parse_value(k: str, v: Any, field: str) -> Any:
 
 
 def parse_strategy(text: str | dict | None, field: str = "strategy") -> dict[str, Any]:
-    """Parse ``"tp=8,pp=2,recompute=full,layer_split=5/4/4/3"`` into a partial mapping of typed values."""
+    """Parse ``"tp=8,pp=2,recompute=full,layer_split=5/4/4/3"``, or the compact form ``"tp8 pp2 rc:full"``
+    (``format_compact``; the two may be mixed), into a partial mapping of typed values."""
     if text is None or text == "":
         return {}
     if isinstance(text, dict):
         items = [(k, v) for k, v in text.items() if not (k == "layer_split" and v in (None, ""))]
     else:
         items = []
-        for part in str(text).split(","):
-            part = part.strip()
-            if not part:
+        for part in re.split(r"[,\s]+", str(text).strip()):
+            if not part or part == COMPACT_DEFAULTS:
                 continue
-            if "=" not in part:
-                raise AsapError(field, f"'{part}' is not key=value (keys: {', '.join(KEYS)})")
-            k, v = part.split("=", 1)
-            items.append((k.strip(), v.strip()))
+            if "=" in part:
+                k, v = part.split("=", 1)
+                items.append((k.strip(), v.strip()))
+            else:
+                items.append(compact_item(part, field))
     out: dict[str, Any] = {}
     for k, v in items:
         if k not in KEYS:
@@ -208,3 +210,107 @@ def resolve_strategy(text: str | dict | None, model, train, devices: int, field:
         s = replace(s, etp=1)
     check_strategy(s, model, train, devices, field, framework)
     return s
+
+
+# The compact notation humans read (``tp8 pp16 vpp8 cp2 ep64 zero1 rc:sel dedup``): only the keys that differ
+# from estimate's defaults, integer keys first then the named choices, each group in Strategy's field order.
+# An integer key is its name and value run together (``tp8``, ``zero1``, ``a2a1``); any other key is
+# ``name:value`` (``rc:sel``, ``split:5/4x30/3``: a run of three or more equal chunks as ``count x times``), or its bare value where that value names one key alone
+# (``dedup``, ``zb``). A field added to Strategy later takes part as its own name with no table entry.
+COMPACT_NAMES = {"recompute": "rc", "a2a_overlap": "a2a", "layer_split": "split"}
+COMPACT_VALUES = {"recompute": {"selective": "sel"}}
+BARE_CHOICES = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}  # value sets that share no value
+COMPACT_DEFAULTS = "defaults"  # what a strategy with every key at its default prints as
+
+
+def _int_fields() -> list[str]:
+    return [f.name for f in fields(Strategy) if f.type in ("int", int)]
+
+
+def compact_order() -> list[str]:
+    """The fixed order of the compact notation: integer keys, then the others, each in field order."""
+    ints = _int_fields()
+    return ints + [f.name for f in fields(Strategy) if f.name not in ints]
+
+
+def _compact_token(k: str, v: Any) -> str:
+    name = COMPACT_NAMES.get(k, k)
+    if k in _int_fields():
+        return f"{name}{int(v)}"
+    text = runs_text(v) if isinstance(v, tuple) else str(v)
+    if k in BARE_CHOICES and sum(text in vals for vals in BARE_CHOICES.values()) == 1:
+        return text
+    return f"{name}:{COMPACT_VALUES.get(k, {}).get(text, text)}"
+
+
+def format_compact_keys(keys: dict[str, Any]) -> str:
+    """The given keys (a partial strategy) in the compact notation, nothing added or dropped."""
+    tokens = [_compact_token(k, keys[k]) for k in compact_order() if keys.get(k) not in (None, ())]
+    return " ".join(tokens) or COMPACT_DEFAULTS
+
+
+def compact_item(token: str, field: str = "strategy") -> tuple[str, Any]:
+    """One compact token as ``(key, raw value)`` for ``parse_strategy`` to type and check."""
+    longs = {v: k for k, v in COMPACT_NAMES.items()}
+    if ":" in token:
+        name, value = token.split(":", 1)
+        key = longs.get(name, name)
+        value = {short: full for full, short in COMPACT_VALUES.get(key, {}).items()}.get(value, value)
+        return key, expand_runs(value, f"{field}.{key}") if key == "layer_split" else value
+    for key, values in BARE_CHOICES.items():
+        if token in values:
+            return key, token
+    names = sorted([(COMPACT_NAMES.get(k, k), k) for k in _int_fields()] + [(k, k) for k in _int_fields()],
+                   key=lambda nk: -len(nk[0]))
+    for name, key in names:
+        if token.startswith(name) and token[len(name):].isdigit():
+            return key, token[len(name):]
+    raise AsapError(field, f"'{token}' is neither key=value nor a compact token such as tp8, zero1, rc:sel, "
+                           f"split:5/4/4/3 or dedup (keys: {', '.join(compact_order())})")
+
+
+def format_compact(s: Strategy, devices: int, moe: bool = True, framework=None) -> str:
+    """The compact notation of ``s``: the fewest keys (in the fixed order) from which ``complete_strategy``
+    with these devices and framework gives ``s`` back; ``parse_strategy`` reads it."""
+    full = {f.name: getattr(s, f.name) for f in fields(Strategy)}
+
+    def completes(keys: dict[str, Any]) -> bool:
+        try:
+            filled = complete_strategy(parse_strategy(_typed(keys)), devices, framework=framework)
+        except AsapError:
+            return False
+        return (replace(filled, etp=1) if not moe else filled) == (replace(s, etp=1) if not moe else s)
+
+    keep = {k: v for k, v in full.items() if not completes({kk: vv for kk, vv in full.items() if kk != k})}
+    for k in compact_order():  # one key left out can be implied while two together are not: add back in order
+        if completes(keep):
+            break
+        keep[k] = full[k]
+    return format_compact_keys(keep)
+
+
+def _typed(keys: dict[str, Any]) -> dict[str, Any]:
+    return {k: (format_layer_split(v) if v else None) if k == "layer_split" else v for k, v in keys.items()}
+
+
+def runs_text(split: tuple[int, ...]) -> str:
+    """A layer split with its runs of three or more equal chunks as ``NxK``: ``5/4x30/3``."""
+    parts, i = [], 0
+    while i < len(split):
+        j = i
+        while j < len(split) and split[j] == split[i]:
+            j += 1
+        parts += [f"{split[i]}x{j - i}"] if j - i >= 3 else [str(split[i])] * (j - i)
+        i = j
+    return "/".join(parts)
+
+
+def expand_runs(text: str, field: str) -> str:
+    """``5/4x3/3`` as ``5/4/4/4/3`` (``parse_layer_split`` checks the numbers)."""
+    out = []
+    for part in text.split("/"):
+        count, sep, times = part.partition("x")
+        if sep and not times.isdigit():
+            raise AsapError(field, f"'{part}' is not N or NxK (K chunks of N layers)")
+        out += [count] * (int(times) if times else 1)
+    return "/".join(out)
