@@ -72,7 +72,7 @@ def moves_text(new: Strategy, current: Strategy) -> str:
 def tradeoffs(base: Estimate, new: Estimate, hbm_gb: float, global_batch: int) -> list[str]:
     """What the move costs besides the step time: memory, numerics, batch semantics, and exposed terms that grow."""
     a, b = base.strategy, new.strategy
-    out = [f"memory: peak {base.peak_memory_gb:.1f} -> {new.peak_memory_gb:.1f} GiB reserved of {hbm_gb:g} GiB per device"]
+    out = [f"memory: peak {base.peak_memory_gb:.1f} -> {new.peak_memory_gb:.1f} GiB reserved of {hbm_gb:.4g} GiB usable per device"]
     axes = [k for k in REDUCTION_AXES if getattr(a, k) != getattr(b, k)]
     if axes or a.dp != b.dp:
         out.append(f"numerics: {', '.join(axes + (['dp'] if a.dp != b.dp else []))} change the order of "

@@ -140,6 +140,13 @@ class Proposer:
     def moe(self) -> bool:
         return self.model.moe is not None
 
+    @property
+    def usable_gb(self) -> float:
+        """The peak a strategy may reach and fit (``asap.cost.memory.usable_hbm_gb``: the device's less the margin)."""
+        from asap.cost.memory import usable_hbm_gb
+
+        return usable_hbm_gb(self.cluster.accelerator, self.train)
+
     def workload(self) -> dict[str, Any]:
         fam = self.cluster.accelerator.family
         return {"family": fam, "model_kind": "moe" if self.model.moe is not None else "dense",
@@ -320,7 +327,7 @@ class Proposer:
         if (est.step_time_s, est.peak_memory_gb) == (base.step_time_s, base.peak_memory_gb):
             return "changes nothing the cost model sees (a knob without effect here)"
         if not est.fits:
-            return f"does not fit: {est.peak_memory_gb:.1f} GiB reserved > {self.cluster.hbm_gb:g} GiB"
+            return f"does not fit: {est.peak_memory_gb:.1f} GiB reserved > {self.usable_gb:.4g} GiB usable"
         knobs = moved_knobs(est.strategy, base.strategy)
         if source != "planner" and len(knobs) > MAX_KNOBS:
             return f"moves {len(knobs)} knobs besides dp ({', '.join(knobs)}): more than {MAX_KNOBS}"
@@ -381,7 +388,7 @@ class Proposer:
         trials = self._similar_trials(c.strategy)
         evidence += [f"memory:trial{t['id']}" for t in trials]
         return Proposal(c.strategy, rationale, speedup, (base.step_time_s / hi, base.step_time_s / lo), c.step_s,
-                        (lo, hi), tradeoffs(base, c.estimate, self.cluster.hbm_gb, self.train.global_batch),
+                        (lo, hi), tradeoffs(base, c.estimate, self.usable_gb, self.train.global_batch),
                         evidence, c.estimate.fits, c.source, kind=kind, attacks=target["figure"],
                         attacks_class=target["class"], knobs=sorted(c.knobs), entries=entries,
                         term_changes_s=deltas(base, c.estimate)["deltas_s"], similar_trials=trials,
