@@ -39,7 +39,7 @@ def test_every_class_has_a_shown_scenario():
     for _, text in shown():
         classes.add(text.split(" ", 1)[0])
     assert {"tp_comm", "cp_comm", "ep_comm", "dp_comm", "pipeline_bubble", "memory_capacity", "recompute", "host",
-            "expert_imbalance", "sequence_imbalance", "stage_imbalance", "compute"} <= classes
+            "expert_imbalance", "sequence_imbalance", "stage_imbalance", "compute", "memory_bandwidth"} <= classes
 
 
 @pytest.mark.parametrize("command,text", shown(), ids=[c.split(" -S ")[0][:60] for c, _ in shown()])
