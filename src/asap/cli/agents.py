@@ -177,7 +177,7 @@ def _trial_table(m, c, t, executor: str):
     table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
     for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
         if col == "strategy":
-            strategy_column(table, ["tp8 pp8 rc:full"])  # wraps between tokens as trials come
+            strategy_column(table, ["tp8 pp8 rc:full split:9/8x14/7"])  # wraps between tokens as trials come
             continue
         table.add_column(col, justify="right" if col in ("measured", "predicted", "vs first") else "left")
 
