@@ -8,7 +8,7 @@ import pytest
 
 from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch, framework_of
 from asap.cost.batch import expand
-from asap.cost.memory import fits_memory, memory
+from asap.cost.memory import fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.search.planner import Deadline, Kept, NoFitError, Search, first_per_shape, pareto_front, plan, search_space
 from asap.search.space import Space, chunk_order, enumerate_space
@@ -45,7 +45,8 @@ def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, 
     be = estimate_batch(model, cluster, train, S.take(rows))
     step = be.step_time_s
     by_step = np.argsort(step, kind="stable")
-    over = np.maximum(peak[rows] - cluster.hbm_gb, 0.0) if oom_by_memory else np.zeros(len(rows))
+    over = (np.maximum(peak[rows] - usable_hbm_gb(cluster.accelerator, train), 0.0) if oom_by_memory
+            else np.zeros(len(rows)))
     by_rank = np.lexsort((np.arange(len(rows)), step, over))
     shown = first_per_shape(S.take(rows), by_rank) if distinct else by_rank
     front = pareto_front(step, peak[rows], by_step)

@@ -63,5 +63,10 @@ def test_trials_on_different_sim_machines_are_not_confused(tmp_path):
     assert slow["trials"][0]["status"] == catalog["trials"][0]["status"] == "ok"
     assert slow["trials"][0]["strategy_string"] == catalog["trials"][0]["strategy_string"]
     assert catalog["trials"][0]["measured_step_time_s"] < slow["trials"][0]["measured_step_time_s"]
-    assert again["trials"][0]["status"] == "skipped"  # the same machine again: remembered
-    assert again["trials"][0]["measured_step_time_s"] == slow["trials"][0]["measured_step_time_s"]
+    # the same machine again: the trial is remembered, so the loop does not run it a second time (it is
+    # skipped with the remembered figure, or the loop goes on to a strategy Memory does not have there)
+    first = again["trials"][0]
+    if first["status"] == "skipped":
+        assert first["measured_step_time_s"] == slow["trials"][0]["measured_step_time_s"]
+    else:
+        assert first["strategy_string"] != slow["trials"][0]["strategy_string"]
