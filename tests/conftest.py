@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,33 @@ def pytest_sessionfinish(session, exitstatus):
         left = _descendants(os.getpid())
     print("\nprocesses left running by the tests:\n" + "\n".join(f"  {p}: {c[:160]}" for p, c in left))
     session.exitstatus = 1
+
+
+def chat_server(answers: list[str], seen: list[dict] | None = None):
+    """A real local HTTP server speaking chat completions: records each request's JSON in ``seen`` (if given) and
+    replays ``answers`` (message contents) in order, then ``{}``. The tests of ``--llm`` talk to it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    queue = list(answers)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server protocol
+            request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if seen is not None:
+                seen.append(request)
+            content = queue.pop(0) if queue else "{}"
+            body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content},
+                                            "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

@@ -24,6 +24,7 @@ from asap.search.planner import plan
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from conftest import chat_server  # noqa: E402
 
 V5P_64 = load_cluster("tpu-v5p", devices=64)
 
@@ -247,40 +248,13 @@ def test_crashing_and_hanging_trials_fail_and_the_loop_goes_on(tmp_path):
     assert all(x["status"] in ("ok", "failed") for x in stored)
 
 
-def _chat_server(answers: list[str]):
-    """A real local HTTP server speaking chat completions, replaying ``answers`` (message contents) in order."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    queue = list(answers)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the http.server protocol
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            content = queue.pop(0) if queue else "{}"
-            body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content},
-                                            "finish_reason": "stop"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_llm_candidates_are_checked_like_the_others_and_malformed_answers_change_nothing(tmp_path):
     from asap.agents.llm import LLMAdvisor, LLMConfig
 
     good = json.dumps({"candidates": [{"strategy": {"tp": 2, "zero": 3}, "rationale": "shard the states"},
                                       {"strategy": {"tp": 0}, "rationale": "invalid on purpose"}],
                        "narrative": "memory-bound; shard"})
-    server = _chat_server([good, "this is not JSON {", good])
+    server = chat_server([good, "this is not JSON {", good])
     try:
         advisor = LLMAdvisor(LLMConfig(f"http://127.0.0.1:{server.server_port}/v1", "replay", timeout_s=10))
         m, c, t = load_model("llama3-8b"), load_cluster("h100-sxm", devices=16), TrainSpec(64, 4096)

@@ -19,6 +19,7 @@ from asap.cost.estimate import estimate
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from conftest import chat_server  # noqa: E402
 
 KNOWN = {e.id for e in load_knowledge()}
 
@@ -152,32 +153,6 @@ def test_within_error_only_where_true():
     assert ps.proposals[0].expected_speedup > 1.2
 
 
-def _chat_server(answers: list[str], seen: list[dict]):
-    """A real local HTTP server speaking chat completions: records each request, replays ``answers``."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    queue = list(answers)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the http.server protocol
-            seen.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
-            body = json.dumps({"choices": [{"message": {"role": "assistant", "content": queue.pop(0)},
-                                            "finish_reason": "stop"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_llm_sees_the_diagnosis_entries_and_priced_candidates_and_may_rewrite_a_rationale():
     """The LLM's request carries the classes, the retrieved entries and the priced candidates; naming the tp 16->8
     move again rewrites that proposal's rationale; its new candidate is priced like any other."""
@@ -187,7 +162,7 @@ def test_llm_sees_the_diagnosis_entries_and_priced_candidates_and_may_rewrite_a_
                                         {"strategy": {"tp": 4, "pp": 4}, "rationale": "smaller TP, more stages"}],
                          "narrative": "TP16 crosses InfiniBand"})
     seen: list[dict] = []
-    server = _chat_server([answer], seen)
+    server = chat_server([answer], seen)
     try:
         m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(512, 8192)
         s = parse_current("tp=16", m, c, t)

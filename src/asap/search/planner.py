@@ -11,6 +11,8 @@ stays bounded however big the space:
 
 from __future__ import annotations
 
+import contextlib
+
 import ctypes
 import functools
 import math
@@ -326,11 +328,11 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     if search.space == 0:
         raise explain_empty_space(model, cluster, train, fixed)
     if search.fitting == 0 and not include_oom and "offload_opt" not in fixed and offload_offered(fw):
-        try:  # optimizer offload only ever makes a step slower: tried when nothing fits without it
+        # optimizer offload only ever makes a step slower: tried when nothing fits without it; where nothing
+        # fits (or can be built) with it either, the no-fit below says why
+        with contextlib.suppress(AsapError):
             return plan(model, cluster, train, {**fixed, "offload_opt": 1}, top, include_oom, progress,
                         ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory)
-        except AsapError:  # nothing fits (or can be built) with it either: the no-fit below says why
-            pass
     if search.fitting == 0 and not include_oom:
         cut = " before the time limit" if search.priced < search.space else ""
         raise NoFitError("fix" if fixed else "cluster",
