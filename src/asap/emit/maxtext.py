@@ -124,6 +124,6 @@ def emit(model, cluster, train, s) -> str:
     import yaml
 
     head = (f"# {VERSION}; asap strategy {s}\n"
-            f"# schedule={s.schedule}: MaxText's circular pipeline; sp={s.sp}: XLA shards activations on the "
+            f"# schedule={s.schedule}: MaxText's circular pipeline; sp={int(s.sp)}: XLA shards activations on the "
             "tensor axis itself\n")
     return head + yaml.safe_dump(config(model, cluster, train, s), sort_keys=False)
