@@ -37,7 +37,7 @@ def compare(
 ):
     """Estimate each strategy and show them term by term, with the difference that decides it in one sentence."""
     from asap.compare import compare as run_compare
-    from asap.cost.estimate import estimate as run_estimate, framework_of
+    from asap.cost.estimate import estimate_spelled as run_estimate, framework_of  # text parsed here
     from asap.spec.strategy import format_compact
 
     m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,

@@ -16,13 +16,13 @@ def emit_strategy(fmt: str, m, c, t, strategy) -> str:
     """Complete and check ``strategy`` as ``asap estimate`` does, then emit it (the API ``plan --emit`` can call)."""
     from dataclasses import replace
 
-    from asap.cost.estimate import estimate
+    from asap.cost.estimate import estimate_spelled
     from asap.emit import FRAMEWORK_OF, check_format, emit
 
     check_format(fmt)
     if t.framework is None:
         t = replace(t, framework=FRAMEWORK_OF[fmt])
-    s = strategy if not isinstance(strategy, (str, dict, type(None))) else estimate(m, c, t, strategy).strategy
+    s = estimate_spelled(m, c, t, strategy).strategy if isinstance(strategy, (str, dict, type(None))) else strategy
     return emit(fmt, m, c, t, s)
 
 

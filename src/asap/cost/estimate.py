@@ -40,7 +40,7 @@ from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
 from asap.spec.framework import Framework, GradSync, get_framework
 from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, check_strategy, resolve_strategy
+from asap.spec.strategy import Recompute, RecomputePolicy, Schedule, Strategy, Zero, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
@@ -468,8 +468,8 @@ def counterfactuals(model: ModelSpec, cluster: Cluster, train: TrainSpec, strate
     def step_of(t: TrainSpec, s: Strategy) -> float:
         return float(estimate_batch(model, cluster, t, StrategyBatch.from_strategies([s])).step_time_s[0])
 
-    recompute = (step_s - step_of(train, replace(strategy, recompute="none"))
-                 if strategy.recompute != "none" else 0.0)
+    recompute = (step_s - step_of(train, replace(strategy, recompute=RecomputePolicy()))
+                 if strategy.recompute.kind != Recompute.NONE else 0.0)
     expert = (step_s - step_of(replace(train, moe_imbalance=1.0), strategy)
               if model.moe is not None and train.moe_imbalance > 1.0 else 0.0)
     even = tuple((dp, train.attention_work_mean) for dp, _ in train.attention_work)  # every rank the mean
@@ -477,19 +477,25 @@ def counterfactuals(model: ModelSpec, cluster: Cluster, train: TrainSpec, strate
     return Counterfactuals(max(recompute, 0.0), max(expert, 0.0), max(sequence, 0.0))
 
 
-def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy | str | dict | None,
+def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy,
              classes: bool = True) -> Estimate:
-    """Price one strategy (a Strategy, or ``key=value`` text/mapping completed with the documented defaults and
-    the framework's; checked against the framework's options). ``classes``: name the bottleneck with the
-    counterfactual pricings too (recompute, expert and sequence imbalance; ``asap.cost.classes``)."""
+    """Price one strategy (checked against the model, the devices and the framework's options; text is read by
+    ``resolve_strategy`` at the edge). ``classes``: name the bottleneck with the counterfactual pricings too
+    (recompute, expert and sequence imbalance; ``asap.cost.classes``)."""
     fw = framework_of(train, cluster)
-    if isinstance(strategy, Strategy):
-        check_strategy(strategy, model, train, cluster.num_devices, framework=fw)
-    else:
-        strategy = resolve_strategy(strategy, model, train, cluster.num_devices, framework=fw)
+    check_strategy(strategy, model, train, cluster.num_devices, framework=fw)
     S = StrategyBatch.from_strategies([strategy])
     be = estimate_batch(model, cluster, train, S)
     est = estimate_from_batch(model, cluster, train, S, be, 0)
     if not classes:
         return est
     return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train), counterfactuals(model, cluster, train, est.strategy, est.step_time_s))
+
+
+def estimate_spelled(model: ModelSpec, cluster: Cluster, train: TrainSpec, text: str | dict | None,
+                     classes: bool = True) -> Estimate:
+    """The API's edge (``asap.estimate``): price ``key=value`` text or a mapping (completed with the documented
+    defaults and the framework's, then checked); a ``Strategy`` is priced as it is."""
+    if not isinstance(text, Strategy):
+        text = resolve_strategy(text, model, train, cluster.num_devices, framework=framework_of(train, cluster))
+    return estimate(model, cluster, train, text, classes)

@@ -91,9 +91,8 @@ class Strategy:
         return d
 
     def key(self) -> str:
-        """The canonical text Memory stores: every key (the default layer split left out) sorted by name,
-        ``key=value`` joined by commas."""
-        return ",".join(f"{k}={v}" for k, v in sorted(self.to_dict().items()) if v is not None)
+        """The canonical text Memory stores: the keys ``str`` prints, sorted by name (``canonical_text``)."""
+        return canonical_text(parse_strategy(str(self)))
 
     def __str__(self) -> str:
         """``key=value,...`` with every key (the layer split only when it is not the default, the offload and
@@ -175,6 +174,12 @@ def parse_strategy(text: str | dict | None, field: str = "strategy") -> dict[str
             raise AsapError(f"{field}.{k}", "given twice")
         out[k] = _parse_value(k, v, field)
     return out
+
+
+def canonical_text(partial: dict[str, Any]) -> str:
+    """A partial strategy (``parse_strategy``'s mapping) as Memory's text: ``key=value`` sorted by key, the
+    layer split as ``5/4/4/3``; ``"tp=2,dp=4"`` and ``"dp=4,tp=2"`` are the same text."""
+    return ",".join(f"{k}={format_layer_split(v) if k == 'layer_split' else v}" for k, v in sorted(partial.items()))
 
 
 def default_etp(tp: int, cp: int, dp: int, ep: int) -> int:
