@@ -18,7 +18,7 @@ from asap.agents.coordinator import Coordinator
 from asap.agents.correction import fit_correction, information_gain, sensitivities
 from asap.agents.memory import Memory
 from asap.agents.proposer import Proposer, changed_keys, parse_current
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.execute.sim import SimExecutor
 from asap.search.planner import plan
 from asap.spec.hardware import load_cluster

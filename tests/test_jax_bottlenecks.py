@@ -17,7 +17,7 @@ pytest.importorskip("jax")
 
 from asap.agents.analyzer import Analyzer  # noqa: E402
 from asap.agents.proposer import Proposer, parse_current  # noqa: E402
-from asap.cost.estimate import estimate  # noqa: E402
+from asap.cost.estimate import estimate_spelled as estimate  # noqa: E402
 from asap.jaxrun.launch import run  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
 from asap.train.launch import resolve_run_strategy  # noqa: E402

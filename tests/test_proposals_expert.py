@@ -15,7 +15,7 @@ from asap.agents.analyzer import Analyzer
 from asap.agents.knowledge import load_knowledge
 from asap.agents.proposer import Proposer, parse_current
 from asap.cli import _register_commands, app
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
