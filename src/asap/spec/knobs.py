@@ -1,5 +1,6 @@
-"""The strategy knobs' vocabulary: the keys, the enums of recompute, schedule and ZeRO, and the batch codes of
-recompute values (``Recompute.MODULES`` + the bit mask of ``RecomputeModule``).
+"""The strategy knobs' vocabulary: the keys, the enums of recompute, schedule and ZeRO, the typed recompute value
+(``RecomputePolicy``) and the batch codes of recompute values (``Recompute.MODULES`` + the bit mask of
+``RecomputeModule``), and ``plain_value``, a typed knob in its printed spelling.
 
 Read by ``asap.spec.strategy`` (the ``Strategy`` record, parsing and defaults) and ``asap.spec.legality`` (the
 rules over batches of strategies), which imports no ``Strategy`` so that the two do not import each other.

@@ -14,6 +14,11 @@ Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   defaults (``asap.spec.framework``), layer_split = the default split of ``asap.spec.layout`` (L // (pp vpp)
   per chunk, the remainder from the middle chunks outwards).
 
+A ``Strategy`` holds its knobs typed (``zero`` a ``Zero``, the switches bools, ``schedule`` a ``Schedule``,
+``dispatcher`` a ``Dispatcher``, ``recompute`` a ``RecomputePolicy``) and prints them in the text spelling above
+(``to_dict``, ``str``, ``key`` for Memory). Text and mappings are read only at the edges, by ``parse_strategy``
+and ``resolve_strategy`` (docs/design.md, "The typed strategy").
+
 The rules a strategy must keep live in one table, ``asap.spec.legality``; the knobs' names and codes (the
 enums, the batch codes of recompute values) in ``asap.spec.knobs``, which both read.
 
@@ -315,7 +320,7 @@ def format_compact(s: Strategy, devices: int, moe: bool = True, framework=None) 
 
     def completes(keys: dict[str, Any]) -> bool:
         try:
-            filled = complete_strategy(parse_strategy(_typed(keys)), devices, framework=framework)
+            filled = complete_strategy(parse_strategy(_spelled(keys)), devices, framework=framework)
         except AsapError:
             return False
         return (replace(filled, etp=1) if not moe else filled) == (replace(s, etp=1) if not moe else s)
@@ -328,7 +333,7 @@ def format_compact(s: Strategy, devices: int, moe: bool = True, framework=None) 
     return format_compact_keys(keep)
 
 
-def _typed(keys: dict[str, Any]) -> dict[str, Any]:
+def _spelled(keys: dict[str, Any]) -> dict[str, Any]:
     return {k: (format_layer_split(v) if v else None) if k == "layer_split" else plain_value(v) for k, v in keys.items()}
 
 
