@@ -104,7 +104,8 @@ def test_tune_reaches_the_planners_best_and_never_repeats(tmp_path):
 def test_the_correction_reproduces_a_uniformly_slower_machine():
     """Trials measured 1.3x slower than the catalog's estimates: the corrected model reproduces each within 2%."""
     m, c, t = load_model("llama3-8b"), load_cluster("h100-sxm", devices=16), TrainSpec(64, 4096)
-    pairs = [(s, 1.3 * estimate(m, c, t, s).step_time_s) for s in ("tp=2", "tp=4", "dp=16,zero=3")]
+    strategies = [parse_current(s, m, c, t) for s in ("tp=2", "tp=4", "dp=16,zero=3")]
+    pairs = [(s, 1.3 * estimate(m, c, t, s).step_time_s) for s in strategies]
     corr = fit_correction(m, c, t, pairs)
     assert corr.trials == 3
     for s, measured in pairs:
@@ -123,7 +124,8 @@ def test_the_correction_finds_the_fabric_that_is_slower():
     catalog's exposed terms it replaced could not tell these apart."""
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(256, 8192)
     machine = _half_scale_out(c)
-    strategies = ("cp=4,zero=3", "tp=8,pp=2", "tp=4,pp=4,zero=1", "tp=8,zero=1", "tp=2,cp=2,zero=3,sp=1")
+    strategies = [parse_current(s, m, c, t)
+                  for s in ("cp=4,zero=3", "tp=8,pp=2", "tp=4,pp=4,zero=1", "tp=8,zero=1", "tp=2,cp=2,zero=3,sp=1")]
     corr = fit_correction(m, c, t, [(s, estimate(m, machine, t, s).step_time_s) for s in strategies])
     assert corr.scale_out == pytest.approx(2.0, rel=0.10)
     assert corr.compute == pytest.approx(1.0, rel=0.05)
@@ -135,8 +137,8 @@ def test_the_next_trial_that_teaches_most_is_the_one_unlike_those_measured():
     whose time depends on other parts of the machine, and any first measurement teaches something."""
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(256, 8192)
     x = np.zeros(3)
-    measured = sensitivities(m, c, t, ["tp=8,pp=2"], x)
-    again, other = (sensitivities(m, c, t, [s], x)[0] for s in ("tp=8,pp=2", "cp=4,zero=3"))
+    measured = sensitivities(m, c, t, [parse_current("tp=8,pp=2", m, c, t)], x)
+    again, other = (sensitivities(m, c, t, [parse_current(s, m, c, t)], x)[0] for s in ("tp=8,pp=2", "cp=4,zero=3"))
     assert information_gain(np.zeros((0, 3)), again) > 0
     assert information_gain(measured, other) > information_gain(measured, again)
 
