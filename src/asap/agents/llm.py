@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from asap.errors import AsapError
+from asap.errors import AsapError, from_validation
 from asap.spec.framework import DISPATCHERS
 from asap.spec.strategy import KEYS, RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, parse_strategy
 
@@ -198,12 +198,8 @@ def extract_json(content: str) -> Any:
 
 
 def _validation_reason(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e.get("loc", ()))
-        msg = str(e.get("msg", "")).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts)
+    """Every error of ``err``, ``location: message``, ``; ``-separated (``asap.errors.from_validation``)."""
+    return str(from_validation(err, every=True))
 
 
 def parse_advice(payload: Any) -> AdviceResult:

@@ -90,7 +90,6 @@ def trial_compact(trial: dict, workloads: dict) -> str:
     """A trial's strategy in the compact notation: the keys that differ from the defaults on its experiment's
     devices and framework when it is complete, else the keys it was given."""
     from asap.errors import AsapError
-from asap.spec.words import TrialStatus
     from asap.spec.framework import get_framework
     from asap.spec.hardware import get_accelerator
     from asap.spec.strategy import Strategy, format_compact, format_compact_keys, parse_strategy

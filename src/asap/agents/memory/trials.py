@@ -7,11 +7,24 @@ import os
 import sqlite3
 from datetime import datetime, timezone
 
+from pydantic import RootModel, field_validator
+
 from asap.agents.memory.connection import Store
 from asap.agents.memory.records import _dumps, _float_or_none, _loads, _now, _parse_time, canonical_strategy
 from asap.agents.memory.schema import _JSON_TRIAL, FINISHED, FOREIGN_HOST_STALE, KILLED_REASON
-from asap.errors import AsapError
+from asap.errors import AsapError, validated
 from asap.spec.words import ENDED_STATUSES, TrialStatus
+
+
+class FinishedStatus(RootModel[TrialStatus]):
+    """How a trial ended: a ``TrialStatus`` other than running."""
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _finished(cls, v: object) -> object:
+        if v not in FINISHED:
+            raise ValueError(f"must be one of {', '.join(FINISHED)}, got {getattr(v, 'value', v)!r}")
+        return v
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -55,9 +68,7 @@ class Trials(Store):
                      reason: str = "", diagnosis: dict | None = None, traces: list | None = None) -> None:
         """Close a trial: ``status`` ok | failed | skipped | killed, what it measured, why it ended so. A
         ``diagnosis`` or ``traces`` left ``None`` keeps what the trial had."""
-        if status not in FINISHED:
-            raise AsapError("status", f"must be one of {', '.join(FINISHED)}, got {getattr(status, 'value', status)!r}")
-        status = TrialStatus(status).value
+        status = validated(FinishedStatus, status, whole="status").root.value
         measured = _float_or_none(measured_step_time_s, "measured_step_time_s")
         diag, tr = _dumps(diagnosis, "diagnosis"), _dumps(traces, "traces")
 
