@@ -34,7 +34,7 @@ MODEL_KINDS = ("dense", "moe", "long_context", "mla")
 def _int_range(key: str) -> tuple[int, int | None]:
     """What ``asap.spec.strategy`` accepts for an integer key: a ZeRO stage, a 0/1 switch, else a degree >= 1."""
     if key == "zero":
-        return min(Zero), max(Zero)
+        return int(min(Zero)), int(max(Zero))
     return (0, 1) if key in SWITCH_KEYS else (1, None)
 
 
@@ -44,7 +44,7 @@ INT_RANGES = {k: _int_range(k) for k in INT_KEYS if k not in OFF_BY_DEFAULT}
 CHOICE_KEYS = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}
 MOVE_KEYS = tuple(INT_RANGES) + ("recompute",) + tuple(CHOICE_KEYS)
 # A strategy dict that lacks a key has the value ``asap.spec.strategy.Strategy`` defaults to (dp too: 1).
-DEFAULTS = {k: v for k, v in Strategy(dp=1).to_dict().items() if k in MOVE_KEYS}
+DEFAULTS = {k: int(v) if k in INT_RANGES else v for k, v in Strategy(dp=1).to_dict().items() if k in MOVE_KEYS}
 _ARITH = re.compile(r"^([x/+-])(\d+)$")
 
 
