@@ -190,6 +190,10 @@ class OperationTable:
     def saved(self) -> list[Saved]:
         return [s for op in self.operations for s in op.saves]
 
+    def input_bytes(self) -> np.ndarray:
+        """The layer's input, which the first operation saves: all that full recompute keeps of a layer."""
+        return self.operations[0].saves[0].bytes + self._zero()
+
     def stored_bytes(self, selective: bool = False) -> np.ndarray:
         """Stored activation bytes without recompute, or under the kernels selective policy."""
         return sum((s.bytes for s in self.saved() if not (selective and s.selective)), self._zero())
