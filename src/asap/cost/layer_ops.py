@@ -212,14 +212,13 @@ def moe_mlp_ops(model: ModelSpec, x: Shapes, S: StrategyBatch) -> list[Operation
     return ops + [Operation("mlp_residual", ELEMENTWISE, B, Axis.SP, bytes=x.resid_bytes)]
 
 
-def layer_table(model: ModelSpec, x: Shapes, S: StrategyBatch, moe: bool, host: HostOps | None = None,
+def layer_table(model: ModelSpec, x: Shapes, S: StrategyBatch, moe: bool,
                 attention: list[Operation] | None = None) -> OperationTable:
     """One transformer layer's operations (an MoE layer's when ``moe``); ``attention`` reuses an attention
-    block already built for the same shapes; ``host`` gives the stack's host operator counts."""
+    block already built for the same shapes."""
     attn = attention if attention is not None else attention_ops(model, x)
     mlp = moe_mlp_ops(model, x, S) if moe else dense_mlp_ops(model, x)
-    hops = layer_host_ops(model, host, S, moe) if host is not None else (0.0, 0.0)
-    return OperationTable(attn + mlp, len(S), hops)
+    return OperationTable(attn + mlp, len(S))
 
 
 def embedding_table(x: Shapes, S: StrategyBatch) -> OperationTable:
@@ -228,22 +227,23 @@ def embedding_table(x: Shapes, S: StrategyBatch) -> OperationTable:
                                      bytes=2 * x.ab * x.T_sp * x.h)], len(S))
 
 
-def head_table(model: ModelSpec, x: Shapes, S: StrategyBatch, host: HostOps | None = None) -> OperationTable:
+def head_table(model: ModelSpec, x: Shapes, S: StrategyBatch) -> OperationTable:
     """Final norm, the vocab-parallel LM head GEMM and the cross entropy over fp32-upcast logits: read the bf16
-    logits, ~4 passes of 4 bytes. ``host``: the stack's count for the embedding, final norm, head and loss
-    together (``HostOps.ends``)."""
+    logits, ~4 passes of 4 bytes."""
     V = float(model.vocab_size)
     return OperationTable([
         Operation("final_norm", ELEMENTWISE, Block.HEAD, Axis.SP, bytes=x.norm_bytes),
         x.gemm("lm_head", Block.HEAD, Axis.VOCAB, x.T, V / x.tp, x.h),
         Operation("loss", ELEMENTWISE, Block.HEAD, Axis.VOCAB, bytes=x.T * V / x.tp * (x.ab + 4 * 4), kernels=3)],
-        len(S), tuple(map(float, host.ends)) if host is not None else (0.0, 0.0))
+        len(S))
 
 
 def layer_host_ops(model: ModelSpec, host: HostOps, S: StrategyBatch, moe: bool):
-    """(forward, backward) operators the stack's host dispatches for one layer per micro-batch: the layer
-    kind's count (``HostOps``, measured per stack), and in an MoE layer ``per_local_expert`` for each of the
-    num_experts / ep experts a rank holds (a loop over experts; 0 with grouped GEMMs)."""
+    """The tables' host column: (forward, backward) operators the stack's host dispatches for one layer per
+    micro-batch (``asap.cost.host``). The stacks' counts are measured per layer kind, not per operation
+    (``HostOps``: a dispatch-mode count of the reference trainer, the fused stacks scaled from it), so the
+    column is the layer kind's count, plus, in an MoE layer, the routed experts' loop: ``per_local_expert``
+    for each of the num_experts / ep experts a rank holds (0 with grouped GEMMs)."""
     if not moe:
         return float(host.dense_layer[0]), float(host.dense_layer[1])
     local = model.moe.num_experts / S.ep.astype(float)

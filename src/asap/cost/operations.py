@@ -151,9 +151,6 @@ class OperationTable:
 
     operations: list[Operation]
     rows: int  # strategies in the batch
-    # the stack's host operator dispatches for the whole table, (forward, backward) per micro-batch
-    # (``asap.cost.layer_ops.host_ops``: measured per layer kind, not per operation)
-    host_ops: tuple = (0.0, 0.0)
 
     def select(self, block: Block | None = None, kind: OpKind | None = None, axis: Axis | None = None,
                module: RecomputeModule | None = None) -> list[Operation]:
