@@ -58,7 +58,6 @@ class Axis(str, Enum):
     TP = "tp"  # heads or FFN columns split by tensor parallelism (Megatron-Core's column/row-parallel linears)
     SP = "sp"  # tokens split by tp under sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2)
     EP = "ep"  # routed experts over ep, their columns over etp (Megatron-Core parallel folding)
-    CP = "cp"  # tokens only (and the attention kernel's queries)
     REPLICATED = "replicated"  # the whole operation on every tensor-parallel rank (MLA's down-projections)
     VOCAB = "vocab"  # the vocabulary split by tp (vocab-parallel embedding, head and loss)
 

@@ -26,10 +26,11 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, unique_index
 from asap.cost.communication import LayerComm, layer_comm
-from asap.cost.compute import (BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device,
-                               layer_compute)
+from asap.cost.compute import LayerCompute, layer_compute
 from asap.cost.host import unit_host_s
 from asap.cost.activations import LAYER_UNITS, layer_saves
+from asap.cost.layer_ops import kv_heads_per_device
+from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.layout import UNITS, Layout, Unit, layout
