@@ -129,7 +129,8 @@ def _mla_projections(model: ModelSpec, x: Shapes) -> list[Operation]:
                   bytes=2 * ab * T * ((m.q_lora_rank or 0) + m.kv_lora_rank) * x.unfused),
         x.gemm("kv_up_proj", A, Axis.TP, T, nh * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank, up,
                (Saved(latents),)),
-        Operation("rope", ELEMENTWISE, A, Axis.TP, up, bytes=2 * ab * T * (nh / tp + 1) * m.qk_rope_head_dim * x.unfused)]
+        Operation("rope", ELEMENTWISE, A, Axis.TP, up,
+                  bytes=2 * ab * T * (nh / tp + 1) * m.qk_rope_head_dim * x.unfused)]
 
 
 def attention_ops(model: ModelSpec, x: Shapes) -> list[Operation]:
