@@ -187,7 +187,9 @@ def moe_mlp_ops(model: ModelSpec, x: Shapes, S: StrategyBatch) -> list[Operation
     """An MoE layer's MLP half under Megatron-Core parallel folding (experts over etp x ep x edp of the stage's
     devices): pre-MLP norm, router GEMM and top-k over fp32 logits, dispatch (permute), the routed experts'
     grouped GEMMs over the busiest rank's rows (``Shapes.moe_imbalance`` times the mean), combine (unpermute),
-    shared experts, residual. The memory-bound share counts the router's and permutes' kernels once."""
+    shared experts, residual; the all-to-all itself is communication (``asap.cost.communication``). The
+    memory-bound share (the bottleneck's ``mem``, what selective recompute re-runs) counts the top-k and the
+    permutes as one kernel launch and leaves the shared experts' activation out, as the model has priced it."""
     mo, B, ab = model.moe, Block.MLP, x.ab
     etp, ep = S.etp.astype(float), S.ep.astype(float)
     stored_rows = x.T * mo.top_k * etp / x.tp  # routed token copies this device's etp group stores
