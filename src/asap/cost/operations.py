@@ -140,8 +140,9 @@ class Operation:
         """Its part of the layer's memory-bound forward seconds (0 for GEMMs and the attention kernel)."""
         if self.kind != OpKind.ELEMENTWISE or not self.memory_bound:
             return 0.0
-        kernels = self.kernels if self.memory_bound_kernels is None else self.memory_bound_kernels
-        return elementwise_time_s(acc, self.bytes, kernels=kernels)
+        if self.memory_bound_kernels is None or self.memory_bound_kernels == self.kernels:
+            return self.fwd_s(acc)
+        return elementwise_time_s(acc, self.bytes, kernels=self.memory_bound_kernels)
 
 
 @dataclass
