@@ -21,6 +21,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.roofline import act_bytes, attention_time_s, elementwise_time_s, gemm_time_s
+from asap.spec.framework import Framework, get_framework
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
 from asap.spec.train import TrainSpec
@@ -185,14 +186,14 @@ def moe_block(model: ModelSpec, acc: Accelerator, x: _Shapes, S: StrategyBatch, 
 
 
 def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch,
-                  fused_elementwise: bool | None = None) -> LayerCompute:
+                  fused_elementwise: bool | None = None, framework: Framework | None = None) -> LayerCompute:
     """fused_elementwise: price the norms, RoPE, activations and residuals as fused kernels (True) or eager
     ones (False); None: the job's choice (``TrainSpec.fused_elementwise``), else the stack's default
-    (``Framework.fused_elementwise``)."""
-    from asap.spec.framework import get_framework
-
+    (``Framework.fused_elementwise``). framework: the job's stack (``Job.framework``); None: the one
+    ``train`` names, else the accelerator family's default."""
+    fw = framework if framework is not None else get_framework(train.framework, acc.family)
     fused = train.fused_elementwise if fused_elementwise is None else fused_elementwise
-    traffic = get_framework(train.framework, acc.family).elementwise_traffic_for(fused)
+    traffic = fw.elementwise_traffic_for(fused)
     x = _Shapes.of(model, train, S, traffic)
     attn_fwd, core, attn_elem, attn_gemm, mla_up = attention_block(model, acc, x)
     dense_gemm, dense_act = mlp_time(model, acc, x, x.T, model.ffn_hidden_size / x.tp)

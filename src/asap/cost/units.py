@@ -34,7 +34,8 @@ from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.layout import UNITS, Layout, Unit, layout
 from asap.spec.model import ModelSpec
-from asap.spec.framework import SelectivePolicy, get_framework
+from asap.spec.framework import SelectivePolicy
+from asap.spec.job import Job
 from asap.spec.strategy import Recompute, RecomputeModule, module_recomputed
 from asap.spec.train import TrainSpec
 
@@ -106,15 +107,14 @@ class UnitTimes:
         return replace(self, row=self.row[rows])
 
 
-def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
-               keys: tuple[str, ...] | None = None) -> UnitTimes:
+def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) -> UnitTimes:
     """Unit time parts, computed once per distinct combination of ``keys`` (every row when None)."""
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     first, row = unique_index(S, keys) if keys else (np.arange(len(S)), np.arange(len(S)))
     S = S.take(first)
-    lc = layer_compute(model, cluster.accelerator, train, S)
+    lc = layer_compute(model, cluster.accelerator, train, S, framework=fw)
     cm = layer_comm(model, cluster, train, S)
     n = len(S)
-    fw = get_framework(train.framework, cluster.accelerator.family)
     dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, fw.selective)
     moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, fw.selective)
            if model.moe else dense)
