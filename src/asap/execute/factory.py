@@ -83,10 +83,11 @@ def tune_executor(kind: str, job: Job, *, steps: int = 5, workdir: str | None = 
     argv = launch_argv(launcher, launch)
     values = {**default_variables(cluster), **(variables or {})}
     fmt = FORMAT_OF.get(train.framework or "") if train.framework else None
-    common = dict(variables=values, timeout_s=timeout_s or 3600.0, workdir=workdir, model=job.model, train=train)
+    common = dict(variables=values, timeout_s=timeout_s or 3600.0, workdir=workdir)
     if step_time_regex:
         return make_executor("command", template=argv, step_time_regex=step_time_regex,
-                             step_time_scale=step_time_scale, devices=cluster.num_devices, **common)
+                             step_time_scale=step_time_scale, devices=cluster.num_devices, model=job.model,
+                             train=train, **common)
     if fmt is None:
         raise AsapError("framework", "--executor command needs --framework F (its log format and config) or "
                                      "--step-time-regex")
