@@ -487,4 +487,5 @@ def estimate(job: Job, strategy: Strategy | str | dict | None, classes: bool = T
     est = estimate_from_batch(job, S, be, 0)
     if not classes:
         return est
-    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train), counterfactuals(job, est.strategy, est.step_time_s))
+    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train),
+                           counterfactuals(job, est.strategy, est.step_time_s))

@@ -37,8 +37,7 @@ def check_runnable(stack: str, framework: str, job: Job, s) -> None:
     """Refuse what the stack's rules (``asap.spec.stack_rules``, the ones the planner keeps to) reject."""
     from asap.spec.stack_rules import RuleJob, first_unrunnable
 
-    rule_job = RuleJob(job.model, job.train, job.cluster.num_devices, job.cluster.topology.num_domains)
-    err = first_unrunnable(s, framework, rule_job, stack)
+    err = first_unrunnable(s, framework, RuleJob.of(job), stack)
     if err is not None:
         raise err
 

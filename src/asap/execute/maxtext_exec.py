@@ -68,7 +68,7 @@ class MaxTextExecutor(StackExecutor):
         py = maxtext_python(python)
         env = {"DECOUPLE_GCLOUD": "TRUE", "PYTHONUNBUFFERED": "1"}
         if self.cpu:
-            env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={job.cluster.num_devices}")
+            env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={job.devices}")
         super().__init__([py, "-m", "maxtext.trainers.pre_train.train", "{config}", "{launcher_args}"], "maxtext",
                          job, timeout_s=timeout_s, workdir=workdir, env=env)
 

@@ -131,8 +131,7 @@ def explain_empty_space(job: Job, fixed: dict[str, Any]) -> AsapError:
         check_strategy(s, model, train, cluster.num_devices, field="fix", framework=fw)
     except AsapError as e:
         return e
-    rule_job = RuleJob(model, train, cluster.num_devices, cluster.topology.num_domains)
-    if (err := first_unrunnable(s, fw.name, rule_job, field="fix")) is not None:
+    if (err := first_unrunnable(s, fw.name, RuleJob.of(job), field="fix")) is not None:
         return err
     return AsapError("fix", f"no legal strategy keeps {fixed} for {model.name} on {cluster.num_devices} devices "
                             f"with global batch {train.global_batch}")

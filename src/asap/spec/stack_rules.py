@@ -40,12 +40,17 @@ ALLGATHER = DISPATCHERS.index(Dispatcher.ALLGATHER.value)
 @dataclass(frozen=True)
 class RuleJob:
     """What a stack rule reads besides the strategy: the model, the training spec, the devices and how many
-    scale-up domains (TPU slices, NVLink nodes) they span."""
+    scale-up domains (TPU slices, NVLink nodes) they span (the planner's space builds it from a device count
+    alone; ``of`` from a whole ``asap.spec.job.Job``)."""
 
     model: Any
     train: Any
     devices: int
     domains: int = 1
+
+    @classmethod
+    def of(cls, job) -> "RuleJob":
+        return cls(job.model, job.train, job.devices, job.cluster.topology.num_domains)
 
 
 @dataclass(frozen=True)
@@ -181,4 +186,5 @@ def domains_of(devices: int, scale_up_domain: int) -> int:
     return max(1, devices // max(1, scale_up_domain))
 
 
-__all__ = ["RuleJob", "StackRule", "STACK_RULES", "runnable_rows", "first_unrunnable", "domains_of", "UNIFORM_SPLIT_ONLY"]
+__all__ = ["RuleJob", "StackRule", "STACK_RULES", "runnable_rows", "first_unrunnable", "domains_of",
+           "UNIFORM_SPLIT_ONLY"]
