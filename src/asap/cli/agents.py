@@ -4,6 +4,7 @@ loop: propose, run, remember, recalibrate)."""
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from shlex import quote
 from typing import Optional
@@ -145,8 +146,6 @@ def _open_memory(path: str | None):
 
 
 def _executor(kind: str, job, sim_machine: str | None, steps: int, profile: str | None = None, **real):
-    from dataclasses import replace
-
     from asap.execute.factory import make_executor, tune_executor
     from asap.spec.hardware import load_cluster
 
@@ -327,8 +326,6 @@ def tune(
     options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
     """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
-    from dataclasses import replace
-
     from asap.agents.coordinator import Coordinator
     from asap.execute.factory import tune_framework
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from shlex import quote
 from typing import Optional
 
@@ -54,8 +55,6 @@ def plan(
     options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
     """Search every legal parallel configuration and rank the fitting ones, fastest first."""
-    from dataclasses import replace
-
     from asap.search.planner import plan as run_plan
     from asap.spec.strategy import parse_strategy
 
