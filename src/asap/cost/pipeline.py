@@ -38,7 +38,12 @@ schedules.py and p2p_communication.py):
   (``overlap_p2p_comm_warmup_flush`` off by default): the first micro-batch crosses all pp v - 1 virtual-stage
   boundaries before the first backward and the last backward crosses them back (Narayanan et al. 2021, sec.
   2.2.2: interleaving multiplies the pipeline's communication by v). The event simulator with a transfer
-  latency (cost/schedule_sim.py) gives exactly 2 (pp v - 1) exposed messages for every m.
+  latency (cost/schedule_sim.py) gives exactly 2 (pp v - 1) exposed messages for every m while a message is
+  shorter than a chunk's forward. The steady state hides its hand-offs only as far as the compute they overlap:
+  a device sends 2 v messages per micro-batch (an activation and a gradient per chunk) through one link while
+  it computes one micro-batch's stage, so ``overlapped_p2p_excess_s`` adds m max(0, 2 v c - t_stage) (the
+  simulator lets transfers run concurrently and so cannot show this bound; with c above a chunk's forward it
+  stalls too, less: pp=4, v=2, m=64, a chunk's forward 0.5 and backward 1, c = 1: 56 exposed there, 78 here).
 """
 
 from __future__ import annotations
@@ -74,6 +79,14 @@ def exposed_p2p_messages(m, pp, vpp):
     blocking = 2 * (pp - 1) + np.maximum(0.0, neighbours * (m - 1) - (neighbours - 1))
     overlapped = 2 * (pp * vpp - 1)
     return np.where(pp > 1, np.where(vpp > 1, overlapped, blocking), 0.0)
+
+
+def overlapped_p2p_excess_s(m, pp, vpp, message_s, stage_s):
+    """The interleaved steady state's hand-offs that its compute cannot cover (module docstring), in seconds:
+    m max(0, 2 v c - t_stage) with virtual stages, 0 without (there every message is counted blocking)."""
+    m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
+    excess = m * np.maximum(0.0, 2 * vpp * np.asarray(message_s) - np.asarray(stage_s))
+    return np.where((pp > 1) & (vpp > 1), excess, 0.0)
 
 
 def pipeline_time_s(m, pp, vpp, schedule, t_max, t_avg):
