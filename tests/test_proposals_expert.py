@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,12 +16,14 @@ from asap.agents.analyzer import Analyzer
 from asap.agents.knowledge import load_knowledge
 from asap.agents.proposer import Proposer, parse_current
 from asap.cli import _register_commands, app
+from asap.cli.estimate import job_args
 from asap.cost.estimate import estimate
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
 from conftest import chat_server  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 KNOWN = {e.id for e in load_knowledge()}
 
 
@@ -77,6 +80,8 @@ def expert_balance(p, s):
 
 
 H100_64 = ("h100-sxm", 64)
+# four H100 nodes on one 100 GbE port each (docs/examples/h100-100gbe.yaml): pipeline stages across the nodes
+ETHERNET_32 = (str(REPO / "docs" / "examples" / "h100-100gbe.yaml"), 32)
 # (name, model, (cluster, devices), global batch, seq len, current, train options, class named, expected move)
 SCENARIOS = [
     ("tp-across-nodes", "llama3-70b", H100_64, 512, 8192, "tp=16", {}, "tp_comm", tp_within_node),
@@ -101,6 +106,11 @@ SCENARIOS = [
     ("host-bound-tiny", "tiny-dense", ("h100-sxm", 8), 64, 512, "dp=8", {}, "host", more_work_per_launch),
     ("hot-experts", "mixtral-8x7b", H100_64, 512, 4096, "tp=2,ep=8,pp=2", {"moe_imbalance": 2.0},
      "expert_imbalance", expert_balance),
+    # non-interleaved 1F1B blocks on every send and receive (Megatron-LM refuses overlap_p2p_comm without virtual
+    # stages): on 1.56 GB/s per GPU the hand-offs are what the step waits on; interleaving (whose steady-state
+    # exchanges Megatron-LM overlaps by default) or fewer stages (one neighbour each, fewer boundaries) removes them
+    ("pp-across-ethernet", "llama3-8b", ETHERNET_32, 256, 8192, "tp=1,pp=4,mbs=1", {}, "pp_comm",
+     interleave_or_fewer_stages),
 ]
 
 
@@ -110,7 +120,10 @@ def _run(name, model, cluster, gb, seq, current, options):
     t = TrainSpec(gb, seq, **options)
     s = parse_current(current, m, c, t)
     d = Analyzer(c).analyze(estimate(m, c, t, s))
-    return m, c, t, s, d, Proposer(m, c, t).propose(s, d)
+    # the job's flags as the CLI passes them (a cluster file is named by its path, not its accelerator)
+    job = job_args(model, cluster[0], None, cluster[1], gb, seq, framework=options.get("framework"),
+                   moe_imbalance=options.get("moe_imbalance", 1.0))
+    return m, c, t, s, d, Proposer(m, c, t, job_args=job).propose(s, d)
 
 
 @pytest.mark.parametrize("name,model,cluster,gb,seq,current,options,named,expected", SCENARIOS,
