@@ -2,9 +2,10 @@
 
 An executor turns one parallel strategy into one trial: ``sim`` prices it with the cost model, ``torch`` runs
 the reference trainer under torchrun, ``command`` runs any launcher from a template (Megatron-LM, torchtitan,
-a Slurm job...). Whatever happens -- a strategy the model cannot take, a crash, an out-of-memory, a hang,
-output with no step time in it -- ``run`` returns a ``Failure`` with a one-line reason; it never raises, so
-a tuner that calls it never crashes.
+a Slurm job...). ``run`` takes a ``Strategy``; text is read by the executor's ``parse`` (the edge, which
+raises AsapError for a strategy it cannot complete or the model cannot take). Whatever happens in the run --
+a refusal of the backend, a crash, an out-of-memory, a hang, output with no step time in it -- ``run`` returns
+a ``Failure`` with a one-line reason; it never raises, so a tuner that calls it never crashes.
 """
 
 from __future__ import annotations
