@@ -18,7 +18,7 @@ import torch.nn as nn
 from asap.numerics.align import Captured, compare, rel_error, report, run_pair, tolerance
 from asap.numerics.capture import module_names
 from asap.spec.loader import load_model
-from asap.train.model import build_model
+from asap.runners.torch.model import build_model
 from tests.conftest import assert_one_line_error, run_cli
 
 RUN = dict(global_batch=8, seq_len=32, steps=2, device="cpu", timeout_s=240)

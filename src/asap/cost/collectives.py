@@ -176,7 +176,7 @@ def dedup_internode_bytes(token_remote_domains, token_bytes):
     """Bytes one device sends off its scale-up domain in one deduplicated dispatch (or combine): each token
     crosses once per distinct remote domain hosting one of its experts, so ``token_remote_domains`` (the sum
     over the device's tokens of those domain counts) times ``token_bytes``. ``expert_dispatch_s`` prices its
-    expectation under uniform routing; a real run's counts (``asap.train``'s ``dispatch_remote_domains``)
+    expectation under uniform routing; a real run's counts (``asap.runners.torch``'s ``dispatch_remote_domains``)
     give the bytes it sent."""
     return token_remote_domains * token_bytes
 

@@ -26,7 +26,7 @@ def batch_axis(s: Strategy) -> str:
 def mesh_axes(s: Strategy) -> dict[str, int] | None:
     """The strategy as named mesh axes, outermost first: {pipeline, data|fsdp, context, tensor, expert}; their
     product is the device count. ``None`` when ep does not divide dp (the expert axis is carved out of dp).
-    Shared by ``tpu_mesh`` (plans) and ``asap.jaxrun`` (real runs on JAX meshes)."""
+    Shared by ``tpu_mesh`` (plans) and ``asap.runners.jax`` (real runs on JAX meshes)."""
     if s.dp % s.ep:
         return None
     return {"pipeline": s.pp, batch_axis(s): s.dp // s.ep, "context": s.cp, "tensor": s.tp, "expert": s.ep}

@@ -1,4 +1,4 @@
-"""Parallelize ``asap.train.model.Transformer`` with PyTorch's own distributed APIs (torchtitan style).
+"""Parallelize ``asap.runners.torch.model.Transformer`` with PyTorch's own distributed APIs (torchtitan style).
 
 * ``ParallelDims``: the degrees and the device meshes they derive. The dense grid is (pp, dp, cp, tp); the
   expert grid regroups the same devices of each pipeline stage as (pp, edp, ep, etp) -- Megatron-Core's
@@ -6,7 +6,7 @@
 * ``apply_tp``: tensor (+ sequence) parallelism with DTensor ``parallelize_module``.
 * ``apply_ep``: expert parallelism: each rank keeps num_experts/ep experts (and, with etp > 1, a 1/etp
   slice of each one's hidden dimension); tokens travel by ``all_to_all_single`` inside the expert group,
-  and inside the expert-tensor group (``asap.train.model.MoE._dispatch_combine``). With dispatcher=dedup and
+  and inside the expert-tensor group (``asap.runners.torch.model.MoE._dispatch_combine``). With dispatcher=dedup and
   ``devices_per_node`` splitting the expert group over nodes, the exchange has two levels: rail groups
   across nodes and node groups inside them (``ep_node_layout``, ``MoE._dedup_dispatch_combine``).
 * ``apply_ac``: activation checkpointing: ``full`` wraps every block with ``checkpoint_wrapper``;
@@ -37,7 +37,7 @@ import torch.nn as nn
 
 from asap.errors import AsapError
 from asap.spec.layout import layout
-from asap.train.model import MoE, Transformer, cross_entropy
+from asap.runners.torch.model import MoE, Transformer, cross_entropy
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def _set_ep_nodes(moe: MoE, dims: ParallelDims) -> None:
 
 
 def expert_params(module: nn.Module) -> list[nn.Parameter]:
-    from asap.train.model import GroupedExperts
+    from asap.runners.torch.model import GroupedExperts
 
     return [p for m in module.modules() if isinstance(m, GroupedExperts) for p in m.parameters()]
 
