@@ -8,8 +8,9 @@
 * ``apply_ep``: expert parallelism: each rank keeps num_experts/ep experts (and, with etp > 1, a 1/etp
   slice of each one's hidden dimension); tokens travel by ``all_to_all_single`` inside the expert group,
   and inside the expert-tensor group (``asap.runners.torch.model.MoE._dispatch_combine``). With
-  dispatcher=dedup and ``devices_per_node`` splitting the expert group over nodes, the exchange has two levels: rail groups
-  across nodes and node groups inside them (``ep_node_layout``, ``MoE._dedup_dispatch_combine``).
+  dispatcher=dedup and ``devices_per_node`` splitting the expert group over nodes, the exchange has two
+  levels: rail groups across nodes and node groups inside them (``ep_node_layout``,
+  ``MoE._dedup_dispatch_combine``).
 * ``apply_ac``: activation checkpointing: ``full`` wraps every block with ``checkpoint_wrapper``;
   ``selective`` recomputes only the core attention (Korthikanti et al. 2022, Megatron's definition).
 * ``apply_dp``: data parallelism: zero=0 DDP, zero=1 DDP + a ZeRO-1 sharded optimizer, zero=2 FSDP2
