@@ -31,6 +31,7 @@ from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import ENDED_STATUSES, TrialStatus
 
 
 N_CLOSE = 6  # the fastest candidates weighed by what they would teach when the model cannot tell them apart
@@ -48,7 +49,7 @@ PATIENCE = 2
 @dataclass
 class TrialRecord:
     strategy: Strategy
-    status: str  # ok | failed | skipped
+    status: TrialStatus  # ok | failed | skipped
     reason: str
     measured_step_time_s: float | None
     predicted_step_time_s: float | None
@@ -61,7 +62,7 @@ class TrialRecord:
     explanation: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy.to_dict(), "strategy_string": str(self.strategy), "status": self.status,
+        return {"strategy": self.strategy.to_dict(), "strategy_string": str(self.strategy), "status": self.status.value,
                 "reason": self.reason, "measured_step_time_s": self.measured_step_time_s,
                 "predicted_step_time_s": self.predicted_step_time_s,
                 "catalog_step_time_s": self.catalog_step_time_s, "diagnosis": self.diagnosis,
@@ -94,7 +95,7 @@ class Coordinator:
         workload = {**workload_record(self.model, self.cluster, self.train),
                     "machine": getattr(self.executor, "machine", None)}
         exp = self.memory.experiment(workload)
-        known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ("ok", "failed")}
+        known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ENDED_STATUSES}
         # (keys: Memory's canonical spelling of each strategy)
         self.pairs = self._known_pairs(known)
         self.correction = self._fit(self.pairs)
@@ -114,7 +115,7 @@ class Coordinator:
             executed += 1
             known[key] = {"id": record.trial_id, "status": record.status,
                           "measured_step_time_s": record.measured_step_time_s}
-            if record.status == "ok":
+            if record.status == TrialStatus.OK:
                 self.pairs.append((strategy, record.measured_step_time_s))
                 self.correction = self._fit(self.pairs)
                 gain = 1.0 - record.measured_step_time_s / best[1] if best else 1.0
@@ -200,15 +201,15 @@ class Coordinator:
                         trial_id=tid)
         measured = res.step_time_s if res.ok else None
         reason = (self._verify_numerics(strategy) if res.ok else res.reason) or ""
-        status = "ok" if res.ok and not reason else "failed"
+        status = TrialStatus.OK if res.ok and not reason else TrialStatus.FAILED
         self.memory.finish_trial(tid, status, measured_step_time_s=measured, reason=reason,
                                  diagnosis=diag, traces=list(getattr(res, "traces", []) or []))
         self.memory.log(exp, "coordinator", "trial", inputs={"strategy": str(strategy)},
-                        outputs={"status": status, "measured_step_time_s": measured,
+                        outputs={"status": status.value, "measured_step_time_s": measured,
                                  "correction": self.correction.to_dict()}, trial_id=tid)
         record = TrialRecord(strategy, status, reason, measured, predicted.step_time_s,
                              catalog.step_time_s, diag, tid, traces=list(getattr(res, "traces", []) or []))
-        if status == "ok":
+        if status == TrialStatus.OK:
             record.explanation = self._explain(record)
             if record.explanation:
                 self.memory.log(exp, "coordinator", "explanation", inputs={"strategy": str(strategy)},
@@ -221,7 +222,7 @@ class Coordinator:
     def _explain(self, record: TrialRecord) -> str:
         """Why ``record`` gained or lost against the fastest ok trial before it: the two runs' traces compared
         (``asap.profile.compare``) when both have them, else the cost model's comparison of the two."""
-        done = [t for t in self.trials if t.status == "ok" and t.measured_step_time_s]
+        done = [t for t in self.trials if t.status == TrialStatus.OK and t.measured_step_time_s]
         if not done:
             return ""
         ref = min(done, key=lambda t: t.measured_step_time_s)
@@ -243,13 +244,13 @@ class Coordinator:
     def _verify_numerics(self, strategy: Strategy) -> str | None:
         """None when numerics are not verified, when this is the first ok trial (the reference), or when the
         strategy aligns with the reference; else the reason it does not."""
-        reference = next((t.strategy for t in self.trials if t.status == "ok"), None)
+        reference = next((t.strategy for t in self.trials if t.status == TrialStatus.OK), None)
         if self.verify is None or reference is None:
             return None
         return self.verify(reference, strategy)
 
     def _record_skip(self, strategy: Strategy, known: dict) -> None:
-        record = TrialRecord(strategy, "skipped", f"already in memory (trial {known.get('id', '?')})",
+        record = TrialRecord(strategy, TrialStatus.SKIPPED, f"already in memory (trial {known.get('id', '?')})",
                              known.get("measured_step_time_s"), None, None)
         self.trials.append(record)
         if self.on_trial:
@@ -257,11 +258,11 @@ class Coordinator:
 
     def _known_pairs(self, known: dict) -> list[tuple[str, float]]:
         return [(text, t["measured_step_time_s"]) for text, t in known.items()
-                if t["status"] == "ok" and t.get("measured_step_time_s")]
+                if t["status"] == TrialStatus.OK and t.get("measured_step_time_s")]
 
     def _best_known(self, known: dict):
         ok = [(text, t["measured_step_time_s"]) for text, t in known.items()
-              if t["status"] == "ok" and t.get("measured_step_time_s")]
+              if t["status"] == TrialStatus.OK and t.get("measured_step_time_s")]
         if not ok:
             return None
         text, step = min(ok, key=lambda x: x[1])

@@ -28,6 +28,7 @@ from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy, parse_strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import BottleneckClass
 
 N_PROPOSALS = 3
 
@@ -191,11 +192,11 @@ class Proposer:
         different entries together, at most ``MAX_KNOBS`` knobs; each follows the first entry's move."""
         from asap.agents.retrieval import retrieve
 
-        target = next((t for t in targets if t["class"] == "memory_capacity"), None)
+        target = next((t for t in targets if t["class"] == BottleneckClass.MEMORY_CAPACITY), None)
         if target is None:
             return
-        moves = [(r.entry, m) for r in retrieve("memory_capacity", self.workload(), k=ENTRIES_PER_CLASS, strict=True)
-                 for m in r.entry.moves]
+        moves = [(r.entry, m) for r in retrieve(BottleneckClass.MEMORY_CAPACITY, self.workload(), k=ENTRIES_PER_CLASS,
+                                                strict=True) for m in r.entry.moves]
         scaled = [(e, {k: op.replace("x2", f"x{f}") for k, op in m.items()}) for e, m in moves
                   if any(op == "x2" for op in m.values()) for f in (4, 8)]
         pool = moves + scaled
@@ -225,7 +226,7 @@ class Proposer:
             except AsapError:
                 continue
         fixes = [(e, m) for _, _, e, m in sorted(freed, key=lambda x: x[:2])[:FIT_MOVES]]
-        for target in [t for t in targets if t["class"] != "memory_capacity"][:2]:
+        for target in [t for t in targets if t["class"] != BottleneckClass.MEMORY_CAPACITY][:2]:
             for r in retrieve(target["class"], self.workload(), k=3, strict=True):
                 for move in r.entry.moves:
                     for e2, fix in fixes:
@@ -426,7 +427,7 @@ def attacked_class(c: Candidate, base: Estimate | None, targets: list[dict]) -> 
     """The diagnosis class a candidate without an entry attacks: the target whose term it cuts most."""
     if base is None or not targets:
         return None
-    term = {"pipeline_bubble": "bubble", "host": "host"}
+    term = {BottleneckClass.PIPELINE_BUBBLE: "bubble", BottleneckClass.HOST: "host"}  # the class's exposed term
     def cut(t: dict) -> float:
         key = term.get(t["class"], t["class"])
         return base.exposed_s.get(key, 0.0) - c.estimate.exposed_s.get(key, 0.0) if key in base.exposed_s else 0.0

@@ -13,6 +13,7 @@ from typer.core import TyperCommand
 from asap.cli.root import app
 from asap.cli.common import out_console, print_json
 from asap.errors import AsapError
+from asap.spec.words import BottleneckClass
 
 
 # ``--`` would end option parsing and vanish from the arguments; it is kept, as this token, to split the
@@ -217,7 +218,8 @@ def next_steps(d, job: dict | None = None) -> dict:
     except AsapError:
         family = None
     # a dense model (the job says so, or the traces show no all-to-all) gets no MoE advice
-    moe = job["moe"] if job else (any(ALLTOALL_RE.search(o.name) for o in d.top_ops) or d.bottleneck_class == "ep_comm")
+    moe = job["moe"] if job else (any(ALLTOALL_RE.search(o.name) for o in d.top_ops)
+                                  or d.bottleneck_class == BottleneckClass.EP_COMM)
     kind = "moe" if moe else "dense"
     moves = next_moves(d.bottleneck_class, family, model_kind=kind) or next_moves(d.bottleneck, family, model_kind=kind)
     if job is None:

@@ -7,6 +7,7 @@ from asap.spec.hardware import Cluster
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy, resolve_strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import FailureKind
 
 
 class SimExecutor(Executor):
@@ -39,6 +40,6 @@ class SimExecutor(Executor):
         details = est.to_dict()
         if not est.fits:
             return Failure(s.to_dict(), f"does not fit: predicted peak memory {est.peak_memory_gb:.1f} GiB reserved per device "
-                                        f"> {self.cluster.hbm_gb:g} GiB", kind="oom", details=details)
+                                        f"> {self.cluster.hbm_gb:g} GiB", kind=FailureKind.OOM, details=details)
         return Measurement(s.to_dict(), est.step_time_s, tokens_per_s=est.tokens_per_s,
                            peak_memory_gb=est.peak_memory_gb, predicted=True, details=details)

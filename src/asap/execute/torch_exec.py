@@ -11,6 +11,7 @@ from asap.execute.base import Executor, Failure, Measurement, Result
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import FailureKind
 
 
 class TorchExecutor(Executor):
@@ -79,7 +80,7 @@ class TorchExecutor(Executor):
         try:
             r = self._train(s, train, prof)
         except RunFailed as e:
-            return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
+            return Failure(s.to_dict(), e.reason, kind=FailureKind(e.kind), log_tail=e.log_tail[-4000:])
         details = self.with_prediction(self._details(r), r.device, s, train)
         return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
                            losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)
