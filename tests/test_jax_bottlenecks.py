@@ -23,6 +23,7 @@ from asap.profile.diagnose import diagnose  # noqa: E402
 from asap.spec.hardware import load_cluster  # noqa: E402
 from asap.spec.model import model_from_dict  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
+from asap.spec.job import Job
 
 pytestmark = pytest.mark.jax
 MARGIN = 2.0  # the winning class's seconds over the runner-up's
@@ -45,9 +46,9 @@ def assert_wins(d, cls: str) -> None:
 def proposals(spec, strategy: str, batch: int, seq: int, traces: list[str]):
     """The agents' path on the trace: Analyzer (from the trace) then Proposer, on local-cpu with 8 devices."""
     cluster, train = load_cluster("local-cpu", devices=8), TrainSpec(batch, seq, "fp32")
-    current = parse_current(strategy, spec, cluster, train)
-    diagnosis = Analyzer(cluster).analyze(estimate(spec, cluster, train, current), traces=traces)
-    return current, diagnosis, Proposer(spec, cluster, train).propose(current, diagnosis).proposals
+    current = parse_current(strategy, Job.resolve(spec, cluster, train))
+    diagnosis = Analyzer(cluster).analyze(estimate(Job.resolve(spec, cluster, train), current), traces=traces)
+    return current, diagnosis, Proposer(Job.resolve(spec, cluster, train)).propose(current, diagnosis).proposals
 
 
 def test_wide_dense_data_parallel_run_is_compute_bound_and_grows_its_gemms(tmp_path):

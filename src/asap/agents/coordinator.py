@@ -16,7 +16,7 @@ not is recorded as failed, with the first diverging operator as its reason, and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -27,10 +27,8 @@ from asap.agents.memory import canonical_strategy
 from asap.agents.proposer import Proposer, parse_current, workload_record
 from asap.cost.estimate import estimate
 from asap.errors import AsapError
-from asap.spec.hardware import Cluster
-from asap.spec.model import ModelSpec
+from asap.spec.job import Job
 from asap.spec.strategy import Strategy
-from asap.spec.train import TrainSpec
 from asap.spec.words import ENDED_STATUSES, TrialStatus
 
 
@@ -71,9 +69,7 @@ class TrialRecord:
 
 @dataclass
 class Coordinator:
-    model: ModelSpec
-    cluster: Cluster  # the catalog's (or calibrated) machine the loop's model starts from
-    train: TrainSpec
+    job: Job  # its cluster: the catalog's (or calibrated) machine the loop's model starts from
     executor: Any  # asap.execute.base.Executor
     memory: Any  # asap.agents.memory.Memory
     budget: int
@@ -88,11 +84,12 @@ class Coordinator:
     # (strategy, measured step time s) of every ok trial the correction is fitted to, Memory's earlier ones too
     pairs: list[tuple[Strategy | str, float]] = field(default_factory=list)
 
-    def corrected(self) -> Cluster:
-        return self.correction.apply(self.cluster)
+    def corrected(self) -> Job:
+        """The job on the machine as the correction fitted so far sees it."""
+        return replace(self.job, cluster=self.correction.apply(self.job.cluster))
 
     def run(self) -> dict[str, Any]:
-        workload = {**workload_record(self.model, self.cluster, self.train),
+        workload = {**workload_record(self.job),
                     "machine": getattr(self.executor, "machine", None)}
         exp = self.memory.experiment(workload)
         known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ENDED_STATUSES}
@@ -132,15 +129,15 @@ class Coordinator:
         """The given start, else the planner's fastest strategy the executor can run (on the loop's model):
         no trial spent on a default that the cost model already knows does not fit."""
         if self.start:
-            return parse_current(self.start, self.model, self.cluster, self.train)
+            return parse_current(self.start, self.job)
         from asap.search.planner import NoFitError, plan
 
         try:
-            rows = plan(self.model, self.corrected(), self.train, {}, top=20, ilp_candidates=0).candidates
+            rows = plan(self.corrected(), {}, top=20, ilp_candidates=0).candidates
         except NoFitError:
             rows = []
         runnable = [e.strategy for e in rows if not self._refused(e.strategy)]
-        return runnable[0] if runnable else parse_current(None, self.model, self.cluster, self.train)
+        return runnable[0] if runnable else parse_current(None, self.job)
 
     def _refused(self, strategy: Strategy) -> str | None:
         refuses = getattr(self.executor, "refuses", None)
@@ -151,10 +148,10 @@ class Coordinator:
         best (by information gain among the fastest when the proposals are within the model's error)."""
         if first is not None:
             return first, None, []
-        base = best[0] if best else parse_current(self.start, self.model, self.cluster, self.train)
-        cluster = self.corrected()
-        diagnosis = Analyzer(cluster).analyze(estimate(self.model, cluster, self.train, base))
-        proposer = Proposer(self.model, cluster, self.train, self.memory, llm=self.llm)
+        base = best[0] if best else parse_current(self.start, self.job)
+        job = self.corrected()
+        diagnosis = Analyzer(job.cluster).analyze(estimate(job, base))
+        proposer = Proposer(job, self.memory, llm=self.llm)
         ps = proposer.propose(base, diagnosis, exclude=self._tried_strings(known))
         # the loop's aim is the fastest measured step: the three proposals (moves to reason about) and the
         # planner's best on the corrected machine compete, priced alike; when the proposer finds the current
@@ -177,20 +174,20 @@ class Coordinator:
         """What measuring each candidate would teach the correction: its information gain over the factors'
         posterior from the trials fitted so far (``asap.agents.correction.information_gain``)."""
         x = np.log(self.correction.factors)
-        measured = sensitivities(self.model, self.cluster, self.train, [s for s, _ in self.pairs], x)
-        rows = sensitivities(self.model, self.cluster, self.train, candidates, x)
+        measured = sensitivities(self.job, [s for s, _ in self.pairs], x)
+        rows = sensitivities(self.job, candidates, x)
         return [information_gain(measured, g) for g in rows]
 
     def _fit(self, pairs: list[tuple[Strategy | str, float]]) -> Correction:
-        return fit_correction(self.model, self.cluster, self.train, pairs)
+        return fit_correction(self.job, pairs)
 
     def _tried_strings(self, known: dict) -> set[str]:
         """The full strategy strings (the proposer's spelling) of what Memory has."""
-        return {str(parse_current(text, self.model, self.cluster, self.train)) for text in known}
+        return {str(parse_current(text, self.job)) for text in known}
 
     def _trial(self, exp: int, strategy: Strategy, diagnosis: Diagnosis | None, considered: list) -> TrialRecord:
-        catalog = estimate(self.model, self.cluster, self.train, strategy)
-        predicted = estimate(self.model, self.corrected(), self.train, strategy)
+        catalog = estimate(self.job, strategy)
+        predicted = estimate(self.corrected(), strategy)
         diag = diagnosis.to_dict() if diagnosis else None
         tid = self.memory.begin_trial(exp, str(strategy), predicted.step_time_s, self.executor.name, diag)
         self.memory.log(exp, "proposer", "candidates", inputs={"diagnosis": diag}, candidates=considered,
@@ -237,8 +234,8 @@ class Coordinator:
                 pass  # unreadable traces: the cost model's view below
         from asap.compare import verdict
 
-        cluster = self.corrected()
-        a, b = (estimate(self.model, cluster, self.train, t.strategy) for t in (ref, record))
+        job = self.corrected()
+        a, b = (estimate(job, t.strategy) for t in (ref, record))
         return f"{head}; the cost model (corrected) predicted: {verdict(a, b, 'the reference', 'this trial')}"
 
     def _verify_numerics(self, strategy: Strategy) -> str | None:
@@ -266,7 +263,7 @@ class Coordinator:
         if not ok:
             return None
         text, step = min(ok, key=lambda x: x[1])
-        return parse_current(text, self.model, self.cluster, self.train), step
+        return parse_current(text, self.job), step
 
     def result(self, best) -> dict[str, Any]:
         return {"trials": [t.to_dict() for t in self.trials],

@@ -93,13 +93,13 @@ def _job(model, cluster, global_batch, seq_len, strategy: str, devices, precisio
     missing = [k for k, v in given.items() if v is None]
     if missing:
         raise AsapError(missing[0], "missing: the job needs -m, -c, -b and -s together")
-    from asap.cli.estimate import job_args, load_job
+    from asap.cli.common import JobOptions
     from asap.spec.strategy import parse_strategy
 
-    m, _, _ = load_job(model, cluster, None, devices, global_batch, seq_len, precision)
+    options = JobOptions(model, cluster, global_batch, seq_len, precision, devices=devices)
+    job = options.load()
     parse_strategy(strategy)
-    return {"args": job_args(model, cluster, None, devices, global_batch, seq_len, precision),
-            "strategy": strategy, "moe": m.moe is not None}
+    return {"args": options.args(), "strategy": strategy, "moe": job.model.moe is not None}
 
 
 def _split(traces: list[Path], compare: bool) -> tuple[list[Path], list[Path]]:

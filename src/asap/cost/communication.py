@@ -43,10 +43,9 @@ from asap.cost.collectives import (all_gather_s, all_reduce_s, broadcast_s, expe
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
-from asap.spec.model import ModelSpec
+from asap.spec.job import Job
 from asap.spec.placement import Placement
 from asap.spec.strategy import Recompute, RecomputeModule, Zero, module_recomputed
-from asap.spec.train import TrainSpec
 
 
 @dataclass
@@ -62,7 +61,8 @@ class LayerComm:
     dispatcher: np.ndarray  # the dispatcher priced (index into DISPATCHERS; the fastest for BEST_DISPATCHER rows)
 
 
-def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> LayerComm:
+def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
+    model, cluster, train = job.model, job.cluster, job.train
     ab = act_bytes(train.precision)
     h = model.hidden_size
     T = S.mbs * train.seq_len / S.cp

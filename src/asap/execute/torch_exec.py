@@ -8,6 +8,7 @@ from pathlib import Path
 
 from asap.errors import AsapError
 from asap.execute.base import Executor, Failure, Measurement, Result
+from asap.spec.job import Job
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
@@ -45,7 +46,7 @@ class TorchExecutor(Executor):
         from asap.cost.estimate import estimate
 
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
-        return estimate(self.model, self.cluster(strategy.devices), train, strategy)
+        return estimate(Job.resolve(self.model, self.cluster(strategy.devices), train), strategy)
 
     def with_prediction(self, details: dict, device: str, s: Strategy, train: TrainSpec) -> dict:
         """A CPU trial's details with what the cost model says of it on this machine's figures."""
@@ -55,7 +56,7 @@ class TorchExecutor(Executor):
             cluster = self.cluster(s.devices)
             details["cluster"] = str(self.calibration) if self.calibration else "local-cpu (catalog)"
             with contextlib.suppress(AsapError):  # a strategy the cost model refuses still ran: no prediction
-                details["predicted_step_time_s"] = estimate(self.model, cluster, train, s).step_time_s
+                details["predicted_step_time_s"] = estimate(Job.resolve(self.model, cluster, train), s).step_time_s
         return details
 
     def refuses(self, strategy: Strategy) -> str | None:
