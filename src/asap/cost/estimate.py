@@ -34,7 +34,8 @@ from asap.cost.compute import BWD_GEMM
 from asap.cost.bands import error_bands, prediction_band, relative_error_scale
 from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, fits_memory, memory, usable_hbm_gb
 from asap.cost.offload import offloaded_optimizer_s
-from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
+from asap.cost.pipeline import (bubble_s, exposed_p2p_messages, overlapped_p2p_excess_s,
+                                uneven_chunk_excess_s, zb_small_batch_excess_s)
 from asap.cost.roofline import elementwise_time_s
 from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
 from asap.spec.framework import Framework, GradSync
@@ -284,11 +285,14 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
     fam = cluster.accelerator.family_constants
     stage = times.parts
     pp, vpp = S.pp.astype(float), S.vpp.astype(float)
-    # pipeline messages: one activation and one gradient per micro-batch and chunk; 1F1B waits on them,
-    # interleaved 1F1B overlaps all but the warm-up ones
+    # pipeline messages: one activation and one gradient per micro-batch and chunk; those on the critical path
+    # by the schedule's blocking semantics (asap.cost.pipeline.exposed_p2p_messages)
     pp_msg = ut.rows(ut.cm.pp_msg_s)
-    pp_total = 2 * m * vpp * pp_msg
-    pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * pp_msg, pp_total)
+    pp_exposed = (exposed_p2p_messages(m, pp, vpp) * pp_msg
+                  + overlapped_p2p_excess_s(m, pp, vpp, pp_msg, times.t_max_s))
+    # a device sends 2 m v messages; the critical path crosses every stage's links in fill and drain, so the
+    # messages it waits on can outnumber them (the total is never below what is exposed)
+    pp_total = np.maximum(2 * m * vpp * pp_msg, pp_exposed)
     tp_hidden = m * stage["tp"] * fam.tp_overlap
     # the passes without a partner: the warm-up forwards and cool-down backwards, (pp - 1) micro-batches' worth
     unpaired = np.minimum(m, pp - 1)
