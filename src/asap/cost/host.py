@@ -4,7 +4,8 @@ tensor-parallel layers, and the wait of every blocking collective call.
 Small steps pay it: tiny micro-batches, MoE experts with few tokens, deep pipelines of thin chunks, and any
 run with more processes than cores. Figures per family in ``asap.spec.hardware.Family`` (``host_op_s``,
 ``dtensor_op_s``, ``dtensor_call_s``, ``sync_s``; ``asap calibrate`` measures them on the machine it runs
-on), operator counts per stack in ``asap.spec.framework.HostOps``.
+on), operator counts per stack in ``asap.spec.framework.HostOps``, per layer kind the operation tables' host
+column (``asap.cost.layer_ops.layer_host_ops``).
 
 Per unit and micro-batch (a time part of ``asap.cost.units``, beside compute):
 
@@ -46,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
+from asap.cost.layer_ops import layer_host_ops
 from asap.spec.framework import Framework
 from asap.spec.hardware import Cluster
 from asap.spec.layout import UNITS, Unit
@@ -62,21 +64,16 @@ LOSS_CALLS_PER_STEP = 1
 
 
 def unit_ops(model: ModelSpec, fw: Framework, S: StrategyBatch) -> np.ndarray:
-    """[n, len(Unit)] operators the host dispatches per unit and micro-batch."""
-    h = fw.host_ops
+    """[n, len(Unit)] operators the host dispatches per unit and micro-batch: each layer kind's host column
+    (``asap.cost.layer_ops.layer_host_ops``), forward again under full recompute; the head carries the ends."""
     full = (S.recompute == Recompute.FULL).astype(float)
     out = np.zeros((len(S), len(UNITS)))
-    dense = h.dense_layer[0] * (1.0 + full) + h.dense_layer[1]
-    out[:, Unit.DENSE] = dense
+    fwd, bwd = layer_host_ops(model, fw.host_ops, S, moe=False)
+    out[:, Unit.DENSE] = out[:, Unit.MTP] = fwd * (1.0 + full) + bwd
     if model.moe is not None:
-        local = model.moe.num_experts / S.ep.astype(float)
-        f = h.moe_layer[0] + h.per_local_expert[0] * local
-        b = h.moe_layer[1] + h.per_local_expert[1] * local
-        out[:, Unit.MOE] = f * (1.0 + full) + b
-        out[:, Unit.MTP] = out[:, Unit.MOE]
-    else:
-        out[:, Unit.MTP] = dense
-    out[:, Unit.HEAD] = h.ends[0] + h.ends[1]
+        fwd, bwd = layer_host_ops(model, fw.host_ops, S, moe=True)
+        out[:, Unit.MOE] = out[:, Unit.MTP] = fwd * (1.0 + full) + bwd
+    out[:, Unit.HEAD] = fw.host_ops.ends[0] + fw.host_ops.ends[1]
     return out
 
 

@@ -50,8 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asap.cost.activations import (LAYER_UNITS, MODULE_SAVES, SELECTIVE_SAVES, activation_bytes_per_layer,  # noqa: F401
-                                   activation_terms, module_kept_bytes)
+from asap.cost.activations import LAYER_UNITS, activation_bytes_per_layer, module_kept_bytes  # noqa: F401
 from asap.cost.batch import StrategyBatch
 from asap.cost.offload import offloaded_activations
 from asap.cost.roofline import BYTES, LOW_PRECISIONS

@@ -26,10 +26,11 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, unique_index
 from asap.cost.communication import LayerComm, layer_comm
-from asap.cost.compute import (BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM, LayerCompute, kv_heads_per_device,
-                               layer_compute)
+from asap.cost.compute import LayerCompute, layer_compute
 from asap.cost.host import unit_host_s
-from asap.cost.activations import LAYER_UNITS, activation_bytes_per_layer, module_kept_bytes
+from asap.cost.activations import LAYER_UNITS, layer_saves
+from asap.cost.layer_ops import kv_heads_per_device
+from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.layout import UNITS, Layout, Unit, layout
@@ -230,15 +231,14 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
     n = len(S)
     ab = act_bytes(train.precision)
     T = S.mbs * train.seq_len / S.cp
-    layer_input = ab * model.hidden_size * T / np.where(S.sp > 0, S.tp, 1)
     kept, working = {}, {}
     for kind, is_moe in (("dense", False), ("moe", model.moe is not None)):
-        full = activation_bytes_per_layer(model, train, S, moe=is_moe)
-        sel_kept = (full if selective == SelectivePolicy.CORE_ATTN
-                    else activation_bytes_per_layer(model, train, S, moe=is_moe, selective=True))
-        modules = module_kept_bytes(model, train, S, moe=is_moe)
+        table = layer_saves(model, train, S, moe=is_moe)
+        full = table.stored_bytes()
+        sel_kept = full if selective == SelectivePolicy.CORE_ATTN else table.stored_bytes(selective=True)
         kept[kind] = np.select([S.recompute == Recompute.FULL, S.recompute == Recompute.SELECTIVE,
-                                S.recompute >= Recompute.MODULES], [layer_input, sel_kept, modules], full)
+                                S.recompute >= Recompute.MODULES],
+                               [table.input_bytes(), sel_kept, table.module_kept_bytes(S.recompute)], full)
         working[kind] = np.where(S.recompute == Recompute.FULL, full, 0.0)
     logits = T * model.vocab_size / S.tp * (ab + 4.0) * (1 + model.mtp_layers)
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
