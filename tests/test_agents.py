@@ -24,6 +24,7 @@ from asap.search.planner import plan
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 from conftest import chat_server  # noqa: E402
 
 V5P_64 = load_cluster("tpu-v5p", devices=64)
@@ -31,9 +32,9 @@ V5P_64 = load_cluster("tpu-v5p", devices=64)
 
 def _propose(model: str, cluster, train: TrainSpec, current: str):
     m = load_model(model)
-    s = parse_current(current, m, cluster, train)
-    diagnosis = Analyzer(cluster).analyze(estimate(m, cluster, train, s))
-    return m, s, diagnosis, Proposer(m, cluster, train).propose(s, diagnosis)
+    s = parse_current(current, Job.resolve(m, cluster, train))
+    diagnosis = Analyzer(cluster).analyze(estimate(Job.resolve(m, cluster, train), s))
+    return m, s, diagnosis, Proposer(Job.resolve(m, cluster, train)).propose(s, diagnosis)
 
 
 def test_compute_bound_mesh_trades_sequence_sharding_for_data():
@@ -75,7 +76,7 @@ def test_exactly_three_diverse_fitting_proposals_that_estimate_reproduces(model,
     assert len(set(moved)) == 3 and all(moved)
     for p in ps.proposals:
         assert p.fits and p.rationale and p.evidence
-        again = estimate(m, cluster, train, str(p.strategy))
+        again = estimate(Job.resolve(m, cluster, train), str(p.strategy))
         assert again.step_time_s == pytest.approx(p.predicted_step_time_s, rel=1e-12)
         lo, hi = p.expected_speedup_range
         assert lo <= p.expected_speedup <= hi
@@ -87,14 +88,14 @@ def test_tune_reaches_the_planners_best_and_never_repeats(tmp_path):
     plan's best in at most 6 trials; a second run with the same Memory runs none of the first run's
     strategies again."""
     m, c, t = load_model("deepseek-v3"), load_cluster("h800", devices=2048), TrainSpec(15360, 4096)
-    best = plan(m, c, t, {}, top=1).candidates[0].step_time_s
+    best = plan(Job.resolve(m, c, t), {}, top=1).candidates[0].step_time_s
     db = tmp_path / "memory.sqlite"
     with Memory.open(db) as mem:
-        r1 = Coordinator(m, c, t, SimExecutor(m, c, t), mem, budget=6, start="tp=8,pp=1,ep=8,recompute=full").run()
+        r1 = Coordinator(Job.resolve(m, c, t), SimExecutor(Job.resolve(m, c, t)), mem, budget=6, start="tp=8,pp=1,ep=8,recompute=full").run()
     ran = [x["strategy_string"] for x in r1["trials"] if x["status"] != "skipped"]
     assert len(ran) <= 6 and r1["best"]["measured_step_time_s"] <= best * 1.05
     with Memory.open(db) as mem:
-        r2 = Coordinator(m, c, t, SimExecutor(m, c, t), mem, budget=3, start="tp=8,pp=1,ep=8,recompute=full").run()
+        r2 = Coordinator(Job.resolve(m, c, t), SimExecutor(Job.resolve(m, c, t)), mem, budget=3, start="tp=8,pp=1,ep=8,recompute=full").run()
         assert len(mem.trials()) == len(ran) + sum(x["status"] != "skipped" for x in r2["trials"])
     again = [x["strategy_string"] for x in r2["trials"] if x["status"] != "skipped"]
     assert not set(again) & set(ran)
@@ -104,11 +105,11 @@ def test_tune_reaches_the_planners_best_and_never_repeats(tmp_path):
 def test_the_correction_reproduces_a_uniformly_slower_machine():
     """Trials measured 1.3x slower than the catalog's estimates: the corrected model reproduces each within 2%."""
     m, c, t = load_model("llama3-8b"), load_cluster("h100-sxm", devices=16), TrainSpec(64, 4096)
-    pairs = [(s, 1.3 * estimate(m, c, t, s).step_time_s) for s in ("tp=2", "tp=4", "dp=16,zero=3")]
-    corr = fit_correction(m, c, t, pairs)
+    pairs = [(s, 1.3 * estimate(Job.resolve(m, c, t), s).step_time_s) for s in ("tp=2", "tp=4", "dp=16,zero=3")]
+    corr = fit_correction(Job.resolve(m, c, t), pairs)
     assert corr.trials == 3
     for s, measured in pairs:
-        assert estimate(m, corr.apply(c), t, s).step_time_s == pytest.approx(measured, rel=0.02)
+        assert estimate(Job.resolve(m, corr.apply(c), t), s).step_time_s == pytest.approx(measured, rel=0.02)
 
 
 def _half_scale_out(c):
@@ -124,7 +125,7 @@ def test_the_correction_finds_the_fabric_that_is_slower():
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(256, 8192)
     machine = _half_scale_out(c)
     strategies = ("cp=4,zero=3", "tp=8,pp=2", "tp=4,pp=4,zero=1", "tp=8,zero=1", "tp=2,cp=2,zero=3,sp=1")
-    corr = fit_correction(m, c, t, [(s, estimate(m, machine, t, s).step_time_s) for s in strategies])
+    corr = fit_correction(Job.resolve(m, c, t), [(s, estimate(Job.resolve(m, machine, t), s).step_time_s) for s in strategies])
     assert corr.scale_out == pytest.approx(2.0, rel=0.10)
     assert corr.compute == pytest.approx(1.0, rel=0.05)
     assert corr.uncertainty[2] < corr.uncertainty[1]  # five trials pin the scale-out fabric, not the scale-up one
@@ -135,8 +136,8 @@ def test_the_next_trial_that_teaches_most_is_the_one_unlike_those_measured():
     whose time depends on other parts of the machine, and any first measurement teaches something."""
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(256, 8192)
     x = np.zeros(3)
-    measured = sensitivities(m, c, t, ["tp=8,pp=2"], x)
-    again, other = (sensitivities(m, c, t, [s], x)[0] for s in ("tp=8,pp=2", "cp=4,zero=3"))
+    measured = sensitivities(Job.resolve(m, c, t), ["tp=8,pp=2"], x)
+    again, other = (sensitivities(Job.resolve(m, c, t), [s], x)[0] for s in ("tp=8,pp=2", "cp=4,zero=3"))
     assert information_gain(np.zeros((0, 3)), again) > 0
     assert information_gain(measured, other) > information_gain(measured, again)
 
@@ -178,10 +179,10 @@ def test_the_loop_learns_a_machine_that_differs_from_the_catalog(tmp_path):
     path.write_text(SLOW_MACHINE)
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=128), TrainSpec(512, 8192)
     machine = load_cluster(str(path))
-    machine_best = plan(m, machine, t, {}, top=1).candidates[0]
-    assert str(machine_best.strategy) != str(plan(m, c, t, {}, top=1).candidates[0].strategy)
+    machine_best = plan(Job.resolve(m, machine, t), {}, top=1).candidates[0]
+    assert str(machine_best.strategy) != str(plan(Job.resolve(m, c, t), {}, top=1).candidates[0].strategy)
     with Memory.open(tmp_path / "memory.sqlite") as mem:
-        r = Coordinator(m, c, t, SimExecutor(m, machine, t), mem, budget=8).run()
+        r = Coordinator(Job.resolve(m, c, t), SimExecutor(Job.resolve(m, machine, t)), mem, budget=8).run()
     assert len(r["trials"]) <= 8
     assert r["best"]["measured_step_time_s"] <= 1.05 * machine_best.step_time_s
     ok = [x for x in r["trials"] if x["status"] == "ok"][1:]  # after the first measurement the model is corrected
@@ -202,13 +203,13 @@ def test_tune_with_real_runs_on_four_cpu_processes(tmp_path, monkeypatch):
     m, c, t = load_model("tiny-dense"), load_cluster("local-cpu"), TrainSpec(16, 128, "fp32")
     db = tmp_path / "memory.sqlite"
     with Memory.open(db) as mem:
-        r1 = Coordinator(m, c, t, TorchExecutor(m, t, steps=3), mem, budget=4).run()
+        r1 = Coordinator(Job.resolve(m, c, t), TorchExecutor(m, t, steps=3), mem, budget=4).run()
         stored = {x["strategy_string"] for x in mem.trials()}
     first = r1["trials"][0]
     assert first["status"] == "ok" and r1["best"]["measured_step_time_s"] <= first["measured_step_time_s"]
     assert len(stored) == len([x for x in r1["trials"] if x["status"] != "skipped"])
     with Memory.open(db) as mem:
-        r2 = Coordinator(m, c, t, TorchExecutor(m, t, steps=3), mem, budget=2).run()
+        r2 = Coordinator(Job.resolve(m, c, t), TorchExecutor(m, t, steps=3), mem, budget=2).run()
     ran_again = [x for x in r2["trials"] if x["status"] != "skipped"]
     assert not {x["strategy_string"] for x in ran_again} & {x["strategy_string"] for x in r1["trials"]}
 
@@ -237,8 +238,8 @@ def test_crashing_and_hanging_trials_fail_and_the_loop_goes_on(tmp_path):
     ex = CommandExecutor(f"{sys.executable} {script} {{tp}} {{dp}}", step_time_regex=r"step time: ([0-9.]+)",
                          timeout_s=3.0, workdir=str(tmp_path / "trials"))
     with Memory.open(tmp_path / "memory.sqlite") as mem:
-        r = Coordinator(m, c, t, ex, mem, budget=5, start="tp=4").run()
-        crash = Coordinator(m, c, t, ex, mem, budget=1, start="tp=2").run()
+        r = Coordinator(Job.resolve(m, c, t), ex, mem, budget=5, start="tp=4").run()
+        crash = Coordinator(Job.resolve(m, c, t), ex, mem, budget=1, start="tp=2").run()
         stored = mem.trials()
     hang = r["trials"][0]
     assert hang["status"] == "failed" and "3" in hang["reason"] and "s" in hang["reason"], hang["reason"]
@@ -258,19 +259,19 @@ def test_llm_candidates_are_checked_like_the_others_and_malformed_answers_change
     try:
         advisor = LLMAdvisor(LLMConfig(f"http://127.0.0.1:{server.server_port}/v1", "replay", timeout_s=10))
         m, c, t = load_model("llama3-8b"), load_cluster("h100-sxm", devices=16), TrainSpec(64, 4096)
-        s = parse_current("tp=1", m, c, t)
-        d = Analyzer(c).analyze(estimate(m, c, t, s))
-        with_llm = Proposer(m, c, t, llm=advisor).propose(s, d)
+        s = parse_current("tp=1", Job.resolve(m, c, t))
+        d = Analyzer(c).analyze(estimate(Job.resolve(m, c, t), s))
+        with_llm = Proposer(Job.resolve(m, c, t), llm=advisor).propose(s, d)
         assert any(x["source"] == "llm" and x["why"].startswith("candidate") for x in with_llm.considered)
         priced = [x for x in with_llm.considered if x["source"] == "llm" and x["strategy"]]
         assert priced and "tp=2" in priced[0]["strategy"]
         assert "LLM: memory-bound" in with_llm.note
-        malformed = Proposer(m, c, t, llm=advisor).propose(s, d)
-        plain = Proposer(m, c, t).propose(s, d)
+        malformed = Proposer(Job.resolve(m, c, t), llm=advisor).propose(s, d)
+        plain = Proposer(Job.resolve(m, c, t)).propose(s, d)
         assert [str(p.strategy) for p in malformed.proposals] == [str(p.strategy) for p in plain.proposals]
         assert any(x["source"] == "llm" and "llm:" in x["why"] for x in malformed.considered)
         with Memory.open(tmp_path / "memory.sqlite") as mem:  # the loop goes on with an LLM in it
-            r = Coordinator(m, c, t, SimExecutor(m, c, t), mem, budget=3, start="tp=1", llm=advisor).run()
+            r = Coordinator(Job.resolve(m, c, t), SimExecutor(Job.resolve(m, c, t)), mem, budget=3, start="tp=1", llm=advisor).run()
         assert r["best"] is not None
     finally:
         server.shutdown()
@@ -327,7 +328,7 @@ def test_tune_writes_the_corrected_machine_as_a_cluster_file(cli, tmp_path):
     m, c, t = load_model("llama3-70b"), load_cluster("dgx-h100-8node"), TrainSpec(256, 8192)
     fitted = Correction(corr["compute"], corr["scale_up"], corr["scale_out"])
     assert json.loads(e.stdout)["step_time_s"] == pytest.approx(
-        estimate(m, fitted.apply(c), t, "tp=8,pp=2").step_time_s, rel=1e-6)
+        estimate(Job.resolve(m, fitted.apply(c), t), "tp=8,pp=2").step_time_s, rel=1e-6)
 
 
 def test_tune_write_cluster_to_an_unwritable_path_is_one_line_and_keeps_the_trials(cli, tmp_path):
@@ -354,4 +355,4 @@ def test_an_identity_correction_leaves_a_calibrated_cpu_cluster_as_it_was():
     same = Correction().apply(calibrated)
     assert same.accelerator.peak_tflops == calibrated.accelerator.peak_tflops
     m, t = load_model("tiny-dense"), TrainSpec(8, 32, "fp32")
-    assert estimate(m, same, t, "dp=4").step_time_s == pytest.approx(estimate(m, calibrated, t, "dp=4").step_time_s)
+    assert estimate(Job.resolve(m, same, t), "dp=4").step_time_s == pytest.approx(estimate(Job.resolve(m, calibrated, t), "dp=4").step_time_s)

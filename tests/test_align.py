@@ -19,6 +19,7 @@ from asap.numerics.align import Captured, compare, rel_error, report, run_pair, 
 from asap.numerics.capture import module_names
 from asap.spec.loader import load_model
 from asap.train.model import build_model
+from asap.spec.job import Job
 from tests.conftest import assert_one_line_error, run_cli
 
 RUN = dict(global_batch=8, seq_len=32, steps=2, device="cpu", timeout_s=240)
@@ -146,7 +147,7 @@ def _tune(tmp_path, monkeypatch, check):
     monkeypatch.setenv("ASAP_DATA_DIR", str(tmp_path))  # no calibration of this machine: the catalog's figures
     m, t = load_model("tiny-dense"), TrainSpec(8, 32, "fp32")
     with Memory.open(tmp_path / "memory.sqlite") as mem:
-        result = Coordinator(m, load_cluster("local-cpu", devices=4), t, TorchExecutor(m, t, steps=2, device="cpu"),
+        result = Coordinator(Job.resolve(m, load_cluster("local-cpu", devices=4), t), TorchExecutor(m, t, steps=2, device="cpu"),
                              mem, budget=2, start="dp=4", verify=check).run()
         stored = {x["id"]: x for x in mem.trials()}
     ran = [x for x in result["trials"] if x["measured_step_time_s"] is not None and x["status"] != "skipped"]

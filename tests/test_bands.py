@@ -7,6 +7,7 @@ from asap.cost.estimate import estimate
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 
 
 def _width(e):
@@ -15,8 +16,8 @@ def _width(e):
 
 
 def test_band_follows_the_terms_it_leans_on():
-    dense = estimate(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192), "tp=8,pp=2")
-    moe = estimate(load_model("deepseek-v3"), load_cluster("h800", nodes=32), TrainSpec(1024, 4096),
+    dense = estimate(Job.resolve(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192)), "tp=8,pp=2")
+    moe = estimate(Job.resolve(load_model("deepseek-v3"), load_cluster("h800", nodes=32), TrainSpec(1024, 4096)),
                    "tp=1,pp=8,ep=32,recompute=full,dispatcher=alltoall")
     assert moe.exposed_s["ep_comm"] > 0.1 * moe.step_time_s
     assert _width(dense) < _width(moe)
@@ -30,8 +31,8 @@ def test_extrapolated_precision_and_family_widen_the_band():
     assert relative_error_scale("blackwell", "bf16") == pytest.approx(1.5 * relative_error_scale("blackwell", "fp8"))
     assert relative_error_scale("cdna3", "bf16") > relative_error_scale("hopper", "bf16")
     m, t = load_model("llama3-8b"), TrainSpec(64, 8192)
-    h100 = estimate(m, load_cluster("h100-sxm", nodes=1), t, "tp=2")
-    mi300 = estimate(m, load_cluster("mi300x", nodes=1), t, "tp=2")
+    h100 = estimate(Job.resolve(m, load_cluster("h100-sxm", nodes=1), t), "tp=2")
+    mi300 = estimate(Job.resolve(m, load_cluster("mi300x", nodes=1), t), "tp=2")
     assert _width(mi300) > _width(h100)
 
 
@@ -39,11 +40,11 @@ def test_ties_are_decided_by_the_terms_that_differ():
     """Two strategies differing only in the micro-batch size: their gap is tiny and sits in well-calibrated
     compute, so a sub-percent margin is a tie while a large gap from recompute is not."""
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192)
-    a = estimate(m, c, t, "tp=8,pp=2,mbs=1")
-    b = estimate(m, c, t, "tp=8,pp=2,mbs=1,recompute=full")
+    a = estimate(Job.resolve(m, c, t), "tp=8,pp=2,mbs=1")
+    b = estimate(Job.resolve(m, c, t), "tp=8,pp=2,mbs=1,recompute=full")
     assert b.step_time_s > 1.2 * a.step_time_s and not indistinguishable(a, b)
     assert indistinguishable(a, a)
-    near = estimate(m, c, t, "tp=8,pp=2,mbs=2")
+    near = estimate(Job.resolve(m, c, t), "tp=8,pp=2,mbs=2")
     gap = abs(near.step_time_s - a.step_time_s)
     assert indistinguishable(a, near) == (gap <= a.error_scale * sum(
         TERM_WEIGHT[k] * abs(a.exposed_s[k] - near.exposed_s[k]) for k in a.exposed_s))

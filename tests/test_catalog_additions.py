@@ -7,17 +7,18 @@ from asap.errors import AsapError
 from asap.spec.hardware import get_accelerator, load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 from conftest import assert_one_line_error
 
 
 def test_fp4_runs_on_blackwell_faster_than_fp8_and_is_refused_on_hopper(cli):
     m = load_model("llama3-70b")
     c = load_cluster("b300", nodes=8)
-    fp8, nv, mx = (estimate(m, c, TrainSpec(256, 8192, p), "tp=4,pp=2") for p in ("fp8", "nvfp4", "mxfp4"))
+    fp8, nv, mx = (estimate(Job.resolve(m, c, TrainSpec(256, 8192, p)), "tp=4,pp=2") for p in ("fp8", "nvfp4", "mxfp4"))
     assert nv.step_time_s < fp8.step_time_s and mx.step_time_s < fp8.step_time_s
     assert mx.memory_gb["weights"] < nv.memory_gb["weights"] < fp8.memory_gb["weights"]  # scales per 32 < per 16
     with pytest.raises(AsapError, match="nvfp4 is not supported by h100-sxm"):
-        estimate(m, load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192, "nvfp4"), "tp=4,pp=2")
+        estimate(Job.resolve(m, load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192, "nvfp4")), "tp=4,pp=2")
     assert_one_line_error(cli("estimate", "-m", "llama3-8b", "-c", "h100-sxm", "-b", 8, "-s", 2048, "--precision",
                               "mxfp4"), "precision", "mxfp4")
 

@@ -22,6 +22,7 @@ from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.strategy import (complete_strategy, format_compact, format_compact_keys, parse_strategy)
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 from conftest import REPO
 
 COLUMNS = 100
@@ -103,12 +104,12 @@ def same(printed: str, full: dict, devices: int, moe: bool = False) -> None:
     ("llama3-70b", "dgx-h100-8node", 256, 8192), ("mixtral-8x7b", "dgx-h100-8node", 512, 4096),
     ("deepseek-v3", "gb200-nvl72", 1024, 4096), ("llama3-8b", "tpu-v5p", 256, 8192)])
 def test_compact_round_trips_over_the_planners_strategies(model, cluster, batch, seq):
-    from asap.cost.estimate import framework_of
     from asap.search.planner import plan
 
     m, c, t = load_model(model), load_cluster(cluster), TrainSpec(batch, seq)
-    fw = framework_of(t, c)
-    result = plan(m, c, t, {}, top=10, distinct=False)
+    job = Job.resolve(m, c, t)
+    fw = job.framework
+    result = plan(job, {}, top=10, distinct=False)
     for e in result.candidates + result.pareto:
         text = format_compact(e.strategy, c.num_devices, m.moe is not None, fw)
         back = complete_strategy(parse_strategy(text), c.num_devices, framework=fw)

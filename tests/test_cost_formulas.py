@@ -11,6 +11,7 @@ from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.strategy import resolve_strategy
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 
 GPT3 = load_model("gpt3-175b")
 
@@ -67,13 +68,13 @@ def test_estimate_bubble_matches_closed_form_on_even_stages():
                             num_attention_heads=32, vocab_size=64, activation="gelu"))
     cluster = load_cluster("a100-80gb", nodes=1)
     train = TrainSpec(global_batch=32, seq_len=2048)
-    est = estimate(model, cluster, train, "tp=1,pp=8,mbs=1")
+    est = estimate(Job.resolve(model, cluster, train), "tp=1,pp=8,mbs=1")
     m = 32
     assert est.exposed_s["bubble"] / est.exposed_s["compute"] == pytest.approx(7 / m, rel=0.03)
 
 
 def test_estimate_object_has_the_contract_fields_and_adds_up():
-    est = estimate(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192),
+    est = estimate(Job.resolve(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192)),
                    "tp=4,pp=4,vpp=5,mbs=1,recompute=selective")
     d = est.to_dict()
     for key in ("strategy", "step_time_s", "tokens_per_s", "tokens_per_s_per_device", "model_tflops_per_device",
@@ -116,20 +117,20 @@ def test_dispatcher_key_prices_its_exchange():
     dispatch moves fewer bytes over the network than the flat all-to-all; plan leaves the switch free and
     reports the one it priced."""
     model, cluster, train = load_model("deepseek-v3"), load_cluster("h800", nodes=64), TrainSpec(1024, 4096)
-    flat = estimate(model, cluster, train, "tp=1,pp=8,ep=64,recompute=full,dispatcher=alltoall")
-    dedup = estimate(model, cluster, train, "tp=1,pp=8,ep=64,recompute=full,dispatcher=dedup")
+    flat = estimate(Job.resolve(model, cluster, train), "tp=1,pp=8,ep=64,recompute=full,dispatcher=alltoall")
+    dedup = estimate(Job.resolve(model, cluster, train), "tp=1,pp=8,ep=64,recompute=full,dispatcher=dedup")
     assert dedup.breakdown_s["ep_comm"] < 0.8 * flat.breakdown_s["ep_comm"]
-    assert estimate(model, cluster, train, "tp=1,pp=8,ep=64,recompute=full").strategy.dispatcher == "alltoall"
+    assert estimate(Job.resolve(model, cluster, train), "tp=1,pp=8,ep=64,recompute=full").strategy.dispatcher == "alltoall"
 
 
 def test_fp8_is_faster_and_context_parallel_splits_attention():
     model, cluster = load_model("llama3-8b"), load_cluster("h100-sxm", nodes=1)
-    bf16 = estimate(model, cluster, TrainSpec(64, 8192, "bf16"), "dp=8,recompute=full")
-    fp8 = estimate(model, cluster, TrainSpec(64, 8192, "fp8"), "dp=8,recompute=full")
+    bf16 = estimate(Job.resolve(model, cluster, TrainSpec(64, 8192, "bf16")), "dp=8,recompute=full")
+    fp8 = estimate(Job.resolve(model, cluster, TrainSpec(64, 8192, "fp8")), "dp=8,recompute=full")
     assert fp8.step_time_s < bf16.step_time_s
     long = TrainSpec(8, 65536, "bf16")
-    cp1 = estimate(model, cluster, long, "dp=8,cp=1,recompute=full")
-    cp8 = estimate(model, cluster, long, "dp=1,cp=8,recompute=full")
+    cp1 = estimate(Job.resolve(model, cluster, long), "dp=8,cp=1,recompute=full")
+    cp8 = estimate(Job.resolve(model, cluster, long), "dp=1,cp=8,recompute=full")
     assert cp8.memory_gb["activations"] == pytest.approx(cp1.memory_gb["activations"] / 8, rel=0.05)
     assert cp8.breakdown_s["cp_comm"] > 0 and cp1.breakdown_s["cp_comm"] == 0
 
@@ -142,12 +143,12 @@ def test_split_dispatch_overlap():
     assert split_dispatch_exposed_s(1.0, 0.0, chunks=2) == pytest.approx(2.0)  # nothing to hide behind
     assert split_dispatch_exposed_s(1.0, 5.0, chunks=2) == pytest.approx(1.0)  # only the ends stay exposed
     assert split_dispatch_exposed_s(1.0, 1.0, chunks=4) == pytest.approx(0.5 + 3 * 0.25)
-    est = estimate(load_model("qwen3-30b-a3b"), load_cluster("h100-sxm", nodes=4), TrainSpec(256, 4096),
+    est = estimate(Job.resolve(load_model("qwen3-30b-a3b"), load_cluster("h100-sxm", nodes=4), TrainSpec(256, 4096)),
                    "ep=32,mbs=1,recompute=selective")
     alt = est.alternatives["moe_split_dispatch"]
     assert 0 < est.exposed_s["ep_comm"] - alt["ep_comm_s"] < est.exposed_s["ep_comm"]
     assert alt["step_time_s"] == pytest.approx(est.step_time_s - (est.exposed_s["ep_comm"] - alt["ep_comm_s"]))
-    dense = estimate(load_model("llama3-8b"), load_cluster("h100-sxm", nodes=1), TrainSpec(64, 4096), "dp=8")
+    dense = estimate(Job.resolve(load_model("llama3-8b"), load_cluster("h100-sxm", nodes=1), TrainSpec(64, 4096)), "dp=8")
     assert dense.alternatives == {}
 
 
@@ -189,8 +190,8 @@ def test_unequal_interleaved_chunks_cost_what_the_simulator_says():
     # beyond 4 pp micro-batches the excess is extrapolated; it stays within 1% of a direct simulation
     direct = sim.step_time_s - ((m - 1) * 30 + 30 * (1 + 7 / 8))  # simulated minus the closed form
     assert uneven_chunk_excess_units(tuple(layers), 8, 8, m) == pytest.approx(direct, rel=0.01)
-    uneven = estimate(model, cluster, train, "tp=1,pp=8,vpp=8,mbs=1,schedule=interleaved")
-    even = estimate(model, cluster, train, "tp=1,pp=8,vpp=5,mbs=1,schedule=interleaved")
+    uneven = estimate(Job.resolve(model, cluster, train), "tp=1,pp=8,vpp=8,mbs=1,schedule=interleaved")
+    even = estimate(Job.resolve(model, cluster, train), "tp=1,pp=8,vpp=5,mbs=1,schedule=interleaved")
     assert uneven.exposed_s["bubble"] / uneven.exposed_s["compute"] == pytest.approx(sim_bubble, rel=0.1)
     assert uneven.step_time_s > even.step_time_s  # vpp = 5 divides the 10 layers of a stage; vpp = 8 does not
 
@@ -205,9 +206,9 @@ def test_peak_memory_covers_every_pipeline_stage(text):
     from asap.search.stages import build_problem, uniform_split
 
     model, cluster, train = load_model("deepseek-v3"), load_cluster("h800", nodes=256), TrainSpec(15360, 4096)
-    est = estimate(model, cluster, train, text)
+    est = estimate(Job.resolve(model, cluster, train), text)
     # the stage ILP's per-device figure carries the allocator's reserve on the activations, as the estimate does
-    per_device = uniform_split(build_problem(model, cluster, train, est.strategy)).device_memory_gb
+    per_device = uniform_split(build_problem(Job.resolve(model, cluster, train), est.strategy)).device_memory_gb
     assert est.peak_memory_gb == pytest.approx(max(per_device) + DEFAULT_FIXED_ALLOWANCE_GB, rel=1e-9)
 
 
@@ -218,14 +219,14 @@ def test_pipelined_expert_all_to_all_hides_behind_the_paired_micro_batch():
     (torchtitan offers it), nothing pairs and all of it is exposed."""
     model, cluster, train = load_model("deepseek-v3"), load_cluster("h800", nodes=64), TrainSpec(1024, 4096, "fp8")
     base = "tp=1,pp=8,ep=64,etp=1,mbs=1,recompute=selective,zero=1,schedule=1f1b,dispatcher=dedup"
-    paired = estimate(model, cluster, train, base + ",a2a_overlap=1")
-    gpipe = estimate(model, cluster, train, base + ",a2a_overlap=0")
+    paired = estimate(Job.resolve(model, cluster, train), base + ",a2a_overlap=1")
+    gpipe = estimate(Job.resolve(model, cluster, train), base + ",a2a_overlap=0")
     titan = TrainSpec(1024, 4096, "fp8", "torchtitan")
-    titan_gpipe = estimate(model, cluster, titan, "tp=1,pp=8,ep=64,etp=1,mbs=1,recompute=selective,zero=0,"
+    titan_gpipe = estimate(Job.resolve(model, cluster, titan), "tp=1,pp=8,ep=64,etp=1,mbs=1,recompute=selective,zero=0,"
                                                   "schedule=gpipe")
     assert titan_gpipe.exposed_s["ep_comm"] == pytest.approx(titan_gpipe.breakdown_s["ep_comm"])
     # full recompute and the overlap do not combine (Megatron-Core's documented incompatibility)
-    full = estimate(model, cluster, train, base.replace("selective", "full") + ",a2a_overlap=1")
+    full = estimate(Job.resolve(model, cluster, train), base.replace("selective", "full") + ",a2a_overlap=1")
     assert full.exposed_s["ep_comm"] == pytest.approx(full.breakdown_s["ep_comm"])
     total = paired.breakdown_s["ep_comm"]
     assert total == pytest.approx(gpipe.breakdown_s["ep_comm"])
@@ -242,7 +243,7 @@ def test_one_stage_holds_every_parameter():
     2 * 4096: 218,112,000; 32 layers, the final norm 4096: 8,030,261,248 parameters, 2 bytes each in bf16."""
     params = 2 * 525_336_576 + 32 * (2 * 4096 ** 2 + 2 * 4096 * 8 * 128 + 3 * 4096 * 14336 + 2 * 4096) + 4096
     assert params == 8_030_261_248
-    est = estimate(load_model("llama3-8b"), load_cluster("dgx-h100-1"), TrainSpec(8, 8192), "tp=8,zero=1")
+    est = estimate(Job.resolve(load_model("llama3-8b"), load_cluster("dgx-h100-1"), TrainSpec(8, 8192)), "tp=8,zero=1")
     assert est.memory_gb["weights"] == pytest.approx(params / 8 * 2 / 2**30, rel=1e-9)
     assert est.memory_gb["grads"] == pytest.approx(params / 8 * 4 / 2**30, rel=1e-9)  # fp32 main gradients
     assert est.memory_gb["optimizer"] == pytest.approx(params / 8 * 12 / 2**30, rel=1e-9)  # dp = 1: unsharded

@@ -10,6 +10,7 @@ from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 
 MODELS = {name: load_model(name) for name in ("llama3-70b", "qwen3-30b-a3b", "gpt3-175b")}
 CLUSTER = load_cluster("h100-sxm", nodes=16)  # 128 devices
@@ -35,7 +36,7 @@ def build(p, tp=None, zero=None, gb=None):
 
 
 def run(model, train, s):
-    return estimate_batch(model, CLUSTER, train, StrategyBatch.from_strategies([s]))
+    return estimate_batch(Job.resolve(model, CLUSTER, train), StrategyBatch.from_strategies([s]))
 
 
 @settings(max_examples=60, deadline=None)

@@ -12,6 +12,7 @@ from asap.cost.dp_overlap import bucketed_exposed_s, dp_buckets, dp_link_busy_s,
 from asap.cost.estimate import data_parallel_terms, estimate
 from asap.spec.framework import FRAMEWORKS, unstated_defaults
 from asap.spec.hardware import load_cluster
+from asap.spec.job import Job
 from asap.spec.loader import load_model
 from asap.spec.strategy import complete_strategy
 from asap.spec.train import TrainSpec
@@ -76,7 +77,8 @@ def test_one_micro_batch_leaves_a_bucket_of_each_collective_exposed():
     """Megatron ZeRO-1 with one micro-batch per step: whatever the backward's length, the last reduce-scatter
     bucket and the first all-gather bucket serialize with the optimizer at the step boundary."""
     model = load_model("llama3-8b")
-    est = estimate(model, load_cluster("h100-sxm", nodes=8), TrainSpec(64, 4096, "bf16"), "dp=64,mbs=1,zero=1")
+    est = estimate(Job.resolve(model, load_cluster("h100-sxm", nodes=8), TrainSpec(64, 4096, "bf16")),
+                   "dp=64,mbs=1,zero=1")
     buckets = np.ceil(model.num_params() / 6.4e7)  # max(4e7, 1e6 * 64) per bucket
     assert est.exposed_s["dp_comm"] >= est.breakdown_s["dp_comm"] / buckets * (1 - 1e-9)
     assert est.exposed_s["dp_comm"] > 0.0

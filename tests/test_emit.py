@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from asap.cli.emit import emit_strategy
-from asap.cli.estimate import load_job
+from asap.cli.common import JobOptions
 from asap.emit import emit
 from asap.errors import AsapError
 
@@ -20,7 +20,7 @@ from conftest import assert_one_line_error
 
 
 def job(model="llama3-8b", cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
-    return load_job(model, cluster, None, None, b, s, precision)
+    return JobOptions(model, cluster, b, s, precision).load()
 
 
 def megatron_args(text):
@@ -36,8 +36,8 @@ def megatron_args(text):
 
 
 def test_megatron_round_trip():
-    m, c, t = job("mixtral-8x7b")
-    text = emit_strategy("megatron", m, c, t, "tp=2,pp=4,vpp=2,ep=4,mbs=2,recompute=selective,dispatcher=dedup,"
+    j = job("mixtral-8x7b")
+    text = emit_strategy("megatron", j, "tp=2,pp=4,vpp=2,ep=4,mbs=2,recompute=selective,dispatcher=dedup,"
                                               "a2a_overlap=1")
     a = megatron_args(text)
     assert a["--tensor-model-parallel-size"] == ["2"] and a["--pipeline-model-parallel-size"] == ["4"]
@@ -49,36 +49,36 @@ def test_megatron_round_trip():
     assert "--overlap-moe-expert-parallel-comm" in a and "--use-distributed-optimizer" in a
     assert a["--num-experts"] == ["8"] and a["--moe-router-topk"] == ["2"]
     # module sets, zero 3 (Megatron-FSDP), an uneven split as a pipeline layout
-    m, c, t = job()
-    a = megatron_args(emit_strategy("megatron", m, c, t, "tp=2,pp=2,zero=3,recompute=layernorm+moe_act,"
+    j = job()
+    a = megatron_args(emit_strategy("megatron", j, "tp=2,pp=2,zero=3,recompute=layernorm+moe_act,"
                                                          "layer_split=15/17"))
     # a dense model has no MoE activation to recompute: Megatron's TransformerConfig rejects moe_act without MoE
     assert a["--recompute-granularity"] == ["selective"] and a["--recompute-modules"] == ["layernorm"]
     assert "--use-megatron-fsdp" in a and a["--data-parallel-sharding-strategy"] == ["optim_grads_params"]
     layout = a["--pipeline-model-parallel-layout"][0].split("|")
     assert [p.count("t") for p in layout] == [15, 17] and layout[0].startswith("E") and layout[-1].endswith("L")
-    a = megatron_args(emit_strategy("megatron", m, c, t, "tp=2,recompute=full"))
+    a = megatron_args(emit_strategy("megatron", j, "tp=2,recompute=full"))
     assert a["--recompute-granularity"] == ["full"] and a["--recompute-method"] == ["uniform"]
 
 
 def test_torchtitan_round_trip():
-    m, c, t = job()
-    cfg = tomllib.loads(emit_strategy("torchtitan", m, c, t, "tp=2,pp=2,vpp=2,mbs=2,recompute=selective,zero=3"))
+    j = job()
+    cfg = tomllib.loads(emit_strategy("torchtitan", j, "tp=2,pp=2,vpp=2,mbs=2,recompute=selective,zero=3"))
     p, tr = cfg["parallelism"], cfg["training"]
     assert (p["tensor_parallel_degree"], p["pipeline_parallel_degree"], p["data_parallel_shard_degree"]) == (2, 2, 16)
     assert p["data_parallel_replicate_degree"] == 1 and p["pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert p["pipeline_parallel_microbatch_size"] == 2 and len(p["module_fqns_per_model_part"]) == 4
     assert tr["global_batch_size"] == 256 and tr["local_batch_size"] == 256 // 16 and tr["seq_len"] == 4096
     assert cfg["activation_checkpoint"]["mode"] == "selective"
-    cfg = tomllib.loads(emit_strategy("torchtitan", m, c, t, "tp=8,mbs=4,zero=0,recompute=full"))
+    cfg = tomllib.loads(emit_strategy("torchtitan", j, "tp=8,mbs=4,zero=0,recompute=full"))
     p = cfg["parallelism"]
     assert p["data_parallel_replicate_degree"] == 8 and p["data_parallel_shard_degree"] == 1
     assert cfg["training"]["local_batch_size"] == 4 and cfg["activation_checkpoint"]["mode"] == "full"
 
 
 def test_maxtext_round_trip():
-    m, c, t = job(cluster="tpu-v5p-256")
-    cfg = yaml.safe_load(emit_strategy("maxtext", m, c, t, "tp=4,pp=2,mbs=2,recompute=full,zero=3"))
+    j = job(cluster="tpu-v5p-256")
+    cfg = yaml.safe_load(emit_strategy("maxtext", j, "tp=4,pp=2,mbs=2,recompute=full,zero=3"))
     axes = {k: v for k, v in cfg.items() if k.endswith("_parallelism")}
     prod = 1
     for v in axes.values():
@@ -91,19 +91,19 @@ def test_maxtext_round_trip():
     assert cfg["per_device_batch_size"] * 256 * cfg["gradient_accumulation_steps"] == 256
     assert cfg["max_target_length"] == 4096
     # on GPUs every 8-GPU NVLink domain is a slice: the data axis crosses DCN
-    m, c, t = job()
-    cfg = yaml.safe_load(emit_strategy("maxtext", m, c, t, "tp=8,zero=0,mbs=4"))
+    j = job()
+    cfg = yaml.safe_load(emit_strategy("maxtext", j, "tp=8,zero=0,mbs=4"))
     assert cfg["ici_tensor_parallelism"] == 8 and cfg["dcn_data_parallelism"] == 8
     assert cfg["gradient_accumulation_steps"] == 256 // (8 * 4)
 
 
 def test_mindformers_round_trip():
-    m, c, t = job("mixtral-8x7b", cluster="ascend-910b-64")
-    text = emit_strategy("mindformers", m, c, t, "tp=4,pp=4,vpp=2,ep=2,mbs=1,recompute=full,layer_split="
+    j = job("mixtral-8x7b", cluster="ascend-910b-64")
+    text = emit_strategy("mindformers", j, "tp=4,pp=4,vpp=2,ep=2,mbs=1,recompute=full,layer_split="
                                                  "4/4/4/4/4/4/4/4")
     cfg = yaml.safe_load(text)
     pc = cfg["parallel_config"]
-    dp = c.num_devices // 16
+    dp = j.devices // 16
     assert (pc["data_parallel"], pc["model_parallel"], pc["pipeline_stage"], pc["expert_parallel"]) == (dp, 4, 4, 2)
     assert pc["micro_batch_num"] == 256 // dp and pc["use_seq_parallel"] is True
     assert cfg["parallel"]["enable_parallel_optimizer"] is True and pc["optimizer_shard"] is True
@@ -111,15 +111,15 @@ def test_mindformers_round_trip():
     mc = cfg["model"]["model_config"]
     assert mc["pp_interleave_num"] == 2 and mc["offset"] == [[0] * 4, [0] * 4]
     assert cfg["moe_config"]["enable_deredundency"] is True  # the stack's default dispatcher, dedup
-    m, c, t = job(cluster="ascend-910b-64")
-    cfg = yaml.safe_load(emit_strategy("mindformers", m, c, t, "tp=8,pp=2,layer_split=15/17,recompute=selective"))
+    j = job(cluster="ascend-910b-64")
+    cfg = yaml.safe_load(emit_strategy("mindformers", j, "tp=8,pp=2,layer_split=15/17,recompute=selective"))
     assert cfg["model"]["model_config"]["offset"] == [-1, 1]
     assert cfg["recompute_config"]["select_recompute"] is True
 
 
 def test_deepspeed_round_trip():
-    m, c, t = job()
-    cfg = json.loads(emit_strategy("deepspeed", m, c, t, "tp=2,pp=2,mbs=2,zero=1,recompute=full"))
+    j = job()
+    cfg = json.loads(emit_strategy("deepspeed", j, "tp=2,pp=2,mbs=2,zero=1,recompute=full"))
     assert cfg["train_batch_size"] == 256 and cfg["train_micro_batch_size_per_gpu"] == 2
     assert cfg["gradient_accumulation_steps"] == 256 // (16 * 2) and cfg["zero_optimization"]["stage"] == 1
     assert cfg["pipeline"]["stages"] == 2 and cfg["tensor_parallel"]["autotp_size"] == 2
@@ -140,20 +140,20 @@ def test_refusals_one_line(cli, fmt, strategy, needle):
 
 
 def test_emitter_refusals_name_framework():
-    m, c, t = job()
+    j = job()
     from asap.cost.estimate import estimate
 
-    s = replace(estimate(m, c, t, "tp=2,pp=2,zero=1").strategy, vpp=2)
+    s = replace(estimate(j, "tp=2,pp=2,zero=1").strategy, vpp=2)
     with pytest.raises(AsapError, match="deepspeed cannot express vpp"):
-        emit("deepspeed", m, c, t, s)
+        emit("deepspeed", j, s)
 
 
 def test_megatron_refuses_what_its_config_rejects():
-    m, c, t = job("mixtral-8x7b")
+    j = job("mixtral-8x7b")
     for strategy, why in [("pp=2,vpp=2,ep=4,recompute=full,a2a_overlap=1", "recompute=full"),
                           ("pp=2,ep=4,a2a_overlap=1", "virtual stages"), ("ep=1,a2a_overlap=1", "ep=1")]:
         with pytest.raises(AsapError, match=f"megatron cannot express a2a_overlap=1 .*{why}"):
-            emit_strategy("megatron", m, c, t, strategy)
+            emit_strategy("megatron", j, strategy)
 
 
 def test_unknown_format_one_line(cli):
@@ -179,9 +179,9 @@ def test_deepspeed_own_loader():
         from deepspeed.runtime.config import DeepSpeedConfig
     except ImportError as e:
         pytest.skip(f"deepspeed does not import here: {e}")
-    m, c, t = job(cluster="dgx-h100-1", b=16)
+    j = job(cluster="dgx-h100-1", b=16)
     # dp=1: without torch.distributed DeepSpeedConfig takes a world size of 1
-    cfg = DeepSpeedConfig(json.loads(emit_strategy("deepspeed", m, c, t, "tp=2,pp=4,mbs=2,zero=1,recompute=full")))
+    cfg = DeepSpeedConfig(json.loads(emit_strategy("deepspeed", j, "tp=2,pp=4,mbs=2,zero=1,recompute=full")))
     assert cfg.train_batch_size == 16 and cfg.train_micro_batch_size_per_gpu == 2
     assert cfg.gradient_accumulation_steps == 8 and cfg.zero_optimization_stage == 1
     assert cfg.bfloat16_config.enabled and cfg.pipeline["stages"] == 4

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from asap.cli.emit import emit_strategy
-from asap.cli.estimate import load_job
+from asap.cli.common import JobOptions
 from asap.emit import FORMATS, FRAMEWORK_OF
 from asap.search.planner import plan
 from asap.spec.strategy import parse_strategy
@@ -47,8 +47,8 @@ CLUSTER_OF = {"maxtext": "tpu-v5p-256"}
 def test_every_candidate_of_a_stack_plan_is_emitted(fmt):
     """Planned with a format's stack, every ranked candidate (default and ILP splits alike) passes the emitter."""
     cluster = CLUSTER_OF.get(fmt, "ascend-910b-64" if fmt == "mindformers" else "dgx-h100-8node")
-    m, c, t = load_job("mixtral-8x7b", cluster, None, None, 256, 4096, "bf16", FRAMEWORK_OF[fmt])
-    result = plan(m, c, t, parse_strategy("", field="fix"), top=8, ilp_candidates=2)
+    job = JobOptions("mixtral-8x7b", cluster, 256, 4096, "bf16", FRAMEWORK_OF[fmt]).load()
+    result = plan(job, parse_strategy("", field="fix"), top=8, ilp_candidates=2)
     assert result.candidates
     for e in result.candidates:
-        emit_strategy(fmt, m, c, t, e.strategy)  # raises AsapError where the stack cannot express it
+        emit_strategy(fmt, job, e.strategy)  # raises AsapError where the stack cannot express it

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from asap.cli.emit import emit_strategy
-from asap.cli.estimate import load_job
+from asap.cli.common import JobOptions
 
 STACKS = Path(__file__).parent / "stacks"
 
 
 def job(model="llama3-8b", cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
-    return load_job(model, cluster, None, None, b, s, precision)
+    return JobOptions(model, cluster, b, s, precision).load()
 
 
 def installed(*names):
@@ -54,12 +54,12 @@ def test_megatron_core_builds_the_emitted_model(tmp_path):
     installed("megatron.core")
     paths = []
     for i, (name, precision, strategy) in enumerate(MEGATRON_CASES):
-        m, c, t = job(name, precision=precision)
+        j = job(name, precision=precision)
         paths.append(tmp_path / f"args{i}.sh")
-        paths[-1].write_text(emit_strategy("megatron", m, c, t, strategy))
+        paths[-1].write_text(emit_strategy("megatron", j, strategy))
     dense, moe, mla, fp8 = run_loader("megatron_load.py", *paths)
     for (name, _, _), got in zip(MEGATRON_CASES, (dense, moe, mla, fp8)):
-        m = job(name)[0]
+        m = job(name).model
         assert got["params"] == m.num_params(include_mtp=True), name
         assert got["normalization"] == "RMSNorm" and got["gated"] and got["activation"] == "silu"
         assert got["position_embedding_type"] == "rope" and got["rotary_base"] == m.rope_theta
@@ -79,11 +79,13 @@ def test_megatron_core_builds_the_emitted_model(tmp_path):
 
 
 def titan_case(tmp_path, model, strategy, cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
+    from dataclasses import replace
+
     from asap.emit.torchtitan_model import model_args_json
 
-    _, c, t = job(cluster=cluster, b=b, s=s, precision=precision)
+    j = job(cluster=cluster, b=b, s=s, precision=precision)
     toml, args = tmp_path / f"{model.name}.toml", tmp_path / f"{model.name}.json"
-    toml.write_text(emit_strategy("torchtitan", model, c, t, strategy))
+    toml.write_text(emit_strategy("torchtitan", replace(j, model=model), strategy))
     args.write_text(model_args_json(model, s))
     return toml, args
 
@@ -101,7 +103,7 @@ def test_torchtitan_builds_the_emitted_model(tmp_path):
              ("mixtral-8x7b", "ep=8,zero=3,mbs=2", ("qwen3", "asap-mixtral-8x7b")),
              ("deepseek-v3", "pp=4,ep=8,zero=3", ("deepseek_v3", "asap-deepseek-v3"))]
     for name, strategy, (family, flavor) in cases:
-        m = job(name)[0]
+        m = job(name).model
         m = replace(m, mtp_layers=0)
         got = run_loader("torchtitan_load.py", *titan_case(tmp_path, m, strategy), timeout=300)
         assert (got["name"], got["flavor"]) == (family, flavor)
@@ -148,15 +150,15 @@ def test_maxtext_pyconfig_builds_the_emitted_model(tmp_path):
              ("deepseek-v3", "dp=8,ep=4,zero=3,recompute=full", "bf16")]
     paths = []
     for name, strategy, precision in cases:
-        m, c, t = load_job(name, "local-cpu", None, 8, 8, 64, precision)
+        j = JobOptions(name, "local-cpu", 8, 64, precision, devices=8).load()
         paths.append(tmp_path / f"{name}.yml")
-        paths[-1].write_text(emit_strategy("maxtext", m, c, t, strategy))
+        paths[-1].write_text(emit_strategy("maxtext", j, strategy))
     proc = subprocess.run([python, str(STACKS / "maxtext_load.py"), "8", *map(str, paths)], capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     for (name, _, _), g in zip(cases, got):
-        m = job(name)[0]
+        m = job(name).model
         assert g["params"] == m.num_params(include_mtp=True), name
         assert (g["layers"], g["emb"], g["rope"], g["batch"], g["seq"]) == (m.num_layers, m.hidden_size,
                                                                             m.rope_theta, 8, 64)
@@ -224,8 +226,9 @@ def test_mindformers_yaml_keeps_the_model_in_its_schema():
     cases = [("llama3-8b", "tp=8,pp=2,recompute=selective"), ("mixtral-8x7b", "tp=4,pp=4,vpp=2,ep=2,recompute=full"),
              ("deepseek-v3", "tp=4,pp=4,ep=4,zero=1")]
     for name, strategy in cases:
-        m, c, t = job(name, cluster="ascend-910b-64")
-        cfg = yaml.safe_load(emit_strategy("mindformers", m, c, t, strategy))
+        j = job(name, cluster="ascend-910b-64")
+        m = j.model
+        cfg = yaml.safe_load(emit_strategy("mindformers", j, strategy))
         assert set(cfg) <= MF_TOP
         mc = cfg["model"]["model_config"]
         conforms(mc, MF_MODEL[mc["type"]], "model.model_config")
@@ -249,13 +252,13 @@ def test_deepspeed_config_class_takes_every_model():
     from asap.errors import AsapError
 
     for name in ("llama3-8b", "mixtral-8x7b", "deepseek-v3"):
-        m, c, t = job(name, cluster="dgx-h100-1", b=16)
-        cfg = DeepSpeedConfig(json.loads(emit_strategy("deepspeed", m, c, t, "tp=2,pp=4,mbs=2,zero=1,recompute=full")))
+        j = job(name, cluster="dgx-h100-1", b=16)
+        cfg = DeepSpeedConfig(json.loads(emit_strategy("deepspeed", j, "tp=2,pp=4,mbs=2,zero=1,recompute=full")))
         assert (cfg.train_batch_size, cfg.gradient_accumulation_steps, cfg.zero_optimization_stage) == (16, 8, 1)
         assert cfg.bfloat16_config.enabled and cfg.pipeline["stages"] == 4
-    m, c, t = job("mixtral-8x7b", cluster="dgx-h100-1", b=16)
+    j = job("mixtral-8x7b", cluster="dgx-h100-1", b=16)
     with pytest.raises(AsapError, match="strategy.ep: deepspeed cannot express ep=2"):
-        emit_strategy("deepspeed", m, c, t, "tp=2,ep=2,zero=1")
-    m, c, t = job(cluster="dgx-h100-1", b=16, precision="fp8")
+        emit_strategy("deepspeed", j, "tp=2,ep=2,zero=1")
+    j = job(cluster="dgx-h100-1", b=16, precision="fp8")
     with pytest.raises(AsapError, match="precision: deepspeed cannot express fp8"):
-        emit_strategy("deepspeed", m, c, t, "tp=2,zero=1")
+        emit_strategy("deepspeed", j, "tp=2,zero=1")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from asap import TrainSpec, load_cluster, load_model
+from asap import Job, TrainSpec, load_cluster, load_model
 from asap.errors import AsapError
 from asap.execute.factory import ExecutorKind, make_executor
 
@@ -35,9 +35,9 @@ def test_no_executor_imports_the_factory():
 
 def test_kinds():
     m, c = load_model("tiny-dense"), load_cluster("local-cpu", devices=2)
-    assert make_executor("sim", model=m, cluster=c, train=TrainSpec(8, 64)).name == "sim"
-    ex = make_executor("command", template="echo {tp}", framework="torchtitan", cluster=c, model=m,
-                       train=TrainSpec(8, 64, "bf16", "torchtitan"))
+    assert make_executor("sim", job=Job.resolve(m, c, TrainSpec(8, 64))).name == "sim"
+    ex = make_executor("command", template="echo {tp}", framework="torchtitan",
+                       job=Job.resolve(m, c, TrainSpec(8, 64, "bf16", "torchtitan")))
     assert ex.refuses(ex._strategy("dp=2,zero=1")).startswith("strategy.zero: torchtitan cannot express")
     with pytest.raises(AsapError, match="executor: must be one of"):
         make_executor("slurm")

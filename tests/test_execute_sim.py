@@ -9,12 +9,13 @@ pytest.importorskip("asap.cost.estimate")
 from asap.execute.base import Failure, Measurement
 from asap.execute.factory import make_executor  # noqa: E402
 from asap.spec.hardware import load_cluster  # noqa: E402
+from asap.spec.job import Job  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
 
 
 def _sim(model: str):
-    return make_executor("sim", model=load_model(model), cluster=load_cluster("dgx-h100-1"), train=TrainSpec(64, 4096))
+    return make_executor("sim", job=Job.resolve(load_model(model), load_cluster("dgx-h100-1"), TrainSpec(64, 4096)))
 
 
 def test_sim_predicts_a_step_time():

@@ -82,7 +82,7 @@ def test_presets():
 def test_megatron_arguments_spliced(tmp_path):
     """``{emitted_args}`` becomes Megatron's emitted arguments, one argv entry each, and Megatron's own line
     (as the ModelLink README quotes it) is parsed."""
-    from asap import TrainSpec, load_cluster, load_model
+    from asap import Job, TrainSpec, load_cluster, load_model
     from asap.execute.factory import make_executor
 
     echo = tmp_path / "megatron.py"
@@ -91,8 +91,8 @@ def test_megatron_arguments_spliced(tmp_path):
                     "print(' iteration  3/ 3 | elapsed time per iteration (ms):  52000.0 | lm loss:  1.3E+01 |')\n")
     m, c = load_model("tiny-dense"), load_cluster("local-cpu", devices=2)
     ex = make_executor("command", template=[sys.executable, str(echo), str(tmp_path / "argv.json"),
-                                            "{emitted_args}"], framework="megatron", cluster=c, model=m,
-                       train=TrainSpec(8, 64, "bf16", "megatron"), workdir=str(tmp_path / "w"))
+                                            "{emitted_args}"], framework="megatron",
+                       job=Job.resolve(m, c, TrainSpec(8, 64, "bf16", "megatron")), workdir=str(tmp_path / "w"))
     r = ex.run("tp=2")
     assert r.ok, r.reason
     argv = json.loads((tmp_path / "argv.json").read_text())

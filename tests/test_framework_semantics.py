@@ -29,6 +29,7 @@ from asap.spec.framework import FRAMEWORKS, ZERO3_MODULES_PER_LAYER
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 
 GIB = float(1 << 30)  # memory is reported in GiB
 LAUNCH, HOP = 20e-6, 5e-6  # hopper collective_latency_s, hop_latency_s
@@ -83,7 +84,7 @@ AG_WEIGHTS = ring_s(2.0 * N_SMALL, DP, INTER_BUSBW)  # = 278.576e-6 + 95e-6 = 37
 
 def _dp_comm(framework, strategy, cluster=DP_CLUSTER, train=None):
     train = train or TrainSpec(global_batch=64, seq_len=2048, framework=framework)
-    return estimate(SMALL, cluster, train, strategy)
+    return estimate(Job.resolve(SMALL, cluster, train), strategy)
 
 
 def test_hand_ring_figures_of_the_dp_group():
@@ -199,7 +200,7 @@ def test_hand_stage_figures():
 
 
 def _pp_estimate(framework):
-    return estimate(SMALL, DP_CLUSTER, TrainSpec(global_batch=64, seq_len=2048, framework=framework),
+    return estimate(Job.resolve(SMALL, DP_CLUSTER, TrainSpec(global_batch=64, seq_len=2048, framework=framework)),
                     "tp=2,pp=2,zero=3")
 
 
@@ -328,8 +329,8 @@ def test_weights_memory_counts_replicated_kv_heads():
     assert LLAMA70.num_params() == L70_TOTAL
     cluster = load_cluster("h100-sxm", nodes=2)
     train = TrainSpec(global_batch=2, seq_len=1024, framework="megatron")
-    w8 = estimate(LLAMA70, cluster, train, "tp=8,pp=1,zero=0").memory_gb["weights"]
-    w16 = estimate(LLAMA70, cluster, train, "tp=16,pp=1,zero=0").memory_gb["weights"]
+    w8 = estimate(Job.resolve(LLAMA70, cluster, train), "tp=8,pp=1,zero=0").memory_gb["weights"]
+    w16 = estimate(Job.resolve(LLAMA70, cluster, train), "tp=16,pp=1,zero=0").memory_gb["weights"]
     assert w8 == pytest.approx(2.0 * L70_TOTAL / 8 / GIB, rel=1e-12)
     assert w8 == pytest.approx(17_638_426_624 / GIB, rel=1e-12)
     assert w16 == pytest.approx(2.0 * (L70_TOTAL + LL * KV_EXTRA_PER_LAYER) / 16 / GIB, rel=1e-12)
@@ -367,7 +368,7 @@ def test_activation_memory_by_recompute_mode(recompute, by_hand_mib):
                "full": L * input_layer + full_layer + logits}[recompute]
     assert by_hand == by_hand_mib * 2**20
     train = TrainSpec(global_batch=1, seq_len=2048, framework="megatron")
-    est = estimate(SMALL, load_cluster("h100-sxm", nodes=1), train, f"tp=8,sp=1,pp=1,mbs=1,recompute={recompute}")
+    est = estimate(Job.resolve(SMALL, load_cluster("h100-sxm", nodes=1), train), f"tp=8,sp=1,pp=1,mbs=1,recompute={recompute}")
     assert est.memory_gb["activations"] == pytest.approx(by_hand / GIB, rel=1e-12)
     assert est.memory_gb["activations"] == pytest.approx(by_hand_mib / 1024, rel=1e-12)
 
@@ -379,8 +380,8 @@ def test_deepspeed_zero3_gathers_per_parameter_at_one_nic_and_again_for_recomput
 
     model, cluster = load_model("llama3-70b"), load_cluster("a100-80gb", nodes=16)
     train = TrainSpec(256, 2048, framework="deepspeed")
-    none = price(model, cluster, train, "tp=1,pp=1,zero=3,mbs=1,recompute=none")
-    full = price(model, cluster, train, "tp=1,pp=1,zero=3,mbs=1,recompute=full")
-    fsdp = price(model, cluster, TrainSpec(256, 2048, framework="torchtitan"), "tp=1,pp=1,zero=3,mbs=1,recompute=full")
+    none = price(Job.resolve(model, cluster, train), "tp=1,pp=1,zero=3,mbs=1,recompute=none")
+    full = price(Job.resolve(model, cluster, train), "tp=1,pp=1,zero=3,mbs=1,recompute=full")
+    fsdp = price(Job.resolve(model, cluster, TrainSpec(256, 2048, framework="torchtitan")), "tp=1,pp=1,zero=3,mbs=1,recompute=full")
     assert full.breakdown_s["dp_comm"] > 1.2 * none.breakdown_s["dp_comm"]
     assert full.breakdown_s["dp_comm"] > 3 * fsdp.breakdown_s["dp_comm"]

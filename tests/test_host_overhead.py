@@ -25,6 +25,7 @@ from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
 from asap.train.model import build_model
+from asap.spec.job import Job
 
 
 class _Count(TorchDispatchMode):
@@ -123,15 +124,15 @@ def test_host_term_of_a_one_device_cpu_step_by_hand():
     """tiny-dense, one device, global batch 2 of mbs 1: m = 2 micro-batches of 4 dense layers (97 + 156 ops) and
     the ends (13 + 18): 2 * (4 * 253 + 31) = 2086 operators; AdamW steps 39 tensors of 13 operators: 507; one
     blocking call (the loss's all-reduce). Host: 2593 * 1e-5 + 1 * 1e-4 = 0.02603 s."""
-    est = estimate(load_model("tiny-dense"), HAND_CPU, TrainSpec(2, 64, "fp32"), "dp=1")
+    est = estimate(Job.resolve(load_model("tiny-dense"), HAND_CPU, TrainSpec(2, 64, "fp32")), "dp=1")
     assert 2 * (4 * 253 + 31) + 13 * 39 == 2593
     assert est.exposed_s["host"] == pytest.approx(2593 * 1e-5 + 1e-4, rel=1e-9)
 
 
 def test_full_recompute_reruns_the_forward_operators():
     """Full recompute adds each layer's 97 forward operators again: 2 micro-batches * 4 layers * 97 * 1e-5 s."""
-    base = estimate(load_model("tiny-dense"), HAND_CPU, TrainSpec(2, 64, "fp32"), "dp=1")
-    full = estimate(load_model("tiny-dense"), HAND_CPU, TrainSpec(2, 64, "fp32"), "dp=1,recompute=full")
+    base = estimate(Job.resolve(load_model("tiny-dense"), HAND_CPU, TrainSpec(2, 64, "fp32")), "dp=1")
+    full = estimate(Job.resolve(load_model("tiny-dense"), HAND_CPU, TrainSpec(2, 64, "fp32")), "dp=1,recompute=full")
     assert full.exposed_s["host"] - base.exposed_s["host"] == pytest.approx(2 * 4 * 97 * 1e-5, rel=1e-9)
 
 
@@ -139,9 +140,9 @@ def test_an_accelerator_hides_its_host_behind_the_device():
     """An H100 running a 405B-class layer's micro-batch spends far longer on the device than its host takes to
     launch it: no host time shows. The same stack with a tiny micro-batch of a tiny model is host-bound."""
     train = TrainSpec(64, 4096)
-    big = estimate(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), train, "tp=8,pp=2")
+    big = estimate(Job.resolve(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), train), "tp=8,pp=2")
     assert big.exposed_s["host"] == 0.0
-    tiny = estimate(load_model("tiny-dense"), load_cluster("h100-sxm", devices=1), TrainSpec(1, 32), "dp=1")
+    tiny = estimate(Job.resolve(load_model("tiny-dense"), load_cluster("h100-sxm", devices=1), TrainSpec(1, 32)), "dp=1")
     assert tiny.exposed_s["host"] > 0.0
     assert FRAMEWORKS["maxtext"].host_ops.dense_layer == (0, 0)  # XLA launches the step as one program
 

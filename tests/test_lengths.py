@@ -13,6 +13,7 @@ from asap.cost.estimate import estimate
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 from conftest import assert_one_line_error, run_cli
 
 S = 8
@@ -43,16 +44,16 @@ def job():
 def test_full_length_documents_price_as_without_lengths():
     m, c, t = job()
     aw = attention_work([[4096]] * 16, 16, 4096, [1, 2, 4, 8])
-    plain = estimate(m, c, t, "tp=2,mbs=1")
-    same = estimate(m, c, replace(t, attention_work=aw.train_pairs()), "tp=2,mbs=1")
+    plain = estimate(Job.resolve(m, c, t), "tp=2,mbs=1")
+    same = estimate(Job.resolve(m, c, replace(t, attention_work=aw.train_pairs())), "tp=2,mbs=1")
     assert same.step_time_s == plain.step_time_s
 
 
 def test_halved_attention_saves_the_attention_kernels_share():
     m, c, t = job()
-    plain = estimate(m, c, t, "tp=2,mbs=1")
-    half = estimate(m, c, replace(t, attention_work=((4, 0.5),)), "tp=2,mbs=1")  # dp = 8 / 2 = 4
-    other_dp = estimate(m, c, replace(t, attention_work=((2, 0.5),)), "tp=2,mbs=1")
+    plain = estimate(Job.resolve(m, c, t), "tp=2,mbs=1")
+    half = estimate(Job.resolve(m, c, replace(t, attention_work=((4, 0.5),))), "tp=2,mbs=1")  # dp = 8 / 2 = 4
+    other_dp = estimate(Job.resolve(m, c, replace(t, attention_work=((2, 0.5),))), "tp=2,mbs=1")
     assert half.step_time_s < plain.step_time_s
     assert other_dp.step_time_s == plain.step_time_s  # the factor of another dp degree does not apply
     assert half.peak_memory_gb == plain.peak_memory_gb

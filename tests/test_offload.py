@@ -9,13 +9,14 @@ from asap.search.planner import plan
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 
 JOB = dict(global_batch=64, seq_len=8192)
 
 
 def _pair(acc: str, base: str, nodes: int = 16):
     model, cluster, train = load_model("llama3-70b"), load_cluster(acc, nodes=nodes), TrainSpec(**JOB)
-    return (estimate(model, cluster, train, base), estimate(model, cluster, train, base + ",offload_act=1"),
+    return (estimate(Job.resolve(model, cluster, train), base), estimate(Job.resolve(model, cluster, train), base + ",offload_act=1"),
             cluster)
 
 
@@ -34,8 +35,8 @@ def test_activation_offload_keeps_a_window_and_pays_the_link():
 
 def test_optimizer_offload_moves_the_states_and_steps_on_the_host():
     model, cluster, train = load_model("llama3-70b"), load_cluster("h100-sxm", nodes=2), TrainSpec(**JOB)
-    off = estimate(model, cluster, train, "tp=8,pp=2,zero=1")
-    on = estimate(model, cluster, train, "tp=8,pp=2,zero=1,offload_opt=1")
+    off = estimate(Job.resolve(model, cluster, train), "tp=8,pp=2,zero=1")
+    on = estimate(Job.resolve(model, cluster, train), "tp=8,pp=2,zero=1,offload_opt=1")
     assert on.memory_gb["optimizer"] == 0 and off.memory_gb["optimizer"] > 1
     # the device's shard: P parameters, 6 B each over the link at its efficiency, or the host's Adam
     params = off.memory_gb["optimizer"] * 2**30 / 12
@@ -44,17 +45,17 @@ def test_optimizer_offload_moves_the_states_and_steps_on_the_host():
     assert on.breakdown_s["optimizer"] == pytest.approx(max(link_s, host_s), rel=0.02)
     assert on.breakdown_s["optimizer"] > off.breakdown_s["optimizer"]
     with pytest.raises(AsapError, match="offload_opt"):
-        estimate(model, cluster, train, "tp=8,pp=2,zero=0,offload_opt=1")
+        estimate(Job.resolve(model, cluster, train), "tp=8,pp=2,zero=0,offload_opt=1")
 
 
 def test_fp8_weights_are_one_byte_and_need_fp8():
     model, cluster = load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8)
     fp8 = TrainSpec(**JOB, precision="fp8")
-    copy = estimate(model, cluster, fp8, "tp=8,pp=2")
-    only = estimate(model, cluster, fp8, "tp=8,pp=2,fp8_param=1")
+    copy = estimate(Job.resolve(model, cluster, fp8), "tp=8,pp=2")
+    only = estimate(Job.resolve(model, cluster, fp8), "tp=8,pp=2,fp8_param=1")
     assert only.memory_gb["weights"] == pytest.approx(copy.memory_gb["weights"] / 3)
     with pytest.raises(AsapError, match="fp8_param"):
-        estimate(model, cluster, TrainSpec(**JOB), "tp=8,pp=2,fp8_param=1")
+        estimate(Job.resolve(model, cluster, TrainSpec(**JOB)), "tp=8,pp=2,fp8_param=1")
 
 
 def test_planner_offloads_the_optimizer_only_when_nothing_fits_without():
@@ -62,6 +63,6 @@ def test_planner_offloads_the_optimizer_only_when_nothing_fits_without():
     leaves too much), so the plan's candidates are the ones with the optimizer on the host."""
     model, cluster, train = load_model("llama3-70b"), load_cluster("h100-sxm", nodes=1), TrainSpec(16, 4096)
     with pytest.raises(AsapError):
-        plan(model, cluster, train, {"offload_opt": 0}, top=1)
-    r = plan(model, cluster, train, {}, top=2)
+        plan(Job.resolve(model, cluster, train), {"offload_opt": 0}, top=1)
+    r = plan(Job.resolve(model, cluster, train), {}, top=2)
     assert r.candidates and all(c.strategy.offload_opt == 1 and c.fits for c in r.candidates)

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch, framework_of
+from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch
 from asap.cost.batch import expand
 from asap.cost.memory import fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
@@ -18,6 +18,7 @@ from asap.spec.model import model_from_dict
 from asap.spec.strategy import format_compact, parse_strategy
 from asap.spec.train import TrainSpec
 from asap.validate import load_cases
+from asap.spec.job import Job
 
 CASES = {c["id"]: c for c in load_cases()}
 # a dense model, a pipelined one, a MoE model with expert parallelism across nodes, an FSDP MoE job
@@ -34,15 +35,16 @@ def inputs(cid):
 def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, as_estimates=False,
               oom_by_memory=False):
     """(ranked rows as strategy strings with their step times, the Pareto front likewise, space, fitting)."""
-    fw = framework_of(train, cluster)
+    job = Job.resolve(model, cluster, train)
+    fw = job.framework
     S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
-    ut = unit_times(model, cluster, train, S, UNIT_KEYS)
+    ut = unit_times(job, S, UNIT_KEYS)
     f = device_figures(model, train, S, ut, fw.selective)
     mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
     peak = mem.peak_gb
     fits = fits_memory(mem, cluster.accelerator, train)
     rows = np.arange(len(S)) if include_oom else np.nonzero(fits)[0]
-    be = estimate_batch(model, cluster, train, S.take(rows))
+    be = estimate_batch(job, S.take(rows))
     step = be.step_time_s
     by_step = np.argsort(step, kind="stable")
     over = (np.maximum(peak[rows] - usable_hbm_gb(cluster.accelerator, train), 0.0) if oom_by_memory
@@ -51,7 +53,7 @@ def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, 
     shown = first_per_shape(S.take(rows), by_rank) if distinct else by_rank
     front = pareto_front(step, peak[rows], by_step)
     listed = lambda idx: [(str(S.strategy(int(rows[i]))), float(step[i])) for i in idx]  # noqa: E731
-    estimates = lambda idx: [(str(estimate_from_batch(model, cluster, train, S.take(rows), be, int(i)).strategy),  # noqa: E731
+    estimates = lambda idx: [(str(estimate_from_batch(job, S.take(rows), be, int(i)).strategy),  # noqa: E731
                               float(step[i])) for i in idx]
     if as_estimates:  # the priced dispatcher of a row left to the fastest, as plan's candidates show it
         listed = estimates
@@ -59,9 +61,10 @@ def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, 
 
 
 def blockwise(model, cluster, train, fixed, top_k, distinct, include_oom=False, block_rows=512, oom_by_memory=False):
-    fw = framework_of(train, cluster)
+    job = Job.resolve(model, cluster, train)
+    fw = job.framework
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
-    s = search_space(Search(model, cluster, train, include_oom, top_k, distinct, oom_by_memory=oom_by_memory), space,
+    s = search_space(Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory), space,
                      chunk_rows=block_rows)
     k = s.kept
     by_step = k.by_step()
@@ -107,7 +110,7 @@ def test_plan_matches_the_reference(cid):
     """``plan`` itself (default blocks, no ILP so its candidates are the ranking's): candidates, pareto,
     searched, space and fitting as the reference's."""
     model, cluster, train, _ = inputs(cid)
-    r = plan(model, cluster, train, {}, top=5, ilp_candidates=0)
+    r = plan(Job.resolve(model, cluster, train), {}, top=5, ilp_candidates=0)
     shown, front, space, fitting = reference(model, cluster, train, {}, 5, True, as_estimates=True)
     assert [(str(e.strategy), e.step_time_s) for e in r.candidates] == shown
     assert [(str(e.strategy), e.step_time_s) for e in r.pareto] == front
@@ -119,7 +122,8 @@ def test_blocks_are_the_space_in_pieces_spread_over_it():
     second half of the space reached before the first half is done; the blocks' rows put back in mesh order
     are ``enumerate_space`` row for row."""
     model, cluster, train, _ = inputs("mbridge_qwen3_30b_a3b_h100_16gpu_fp8")
-    fw = framework_of(train, cluster)
+    job = Job.resolve(model, cluster, train)
+    fw = job.framework
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw)
     blocks = list(space.blocks(2000))
     assert len(blocks) > 5
@@ -138,26 +142,28 @@ def test_blocks_are_the_space_in_pieces_spread_over_it():
 
 def test_time_limit_prices_one_chunk_and_counts_all():
     model, cluster, train, _ = inputs("mbridge_qwen3_30b_a3b_h100_16gpu_fp8")
-    fw = framework_of(train, cluster)
+    job = Job.resolve(model, cluster, train)
+    fw = job.framework
     n = len(enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw))
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw)
     deadline = Deadline(time.perf_counter() - 2.0, 1.0)  # already passed
-    s = search_space(Search(model, cluster, train, False, 5, True), space, deadline=deadline, chunk_rows=4096)
+    s = search_space(Search(job, False, 5, True), space, deadline=deadline, chunk_rows=4096)
     assert (s.priced, s.space) == (4096, n)
     assert f"priced 4,096 of {n:,} configurations" in deadline.notes[0]
-    r = plan(model, cluster, train, {}, top=3, time_limit_s=1e-9)  # the whole space is one chunk: it is priced
+    r = plan(job, {}, top=3, time_limit_s=1e-9)  # the whole space is one chunk: it is priced
     assert r.stopped_early and r.searched == r.space == n  # stopped before the ILP
     assert r.candidates and r.candidates[0].fits
 
 
 def test_no_fit_names_the_smallest_row_of_the_space():
     model, cluster, train = load_model("llama3.1-405b"), load_cluster("h100-sxm", devices=8), TrainSpec(64, 8192)
-    fw = framework_of(train, cluster)
+    job = Job.resolve(model, cluster, train)
+    fw = job.framework
     S = enumerate_space(model, 8, cluster.topology.domain_size, train, {}, fw)
     peak = memory(model, cluster.accelerator, train, S, framework=fw).peak_gb
     assert peak.min() > cluster.hbm_gb
     with pytest.raises(NoFitError) as e:
-        plan(model, cluster, train, {})
+        plan(job, {})
     smallest = format_compact(S.strategy(int(np.argmin(peak))), 8, False, fw)  # the compact notation
     assert f"GiB reserved ({smallest})" in str(e.value)
     assert f"searched {len(S)})" in str(e.value)
@@ -167,7 +173,8 @@ def test_ties_go_to_the_earlier_place_whatever_order_blocks_come_in():
     """Equal step times: the row earlier in the space ranks first and is the one on the front, though its
     block was priced last."""
     model, cluster, train, _ = inputs("megatron2021_t1_39.1B")
-    fw = framework_of(train, cluster)
+    job = Job.resolve(model, cluster, train)
+    fw = job.framework
     S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, {}, fw).take(np.arange(40))
     mem = memory(model, cluster.accelerator, train, S, framework=fw)
     step = np.ones(40)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,12 +16,15 @@ from asap.agents.analyzer import Analyzer
 from asap.agents.knowledge import load_knowledge
 from asap.agents.proposer import Proposer, parse_current
 from asap.cli import _register_commands, app
+from asap.cli.common import JobOptions
 from asap.cost.estimate import estimate
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 from conftest import chat_server  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 KNOWN = {e.id for e in load_knowledge()}
 
 
@@ -77,6 +81,8 @@ def expert_balance(p, s):
 
 
 H100_64 = ("h100-sxm", 64)
+# four H100 nodes on one 100 GbE port each (docs/examples/h100-100gbe.yaml): pipeline stages across the nodes
+ETHERNET_32 = (str(REPO / "docs" / "examples" / "h100-100gbe.yaml"), 32)
 # (name, model, (cluster, devices), global batch, seq len, current, train options, class named, expected move)
 SCENARIOS = [
     ("tp-across-nodes", "llama3-70b", H100_64, 512, 8192, "tp=16", {}, "tp_comm", tp_within_node),
@@ -101,6 +107,11 @@ SCENARIOS = [
     ("host-bound-tiny", "tiny-dense", ("h100-sxm", 8), 64, 512, "dp=8", {}, "host", more_work_per_launch),
     ("hot-experts", "mixtral-8x7b", H100_64, 512, 4096, "tp=2,ep=8,pp=2", {"moe_imbalance": 2.0},
      "expert_imbalance", expert_balance),
+    # non-interleaved 1F1B blocks on every send and receive (Megatron-LM refuses overlap_p2p_comm without virtual
+    # stages): on 1.56 GB/s per GPU the hand-offs are what the step waits on; interleaving (whose steady-state
+    # exchanges Megatron-LM overlaps by default) or fewer stages (one neighbour each, fewer boundaries) removes them
+    ("pp-across-ethernet", "llama3-8b", ETHERNET_32, 256, 8192, "tp=1,pp=4,mbs=1", {}, "pp_comm",
+     interleave_or_fewer_stages),
 ]
 
 
@@ -108,9 +119,12 @@ def _run(name, model, cluster, gb, seq, current, options):
     m = load_model(model)
     c = load_cluster(cluster[0], devices=cluster[1])
     t = TrainSpec(gb, seq, **options)
-    s = parse_current(current, m, c, t)
-    d = Analyzer(c).analyze(estimate(m, c, t, s))
-    return m, c, t, s, d, Proposer(m, c, t).propose(s, d)
+    job = Job.resolve(m, c, t)
+    s = parse_current(current, job)
+    d = Analyzer(c).analyze(estimate(job, s))
+    # the job's flags as the CLI passes them (a cluster file is named by its path, not its accelerator)
+    flags = JobOptions(model, cluster[0], gb, seq, devices=cluster[1], **options).args()
+    return m, c, t, s, d, Proposer(job, job_args=flags).propose(s, d)
 
 
 @pytest.mark.parametrize("name,model,cluster,gb,seq,current,options,named,expected", SCENARIOS,
@@ -118,7 +132,7 @@ def _run(name, model, cluster, gb, seq, current, options):
 def test_scenario(name, model, cluster, gb, seq, current, options, named, expected):
     m, c, t, s, d, ps = _run(name, model, cluster, gb, seq, current, options)
     assert d.bottleneck_class == named, d.classes[:3]
-    assert estimate(m, c, t, s).bottleneck_class == named  # estimate's bottleneck line says the same
+    assert estimate(Job.resolve(m, c, t), s).bottleneck_class == named  # estimate's bottleneck line says the same
     props = ps.proposals
     assert len(props) == 3
     assert any(expected(p.strategy, s) for p in props), [str(p.strategy) for p in props]
@@ -132,8 +146,8 @@ def test_scenario(name, model, cluster, gb, seq, current, options, named, expect
         assert p.entries[0]["lines"] and p.entries[0]["sources"] and f"knowledge:{p.entries[0]['id']}" in p.evidence
     for p in props:
         assert p.attacks and p.attacks_class and p.tradeoffs[0].startswith("memory:")
-        assert p.term_changes_s["step_time_s"] == pytest.approx(p.predicted_step_time_s - estimate(m, c, t, s).step_time_s)
-    if not estimate(m, c, t, s).fits:
+        assert p.term_changes_s["step_time_s"] == pytest.approx(p.predicted_step_time_s - estimate(Job.resolve(m, c, t), s).step_time_s)
+    if not estimate(Job.resolve(m, c, t), s).fits:
         assert not ps.within_error and "within the model's error" not in ps.note
     _register_commands()
     runner = CliRunner()
@@ -165,10 +179,10 @@ def test_llm_sees_the_diagnosis_entries_and_priced_candidates_and_may_rewrite_a_
     server = chat_server([answer], seen)
     try:
         m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(512, 8192)
-        s = parse_current("tp=16", m, c, t)
-        d = Analyzer(c).analyze(estimate(m, c, t, s))
+        s = parse_current("tp=16", Job.resolve(m, c, t))
+        d = Analyzer(c).analyze(estimate(Job.resolve(m, c, t), s))
         advisor = LLMAdvisor(LLMConfig(f"http://127.0.0.1:{server.server_port}/v1", "replay", timeout_s=10))
-        ps = Proposer(m, c, t, llm=advisor).propose(s, d)
+        ps = Proposer(Job.resolve(m, c, t), llm=advisor).propose(s, d)
     finally:
         server.shutdown()
     context = json.loads(seen[0]["messages"][1]["content"])
@@ -191,13 +205,13 @@ def test_memory_offers_what_worked_on_a_similar_job(tmp_path):
     m, t = load_model("llama3-70b"), TrainSpec(512, 8192)
     small = load_cluster("h100-sxm", devices=32)
     with Memory.open(tmp_path / "memory.sqlite") as mem:
-        exp = mem.experiment(workload_record(m, small, t))
+        exp = mem.experiment(workload_record(Job.resolve(m, small, t)))
         for strategy, measured in (("tp=16", 50.0), ("tp=8,pp=2", 30.0)):
-            tid = mem.begin_trial(exp, parse_current(strategy, m, small, t).to_dict())
+            tid = mem.begin_trial(exp, parse_current(strategy, Job.resolve(m, small, t)).to_dict())
             mem.finish_trial(tid, "ok", measured_step_time_s=measured)
         c = load_cluster("h100-sxm", devices=64)
-        s = parse_current("tp=16", m, c, t)
-        ps = Proposer(m, c, t, mem).propose(s, Analyzer(c).analyze(estimate(m, c, t, s)))
+        s = parse_current("tp=16", Job.resolve(m, c, t))
+        ps = Proposer(Job.resolve(m, c, t), mem).propose(s, Analyzer(c).analyze(estimate(Job.resolve(m, c, t), s)))
     assert any(x["source"] == "memory" and "tp=8,pp=2" in x["strategy"] for x in ps.considered)
     ran = [p for p in ps.proposals if (p.strategy.tp, p.strategy.pp) == (8, 2)]
     assert ran and ran[0].similar_trials and ran[0].similar_trials[0]["measured_step_time_s"] == 30.0

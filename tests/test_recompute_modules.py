@@ -29,6 +29,7 @@ from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.strategy import parse_strategy, recompute_code, recompute_label
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 
 GIB = float(1 << 30)
 L, H, T = 4, 1024, 2048
@@ -46,7 +47,7 @@ KERNEL_S = 4e-6
 
 
 def _estimate(recompute: str):
-    return estimate(MOE, ONE_H100, TRAIN, f"recompute={recompute}")
+    return estimate(Job.resolve(MOE, ONE_H100, TRAIN), f"recompute={recompute}")
 
 
 def test_hand_sums():
@@ -89,8 +90,8 @@ def test_moe_recompute_repeats_the_dispatch():
     ep = 2 on two H100s so that there is traffic)."""
     two = load_cluster("h100-sxm", devices=2)
     train = TrainSpec(global_batch=2, seq_len=T)
-    base = estimate(MOE, two, train, "ep=2,recompute=none").breakdown_s["ep_comm"]
-    moe = estimate(MOE, two, train, "ep=2,recompute=moe").breakdown_s["ep_comm"]
+    base = estimate(Job.resolve(MOE, two, train), "ep=2,recompute=none").breakdown_s["ep_comm"]
+    moe = estimate(Job.resolve(MOE, two, train), "ep=2,recompute=moe").breakdown_s["ep_comm"]
     assert base > 0 and moe == pytest.approx(1.5 * base, rel=1e-9)
 
 
@@ -99,12 +100,12 @@ def test_torchtitan_selective_is_op_level_sac():
     costs more compute than Megatron's kernels policy on the same strategy; its stack offers no module sets."""
     titan = TrainSpec(global_batch=1, seq_len=T, framework="torchtitan")
     meg = TrainSpec(global_batch=1, seq_len=T, framework="megatron")
-    sel = {n: estimate(MOE, ONE_H100, t, "recompute=selective,zero=0") for n, t in (("titan", titan), ("meg", meg))}
-    none = {n: estimate(MOE, ONE_H100, t, "recompute=none,zero=0") for n, t in (("titan", titan), ("meg", meg))}
+    sel = {n: estimate(Job.resolve(MOE, ONE_H100, t), "recompute=selective,zero=0") for n, t in (("titan", titan), ("meg", meg))}
+    none = {n: estimate(Job.resolve(MOE, ONE_H100, t), "recompute=none,zero=0") for n, t in (("titan", titan), ("meg", meg))}
     extra = {n: sel[n].breakdown_s["compute"] - none[n].breakdown_s["compute"] for n in sel}
     assert extra["titan"] > extra["meg"] > 0
     with pytest.raises(AsapError, match="recompute"):
-        estimate(MOE, ONE_H100, titan, "recompute=layernorm,zero=0")
+        estimate(Job.resolve(MOE, ONE_H100, titan), "recompute=layernorm,zero=0")
 
 
 def test_module_sets_parse_to_one_canonical_spelling():

@@ -17,6 +17,7 @@ from asap.report.html import FIGURE_IDS, report_html, write_report
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 
 EVIL = "<b>oom</b> & <script>alert(1)</script>"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -30,7 +31,7 @@ def trial(i, s, status, measured, predicted, catalog, reason=""):
 
 @pytest.fixture(scope="module")
 def best_estimate():
-    return estimate(load_model("llama3-8b"), load_cluster("h100-sxm", devices=8), TrainSpec(64, 4096),
+    return estimate(Job.resolve(load_model("llama3-8b"), load_cluster("h100-sxm", devices=8), TrainSpec(64, 4096)),
                     "tp=2").to_dict()
 
 

@@ -13,6 +13,7 @@ from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.strategy import resolve_strategy
 from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 from conftest import run_cli
 
 SMALL_MOE = dict(name="small-moe", num_layers=7, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=8,
@@ -27,7 +28,7 @@ def problem(model_dict, strategy, hbm_gb=None, gb=64, seq=4096):
     cluster = load_cluster("h100-sxm", nodes=1)
     train = TrainSpec(gb, seq)
     s = resolve_strategy(strategy, model, train, cluster.num_devices)
-    prob = build_problem(model, cluster, train, s)
+    prob = build_problem(Job.resolve(model, cluster, train), s)
     if hbm_gb is not None:
         prob = replace(prob, hbm_bytes=hbm_gb * 2**30)
     return prob
@@ -77,7 +78,7 @@ def test_ilp_beats_uniform_split_on_uneven_models(name, cluster, nodes, gb, seq,
     c = load_cluster(cluster, nodes=nodes)
     train = TrainSpec(gb, seq)
     s = resolve_strategy(strategy, model, train, c.num_devices)
-    prob = build_problem(model, c, train, s)
+    prob = build_problem(Job.resolve(model, c, train), s)
     uniform = uniform_split(prob)
     ilp = solve_split(prob, time_limit_s=3)
     assert ilp.fits

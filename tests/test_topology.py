@@ -16,6 +16,7 @@ from asap.cost.collectives import (all_gather_s, all_reduce_s, all_to_all_s, bus
 from asap.errors import AsapError
 from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.topology import effective_domain_size, torus_shape
+from asap.spec.job import Job
 
 GIB = float(1 << 30)  # 1073741824 bytes
 
@@ -260,7 +261,7 @@ def test_tpu_v5p_hosts_and_slice_give_the_same_fsdp_estimate():
     model, train = load_model("llama3-8b"), TrainSpec(64, 8192)
     hosts = cluster_from_dict({"accelerator": "tpu-v5p", "devices_per_node": 4, "nodes": 16})
     slice_ = cluster_from_dict({"accelerator": "tpu-v5p", "devices_per_node": 64, "nodes": 1})
-    a, b = (estimate(model, c, train, "dp=64,tp=1,pp=1,zero=3") for c in (hosts, slice_))
+    a, b = (estimate(Job.resolve(model, c, train), "dp=64,tp=1,pp=1,zero=3") for c in (hosts, slice_))
     assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
     assert a.breakdown_s == pytest.approx(b.breakdown_s, rel=1e-12)
     P, bw, ring_latency = 8_030_261_248, 0.85 * 180e9 * 3, 15e-6 + 63 * 5e-6
@@ -283,7 +284,7 @@ def test_gb200_trays_and_racks_give_the_same_expert_parallel_estimate():
     model, train = load_model("deepseek-v3"), TrainSpec(256, 4096)
     trays = cluster_from_dict({"accelerator": "gb200", "devices_per_node": 4, "nodes": 64})
     racks = cluster_from_dict({"accelerator": "gb200", "devices_per_node": 64, "nodes": 4})
-    a, b = (estimate(model, c, train, "dp=256,tp=1,pp=1,ep=64,etp=1") for c in (trays, racks))
+    a, b = (estimate(Job.resolve(model, c, train), "dp=256,tp=1,pp=1,ep=64,etp=1") for c in (trays, racks))
     assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
     a2a = 469_762_048 * 63 / 64 / 810e9 + 20e-6 + 2 * 6 * 5e-6
     assert a.breakdown_s["ep_comm"] == pytest.approx((58 + 1) * 2 * 2 * a2a, rel=1e-9)

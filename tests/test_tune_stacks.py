@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from asap import TrainSpec, load_cluster, load_model
+from asap import Job, TrainSpec, load_cluster, load_model
 from asap.execute.factory import make_executor
 
 JOB = ("-m", "tiny-dense", "-c", "local-cpu", "--devices", "2", "-b", "8", "-s", "64")
@@ -55,7 +55,7 @@ def test_tune_torchtitan_budget_3(cli, tmp_path):
                                            ("pp=2,zero=3", "pipeline_parallel_degree = 2")])
 def test_torchtitan_fsdp_tp_pp(tmp_path, strategy, axis):
     m, c = load_model("tiny-dense"), load_cluster("local-cpu", devices=2)
-    ex = make_executor("torchtitan", model=m, cluster=c, train=TrainSpec(8, 64, "bf16", "torchtitan"), steps=3,
+    ex = make_executor("torchtitan", job=Job.resolve(m, c, TrainSpec(8, 64, "bf16", "torchtitan")), steps=3,
                        workdir=str(tmp_path))
     r = ex.run(strategy)
     assert r.ok, (r.reason, r.log_tail[-2000:])
@@ -81,7 +81,7 @@ def test_deepspeed_zero_stages_and_the_reference_loss(tmp_path, zero):
     step's loss is the reference trainer's (fp32; ZeRO does not change the forward pass)."""
     m, c = load_model("tiny-dense"), load_cluster("local-cpu", devices=2)
     train = TrainSpec(8, 64, "fp32", "deepspeed")
-    ds = make_executor("deepspeed", model=m, cluster=c, train=train, steps=2, workdir=str(tmp_path / "ds")).run(
+    ds = make_executor("deepspeed", job=Job.resolve(m, c, train), steps=2, workdir=str(tmp_path / "ds")).run(
         f"dp=2,zero={zero}")
     assert ds.ok, (ds.reason, ds.log_tail[-2000:])
     assert json.loads((tmp_path / "ds" / "trial1" / "deepspeed.json").read_text())["zero_optimization"]["stage"] == zero

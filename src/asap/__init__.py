@@ -2,13 +2,16 @@
 
 The importable API (the CLI is a thin face over it):
 
-    from asap import load_model, load_cluster, parse_strategy, TrainSpec, estimate
+    from asap import load_model, load_cluster, parse_strategy, TrainSpec, Job, estimate
+
+    job = Job.resolve(load_model("llama3-8b"), load_cluster("h100-sxm", nodes=1), TrainSpec(64, 4096))
+    estimate(job, "tp=2")  # the job's framework is resolved once, in Job.resolve
 """
 
 from asap.errors import AsapError
 from asap.version import __version__
 
-__all__ = ["AsapError", "__version__", "load_model", "load_cluster", "parse_strategy", "TrainSpec", "estimate"]
+__all__ = ["AsapError", "__version__", "load_model", "load_cluster", "parse_strategy", "TrainSpec", "Job", "estimate"]
 
 
 def __getattr__(name):  # lazy: keep `import asap` cheap for the CLI
@@ -28,6 +31,10 @@ def __getattr__(name):  # lazy: keep `import asap` cheap for the CLI
         from asap.spec.train import TrainSpec
 
         return TrainSpec
+    if name == "Job":
+        from asap.spec.job import Job
+
+        return Job
     if name == "estimate":
         from asap.cost.estimate import estimate
 

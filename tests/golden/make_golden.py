@@ -69,6 +69,7 @@ def plan_case(case: dict[str, Any], index: int) -> dict[str, Any]:
     from asap.errors import AsapError
     from asap.search.planner import NoFitError, plan
     from asap.spec.hardware import cluster_from_dict
+    from asap.spec.job import Job
     from asap.spec.model import model_from_dict
     from asap.spec.strategy import parse_strategy
     from asap.spec.train import TrainSpec
@@ -80,12 +81,12 @@ def plan_case(case: dict[str, Any], index: int) -> dict[str, Any]:
     out: dict[str, Any] = {"id": cid}
     for ilp, suffix in ((1, ""), (0, "_no_ilp")):
         try:
-            r, oom = plan(m, c, t, fixed, top=PLAN_TOP, ilp_candidates=ilp), False
+            r, oom = plan(Job.resolve(m, c, t), fixed, top=PLAN_TOP, ilp_candidates=ilp), False
         except NoFitError:
-            r, oom = plan(m, c, t, fixed, top=PLAN_TOP, include_oom=True, ilp_candidates=ilp), True
+            r, oom = plan(Job.resolve(m, c, t), fixed, top=PLAN_TOP, include_oom=True, ilp_candidates=ilp), True
         out["published" + suffix] = {"oom": oom, "stopped_early": r.stopped_early, "rows": rows_of(r)}
         try:
-            r = plan(m, c, t, {}, top=PLAN_TOP, ilp_candidates=ilp)
+            r = plan(Job.resolve(m, c, t), {}, top=PLAN_TOP, ilp_candidates=ilp)
             out["free" + suffix] = {"stopped_early": r.stopped_early, "rows": rows_of(r)}
         except AsapError as e:
             out["free" + suffix] = {"error": str(e)}

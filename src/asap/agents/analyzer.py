@@ -16,15 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from asap.cost.estimate import Estimate
+from asap.cost.classes import COMM_CLASSES
 from asap.spec.hardware import Cluster
+from asap.spec.words import Bottleneck, BottleneckClass
 
-COMM_TERMS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm")
+COMM_TERMS = tuple(COMM_CLASSES)  # the cost model's exposed communication terms, one per axis
 MIN_CLASS_SHARE = 0.02  # a class that would save less than this share of the step is not attacked
 
 
 @dataclass
 class Diagnosis:
-    bottleneck: str
+    bottleneck: Bottleneck
     source: str  # "trace" | "cost model"
     step_time_s: float
     figures: dict[str, float] = field(default_factory=dict)  # shares of the step and other KPIs
@@ -41,11 +43,11 @@ class Diagnosis:
         at least ``MIN_CLASS_SHARE`` of the step (compute only when it is the verdict)."""
         step = max(self.step_time_s, 1e-12)
         return [c for i, c in enumerate(self.classes)
-                if c["class"] == "memory_capacity" or (c["class"] == "compute" and i == 0)
+                if c["class"] == BottleneckClass.MEMORY_CAPACITY or (c["class"] == BottleneckClass.COMPUTE and i == 0)
                 or c["saving_s"] >= MIN_CLASS_SHARE * step]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "bottleneck_class": self.bottleneck_class}
+        return {**asdict(self), "bottleneck": str(self.bottleneck), "bottleneck_class": self.bottleneck_class}
 
 
 def from_estimate(est: Estimate, cluster: Cluster) -> Diagnosis:
@@ -60,24 +62,25 @@ def from_estimate(est: Estimate, cluster: Cluster) -> Diagnosis:
     for k in COMM_TERMS:
         figures[f"{k}_share"] = exposed.get(k, 0.0) / step
     evidence = [c["figure"] for c in est.classes[:4]]
-    return Diagnosis(bottleneck=est.bottleneck, source="cost model", step_time_s=est.step_time_s, figures=figures,
-                     evidence=evidence, classes=list(est.classes))
+    return Diagnosis(bottleneck=Bottleneck(est.bottleneck), source="cost model", step_time_s=est.step_time_s,
+                     figures=figures, evidence=evidence, classes=list(est.classes))
 
 
 def resplit_collectives(classes: list[dict], est: Estimate) -> list[dict]:
     """A trace's dp_comm (collectives a trace cannot assign to an axis) split over tp, cp and dp in proportion
     to the cost model's exposed terms of the strategy that ran."""
-    weights = {k: est.exposed_s.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")}
+    weights = {k: est.exposed_s.get(k, 0.0) for k in (BottleneckClass.TP_COMM, BottleneckClass.CP_COMM,
+                                                      BottleneckClass.DP_COMM)}
     total = sum(weights.values())
     out = []
     for c in classes:
-        if c["class"] != "dp_comm" or total <= 0:
+        if c["class"] != BottleneckClass.DP_COMM or total <= 0:
             out.append(c)
             continue
         for k, w in weights.items():
             if w > 0:
                 v = c["saving_s"] * w / total
-                out.append({**c, "class": k, "saving_s": v,
+                out.append({**c, "class": k.value, "saving_s": v,
                             "figure": f"{k} exposed {v:.3g} s (the trace's collectives split by the cost model)"})
     head, rest = out[:1], sorted(out[1:], key=lambda c: -c["saving_s"])
     return head + rest

@@ -16,7 +16,7 @@ not is recorded as failed, with the first diverging operator as its reason, and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -27,10 +27,9 @@ from asap.agents.memory import canonical_strategy
 from asap.agents.proposer import Proposer, parse_current, workload_record
 from asap.cost.estimate import estimate
 from asap.errors import AsapError
-from asap.spec.hardware import Cluster
-from asap.spec.model import ModelSpec
+from asap.spec.job import Job
 from asap.spec.strategy import Strategy
-from asap.spec.train import TrainSpec
+from asap.spec.words import ENDED_STATUSES, TrialStatus
 
 
 N_CLOSE = 6  # the fastest candidates weighed by what they would teach when the model cannot tell them apart
@@ -48,7 +47,7 @@ PATIENCE = 2
 @dataclass
 class TrialRecord:
     strategy: Strategy
-    status: str  # ok | failed | skipped
+    status: TrialStatus  # ok | failed | skipped
     reason: str
     measured_step_time_s: float | None
     predicted_step_time_s: float | None
@@ -61,7 +60,7 @@ class TrialRecord:
     explanation: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy.to_dict(), "strategy_string": str(self.strategy), "status": self.status,
+        return {"strategy": self.strategy.to_dict(), "strategy_string": str(self.strategy), "status": self.status.value,
                 "reason": self.reason, "measured_step_time_s": self.measured_step_time_s,
                 "predicted_step_time_s": self.predicted_step_time_s,
                 "catalog_step_time_s": self.catalog_step_time_s, "diagnosis": self.diagnosis,
@@ -70,9 +69,7 @@ class TrialRecord:
 
 @dataclass
 class Coordinator:
-    model: ModelSpec
-    cluster: Cluster  # the catalog's (or calibrated) machine the loop's model starts from
-    train: TrainSpec
+    job: Job  # its cluster: the catalog's (or calibrated) machine the loop's model starts from
     executor: Any  # asap.execute.base.Executor
     memory: Any  # asap.agents.memory.Memory
     budget: int
@@ -87,14 +84,15 @@ class Coordinator:
     # (strategy, measured step time s) of every ok trial the correction is fitted to, Memory's earlier ones too
     pairs: list[tuple[Strategy | str, float]] = field(default_factory=list)
 
-    def corrected(self) -> Cluster:
-        return self.correction.apply(self.cluster)
+    def corrected(self) -> Job:
+        """The job on the machine as the correction fitted so far sees it."""
+        return replace(self.job, cluster=self.correction.apply(self.job.cluster))
 
     def run(self) -> dict[str, Any]:
-        workload = {**workload_record(self.model, self.cluster, self.train),
+        workload = {**workload_record(self.job),
                     "machine": getattr(self.executor, "machine", None)}
         exp = self.memory.experiment(workload)
-        known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ("ok", "failed")}
+        known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ENDED_STATUSES}
         # (keys: Memory's canonical spelling of each strategy)
         self.pairs = self._known_pairs(known)
         self.correction = self._fit(self.pairs)
@@ -114,7 +112,7 @@ class Coordinator:
             executed += 1
             known[key] = {"id": record.trial_id, "status": record.status,
                           "measured_step_time_s": record.measured_step_time_s}
-            if record.status == "ok":
+            if record.status == TrialStatus.OK:
                 self.pairs.append((strategy, record.measured_step_time_s))
                 self.correction = self._fit(self.pairs)
                 gain = 1.0 - record.measured_step_time_s / best[1] if best else 1.0
@@ -131,15 +129,15 @@ class Coordinator:
         """The given start, else the planner's fastest strategy the executor can run (on the loop's model):
         no trial spent on a default that the cost model already knows does not fit."""
         if self.start:
-            return parse_current(self.start, self.model, self.cluster, self.train)
+            return parse_current(self.start, self.job)
         from asap.search.planner import NoFitError, plan
 
         try:
-            rows = plan(self.model, self.corrected(), self.train, {}, top=20, ilp_candidates=0).candidates
+            rows = plan(self.corrected(), {}, top=20, ilp_candidates=0).candidates
         except NoFitError:
             rows = []
         runnable = [e.strategy for e in rows if not self._refused(e.strategy)]
-        return runnable[0] if runnable else parse_current(None, self.model, self.cluster, self.train)
+        return runnable[0] if runnable else parse_current(None, self.job)
 
     def _refused(self, strategy: Strategy) -> str | None:
         refuses = getattr(self.executor, "refuses", None)
@@ -150,10 +148,10 @@ class Coordinator:
         best (by information gain among the fastest when the proposals are within the model's error)."""
         if first is not None:
             return first, None, []
-        base = best[0] if best else parse_current(self.start, self.model, self.cluster, self.train)
-        cluster = self.corrected()
-        diagnosis = Analyzer(cluster).analyze(estimate(self.model, cluster, self.train, base))
-        proposer = Proposer(self.model, cluster, self.train, self.memory, llm=self.llm)
+        base = best[0] if best else parse_current(self.start, self.job)
+        job = self.corrected()
+        diagnosis = Analyzer(job.cluster).analyze(estimate(job, base))
+        proposer = Proposer(job, self.memory, llm=self.llm)
         ps = proposer.propose(base, diagnosis, exclude=self._tried_strings(known))
         # the loop's aim is the fastest measured step: the three proposals (moves to reason about) and the
         # planner's best on the corrected machine compete, priced alike; when the proposer finds the current
@@ -176,20 +174,20 @@ class Coordinator:
         """What measuring each candidate would teach the correction: its information gain over the factors'
         posterior from the trials fitted so far (``asap.agents.correction.information_gain``)."""
         x = np.log(self.correction.factors)
-        measured = sensitivities(self.model, self.cluster, self.train, [s for s, _ in self.pairs], x)
-        rows = sensitivities(self.model, self.cluster, self.train, candidates, x)
+        measured = sensitivities(self.job, [s for s, _ in self.pairs], x)
+        rows = sensitivities(self.job, candidates, x)
         return [information_gain(measured, g) for g in rows]
 
     def _fit(self, pairs: list[tuple[Strategy | str, float]]) -> Correction:
-        return fit_correction(self.model, self.cluster, self.train, pairs)
+        return fit_correction(self.job, pairs)
 
     def _tried_strings(self, known: dict) -> set[str]:
         """The full strategy strings (the proposer's spelling) of what Memory has."""
-        return {str(parse_current(text, self.model, self.cluster, self.train)) for text in known}
+        return {str(parse_current(text, self.job)) for text in known}
 
     def _trial(self, exp: int, strategy: Strategy, diagnosis: Diagnosis | None, considered: list) -> TrialRecord:
-        catalog = estimate(self.model, self.cluster, self.train, strategy)
-        predicted = estimate(self.model, self.corrected(), self.train, strategy)
+        catalog = estimate(self.job, strategy)
+        predicted = estimate(self.corrected(), strategy)
         diag = diagnosis.to_dict() if diagnosis else None
         tid = self.memory.begin_trial(exp, str(strategy), predicted.step_time_s, self.executor.name, diag)
         self.memory.log(exp, "proposer", "candidates", inputs={"diagnosis": diag}, candidates=considered,
@@ -200,15 +198,15 @@ class Coordinator:
                         trial_id=tid)
         measured = res.step_time_s if res.ok else None
         reason = (self._verify_numerics(strategy) if res.ok else res.reason) or ""
-        status = "ok" if res.ok and not reason else "failed"
+        status = TrialStatus.OK if res.ok and not reason else TrialStatus.FAILED
         self.memory.finish_trial(tid, status, measured_step_time_s=measured, reason=reason,
                                  diagnosis=diag, traces=list(getattr(res, "traces", []) or []))
         self.memory.log(exp, "coordinator", "trial", inputs={"strategy": str(strategy)},
-                        outputs={"status": status, "measured_step_time_s": measured,
+                        outputs={"status": status.value, "measured_step_time_s": measured,
                                  "correction": self.correction.to_dict()}, trial_id=tid)
         record = TrialRecord(strategy, status, reason, measured, predicted.step_time_s,
                              catalog.step_time_s, diag, tid, traces=list(getattr(res, "traces", []) or []))
-        if status == "ok":
+        if status == TrialStatus.OK:
             record.explanation = self._explain(record)
             if record.explanation:
                 self.memory.log(exp, "coordinator", "explanation", inputs={"strategy": str(strategy)},
@@ -221,7 +219,7 @@ class Coordinator:
     def _explain(self, record: TrialRecord) -> str:
         """Why ``record`` gained or lost against the fastest ok trial before it: the two runs' traces compared
         (``asap.profile.compare``) when both have them, else the cost model's comparison of the two."""
-        done = [t for t in self.trials if t.status == "ok" and t.measured_step_time_s]
+        done = [t for t in self.trials if t.status == TrialStatus.OK and t.measured_step_time_s]
         if not done:
             return ""
         ref = min(done, key=lambda t: t.measured_step_time_s)
@@ -236,20 +234,20 @@ class Coordinator:
                 pass  # unreadable traces: the cost model's view below
         from asap.compare import verdict
 
-        cluster = self.corrected()
-        a, b = (estimate(self.model, cluster, self.train, t.strategy) for t in (ref, record))
+        job = self.corrected()
+        a, b = (estimate(job, t.strategy) for t in (ref, record))
         return f"{head}; the cost model (corrected) predicted: {verdict(a, b, 'the reference', 'this trial')}"
 
     def _verify_numerics(self, strategy: Strategy) -> str | None:
         """None when numerics are not verified, when this is the first ok trial (the reference), or when the
         strategy aligns with the reference; else the reason it does not."""
-        reference = next((t.strategy for t in self.trials if t.status == "ok"), None)
+        reference = next((t.strategy for t in self.trials if t.status == TrialStatus.OK), None)
         if self.verify is None or reference is None:
             return None
         return self.verify(reference, strategy)
 
     def _record_skip(self, strategy: Strategy, known: dict) -> None:
-        record = TrialRecord(strategy, "skipped", f"already in memory (trial {known.get('id', '?')})",
+        record = TrialRecord(strategy, TrialStatus.SKIPPED, f"already in memory (trial {known.get('id', '?')})",
                              known.get("measured_step_time_s"), None, None)
         self.trials.append(record)
         if self.on_trial:
@@ -257,15 +255,15 @@ class Coordinator:
 
     def _known_pairs(self, known: dict) -> list[tuple[str, float]]:
         return [(text, t["measured_step_time_s"]) for text, t in known.items()
-                if t["status"] == "ok" and t.get("measured_step_time_s")]
+                if t["status"] == TrialStatus.OK and t.get("measured_step_time_s")]
 
     def _best_known(self, known: dict):
         ok = [(text, t["measured_step_time_s"]) for text, t in known.items()
-              if t["status"] == "ok" and t.get("measured_step_time_s")]
+              if t["status"] == TrialStatus.OK and t.get("measured_step_time_s")]
         if not ok:
             return None
         text, step = min(ok, key=lambda x: x[1])
-        return parse_current(text, self.model, self.cluster, self.train), step
+        return parse_current(text, self.job), step
 
     def result(self, best) -> dict[str, Any]:
         return {"trials": [t.to_dict() for t in self.trials],

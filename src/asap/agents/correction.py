@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from asap.spec.hardware import Cluster
+from asap.spec.job import Job
 
 FACTORS = ("compute", "scale_up", "scale_out")
 # One measured step time's scatter against the model's step time (log): a few per cent between runs of one job.
@@ -89,23 +90,23 @@ def corrected_cluster(cluster: Cluster, factors) -> Cluster:
     return replace(cluster, accelerator=new, written_accelerator=new)
 
 
-def log_steps(model, cluster: Cluster, train, strategies, x) -> np.ndarray:
-    """log(predicted step time) of each strategy on the cluster corrected by exp(x)."""
+def log_steps(job: Job, strategies, x) -> np.ndarray:
+    """log(predicted step time) of each strategy on the job's cluster corrected by exp(x)."""
     from asap.cost.estimate import estimate
 
-    machine = corrected_cluster(cluster, np.exp(x))
-    return np.log([estimate(model, machine, train, s).step_time_s for s in strategies])
+    machine = replace(job, cluster=corrected_cluster(job.cluster, np.exp(x)))
+    return np.log([estimate(machine, s).step_time_s for s in strategies])
 
 
-def sensitivities(model, cluster: Cluster, train, strategies, x) -> np.ndarray:
+def sensitivities(job: Job, strategies, x) -> np.ndarray:
     """d log(step) / d log(factor), one row per strategy (forward differences)."""
-    base = log_steps(model, cluster, train, strategies, x)
-    cols = [(log_steps(model, cluster, train, strategies, x + STEP * np.eye(3)[k]) - base) / STEP
+    base = log_steps(job, strategies, x)
+    cols = [(log_steps(job, strategies, x + STEP * np.eye(3)[k]) - base) / STEP
             for k in range(3)]
     return np.stack(cols, axis=1)
 
 
-def fit_correction(model, cluster: Cluster, train, pairs: list[tuple[Any, float]]) -> Correction:
+def fit_correction(job: Job, pairs: list[tuple[Any, float]]) -> Correction:
     """The MAP factors that make the catalog's (or calibrated) cluster reproduce the measured step times of
     ``pairs`` = [(strategy, measured step time s)]; no pairs: the catalog as it is."""
     from scipy.optimize import least_squares
@@ -116,7 +117,7 @@ def fit_correction(model, cluster: Cluster, train, pairs: list[tuple[Any, float]
     log_measured = np.log([m for _, m in pairs])
 
     def residuals(x):
-        model_minus_measured = log_steps(model, cluster, train, strategies, x) - log_measured
+        model_minus_measured = log_steps(job, strategies, x) - log_measured
         return np.concatenate([model_minus_measured / MEASUREMENT_SIGMA, x / PRIOR_SIGMA])
 
     sol = least_squares(residuals, np.zeros(3), bounds=(-LOG_BOUND, LOG_BOUND), diff_step=STEP,

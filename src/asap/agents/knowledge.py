@@ -19,27 +19,40 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
-from asap.errors import AsapError
+from asap.errors import AsapError, validated
 from asap.spec.framework import DISPATCHERS, FRAMEWORK_NAMES
 from asap.spec.hardware import FAMILIES
-from asap.spec.strategy import SCHEDULES, recompute_code, recompute_label
-from asap.spec.words import BOTTLENECK_CLASSES
+from asap.spec.knobs import INT_KEYS, OFF_BY_DEFAULT, SCHEDULES, SWITCH_KEYS, Zero
+from asap.spec.strategy import Strategy, recompute_code, recompute_label
+from asap.spec.words import BOTTLENECK_CLASSES, BOTTLENECKS, Bottleneck, BottleneckClass
 
-BOTTLENECKS = ("compute", "memory", "communication", "host", "pipeline_bubble", "imbalance")
 MODEL_KINDS = ("dense", "moe", "long_context", "mla")
-DEGREE_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs")  # parallel degrees and sizes: >= 1
-INT_RANGES = {**{k: (1, None) for k in DEGREE_KEYS}, "zero": (0, 3), "sp": (0, 1), "a2a_overlap": (0, 1)}
+
+
+def _int_range(key: str) -> tuple[int, int | None]:
+    """What ``asap.spec.strategy`` accepts for an integer key: a ZeRO stage, a 0/1 switch, else a degree >= 1."""
+    if key == "zero":
+        return int(min(Zero)), int(max(Zero))
+    return (0, 1) if key in SWITCH_KEYS else (1, None)
+
+
+# the integer keys a move may change (the host-offload and fp8-weight switches are not moves of the knowledge
+# base), each with its range
+INT_RANGES = {k: _int_range(k) for k in INT_KEYS if k not in OFF_BY_DEFAULT}
 CHOICE_KEYS = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}
 MOVE_KEYS = tuple(INT_RANGES) + ("recompute",) + tuple(CHOICE_KEYS)
-# A strategy dict that lacks a key has the value ``asap.spec.strategy.Strategy`` defaults to.
-DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "etp": 1, "mbs": 1, "zero": 1, "sp": 0,
-            "a2a_overlap": 0, "recompute": "none", "schedule": "1f1b", "dispatcher": "alltoall"}
+# A strategy dict that lacks a key has the value ``asap.spec.strategy.Strategy`` defaults to (dp too: 1).
+DEFAULTS = {k: int(v) if k in INT_RANGES else v for k, v in Strategy(dp=1).to_dict().items() if k in MOVE_KEYS}
 _ARITH = re.compile(r"^([x/+-])(\d+)$")
 
 
-def _check_vocabulary(values: list[str], allowed: tuple[str, ...], what: str, any_ok: bool) -> list[str]:
+def _check_vocabulary(values: Any, allowed: tuple[str, ...], what: str, any_ok: bool) -> Any:
+    """Raise ``ValueError`` unless ``values`` (the raw YAML list) names only ``allowed`` words (or stands
+    ``any`` alone); what is not a list of strings is left to the field's type."""
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        return values
     if not values:
         raise ValueError(f"must list at least one {what}")
     if any_ok and "any" in values and len(values) > 1:
@@ -85,18 +98,18 @@ class KnowledgeEntry(BaseModel):
 
     id: str
     title: str
-    bottlenecks: list[str]
+    bottlenecks: list[Bottleneck]
     families: list[str]
     model_kinds: list[str]
     frameworks: list[str]
     moves: list[dict[str, str]]
     sources: list[str]
     body: str
-    classes: list[str] = []
+    classes: list[BottleneckClass] = []
 
-    @field_validator("classes")
+    @field_validator("classes", mode="before")
     @classmethod
-    def _classes(cls, v: list[str]) -> list[str]:
+    def _classes(cls, v: Any) -> Any:
         return _check_vocabulary(v, BOTTLENECK_CLASSES, "bottleneck class", any_ok=False) if v else v
 
     @field_validator("id")
@@ -113,9 +126,9 @@ class KnowledgeEntry(BaseModel):
             raise ValueError("must not be empty")
         return v.strip()
 
-    @field_validator("bottlenecks")
+    @field_validator("bottlenecks", mode="before")
     @classmethod
-    def _bottlenecks(cls, v: list[str]) -> list[str]:
+    def _bottlenecks(cls, v: Any) -> Any:
         return _check_vocabulary(v, BOTTLENECKS, "bottleneck", any_ok=False)
 
     @field_validator("families")
@@ -170,13 +183,7 @@ def _split_front_matter(text: str, name: str) -> tuple[dict, str]:
 def parse_entry(text: str, name: str) -> KnowledgeEntry:
     """One entry from its file text; ``name`` (the file name) goes into every error."""
     meta, body = _split_front_matter(text, name)
-    try:
-        entry = KnowledgeEntry(**meta, body=body)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "front_matter"
-        msg = err["msg"].removeprefix("Value error, ")
-        raise AsapError(f"{name}:{field}", msg) from None
+    entry = validated(KnowledgeEntry, {**meta, "body": body}, where=f"{name}:", whole="front_matter")
     stem = name.rsplit("/", 1)[-1].removesuffix(".md")
     if entry.id != stem:
         raise AsapError(f"{name}:id", f"must equal the file stem {stem!r}, got {entry.id!r}")

@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from asap.errors import AsapError
+from asap.errors import AsapError, from_validation, validated
 from asap.spec.framework import DISPATCHERS
 from asap.spec.strategy import KEYS, RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, parse_strategy
 
@@ -97,6 +97,28 @@ class LLMConfig:
     @property
     def endpoint(self) -> str:
         return f"{self.base_url.rstrip('/')}/chat/completions"
+
+
+class _Reachable(BaseModel):
+    """What ``LLMAdvisor.advise`` checks of its config before it asks: a positive timeout, an http(s) URL."""
+
+    timeout_s: Any
+    base_url: Any
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, v: Any) -> Any:
+        if not float(v) > 0:
+            raise ValueError(f"must be > 0, got {v!r}")
+        return v
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, v: Any) -> Any:
+        scheme = urllib.parse.urlsplit(LLMConfig(v, "").endpoint).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise ValueError(f"must be an http(s) URL, got {v!r}")
+        return v
 
 
 # ---------------------------------------------------------------------------------------------------- schema
@@ -198,12 +220,8 @@ def extract_json(content: str) -> Any:
 
 
 def _validation_reason(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e.get("loc", ()))
-        msg = str(e.get("msg", "")).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return "; ".join(parts)
+    """Every error of ``err``, ``location: message``, ``; ``-separated (``asap.errors.from_validation``)."""
+    return str(from_validation(err, every=True))
 
 
 def parse_advice(payload: Any) -> AdviceResult:
@@ -288,13 +306,11 @@ class LLMAdvisor:
     def advise(self, context: dict) -> AdviceResult:
         try:
             timeout = float(self.config.timeout_s)
-            if not timeout > 0:
-                return _failure(f"timeout_s must be > 0, got {self.config.timeout_s!r}")
+            validated(_Reachable, {"timeout_s": self.config.timeout_s, "base_url": self.config.base_url})
             url = self.config.endpoint
-            scheme = urllib.parse.urlsplit(url).scheme.lower()
-            if scheme not in ("http", "https"):
-                return _failure(f"base_url must be an http(s) URL, got {self.config.base_url!r}")
             data = json.dumps(self.request_body(context)).encode()
+        except AsapError as e:  # the config's first problem: "timeout_s must be > 0, got 0"
+            return _failure(f"{e.field} {e.problem}")
         except Exception as e:  # noqa: BLE001 - a bad config or context is a failure like any other
             return _failure(f"{type(e).__name__}: {e}")
 

@@ -22,12 +22,11 @@ from asap.agents.analyzer import Diagnosis
 from asap.agents.moves import (MAIN_KNOBS, MAX_KNOBS, NEIGHBOUR_MOVES, justifying_lines, moved_knobs,
                                moved_strategy, moves_text, tradeoffs)
 from asap.compare import deltas
-from asap.cost.estimate import Estimate, estimate, framework_of
+from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
-from asap.spec.hardware import Cluster
-from asap.spec.model import ModelSpec
+from asap.spec.job import Job
 from asap.spec.strategy import Strategy, parse_strategy
-from asap.spec.train import TrainSpec
+from asap.spec.words import BottleneckClass
 
 N_PROPOSALS = 3
 
@@ -113,8 +112,9 @@ class ProposalSet:
     considered: list[dict[str, Any]]  # every candidate and why it was kept or dropped (the audit trail)
 
 
-def job_arguments(model: ModelSpec, cluster: Cluster, train: TrainSpec) -> str:
+def job_arguments(job: Job) -> str:
     """The ``asap estimate`` flags that rebuild this job from presets (the CLI passes the user's own)."""
+    model, cluster, train = job.model, job.cluster, job.train
     args = [f"-m {model.name}", f"-c {cluster.accelerator.name}", f"--devices {cluster.num_devices}",
             f"-b {train.global_batch}", f"-s {train.seq_len}", f"--precision {train.precision}"]
     if train.framework:
@@ -125,12 +125,12 @@ def job_arguments(model: ModelSpec, cluster: Cluster, train: TrainSpec) -> str:
 
 
 class Proposer:
-    def __init__(self, model: ModelSpec, cluster: Cluster, train: TrainSpec, memory=None, experiment_id=None,
-                 llm=None, job_args: str | None = None):
-        self.model, self.cluster, self.train = model, cluster, train
+    def __init__(self, job: Job, memory=None, experiment_id=None, llm=None, job_args: str | None = None):
+        self.job = job
+        self.model, self.cluster, self.train = job.model, job.cluster, job.train
         self.memory, self.experiment_id = memory, experiment_id
         self.llm = llm  # an asap.agents.llm.LLMAdvisor: more candidates and a narrative, checked like the rest
-        self.job_args = job_args or job_arguments(model, cluster, train)
+        self.job_args = job_args or job_arguments(job)
         self.narrative = ""
         self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
         self.base: Estimate | None = None  # the current strategy's estimate while proposing
@@ -151,10 +151,10 @@ class Proposer:
         fam = self.cluster.accelerator.family
         return {"family": fam, "model_kind": "moe" if self.model.moe is not None else "dense",
                 "long_context": self.train.seq_len >= 32768, "mla": self.model.mla is not None,
-                "framework": framework_of(self.train, self.cluster).name, "devices": self.cluster.num_devices}
+                "framework": self.job.framework.name, "devices": self.cluster.num_devices}
 
     def price(self, strategy: Strategy | dict | str) -> Estimate:
-        return estimate(self.model, self.cluster, self.train, strategy, classes=False)
+        return estimate(self.job, strategy, classes=False)
 
     def candidates(self, current: Strategy, diagnosis: Diagnosis, considered: list) -> list[Candidate]:
         from asap.agents.retrieval import retrieve
@@ -191,11 +191,11 @@ class Proposer:
         different entries together, at most ``MAX_KNOBS`` knobs; each follows the first entry's move."""
         from asap.agents.retrieval import retrieve
 
-        target = next((t for t in targets if t["class"] == "memory_capacity"), None)
+        target = next((t for t in targets if t["class"] == BottleneckClass.MEMORY_CAPACITY), None)
         if target is None:
             return
-        moves = [(r.entry, m) for r in retrieve("memory_capacity", self.workload(), k=ENTRIES_PER_CLASS, strict=True)
-                 for m in r.entry.moves]
+        moves = [(r.entry, m) for r in retrieve(BottleneckClass.MEMORY_CAPACITY, self.workload(), k=ENTRIES_PER_CLASS,
+                                                strict=True) for m in r.entry.moves]
         scaled = [(e, {k: op.replace("x2", f"x{f}") for k, op in m.items()}) for e, m in moves
                   if any(op == "x2" for op in m.values()) for f in (4, 8)]
         pool = moves + scaled
@@ -225,7 +225,7 @@ class Proposer:
             except AsapError:
                 continue
         fixes = [(e, m) for _, _, e, m in sorted(freed, key=lambda x: x[:2])[:FIT_MOVES]]
-        for target in [t for t in targets if t["class"] != "memory_capacity"][:2]:
+        for target in [t for t in targets if t["class"] != BottleneckClass.MEMORY_CAPACITY][:2]:
             for r in retrieve(target["class"], self.workload(), k=3, strict=True):
                 for move in r.entry.moves:
                     for e2, fix in fixes:
@@ -299,7 +299,7 @@ class Proposer:
 
         if self._planned is None:
             try:
-                self._planned = [c.strategy for c in plan(self.model, self.cluster, self.train, {}, top=30,
+                self._planned = [c.strategy for c in plan(self.job, {}, top=30,
                                                           ilp_candidates=0).candidates]
             except NoFitError:
                 self._planned = []
@@ -334,7 +334,7 @@ class Proposer:
         return None
 
     def workload_record(self) -> dict[str, Any]:
-        return workload_record(self.model, self.cluster, self.train)
+        return workload_record(self.job)
 
     def propose(self, current: Strategy, diagnosis: Diagnosis, exclude: Iterable[str] = ()) -> ProposalSet:
         """Exactly three proposals for moving on from ``current`` (``exclude``: strategy strings already tried)."""
@@ -426,7 +426,7 @@ def attacked_class(c: Candidate, base: Estimate | None, targets: list[dict]) -> 
     """The diagnosis class a candidate without an entry attacks: the target whose term it cuts most."""
     if base is None or not targets:
         return None
-    term = {"pipeline_bubble": "bubble", "host": "host"}
+    term = {BottleneckClass.PIPELINE_BUBBLE: "bubble", BottleneckClass.HOST: "host"}  # the class's exposed term
     def cut(t: dict) -> float:
         key = term.get(t["class"], t["class"])
         return base.exposed_s.get(key, 0.0) - c.estimate.exposed_s.get(key, 0.0) if key in base.exposed_s else 0.0
@@ -474,8 +474,9 @@ def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = ""
     return sorted(chosen[:N_PROPOSALS], key=lambda c: c.step_s)
 
 
-def workload_record(model: ModelSpec, cluster: Cluster, train: TrainSpec) -> dict[str, Any]:
+def workload_record(job: Job) -> dict[str, Any]:
     """What identifies a tuning job in Memory: the model, the cluster and the batch."""
+    model, cluster, train = job.model, job.cluster, job.train
     return {"model": model.name, "model_family": model.name.split("-")[0].lower(), "params": model.num_params(),
             "accelerator": cluster.accelerator.name, "family": cluster.accelerator.family,
             "devices": cluster.num_devices, "global_batch": train.global_batch, "seq_len": train.seq_len,
@@ -486,7 +487,7 @@ def changed_keys(a: Strategy, b: Strategy) -> list[str]:
     return [k for k in MAIN_KNOBS if getattr(a, k) != getattr(b, k)]
 
 
-def parse_current(text: str | dict | None, model: ModelSpec, cluster: Cluster, train: TrainSpec) -> Strategy:
+def parse_current(text: str | dict | None, job: Job) -> Strategy:
     """The current strategy as the cost model completes it."""
-    return estimate(model, cluster, train, parse_strategy(text) if isinstance(text, str) else (text or {}),
+    return estimate(job, parse_strategy(text) if isinstance(text, str) else (text or {}),
                     classes=False).strategy

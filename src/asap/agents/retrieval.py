@@ -15,10 +15,11 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, field_validator
 
-from asap.agents.knowledge import BOTTLENECKS, KnowledgeEntry, load_knowledge
-from asap.errors import AsapError
-from asap.spec.words import BOTTLENECK_CLASSES
+from asap.agents.knowledge import KnowledgeEntry, load_knowledge
+from asap.errors import validated
+from asap.spec.words import BOTTLENECK_CLASSES, BOTTLENECKS, Bottleneck, BottleneckClass
 
 BOTTLENECK_BOOST = 3.0
 # an entry made for the workload's family or model kind is worth more than one that names its framework
@@ -28,26 +29,50 @@ STOPWORDS = frozenset("""a an and are as at be by can do does for from has have 
 no not of on one or so than that the their then there these this those to was when where which while with
 each less what who how any""".split())
 # words a bottleneck name implies, so the query meets entries that describe it in other words
+B, C = Bottleneck, BottleneckClass
 BOTTLENECK_WORDS = {
-    "compute": "compute bound matrix units busy flops",
-    "memory": "memory hbm capacity activations out of memory",
-    "communication": "communication collectives exposed bandwidth link",
-    "host": "host launch overhead idle python input",
-    "pipeline_bubble": "pipeline bubble idle stages warm-up",
-    "imbalance": "imbalance slowest straggler wait uneven",
-    # the finer classes (asap.spec.words.BottleneckClass)
-    "tp_comm": "tensor parallel all-reduce collectives exposed nvlink scale-up",
-    "cp_comm": "context parallel ring attention key value exchange exposed",
-    "ep_comm": "expert parallel all-to-all dispatch combine exposed moe",
-    "pp_comm": "pipeline point-to-point send receive activations stages",
-    "dp_comm": "data parallel gradient reduce-scatter all-gather zero fsdp exposed",
-    "memory_capacity": "memory hbm capacity activations out of memory fit",
-    "memory_bandwidth": "memory-bound kernels element-wise fusion bandwidth intensity",
-    "recompute": "recompute activation recomputation full selective backward",
-    "expert_imbalance": "moe expert load imbalance router hot experts tokens",
-    "sequence_imbalance": "packed documents attention imbalance sequence lengths",
-    "stage_imbalance": "pipeline stage imbalance slowest layers uneven straggler",
+    B.COMPUTE: "compute bound matrix units busy flops",
+    B.MEMORY: "memory hbm capacity activations out of memory",
+    B.COMMUNICATION: "communication collectives exposed bandwidth link",
+    B.HOST: "host launch overhead idle python input",
+    B.PIPELINE_BUBBLE: "pipeline bubble idle stages warm-up",
+    B.IMBALANCE: "imbalance slowest straggler wait uneven",
+    # the finer classes (compute, host and pipeline_bubble are spelled as the coarse words above)
+    C.TP_COMM: "tensor parallel all-reduce collectives exposed nvlink scale-up",
+    C.CP_COMM: "context parallel ring attention key value exchange exposed",
+    C.EP_COMM: "expert parallel all-to-all dispatch combine exposed moe",
+    C.PP_COMM: "pipeline point-to-point send receive activations stages",
+    C.DP_COMM: "data parallel gradient reduce-scatter all-gather zero fsdp exposed",
+    C.MEMORY_CAPACITY: "memory hbm capacity activations out of memory fit",
+    C.MEMORY_BANDWIDTH: "memory-bound kernels element-wise fusion bandwidth intensity",
+    C.RECOMPUTE: "recompute activation recomputation full selective backward",
+    C.EXPERT_IMBALANCE: "moe expert load imbalance router hot experts tokens",
+    C.SEQUENCE_IMBALANCE: "packed documents attention imbalance sequence lengths",
+    C.STAGE_IMBALANCE: "pipeline stage imbalance slowest layers uneven straggler",
 }
+# what retrieval answers: a coarse bottleneck or a finer class (compute is both; the classes' own word last)
+TARGETS = BOTTLENECKS + BOTTLENECK_CLASSES[:-1]
+
+
+class RetrievalQuery(BaseModel):
+    """What ``retrieve`` is asked, validated: a target word and how many entries."""
+
+    bottleneck: str
+    k: int
+
+    @field_validator("bottleneck", mode="before")
+    @classmethod
+    def _target(cls, v: Any) -> Any:
+        if v not in TARGETS:
+            raise ValueError(f"must be one of {', '.join(TARGETS)}, got {v!r}")
+        return str(v)
+
+    @field_validator("k")
+    @classmethod
+    def _k(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"must be >= 1, got {v}")
+        return v
 
 
 @dataclass(frozen=True)
@@ -161,11 +186,7 @@ def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int 
     """The ``k`` entries that best answer ``bottleneck`` (a coarse bottleneck or a ``BottleneckClass``) on
     ``workload`` (keys: family, model_kind, long_context, mla, framework, devices, anything else), best first;
     ``query`` adds free words. ``strict``: only entries that apply (``applies``), and only those that answer it."""
-    if bottleneck not in BOTTLENECKS and bottleneck not in BOTTLENECK_CLASSES:
-        raise AsapError("bottleneck", f"must be one of {', '.join(BOTTLENECKS + BOTTLENECK_CLASSES[:-1])}, "
-                                      f"got {bottleneck!r}")
-    if k < 1:
-        raise AsapError("k", f"must be >= 1, got {k}")
+    validated(RetrievalQuery, {"bottleneck": bottleneck, "k": k})
     entries = load_knowledge() if entries is None else list(entries)
     if strict:
         entries = [e for e in entries if applies(e, workload) and answers(e, bottleneck)]

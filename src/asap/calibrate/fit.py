@@ -195,6 +195,7 @@ def _host_op_from_blocks(blocks: list[dict], accelerator: dict, constants_so_far
     from asap.cost.batch import StrategyBatch
     from asap.cost.units import unit_times
     from asap.spec.hardware import cluster_from_dict
+    from asap.spec.job import Job
     from asap.spec.layout import Unit
     from asap.spec.strategy import complete_strategy
     from asap.spec.train import TrainSpec
@@ -205,7 +206,7 @@ def _host_op_from_blocks(blocks: list[dict], accelerator: dict, constants_so_far
     per_op = {"value": [], "low": [], "high": []}
     for b in blocks:
         train = TrainSpec(1, int(b["seq"]), precision, framework="asap")
-        ut = unit_times(block_spec(int(b["hidden"]), int(b["seq"])), cluster, train, S)
+        ut = unit_times(Job.resolve(block_spec(int(b["hidden"]), int(b["seq"])), cluster, train), S)
         compute = float(ut.parts["compute"][0, Unit.DENSE])
         for key, t in (("value", b["time_s"]), ("low", b["low_s"]), ("high", b["high_s"])):
             per_op[key].append(max(t - compute, 0.0) / max(int(b["ops"]), 1))

@@ -4,6 +4,7 @@ loop: propose, run, remember, recalibrate)."""
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from shlex import quote
 from typing import Optional
@@ -13,10 +14,9 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import err_console, out_console, print_json, strategy_column
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, JsonOpt, LengthsOpt, MemoryMarginOpt,
-                               ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, SeqOpt, job_args, load_job, seconds,
-                               with_lengths)
+from asap.cli.common import (JOB, JobOptions, JsonOpt, err_console, job_options, out_console, print_json,
+                             strategy_column)
+from asap.cli.estimate import seconds, with_lengths
 from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
@@ -40,47 +40,46 @@ def _llm(enabled: bool, base_url, model, key):
 
 
 @app.command()
+@job_options
 def propose(
     traces: Optional[list[str]] = typer.Argument(None, help="Profiler traces of the current run (optional)."),
-    model: str = ModelOpt,
-    cluster: str = ClusterOpt,
-    global_batch: int = BatchOpt,
-    seq_len: int = SeqOpt,
+    model=JOB,
+    cluster=JOB,
+    global_batch=JOB,
+    seq_len=JOB,
     strategy: str = typer.Option("", "--strategy", "-S", help="The current strategy ('tp8 pp2 rc:sel' or key=value,...)."),
-    precision: str = PrecisionOpt,
-    framework: Optional[str] = FrameworkOpt,
-    moe_imbalance: float = MoEImbalanceOpt,
-    lengths: Optional[str] = LengthsOpt,
-    nodes: Optional[int] = NodesOpt,
-    devices: Optional[int] = DevicesOpt,
+    precision=JOB,
+    framework=JOB,
+    moe_imbalance=JOB,
+    lengths=JOB,
+    nodes=JOB,
+    devices=JOB,
     memory: Optional[str] = MemoryOpt,
-    memory_margin: float = MemoryMarginOpt,
+    memory_margin=JOB,
     llm: bool = LlmOpt,
     llm_base_url: Optional[str] = LlmUrlOpt,
     llm_model: Optional[str] = LlmModelOpt,
     llm_key: Optional[str] = LlmKeyOpt,
     json_out: bool = JsonOpt,
+    options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
     """Diagnose the current strategy (its traces, or the cost model) and propose exactly three checked moves."""
     from asap.agents.analyzer import Analyzer
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                       memory_margin=memory_margin)
-    t, _, _ = with_lengths(c, t, lengths)
-    current = parse_current(strategy, m, c, t)
-    diagnosis = Analyzer(c).analyze(estimate(m, c, t, current), traces=list(traces or []))
+    job, _, _ = with_lengths(options.load(), options.lengths)
+    current = parse_current(strategy, job)
+    diagnosis = Analyzer(job.cluster).analyze(estimate(job, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
-    job = job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                   lengths=lengths)
-    result = Proposer(m, c, t, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key),
-                      job_args=job).propose(current, diagnosis)
-    names = [compact_strategy(p.strategy, m, c, t) for p in result.proposals]
-    commands = [f"asap estimate {job} -S {quote(n)}" for n in names]
+    args = options.args()
+    result = Proposer(job, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key),
+                      job_args=args).propose(current, diagnosis)
+    names = [compact_strategy(p.strategy, job) for p in result.proposals]
+    commands = [f"asap estimate {args} -S {quote(n)}" for n in names]
     out = {"diagnosis": diagnosis.to_dict(), "current": {"strategy": current.to_dict(),
                                                          "strategy_string": str(current),
-                                                         "strategy_compact": compact_strategy(current, m, c, t)},
+                                                         "strategy_compact": compact_strategy(current, job)},
            "within_error": result.within_error, "note": result.note,
            "proposals": [{**p.to_dict(), "strategy_compact": n, "command": cmd}
                          for p, n, cmd in zip(result.proposals, names, commands)]}
@@ -90,18 +89,17 @@ def propose(
     out_console.print(f"{diagnosis.bottleneck_class} ({diagnosis.bottleneck}-bound, {diagnosis.source}): "
                       + "; ".join(c["figure"] for c in diagnosis.classes[:4]), highlight=False, markup=False,
                       soft_wrap=True)
-    _print_proposals(result, names, compact_strategy(current, m, c, t))
+    _print_proposals(result, names, compact_strategy(current, job))
     for i, (p, cmd) in enumerate(zip(result.proposals, commands), 1):
         _print_proposal(i, p, cmd)
     out_console.print(result.note, highlight=False, markup=False, soft_wrap=True)
 
 
-def compact_strategy(s, m, c, t) -> str:
+def compact_strategy(s, job) -> str:
     """``s`` in the compact notation for this job (``asap.spec.strategy.format_compact``)."""
-    from asap.cost.estimate import framework_of
     from asap.spec.strategy import format_compact
 
-    return format_compact(s, c.num_devices, m.moe is not None, framework_of(t, c))
+    return format_compact(s, job.devices, job.model.moe is not None, job.framework)
 
 
 def _print_proposals(result, names: list[str], current: str) -> None:
@@ -147,18 +145,18 @@ def _open_memory(path: str | None):
     return Memory.open(path)
 
 
-def _executor(kind: str, m, c, t, sim_machine: str | None, steps: int, profile: str | None = None, **real):
+def _executor(kind: str, job, sim_machine: str | None, steps: int, profile: str | None = None, **real):
     from asap.execute.factory import make_executor, tune_executor
     from asap.spec.hardware import load_cluster
 
     if kind == "sim":
-        machine = load_cluster(sim_machine, devices=c.num_devices) if sim_machine else c
-        return make_executor("sim", model=m, cluster=machine, train=t)
+        machine = replace(job, cluster=load_cluster(sim_machine, devices=job.devices)) if sim_machine else job
+        return make_executor("sim", job=machine)
     if sim_machine:
         raise AsapError("sim-machine", "only the sim executor takes --sim-machine")
     if kind in ("torch", "jax"):
-        return make_executor(kind, model=m, train=t, steps=steps, profile_dir=profile)
-    return tune_executor(kind, m, c, t, steps=steps, workdir=profile, **real)
+        return make_executor(kind, model=job.model, train=job.train, steps=steps, profile_dir=profile)
+    return tune_executor(kind, job, steps=steps, workdir=profile, **real)
 
 
 def _real_options(executor, launch, launcher, var, step_time_regex, step_time_scale, trial_timeout, python) -> dict:
@@ -171,10 +169,11 @@ def _real_options(executor, launch, launcher, var, step_time_regex, step_time_sc
                 step_time_scale=step_time_scale, timeout_s=trial_timeout, python=python)
 
 
-def _trial_table(m, c, t, executor: str):
+def _trial_table(job, executor: str):
     """The live table of trials (strategies in the compact notation, wrapping between tokens) and the callback
     that fills it."""
-    table = Table(title=f"tune {m.name} on {c.num_devices} x {c.accelerator.name} ({executor})", title_justify="left")
+    table = Table(title=f"tune {job.model.name} on {job.devices} x {job.cluster.accelerator.name} ({executor})",
+                  title_justify="left")
     for col in ("#", "strategy", "status", "measured", "predicted", "vs first", "correction", "reason"):
         if col == "strategy":
             strategy_column(table, ["tp8 pp8 rc:full split:9/8x14/7"])  # wraps between tokens as trials come
@@ -184,7 +183,7 @@ def _trial_table(m, c, t, executor: str):
     def on_trial(rec, coord):
         first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
         vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
-        table.add_row(str(len(coord.trials)), compact_strategy(rec.strategy, m, c, t),
+        table.add_row(str(len(coord.trials)), compact_strategy(rec.strategy, job),
                       rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
                       seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
                       coord.correction.short(),
@@ -201,9 +200,9 @@ def _write_corrected_cluster(path: str, coord) -> None:
     from asap.spec.files import write_whole
 
     c = coord.correction
-    head = (f"# asap tune: the catalog's {coord.cluster.accelerator.name} corrected by {c.trials} measured trials "
+    head = (f"# asap tune: the catalog's {coord.job.cluster.accelerator.name} corrected by {c.trials} measured trials "
             f"(compute x{c.compute:.3g}, scale-up x{c.scale_up:.3g}, scale-out x{c.scale_out:.3g} slower).\n")
-    text = head + yaml.safe_dump(corrected_cluster_document(coord.cluster, c), sort_keys=False, width=120)
+    text = head + yaml.safe_dump(corrected_cluster_document(coord.job.cluster, c), sort_keys=False, width=120)
     write_whole(Path(path), text, "write-cluster")
 
 
@@ -217,31 +216,32 @@ def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None 
     from asap.cost.estimate import estimate
     from asap.report.html import write_report
 
-    m, t = coord.model, coord.train
+    job = coord.job
+    m, t = job.model, job.train
     cluster_file = cluster_file or str(Path(path).with_suffix("")) + "-cluster.yaml"
     Path(cluster_file).parent.mkdir(parents=True, exist_ok=True)
     _write_corrected_cluster(cluster_file, coord)
-    job = job_args(model_arg or m.name, cluster_file, None, coord.cluster.num_devices, t.global_batch, t.seq_len, t.precision,
-                   t.framework)
+    args = JobOptions(model_arg or m.name, cluster_file, t.global_batch, t.seq_len, t.precision, t.framework,
+                      devices=job.devices).args()
     best_estimate, proposals = None, []
     trials = [{**tr, "strategy_compact": _compact_text(tr.get("strategy_string"), coord)} for tr in result["trials"]]
     if result["best"]:
-        cluster = coord.corrected()
-        best = parse_current(result["best"]["strategy_string"], m, coord.cluster, t)
-        est = estimate(m, cluster, t, best)
-        name = compact_strategy(best, m, coord.cluster, t)
-        best_estimate = {**est.to_dict(), "strategy_compact": name, "command": f"asap estimate {job} -S {quote(name)}"}
-        diagnosis = Analyzer(cluster).analyze(est)
+        corrected = coord.corrected()
+        best = parse_current(result["best"]["strategy_string"], job)
+        est = estimate(corrected, best)
+        name = compact_strategy(best, job)
+        best_estimate = {**est.to_dict(), "strategy_compact": name, "command": f"asap estimate {args} -S {quote(name)}"}
+        diagnosis = Analyzer(corrected.cluster).analyze(est)
         tried = {tr["strategy_string"] for tr in result["trials"]}
-        ps = Proposer(m, cluster, t, mem).propose(best, diagnosis, exclude=tried)
+        ps = Proposer(corrected, mem).propose(best, diagnosis, exclude=tried)
         for p in ps.proposals:
-            pname = compact_strategy(p.strategy, m, coord.cluster, t)
+            pname = compact_strategy(p.strategy, job)
             proposals.append({**p.to_dict(), "strategy_compact": pname,
-                              "command": f"asap estimate {job} -S {quote(pname)}"})
+                              "command": f"asap estimate {args} -S {quote(pname)}"})
     best_row = ({**result["best"], "strategy_compact": _compact_text(result["best"].get("strategy_string"), coord)}
                 if result["best"] else None)
     write_report(path, {**result, "trials": trials, "best": best_row}, best_estimate=best_estimate, proposals=proposals,
-                 title=f"asap tune: {m.name} on {coord.cluster.num_devices} x {coord.cluster.accelerator.name}")
+                 title=f"asap tune: {m.name} on {job.devices} x {job.cluster.accelerator.name}")
 
 
 def _compact_text(strategy_string: str | None, coord) -> str | None:
@@ -250,8 +250,8 @@ def _compact_text(strategy_string: str | None, coord) -> str | None:
 
     if not strategy_string:
         return None
-    s = complete_strategy(parse_strategy(strategy_string), coord.cluster.num_devices)
-    return compact_strategy(s, coord.model, coord.cluster, coord.train)
+    s = complete_strategy(parse_strategy(strategy_string), coord.job.devices)
+    return compact_strategy(s, coord.job)
 
 
 def _numerics_check(ex, m, t):
@@ -282,11 +282,12 @@ PythonOpt = typer.Option(None, "--python", help="The stack's interpreter (MaxTex
 
 
 @app.command()
+@job_options
 def tune(
-    model: str = ModelOpt,
-    cluster: str = ClusterOpt,
-    global_batch: int = BatchOpt,
-    seq_len: int = SeqOpt,
+    model=JOB,
+    cluster=JOB,
+    global_batch=JOB,
+    seq_len=JOB,
     executor: str = ExecutorOpt,
     launch: Optional[str] = LaunchOpt,
     launcher: str = LauncherOpt,
@@ -303,10 +304,10 @@ def tune(
     verify_numerics: bool = typer.Option(False, "--verify-numerics",
                                          help="With --executor torch: a new strategy must align numerically with "
                                               "the first trial's (asap align, 2 steps) before it can be best."),
-    precision: str = PrecisionOpt,
-    framework: Optional[str] = FrameworkOpt,
-    nodes: Optional[int] = NodesOpt,
-    devices: Optional[int] = DevicesOpt,
+    precision=JOB,
+    framework=JOB,
+    nodes=JOB,
+    devices=JOB,
     memory: Optional[str] = MemoryOpt,
     report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML page of the run."),
     write_cluster: Optional[str] = typer.Option(None, "--write-cluster",
@@ -322,28 +323,27 @@ def tune(
     llm_model: Optional[str] = LlmModelOpt,
     llm_key: Optional[str] = LlmKeyOpt,
     json_out: bool = JsonOpt,
+    options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
     """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
     from asap.agents.coordinator import Coordinator
-
     from asap.execute.factory import tune_framework
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision,
-                       tune_framework(executor, framework), 1.0)
+    job = replace(options, framework=tune_framework(executor, options.framework)).load()
     if profile and executor == "sim":
         raise AsapError("profile", f"needs real runs (--executor torch, jax, a stack or command), got {executor}")
     real = _real_options(executor, launch, launcher, var, step_time_regex, step_time_scale, trial_timeout, python)
-    ex = _executor(executor, m, c, t, sim_machine, steps, profile, **real)
-    verify = _numerics_check(ex, m, t) if verify_numerics else None
-    table, on_trial = _trial_table(m, c, t, executor)
+    ex = _executor(executor, job, sim_machine, steps, profile, **real)
+    verify = _numerics_check(ex, job.model, job.train) if verify_numerics else None
+    table, on_trial = _trial_table(job, executor)
     advisor = _llm(llm, llm_base_url, llm_model, llm_key)
     live = Live(table, console=err_console, transient=True, refresh_per_second=4)
     with _open_memory(memory) as mem, (live if err_console.is_terminal and not json_out else nullcontext()):
-        coord = Coordinator(m, c, t, ex, mem, budget, start=strategy or None, on_trial=on_trial, llm=advisor,
+        coord = Coordinator(job, ex, mem, budget, start=strategy or None, on_trial=on_trial, llm=advisor,
                             verify=verify)
         result = coord.run()
         if report:
-            _write_report(report, coord, result, mem, write_cluster, model)
+            _write_report(report, coord, result, mem, write_cluster, options.model)
     if write_cluster:
         _write_corrected_cluster(write_cluster, coord)
     if json_out:

@@ -1,13 +1,27 @@
-"""Helpers shared by the CLI commands: JSON output, stderr console, option types."""
+"""Helpers shared by the CLI commands: JSON output, stderr console, the job's options.
+
+The job's options (``--model``, ``--cluster``, ``-b``, ``-s``, ``--precision``, ``--framework``,
+``--moe-imbalance``, ``--nodes``, ``--devices``, ``--lengths``, ``--fused-kernels``, ``--memory-margin``) are
+declared once here (``JOB_OPTIONS``): a command lists the ones it takes as ``name=JOB`` in the place its
+``--help`` shows them, and ``@job_options`` gives each its declaration and hands the command all of them as one
+``JobOptions``, whose ``load()`` builds the ``asap.spec.job.Job`` with the same one-line errors everywhere.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import sys
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Optional
 
+import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from asap.spec.job import Job
 
 err_console = Console(stderr=True)
 
@@ -40,3 +54,119 @@ def print_json(obj: Any) -> None:
     """Exactly one JSON document on stdout."""
     sys.stdout.write(json.dumps(_clean(obj), indent=2) + "\n")
     sys.stdout.flush()
+
+
+ModelOpt = typer.Option(..., "--model", "-m", help="Preset name, native model file (YAML/JSON) or HF config.json.")
+ClusterOpt = typer.Option(..., "--cluster", "-c", help="Cluster preset, accelerator name, or cluster file.")
+NodesOpt = typer.Option(None, "--nodes", help="Override the cluster's node count.")
+DevicesOpt = typer.Option(None, "--devices", help="Override the cluster's device count.")
+BatchOpt = typer.Option(..., "--global-batch", "-b", help="Global batch in sequences.")
+SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
+PrecisionOpt = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp32")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+FrameworkOpt = typer.Option(None, "--framework",
+                            help="megatron | deepspeed | torchtitan | maxtext | mindspore (| asap, the reference "
+                                 "trainer): the stack whose semantics the cost model follows (default by accelerator "
+                                 "family: GPU megatron, TPU maxtext, Ascend mindspore, CPU asap).")
+LengthsOpt = typer.Option(None, "--lengths", help="A JSON file of packed samples (lists of document lengths) or "
+                                                  "document lengths: price the attention work they leave on the "
+                                                  "slowest data-parallel rank (see asap balance).")
+FusedOpt = typer.Option(None, "--fused-kernels/--eager-kernels",
+                        help="Price norms, RoPE, activations and residual adds as fused kernels (torch.compile, "
+                             "Transformer Engine) or eager ones (default: the stack's; torchtitan and the reference "
+                             "trainer are eager): the gain of torch.compile is the difference.")
+TokensOpt = typer.Option(None, "--tokens", help="A training budget in tokens (15T, 300B, 2e12): adds the time to "
+                                                "train and the device-hours.")
+PriceOpt = typer.Option(None, "--price-per-device-hour", help="With --tokens: the cost at this price per device-hour.")
+MemoryMarginOpt = typer.Option(0.0, "--memory-margin", min=0.0,
+                               help="GiB per device to keep free: a strategy fits when its peak (the stack's runtime "
+                                    "share included) is at most the device's reported memory less this.")
+MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
+                               help="Tokens on the busiest expert rank over the mean (1.0: force-balanced routing).")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The job's options as a command was given them (a command without one keeps its default here)."""
+
+    model: str
+    cluster: str
+    global_batch: int
+    seq_len: int
+    precision: str = "bf16"
+    framework: Optional[str] = None
+    moe_imbalance: float = 1.0
+    nodes: Optional[int] = None
+    devices: Optional[int] = None
+    lengths: Optional[str] = None
+    fused_kernels: Optional[bool] = None
+    memory_margin: float = 0.0
+
+    def load(self) -> "Job":
+        """The job (without ``--lengths``: ``asap.cli.estimate.with_lengths`` adds them), validated with
+        one-line errors: the model, the cluster, the train spec, then the precision's peak on the accelerator."""
+        from asap.spec.hardware import load_cluster
+        from asap.spec.job import Job
+        from asap.spec.loader import load_model
+        from asap.spec.train import LOW_PRECISIONS, TrainSpec
+
+        m = load_model(self.model)
+        c = load_cluster(self.cluster, nodes=self.nodes, devices=self.devices)
+        t = TrainSpec(self.global_batch, self.seq_len, self.precision, self.framework, self.moe_imbalance,
+                      fused_elementwise=self.fused_kernels, memory_margin_gb=self.memory_margin)
+        c.accelerator.peak_flops("bf16" if self.precision in LOW_PRECISIONS else self.precision)
+        if self.precision in LOW_PRECISIONS:  # the quantised GEMMs need the part's own peak (fp4: Blackwell, CDNA4)
+            c.accelerator.peak_flops(self.precision)
+        return Job.resolve(m, c, t)
+
+    def args(self) -> str:
+        """The options as they must follow a printed command so that it prices the same job (shell-quoted; the
+        ones at their defaults left out)."""
+        from shlex import quote
+
+        parts = ["-m", quote(self.model), "-c", quote(self.cluster)]
+        parts += ["--nodes", str(self.nodes)] if self.nodes is not None else []
+        parts += ["--devices", str(self.devices)] if self.devices is not None else []
+        parts += ["-b", str(self.global_batch), "-s", str(self.seq_len)]
+        parts += ["--precision", quote(self.precision)] if self.precision != "bf16" else []
+        parts += ["--framework", quote(self.framework)] if self.framework else []
+        parts += ["--moe-imbalance", f"{self.moe_imbalance:g}"] if self.moe_imbalance != 1.0 else []
+        parts += [] if self.fused_kernels is None else ["--fused-kernels" if self.fused_kernels else "--eager-kernels"]
+        parts += ["--lengths", quote(self.lengths)] if self.lengths else []
+        return " ".join(parts)
+
+
+# each job option's type and declaration, by its parameter name (JobOptions' fields)
+JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "model": (str, ModelOpt), "cluster": (str, ClusterOpt), "global_batch": (int, BatchOpt), "seq_len": (int, SeqOpt),
+    "precision": (str, PrecisionOpt), "framework": (Optional[str], FrameworkOpt),
+    "moe_imbalance": (float, MoEImbalanceOpt), "nodes": (Optional[int], NodesOpt),
+    "devices": (Optional[int], DevicesOpt), "lengths": (Optional[str], LengthsOpt),
+    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (float, MemoryMarginOpt)}
+assert set(JOB_OPTIONS) == {f.name for f in fields(JobOptions)}
+
+
+class _JobOption:
+    def __repr__(self) -> str:
+        return "JOB"
+
+
+JOB: Any = _JobOption()  # a command parameter's default: "the job option of this name, declared in JOB_OPTIONS"
+
+
+def job_options(command):
+    """A command whose parameters default to ``JOB`` takes those job options, each with its one declaration
+    (``JOB_OPTIONS``) in the place the command lists it; the command gets them together as ``options``."""
+    sig = inspect.signature(command)
+    names = [p.name for p in sig.parameters.values() if p.default is JOB]
+    params = [p.replace(annotation=JOB_OPTIONS[p.name][0], default=JOB_OPTIONS[p.name][1]) if p.name in names else p
+              for p in sig.parameters.values() if p.name != "options"]
+
+    @functools.wraps(command)
+    def run(**kwargs):
+        options = JobOptions(**{name: kwargs.pop(name) for name in names})
+        return command(options=options, **kwargs)
+
+    run.__signature__ = sig.replace(parameters=params)
+    run.__annotations__ = {k: v for k, v in command.__annotations__.items() if k not in names and k != "options"}
+    return run

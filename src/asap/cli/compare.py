@@ -8,51 +8,50 @@ import typer
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import out_console, print_json
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
-                               MemoryMarginOpt, ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt,
-                               TokensOpt, budget_of, load_job, seconds, with_budget, with_lengths)
+from asap.cli.common import JOB, JobOptions, JsonOpt, PriceOpt, TokensOpt, job_options, out_console, print_json
+from asap.cli.estimate import budget_of, seconds, with_budget, with_lengths
 
 
 @app.command()
+@job_options
 def compare(
-    model: str = ModelOpt,
-    cluster: str = ClusterOpt,
-    global_batch: int = BatchOpt,
-    seq_len: int = SeqOpt,
+    model=JOB,
+    cluster=JOB,
+    global_batch=JOB,
+    seq_len=JOB,
     strategy: Optional[List[str]] = typer.Option(None, "--strategy", "-S", help="A strategy ('tp8 pp2' or key=value,...); give it "
                                                                                 "two or more times."),
     plan_best: bool = typer.Option(False, "--plan-best", help="Add the planner's fastest fitting strategy."),
-    precision: str = PrecisionOpt,
-    framework: Optional[str] = FrameworkOpt,
-    moe_imbalance: float = MoEImbalanceOpt,
-    nodes: Optional[int] = NodesOpt,
-    devices: Optional[int] = DevicesOpt,
-    lengths: Optional[str] = LengthsOpt,
-    fused_kernels: Optional[bool] = FusedOpt,
+    precision=JOB,
+    framework=JOB,
+    moe_imbalance=JOB,
+    nodes=JOB,
+    devices=JOB,
+    lengths=JOB,
+    fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
-    memory_margin: float = MemoryMarginOpt,
+    memory_margin=JOB,
     json_out: bool = JsonOpt,
+    options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
     """Estimate each strategy and show them term by term, with the difference that decides it in one sentence."""
     from asap.compare import compare as run_compare
-    from asap.cost.estimate import estimate as run_estimate, framework_of
+    from asap.cost.estimate import estimate as run_estimate
     from asap.spec.strategy import format_compact
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                       fused_kernels, memory_margin)
+    job = options.load()
     budget, price = budget_of(tokens, price_per_device_hour)
-    t, _, _ = with_lengths(c, t, lengths)
+    job, _, _ = with_lengths(job, options.lengths)
+    m, c, t = job.model, job.cluster, job.train
     texts = list(strategy or [])
-    estimates = [run_estimate(m, c, t, s) for s in texts]
+    estimates = [run_estimate(job, s) for s in texts]
     if plan_best:
         from asap.search.planner import plan as run_plan
 
-        best = run_plan(m, c, t, {}, top=1).candidates[0]
+        best = run_plan(job, {}, top=1).candidates[0]
         estimates.append(best)
-    fw = framework_of(t, c)
-    names = [format_compact(e.strategy, c.num_devices, m.moe is not None, fw) for e in estimates]
+    names = [format_compact(e.strategy, c.num_devices, m.moe is not None, job.framework) for e in estimates]
     if plan_best:
         names[-1] = f"best: {names[-1]}"
     result = run_compare(estimates, names)

@@ -13,6 +13,7 @@ from typer.core import TyperCommand
 from asap.cli.root import app
 from asap.cli.common import out_console, print_json
 from asap.errors import AsapError
+from asap.spec.words import BottleneckClass
 
 
 # ``--`` would end option parsing and vanish from the arguments; it is kept, as this token, to split the
@@ -92,13 +93,13 @@ def _job(model, cluster, global_batch, seq_len, strategy: str, devices, precisio
     missing = [k for k, v in given.items() if v is None]
     if missing:
         raise AsapError(missing[0], "missing: the job needs -m, -c, -b and -s together")
-    from asap.cli.estimate import job_args, load_job
+    from asap.cli.common import JobOptions
     from asap.spec.strategy import parse_strategy
 
-    m, _, _ = load_job(model, cluster, None, devices, global_batch, seq_len, precision)
+    options = JobOptions(model, cluster, global_batch, seq_len, precision, devices=devices)
+    job = options.load()
     parse_strategy(strategy)
-    return {"args": job_args(model, cluster, None, devices, global_batch, seq_len, precision),
-            "strategy": strategy, "moe": m.moe is not None}
+    return {"args": options.args(), "strategy": strategy, "moe": job.model.moe is not None}
 
 
 def _split(traces: list[Path], compare: bool) -> tuple[list[Path], list[Path]]:
@@ -217,7 +218,8 @@ def next_steps(d, job: dict | None = None) -> dict:
     except AsapError:
         family = None
     # a dense model (the job says so, or the traces show no all-to-all) gets no MoE advice
-    moe = job["moe"] if job else (any(ALLTOALL_RE.search(o.name) for o in d.top_ops) or d.bottleneck_class == "ep_comm")
+    moe = job["moe"] if job else (any(ALLTOALL_RE.search(o.name) for o in d.top_ops)
+                                  or d.bottleneck_class == BottleneckClass.EP_COMM)
     kind = "moe" if moe else "dense"
     moves = next_moves(d.bottleneck_class, family, model_kind=kind) or next_moves(d.bottleneck, family, model_kind=kind)
     if job is None:

@@ -7,48 +7,51 @@ from typing import Optional
 import typer
 
 from asap.cli.root import app
-from asap.cli.common import print_json
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, JsonOpt, ModelOpt, NodesOpt, PrecisionOpt, SeqOpt,
-                               load_job)
+from asap.cli.common import JOB, JobOptions, JsonOpt, job_options, print_json
 
 
-def emit_strategy(fmt: str, m, c, t, strategy) -> str:
-    """Complete and check ``strategy`` as ``asap estimate`` does, then emit it (the API ``plan --emit`` can call)."""
+def emit_strategy(fmt: str, job, strategy) -> str:
+    """Complete and check ``strategy`` as ``asap estimate`` does for ``job`` (an ``asap.spec.job.Job``; one that
+    names no framework is completed with the format's), then emit it (the API ``plan --emit`` can call)."""
     from dataclasses import replace
 
     from asap.cost.estimate import estimate
     from asap.emit import FRAMEWORK_OF, check_format, emit
 
     check_format(fmt)
-    if t.framework is None:
-        t = replace(t, framework=FRAMEWORK_OF[fmt])
-    s = strategy if not isinstance(strategy, (str, dict, type(None))) else estimate(m, c, t, strategy).strategy
-    return emit(fmt, m, c, t, s)
+    if job.train.framework is None:
+        job = job.with_train(replace(job.train, framework=FRAMEWORK_OF[fmt]))
+    s = strategy if not isinstance(strategy, (str, dict, type(None))) else estimate(job, strategy).strategy
+    return emit(fmt, job, s)
 
 
 @app.command("emit")
+@job_options
 def emit_command(
     fmt: str = typer.Option(..., "--format", "-f", help="megatron | torchtitan | maxtext | mindformers | deepspeed"),
-    model: str = ModelOpt,
-    cluster: str = ClusterOpt,
-    global_batch: int = BatchOpt,
-    seq_len: int = SeqOpt,
+    model=JOB,
+    cluster=JOB,
+    global_batch=JOB,
+    seq_len=JOB,
     strategy: str = typer.Option("", "--strategy", "-S", help="'tp8 pp2 rc:sel' or key=value,... (completed as asap estimate does)"),
-    precision: str = PrecisionOpt,
+    precision=JOB,
     framework: Optional[str] = typer.Option(None, "--framework",
                                             help="The stack whose defaults complete the strategy (default: the "
                                                  "format's own; mindformers -> mindspore)."),
-    nodes: Optional[int] = NodesOpt,
-    devices: Optional[int] = DevicesOpt,
+    nodes=JOB,
+    devices=JOB,
     json_out: bool = JsonOpt,
+    options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
     """Write a strategy in a framework's own option names: Megatron-LM arguments, torchtitan TOML, MaxText YAML,
     MindFormers YAML or DeepSpeed JSON."""
     from asap.emit import check_format
 
+    from dataclasses import replace
+
     check_format(fmt)
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework)
-    text = emit_strategy(fmt, m, c, t, strategy)
+    job = replace(options, framework=framework).load()  # --framework: emit's own (the format's stack by default)
+    text = emit_strategy(fmt, job, strategy)
     if json_out:
         print_json({"format": fmt, "text": text})
         return

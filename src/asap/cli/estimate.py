@@ -9,82 +9,15 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import err_console, out_console, print_json
+from asap.cli.common import (JOB, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options, out_console,
+                             print_json)
 from asap.errors import AsapError
 
-ModelOpt = typer.Option(..., "--model", "-m", help="Preset name, native model file (YAML/JSON) or HF config.json.")
-ClusterOpt = typer.Option(..., "--cluster", "-c", help="Cluster preset, accelerator name, or cluster file.")
-NodesOpt = typer.Option(None, "--nodes", help="Override the cluster's node count.")
-DevicesOpt = typer.Option(None, "--devices", help="Override the cluster's device count.")
-BatchOpt = typer.Option(..., "--global-batch", "-b", help="Global batch in sequences.")
-SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
-PrecisionOpt = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp32")
-JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
-FrameworkOpt = typer.Option(None, "--framework",
-                            help="megatron | deepspeed | torchtitan | maxtext | mindspore (| asap, the reference "
-                                 "trainer): the stack whose semantics the cost model follows (default by accelerator "
-                                 "family: GPU megatron, TPU maxtext, Ascend mindspore, CPU asap).")
-LengthsOpt = typer.Option(None, "--lengths", help="A JSON file of packed samples (lists of document lengths) or "
-                                                  "document lengths: price the attention work they leave on the "
-                                                  "slowest data-parallel rank (see asap balance).")
-FusedOpt = typer.Option(None, "--fused-kernels/--eager-kernels",
-                        help="Price norms, RoPE, activations and residual adds as fused kernels (torch.compile, "
-                             "Transformer Engine) or eager ones (default: the stack's; torchtitan and the reference "
-                             "trainer are eager): the gain of torch.compile is the difference.")
-TokensOpt = typer.Option(None, "--tokens", help="A training budget in tokens (15T, 300B, 2e12): adds the time to "
-                                                "train and the device-hours.")
-PriceOpt = typer.Option(None, "--price-per-device-hour", help="With --tokens: the cost at this price per device-hour.")
-MemoryMarginOpt = typer.Option(0.0, "--memory-margin", min=0.0,
-                               help="GiB per device to keep free: a strategy fits when its peak (the stack's runtime "
-                                    "share included) is at most the device's reported memory less this.")
-MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
-                               help="Tokens on the busiest expert rank over the mean (1.0: force-balanced routing).")
-
-
-def load_job(model: str, cluster: str, nodes: Optional[int], devices: Optional[int], global_batch: int,
-             seq_len: int, precision: str, framework: Optional[str] = None, moe_imbalance: float = 1.0,
-             fused_kernels: Optional[bool] = None, memory_margin: float = 0.0):
-    """The three inputs every planning command shares, validated with one-line errors."""
-    from asap.spec.hardware import load_cluster
-    from asap.spec.loader import load_model
-    from asap.spec.train import TrainSpec
-
-    m = load_model(model)
-    c = load_cluster(cluster, nodes=nodes, devices=devices)
-    t = TrainSpec(global_batch, seq_len, precision, framework, moe_imbalance, fused_elementwise=fused_kernels,
-                  memory_margin_gb=memory_margin)
-    from asap.spec.train import LOW_PRECISIONS
-
-    c.accelerator.peak_flops("bf16" if precision in LOW_PRECISIONS else precision)
-    if precision in LOW_PRECISIONS:  # the quantised GEMMs need the part's own peak (fp4: Blackwell, CDNA4)
-        c.accelerator.peak_flops(precision)
-    return m, c, t
-
-
-def job_args(model: str, cluster: str, nodes: Optional[int], devices: Optional[int], global_batch: int,
-             seq_len: int, precision: str = "bf16", framework: Optional[str] = None, moe_imbalance: float = 1.0,
-             fused_kernels: Optional[bool] = None, lengths: Optional[str] = None) -> str:
-    """The job's options as they must follow a printed command so that it prices the same job (shell-quoted)."""
-    from shlex import quote
-
-    parts = ["-m", quote(model), "-c", quote(cluster)]
-    parts += ["--nodes", str(nodes)] if nodes is not None else []
-    parts += ["--devices", str(devices)] if devices is not None else []
-    parts += ["-b", str(global_batch), "-s", str(seq_len)]
-    parts += ["--precision", quote(precision)] if precision != "bf16" else []
-    parts += ["--framework", quote(framework)] if framework else []
-    parts += ["--moe-imbalance", f"{moe_imbalance:g}"] if moe_imbalance != 1.0 else []
-    parts += [] if fused_kernels is None else ["--fused-kernels" if fused_kernels else "--eager-kernels"]
-    parts += ["--lengths", quote(lengths)] if lengths else []
-    return " ".join(parts)
-
-
-def compact_of(est, c, t, moe: bool) -> str:
+def compact_of(est, job) -> str:
     """An estimate's strategy in the compact notation (``asap.spec.strategy.format_compact``)."""
-    from asap.cost.estimate import framework_of
     from asap.spec.strategy import format_compact
 
-    return format_compact(est.strategy, c.num_devices, moe, framework_of(t, c))
+    return format_compact(est.strategy, job.devices, job.model.moe is not None, job.framework)
 
 
 def mfu_peak_name(c) -> str:
@@ -92,10 +25,10 @@ def mfu_peak_name(c) -> str:
     return "bf16" if c.accelerator.peak_tflops.get("bf16") else "fp32"
 
 
-def readable_keys(d: dict, est, c, t, moe: bool) -> dict:
+def readable_keys(d: dict, est, job) -> dict:
     """An estimate's JSON object with the keys a reader needs beside the full ``strategy_string``: the
     compact strategy and the peak its ``mfu`` is taken against."""
-    return {**d, "strategy_compact": compact_of(est, c, t, moe), "mfu_peak": mfu_peak_name(c)}
+    return {**d, "strategy_compact": compact_of(est, job), "mfu_peak": mfu_peak_name(job.cluster)}
 
 
 def budget_of(tokens: Optional[str], price: Optional[float]):
@@ -116,22 +49,22 @@ def with_budget(d: dict, devices: int, tokens: Optional[float], price: Optional[
     return {**d, **training_budget(d["tokens_per_s"], devices, tokens, price)}
 
 
-def with_lengths(c, t, path: Optional[str]):
-    """(train spec carrying the attention work of ``path``'s samples for every dp degree, its AttentionWork
-    and the parsed document), or (t, None, None) without a file."""
+def with_lengths(job, path: Optional[str]):
+    """(the job, its train spec carrying the attention work of ``path``'s samples for every dp degree; its
+    AttentionWork; the parsed document), or (job, None, None) without a file."""
     from dataclasses import replace
 
     from asap.balance import attention_work, read_lengths
 
     if path is None:
-        return t, None, None
+        return job, None, None
+    t, n = job.train, job.devices
     data = read_lengths(path)
-    dps = [d for d in range(1, c.num_devices + 1) if c.num_devices % d == 0]
-    aw = attention_work(data, t.global_batch, t.seq_len, dps)
-    return replace(t, attention_work=aw.train_pairs(), attention_work_mean=aw.mean), aw, data
+    aw = attention_work(data, t.global_batch, t.seq_len, [d for d in range(1, n + 1) if n % d == 0])
+    return job.with_train(replace(t, attention_work=aw.train_pairs(), attention_work_mean=aw.mean)), aw, data
 
 
-def lengths_report(m, c, t, est, aw, data, path: str) -> dict:
+def lengths_report(job, est, aw, data, path: str) -> dict:
     """What the lengths file costs this strategy: the slowest rank's attention work against even ranks, and
     what ``asap balance`` would leave (each re-priced by the same estimate)."""
     from dataclasses import replace
@@ -139,14 +72,15 @@ def lengths_report(m, c, t, est, aw, data, path: str) -> dict:
     from asap.balance import attention_cost_coefficients, balanced_attention_work
     from asap.cost.estimate import estimate as run_estimate
 
+    m, c, t = job.model, job.cluster, job.train
     s = est.strategy
     dp = s.dp
     work = aw.slowest.get(dp, 1.0)
-    even = run_estimate(m, c, replace(t, attention_work=((dp, aw.mean),)), s)
+    even = run_estimate(job.with_train(replace(t, attention_work=((dp, aw.mean),))), s)
     micro = t.global_batch // (dp * s.mbs)
     coef = attention_cost_coefficients(m, c, precision=t.precision, seq_len=t.seq_len, framework=t.framework)
     bal_work = balanced_attention_work(data, t.global_batch, t.seq_len, dp, micro, coef)
-    bal = run_estimate(m, c, replace(t, attention_work=((dp, bal_work),)), s)
+    bal = run_estimate(job.with_train(replace(t, attention_work=((dp, bal_work),))), s)
     return {**aw.to_dict(), "file": path, "attention_work": work,
             "max_over_mean": work / aw.mean if aw.mean > 0 else 1.0,
             "imbalance_s": est.step_time_s - even.step_time_s,
@@ -201,48 +135,46 @@ def does_not_fit_lines(est, capacity_gb: float, fix_cmd: str) -> list[str]:
 
 
 @app.command()
+@job_options
 def estimate(
-    model: str = ModelOpt,
-    cluster: str = ClusterOpt,
-    global_batch: int = BatchOpt,
-    seq_len: int = SeqOpt,
+    model=JOB,
+    cluster=JOB,
+    global_batch=JOB,
+    seq_len=JOB,
     strategy: str = typer.Option("", "--strategy", "-S", help="'tp8 pp2 rc:sel' (the compact notation, as the "
                                                               "tables print it) or key=value,... (dp tp pp vpp cp ep "
                                                               "etp mbs recompute zero sp schedule dispatcher "
                                                               "a2a_overlap layer_split)"),
-    precision: str = PrecisionOpt,
-    framework: Optional[str] = FrameworkOpt,
-    moe_imbalance: float = MoEImbalanceOpt,
-    nodes: Optional[int] = NodesOpt,
-    devices: Optional[int] = DevicesOpt,
-    lengths: Optional[str] = LengthsOpt,
-    fused_kernels: Optional[bool] = FusedOpt,
+    precision=JOB,
+    framework=JOB,
+    moe_imbalance=JOB,
+    nodes=JOB,
+    devices=JOB,
+    lengths=JOB,
+    fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
-    memory_margin: float = MemoryMarginOpt,
+    memory_margin=JOB,
     explain: bool = typer.Option(False, "--explain", help="Show memory terms and the evidence for the bottleneck."),
     json_out: bool = JsonOpt,
+    options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
     from asap.budget import budget_line
     from asap.cost.estimate import estimate as run_estimate
     from asap.spec.hardware import figures_provenance
 
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                       fused_kernels, memory_margin)
+    job = options.load()
     budget, price = budget_of(tokens, price_per_device_hour)
-    t, aw, data = with_lengths(c, t, lengths)
-    est = run_estimate(m, c, t, strategy)
-    figures = figures_provenance(c)
-    extra = {"lengths": lengths_report(m, c, t, est, aw, data, lengths)} if aw is not None else {}
-    out = with_budget(est.to_dict(), c.num_devices, budget, price)
+    job, aw, data = with_lengths(job, options.lengths)
+    est = run_estimate(job, strategy)
+    figures = figures_provenance(job.cluster)
+    extra = {"lengths": lengths_report(job, est, aw, data, options.lengths)} if aw is not None else {}
+    out = with_budget(est.to_dict(), job.devices, budget, price)
     if json_out:
-        print_json({**readable_keys(out, est, c, t, m.moe is not None), "figures": figures, **extra})
+        print_json({**readable_keys(out, est, job), "figures": figures, **extra})
         return
-    print_estimate(m, c, t, est, strategy, dict(model=model, cluster=cluster, nodes=nodes, devices=devices,
-                                                global_batch=global_batch, seq_len=seq_len, precision=precision,
-                                                framework=framework, moe_imbalance=moe_imbalance,
-                                                fused_kernels=fused_kernels, lengths=lengths))
+    print_estimate(job, est, strategy, options)
     if budget is not None:
         out_console.print(budget_line(out), highlight=False, soft_wrap=True)
     if extra:
@@ -260,19 +192,20 @@ def estimate(
             out_console.print(f"  · {line}")
 
 
-def print_estimate(m, c, t, est, strategy_text: str, job: dict) -> None:
+def print_estimate(job, est, strategy_text: str, options: JobOptions) -> None:
     """The human form of one estimate: what was priced, the headline, the parts, the verdict and what next
-    (``job``: the job's options, ``job_args``'s keywords, so the printed command prices the same job)."""
+    (``options``: the job's options, so the printed command prices the same job)."""
     from asap.spec.strategy import parse_strategy
     from asap.spec.words import count_text
 
     from asap.cost.memory import usable_hbm_gb
 
+    m, c, t = job.model, job.cluster, job.train
     capacity = usable_hbm_gb(c.accelerator, t)
     given = parse_strategy(strategy_text) if strategy_text else {}
     note = "" if given else "  (no --strategy: the defaults, pure data parallelism; asap plan finds the fastest)"
     out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
-                      f"{c.accelerator.name} · {compact_of(est, c, t, m.moe is not None)}{note}", soft_wrap=True,
+                      f"{c.accelerator.name} · {compact_of(est, job)}{note}", soft_wrap=True,
                       highlight=False)
     for line in headline(est, c.num_devices, capacity, t.precision, mfu_peak_name(c)):
         out_console.print(line, soft_wrap=True)
@@ -282,37 +215,39 @@ def print_estimate(m, c, t, est, strategy_text: str, job: dict) -> None:
                           soft_wrap=True)
         return
     pins = {k: v for k, v in given.items() if k in ("tp", "pp", "cp", "ep")}
-    for line in does_not_fit_lines(est, capacity, fitting_next(m, c, t, pins, job)):
+    for line in does_not_fit_lines(est, capacity, fitting_next(job, pins, options)):
         out_console.print(line, soft_wrap=True, highlight=False)
 
 
 NEXT_DEVICE_DOUBLINGS = 4  # with no fitting strategy on this many devices, try up to 16 times as many
 
 
-def fitting_next(m, c, t, pins: dict, job: dict) -> str:
+def fitting_next(job, pins: dict, options: JobOptions) -> str:
     """A ``plan`` command that runs as printed and finds a fitting strategy, with that strategy and its step
     time: keeping the pinned shape keys if any fit with them, else none, else on the fewest doubled devices."""
+    from dataclasses import replace
     from shlex import quote
 
     from asap.search.planner import NoFitError, plan as run_plan
     from asap.spec.hardware import load_cluster
     from asap.spec.strategy import format_compact_keys
 
+    c = job.cluster
     tries = [(fixed, c.num_devices * 2 ** k) for k in range(NEXT_DEVICE_DOUBLINGS + 1)
              for fixed in ([pins, {}] if pins else [{}])]
     for fixed, n in tries:
-        cl = c if n == c.num_devices else load_cluster(job["cluster"], devices=n)
+        on = job if n == c.num_devices else replace(job, cluster=load_cluster(options.cluster, devices=n))
         try:
-            best = run_plan(m, cl, t, dict(fixed)).candidates[0]
+            best = run_plan(on, dict(fixed)).candidates[0]
         except NoFitError:
             continue
-        args = job_args(**(job if n == c.num_devices else {**job, "nodes": None, "devices": n}))
+        args = (options if n == c.num_devices else replace(options, nodes=None, devices=n)).args()
         fix = f" --fix {quote(format_compact_keys(fixed))}" if fixed else ""
         dropped = f"nothing keeping {format_compact_keys(pins)} fits; " if pins and not fixed else ""
         more = f"nothing fits on {c.num_devices} devices; " if n != c.num_devices else ""
-        return (f"asap plan {args}{fix}   ({more}{dropped}#1 there: {compact_of(best, cl, t, m.moe is not None)} at "
+        return (f"asap plan {args}{fix}   ({more}{dropped}#1 there: {compact_of(best, on)} at "
                 f"{seconds(best.step_time_s)})")
-    return (f"asap plan {job_args(**job)} --include-oom   (nothing fits on up to "
+    return (f"asap plan {options.args()} --include-oom   (nothing fits on up to "
             f"{c.num_devices * 2 ** NEXT_DEVICE_DOUBLINGS} devices: the configurations by how far over memory)")
 
 

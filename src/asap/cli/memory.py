@@ -12,6 +12,7 @@ from rich.table import Table
 from asap.cli.root import app
 from asap.cli.common import _clean, err_console, out_console, print_json, strategy_column
 from asap.errors import AsapError
+from asap.spec.words import TrialStatus
 
 
 @app.command("memory")
@@ -77,7 +78,7 @@ def experiments_table(experiments: list[dict], trials: list[dict]) -> Table:
     for e in experiments:
         w = e["workload"]
         mine = [t for t in trials if t["experiment_id"] == e["id"]]
-        ok = [t["measured_step_time_s"] for t in mine if t["status"] == "ok" and t["measured_step_time_s"]]
+        ok = [t["measured_step_time_s"] for t in mine if t["status"] == TrialStatus.OK and t["measured_step_time_s"]]
         table.add_row(str(e["id"]), str(w.get("model") or "-"), str(w.get("accelerator") or "-"),
                       str(w.get("devices") or "-"), str(w.get("global_batch") or "-"), str(w.get("seq_len") or "-"),
                       str(w.get("precision") or "-"), str(w.get("framework") or "-"), str(len(mine)),
@@ -115,7 +116,8 @@ def trials_table(trials: list[dict], workloads: dict | None = None) -> Table:
             strategy_column(table, names)
         else:
             table.add_column(col, justify=just)
-    colours = {"ok": "green", "failed": "red", "killed": "red", "skipped": "yellow", "running": "cyan"}
+    colours = {TrialStatus.OK: "green", TrialStatus.FAILED: "red", TrialStatus.KILLED: "red",
+               TrialStatus.SKIPPED: "yellow", TrialStatus.RUNNING: "cyan"}
     for t, name in zip(trials, names):
         reason = t.get("reason") or ""
         if len(reason) > 60:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from shlex import quote
 from typing import Optional
 
@@ -10,20 +11,20 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import err_console, out_console, print_json, strategy_column
+from asap.cli.common import (JOB, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options, out_console,
+                             print_json, strategy_column)
 from asap.errors import AsapError
-from asap.cli.estimate import (BatchOpt, ClusterOpt, DevicesOpt, FrameworkOpt, FusedOpt, JsonOpt, LengthsOpt,
-                               MemoryMarginOpt, ModelOpt, MoEImbalanceOpt, NodesOpt, PrecisionOpt, PriceOpt, SeqOpt,
-                               TokensOpt, budget_of, compact_of, job_args, load_job, mfu_peak_name, readable_keys,
-                               seconds, with_budget, with_lengths)
+from asap.cli.estimate import (budget_of, compact_of, mfu_peak_name, readable_keys, seconds, with_budget,
+                               with_lengths)
 
 
 @app.command()
+@job_options
 def plan(
-    model: str = ModelOpt,
-    cluster: str = ClusterOpt,
-    global_batch: int = BatchOpt,
-    seq_len: int = SeqOpt,
+    model=JOB,
+    cluster=JOB,
+    global_batch=JOB,
+    seq_len=JOB,
     fix: str = typer.Option("", "--fix", help="Pin any subset of the strategy keys: 'tp8 pp2' or key=value,..."),
     top: int = typer.Option(5, "--top", min=1, help="How many candidates to return."),
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
@@ -38,19 +39,20 @@ def plan(
                                        help="Branch-and-bound nodes per ILP (a deterministic work limit)."),
     time_limit: float = typer.Option(60.0, "--time-limit", help="The whole search's budget (s): past it the plan "
                                                                   "ranks what it priced and says it stopped early."),
-    precision: str = PrecisionOpt,
-    framework: Optional[str] = FrameworkOpt,
-    moe_imbalance: float = MoEImbalanceOpt,
-    nodes: Optional[int] = NodesOpt,
-    devices: Optional[int] = DevicesOpt,
-    lengths: Optional[str] = LengthsOpt,
-    fused_kernels: Optional[bool] = FusedOpt,
+    precision=JOB,
+    framework=JOB,
+    moe_imbalance=JOB,
+    nodes=JOB,
+    devices=JOB,
+    lengths=JOB,
+    fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
-    memory_margin: float = MemoryMarginOpt,
+    memory_margin=JOB,
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
                                                              "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
     json_out: bool = JsonOpt,
+    options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
     """Search every legal parallel configuration and rank the fitting ones, fastest first."""
     from asap.search.planner import plan as run_plan
@@ -60,11 +62,11 @@ def plan(
         from asap.emit import FRAMEWORK_OF, check_format
 
         check_format(emit)  # an unknown format: one line before the search
-        framework = framework or FRAMEWORK_OF[emit]  # plan with the options the format's stack has
-    m, c, t = load_job(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                       fused_kernels, memory_margin)
+        # plan with the options the format's stack has
+        options = replace(options, framework=options.framework or FRAMEWORK_OF[emit])
+    job = options.load()
     budget, price = budget_of(tokens, price_per_device_hour)
-    t, aw, _ = with_lengths(c, t, lengths)
+    job, aw, _ = with_lengths(job, options.lengths)
     fixed = parse_strategy(fix, field="fix")
     with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
         task = progress.add_task("pricing configurations", total=None, visible=False)
@@ -72,29 +74,27 @@ def plan(
         def on_chunk(done: int, total: int) -> None:  # shown only for searches that take more than a chunk
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
-        result = run_plan(m, c, t, fixed, top=top, include_oom=include_oom, progress=on_chunk,
+        result = run_plan(job, fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
                           time_limit_s=time_limit, ilp_work_limit_nodes=ilp_work_limit)
-    emitted = _emit_best(emit, m, c, t, result) if emit is not None else None
-    limits = plan_limits(result, c.num_devices, t.global_batch, fixed, top, include_oom)
-    job = job_args(model, cluster, nodes, devices, global_batch, seq_len, precision, framework, moe_imbalance,
-                   fused_kernels, lengths)
-    moe = m.moe is not None
+    emitted = _emit_best(emit, job, result) if emit is not None else None
+    limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
+    args = options.args()
     if json_out:
         out = result.to_dict()
-        out["candidates"] = [{**readable_keys(with_budget(d, c.num_devices, budget, price), e, c, t, moe),
-                              "command": f"asap estimate {job} -S {quote(compact_of(e, c, t, moe))}"}
+        out["candidates"] = [{**readable_keys(with_budget(d, job.devices, budget, price), e, job),
+                              "command": f"asap estimate {args} -S {quote(compact_of(e, job))}"}
                              for d, e in zip(out["candidates"], result.candidates)]
         print_json({**out, "limits": limits, **({"emit": emitted} if emitted else {}),
-                    **({"lengths": {**aw.to_dict(), "file": lengths}} if aw is not None else {})})
+                    **({"lengths": {**aw.to_dict(), "file": options.lengths}} if aw is not None else {})})
         return
     if emitted:
-        _print_emitted(emit, emitted, result, c, t, moe)
+        _print_emitted(emit, emitted, result, job)
         return
-    _print_plan(m, c, t, result, limits, job, include_oom, budget, price)
+    _print_plan(job, result, limits, args, include_oom, budget, price)
 
 
-def _emit_best(fmt: str, m, c, t, result) -> dict:
+def _emit_best(fmt: str, job, result) -> dict:
     """The best candidate the format can express, in its own options (``asap emit``), planned with the stack
     the format is; the faster candidates it cannot express are listed with the reason."""
     from asap.cli.emit import emit_strategy
@@ -104,7 +104,7 @@ def _emit_best(fmt: str, m, c, t, result) -> dict:
     skipped = []
     for e in result.candidates:
         try:
-            text = emit_strategy(fmt, m, c, t, e.strategy)
+            text = emit_strategy(fmt, job, e.strategy)
         except AsapError as err:
             skipped.append({"strategy_string": str(e.strategy), "reason": str(err)})
             continue
@@ -223,22 +223,23 @@ def plan_limits(result, devices: int, global_batch: int, fixed: dict, top: int, 
     return out
 
 
-def _print_emitted(emit: str, emitted: dict, result, c, t, moe: bool) -> None:
+def _print_emitted(emit: str, emitted: dict, result, job) -> None:
     """The config on stdout; on stderr, which plan row it is and the faster ones the format cannot express."""
     for sk in emitted["skipped"]:
         err_console.print(f"note: a faster candidate {sk['strategy_string']} is not expressible: {sk['reason']}",
                           markup=False, highlight=False, soft_wrap=True)
     i, e = next((i, e) for i, e in enumerate(result.candidates, 1) if str(e.strategy) == emitted["strategy_string"])
-    err_console.print(f"note: the {emit} config of plan #{i}, {compact_of(e, c, t, moe)}", markup=False,
+    err_console.print(f"note: the {emit} config of plan #{i}, {compact_of(e, job)}", markup=False,
                       highlight=False, soft_wrap=True)
     print(emitted["text"])
 
 
-def _print_plan(m, c, t, result, limits: list[str], job: str, include_oom: bool, budget, price) -> None:
-    """The human form of a plan: the candidates, the limits, the command that gives #1, the Pareto front, the
-    TPU mesh and the stage splits."""
-    moe = m.moe is not None
+def _print_plan(job, result, limits: list[str], args: str, include_oom: bool, budget, price) -> None:
+    """The human form of a plan: the candidates, the limits, the command that gives #1 (``args``: the job's
+    options), the Pareto front, the TPU mesh and the stage splits."""
     from asap.spec.words import count_text
+
+    m, c, fw = job.model, job.cluster, job.framework
 
     out_console.print(f"[bold]{m.name}[/] ({count_text(m.num_params())} parameters) on {c.num_devices} x "
                       f"{c.accelerator.name}: searched {result.searched:,} configurations ({result.fitting:,} fit) "
@@ -246,9 +247,6 @@ def _print_plan(m, c, t, result, limits: list[str], job: str, include_oom: bool,
     if result.stopped_early:
         out_console.print(f"[yellow]stopped early[/]: {result.stop_reason} (--time-limit raises the budget)",
                           soft_wrap=True)
-    from asap.cost.estimate import framework_of
-
-    fw = framework_of(t, c)
     out_console.print(candidates_table(result, c.num_devices, m.moe is not None, fw, include_oom, budget, price,
                                        mfu_peak_name(c)))
     if budget is not None:
@@ -256,8 +254,8 @@ def _print_plan(m, c, t, result, limits: list[str], job: str, include_oom: bool,
     for line in limits:
         out_console.print(f"limit: {line}", highlight=False, soft_wrap=True)
     if result.candidates:
-        best = compact_of(result.candidates[0], c, t, moe)
-        out_console.print(f"reproduce #1: asap estimate {job} -S {quote(best)}", highlight=False, soft_wrap=True)
+        best = compact_of(result.candidates[0], job)
+        out_console.print(f"reproduce #1: asap estimate {args} -S {quote(best)}", highlight=False, soft_wrap=True)
     if len(result.pareto) > 1:
         out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
     for e, mesh in zip(result.candidates, result.meshes):

@@ -31,8 +31,8 @@ USABLE_HBM = 0.92
 # H100; MaxText's published TPU v5p runs 55-65%), so below 0.35 a step still wastes a third of what it could do
 HEALTHY_MFU = 0.35
 COMPUTE_BOUND_SHARE = 0.7  # useful compute at least this share of the step
-COMM_CLASSES = {"tp_comm": C.TP_COMM, "cp_comm": C.CP_COMM, "ep_comm": C.EP_COMM, "pp_comm": C.PP_COMM,
-                "dp_comm": C.DP_COMM}
+# each axis's exposed communication term of the cost model is spelled as its class
+COMM_CLASSES = {c.value: c for c in (C.TP_COMM, C.CP_COMM, C.EP_COMM, C.PP_COMM, C.DP_COMM)}
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
   K,V chunk (T kv_width/tp ab); backward passes K,V and their gradients (2x). Overlapped with the attention
   kernel of the same step, so only the excess is exposed.
 - PP (Narayanan et al. 2021): one activation (forward) and one gradient (backward) message of T_sp h ab per
-  micro-batch and virtual stage; 1F1B waits on them, interleaved 1F1B overlaps all but the warm-up ones.
+  micro-batch and virtual stage; those on the critical path by the schedule are exposed
+  (asap.cost.pipeline.exposed_p2p_messages: blocking 1F1B; interleaved 1F1B hides all but the warm-up and
+  flush hand-offs).
 - DP, once per step: zero 0 all-reduces fp32 gradients (4 B/param); zero 1/2 reduce-scatter them and
   all-gather the updated bf16 weights (2 B/param), zero 2 reduce-scattering after every micro-batch since it
   keeps only its gradient shard; zero 3 gathers bf16 weights for forward and again for
@@ -42,9 +44,8 @@ from asap.cost.collectives import (all_gather_s, all_reduce_s, broadcast_s, expe
 from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
-from asap.spec.model import ModelSpec
+from asap.spec.job import Job
 from asap.spec.strategy import Recompute, RecomputeModule, Zero, module_recomputed
-from asap.spec.train import TrainSpec
 
 
 @dataclass
@@ -60,7 +61,8 @@ class LayerComm:
     dispatcher: np.ndarray  # the dispatcher priced (index into DISPATCHERS; the fastest for BEST_DISPATCHER rows)
 
 
-def layer_comm(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch) -> LayerComm:
+def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
+    model, cluster, train = job.model, job.cluster, job.train
     ab = act_bytes(train.precision)
     h = model.hidden_size
     T = S.mbs * train.seq_len / S.cp

@@ -18,6 +18,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.layer_ops import (Shapes, attention_flops_fwd, embedding_table, head_table,  # noqa: F401
                                  kv_heads_per_device, layer_table, qkv_width_per_device)
 from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM, Axis, Block, OpKind  # noqa: F401
+from asap.spec.framework import Framework, get_framework
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
 from asap.spec.train import TrainSpec
@@ -48,14 +49,14 @@ class LayerCompute:
 
 
 def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch,
-                  fused_elementwise: bool | None = None) -> LayerCompute:
+                  fused_elementwise: bool | None = None, framework: Framework | None = None) -> LayerCompute:
     """fused_elementwise: price the norms, RoPE, activations and residuals as fused kernels (True) or eager
     ones (False); None: the job's choice (``TrainSpec.fused_elementwise``), else the stack's default
-    (``Framework.fused_elementwise``)."""
-    from asap.spec.framework import get_framework
-
+    (``Framework.fused_elementwise``). framework: the job's stack (``Job.framework``); None: the one
+    ``train`` names, else the accelerator family's default."""
+    fw = framework if framework is not None else get_framework(train.framework, acc.family)
     fused = train.fused_elementwise if fused_elementwise is None else fused_elementwise
-    traffic = get_framework(train.framework, acc.family).elementwise_traffic_for(fused)
+    traffic = fw.elementwise_traffic_for(fused)
     x = Shapes.of(model, train, S, traffic)
     dense = layer_table(model, x, S, moe=False)
     attention = dense.select(block=Block.ATTENTION)

@@ -35,11 +35,13 @@ from asap.cost.compute import BWD_GEMM
 from asap.cost.bands import error_bands, prediction_band, relative_error_scale
 from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, fits_memory, memory, usable_hbm_gb
 from asap.cost.offload import offloaded_optimizer_s
-from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
+from asap.cost.pipeline import (bubble_s, exposed_p2p_messages, overlapped_p2p_excess_s,
+                                uneven_chunk_excess_s, zb_small_batch_excess_s)
 from asap.cost.roofline import elementwise_time_s
 from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
-from asap.spec.framework import Framework, GradSync, get_framework
+from asap.spec.framework import Framework, GradSync
 from asap.spec.hardware import Cluster
+from asap.spec.job import Job
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
@@ -294,11 +296,14 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
     fam = cluster.accelerator.family_constants
     stage = times.parts
     pp, vpp = S.pp.astype(float), S.vpp.astype(float)
-    # pipeline messages: one activation and one gradient per micro-batch and chunk; 1F1B waits on them,
-    # interleaved 1F1B overlaps all but the warm-up ones
+    # pipeline messages: one activation and one gradient per micro-batch and chunk; those on the critical path
+    # by the schedule's blocking semantics (asap.cost.pipeline.exposed_p2p_messages)
     pp_msg = ut.rows(ut.cm.pp_msg_s)
-    pp_total = 2 * m * vpp * pp_msg
-    pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * pp_msg, pp_total)
+    pp_exposed = (exposed_p2p_messages(m, pp, vpp) * pp_msg
+                  + overlapped_p2p_excess_s(m, pp, vpp, pp_msg, times.t_max_s))
+    # a device sends 2 m v messages; the critical path crosses every stage's links in fill and drain, so the
+    # messages it waits on can outnumber them (the total is never below what is exposed)
+    pp_total = np.maximum(2 * m * vpp * pp_msg, pp_exposed)
     tp_hidden = m * stage["tp"] * fam.tp_overlap
     # the passes without a partner: the warm-up forwards and cool-down backwards, (pp - 1) micro-batches' worth
     unpaired = np.minimum(m, pp - 1)
@@ -320,13 +325,12 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
     return exposed, breakdown
 
 
-def estimate_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
-                   mem: MemoryBreakdown | None = None, figures: DeviceFigures | None = None,
-                   unit: UnitTimes | None = None) -> BatchEstimate:
+def estimate_batch(job: Job, S: StrategyBatch, mem: MemoryBreakdown | None = None,
+                   figures: DeviceFigures | None = None, unit: UnitTimes | None = None) -> BatchEstimate:
     """Price every row of S; ``mem``, ``figures`` and ``unit`` pass what the caller computed already for S (the
     planner prices memory first and prunes by it)."""
-    fw = framework_of(train, cluster)
-    ut = unit if unit is not None else unit_times(model, cluster, train, S, UNIT_KEYS)
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
+    ut = unit if unit is not None else unit_times(job, S, UNIT_KEYS)
     f = figures if figures is not None else device_figures(model, train, S, ut, fw.selective)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     times = stage_times(model, S, f, m)
@@ -430,8 +434,8 @@ def step_time_range_s(step_s: float, family: str) -> tuple[float, float]:
     return step_s / (1.0 + band["high"]), step_s / (1.0 + band["low"])
 
 
-def estimate_from_batch(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
-                        be: BatchEstimate, i: int) -> Estimate:
+def estimate_from_batch(job: Job, S: StrategyBatch, be: BatchEstimate, i: int) -> Estimate:
+    model, cluster, train = job.model, job.cluster, job.train
     step = float(be.step_time_s[i])
     devices = cluster.num_devices
     tokens = train.tokens_per_step
@@ -467,18 +471,14 @@ def mfu_peak_flops(acc) -> float:
     return acc.peak_flops("bf16") if acc.peak_tflops.get("bf16") else acc.peak_flops("fp32")
 
 
-def framework_of(train: TrainSpec, cluster: Cluster) -> Framework:
-    """The job's training stack: the one it names, else the accelerator family's default."""
-    return get_framework(train.framework, cluster.accelerator.family)
-
-
-def counterfactuals(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy,
-                    step_s: float) -> Counterfactuals:
+def counterfactuals(job: Job, strategy: Strategy, step_s: float) -> Counterfactuals:
     """The seconds the strategy's recompute, the busiest expert rank and packed documents' uneven attention cost:
     the step priced again without each (recompute=none; balanced routing; every rank the mean attention work of
     the packed samples), all else equal."""
+    model, train = job.model, job.train
+
     def step_of(t: TrainSpec, s: Strategy) -> float:
-        return float(estimate_batch(model, cluster, t, StrategyBatch.from_strategies([s])).step_time_s[0])
+        return float(estimate_batch(replace(job, train=t), StrategyBatch.from_strategies([s])).step_time_s[0])
 
     recompute = (step_s - step_of(train, replace(strategy, recompute="none"))
                  if strategy.recompute != "none" else 0.0)
@@ -489,19 +489,19 @@ def counterfactuals(model: ModelSpec, cluster: Cluster, train: TrainSpec, strate
     return Counterfactuals(max(recompute, 0.0), max(expert, 0.0), max(sequence, 0.0))
 
 
-def estimate(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy: Strategy | str | dict | None,
-             classes: bool = True) -> Estimate:
+def estimate(job: Job, strategy: Strategy | str | dict | None, classes: bool = True) -> Estimate:
     """Price one strategy (a Strategy, or ``key=value`` text/mapping completed with the documented defaults and
     the framework's; checked against the framework's options). ``classes``: name the bottleneck with the
     counterfactual pricings too (recompute, expert and sequence imbalance; ``asap.cost.classes``)."""
-    fw = framework_of(train, cluster)
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     if isinstance(strategy, Strategy):
         check_strategy(strategy, model, train, cluster.num_devices, framework=fw)
     else:
         strategy = resolve_strategy(strategy, model, train, cluster.num_devices, framework=fw)
     S = StrategyBatch.from_strategies([strategy])
-    be = estimate_batch(model, cluster, train, S)
-    est = estimate_from_batch(model, cluster, train, S, be, 0)
+    be = estimate_batch(job, S)
+    est = estimate_from_batch(job, S, be, 0)
     if not classes:
         return est
-    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train), counterfactuals(model, cluster, train, est.strategy, est.step_time_s))
+    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train),
+                           counterfactuals(job, est.strategy, est.step_time_s))

@@ -32,10 +32,10 @@ from asap.cost.activations import LAYER_UNITS, layer_saves
 from asap.cost.layer_ops import kv_heads_per_device
 from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM
 from asap.cost.roofline import act_bytes
-from asap.spec.hardware import Cluster
 from asap.spec.layout import UNITS, Layout, Unit, layout
 from asap.spec.model import ModelSpec
-from asap.spec.framework import SelectivePolicy, get_framework
+from asap.spec.framework import SelectivePolicy
+from asap.spec.job import Job
 from asap.spec.strategy import Recompute, RecomputeModule, module_recomputed
 from asap.spec.train import TrainSpec
 
@@ -107,15 +107,14 @@ class UnitTimes:
         return replace(self, row=self.row[rows])
 
 
-def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch,
-               keys: tuple[str, ...] | None = None) -> UnitTimes:
+def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) -> UnitTimes:
     """Unit time parts, computed once per distinct combination of ``keys`` (every row when None)."""
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     first, row = unique_index(S, keys) if keys else (np.arange(len(S)), np.arange(len(S)))
     S = S.take(first)
-    lc = layer_compute(model, cluster.accelerator, train, S)
-    cm = layer_comm(model, cluster, train, S)
+    lc = layer_compute(model, cluster.accelerator, train, S, framework=fw)
+    cm = layer_comm(job, S)
     n = len(S)
-    fw = get_framework(train.framework, cluster.accelerator.family)
     dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, fw.selective)
     moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, fw.selective)
            if model.moe else dense)
@@ -130,11 +129,11 @@ def unit_times(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Strategy
     parts["tp"][:, Unit.EMBEDDING] = cm.tp_pair_s
     parts["tp"][:, Unit.HEAD] = cm.tp_pair_s * (1 + model.mtp_layers)
     device = parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
-    parts["host"] = unit_host_s(model, cluster, fw, S, device) + unit_offload_s(model, cluster, train, S, fw, parts)
+    parts["host"] = unit_host_s(model, cluster, fw, S, device) + unit_offload_s(job, S, parts)
     return UnitTimes(parts=parts, lc=lc, cm=cm, row=row)
 
 
-def unit_offload_s(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: StrategyBatch, fw, parts):
+def unit_offload_s(job: Job, S: StrategyBatch, parts):
     """[n, len(Unit)] exposed seconds per micro-batch of the activation offload's copies (``asap.cost.offload``):
     each unit's stored bytes down during its forward and up during its backward, beside its computation."""
     from asap.cost.offload import activation_offload_s
@@ -143,9 +142,9 @@ def unit_offload_s(model: ModelSpec, cluster: Cluster, train: TrainSpec, S: Stra
     on = S.offload_act > 0
     if not on.any():
         return out
-    stored = unit_activations(model, train, S, fw.selective).kept
+    stored = unit_activations(job.model, job.train, S, job.framework.selective).kept
     fwd = parts["compute"] / (1.0 + BWD_GEMM)
-    copy = activation_offload_s(cluster.accelerator, stored, fwd, parts["compute"] - fwd)
+    copy = activation_offload_s(job.cluster.accelerator, stored, fwd, parts["compute"] - fwd)
     return np.where(on[:, None], copy, out)
 
 

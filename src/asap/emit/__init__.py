@@ -1,6 +1,6 @@
 """Framework configs: a completed strategy in a training stack's own option names (``asap emit``).
 
-``emit(format, model, cluster, train, strategy) -> str``: Megatron-LM launch arguments, a torchtitan TOML job
+``emit(format, job, strategy) -> str``: Megatron-LM launch arguments, a torchtitan TOML job
 config, a MaxText YAML, a MindFormers YAML or a DeepSpeed JSON. What a stack cannot express is refused with an
 ``AsapError`` naming the strategy key and the framework. Each emitter module names the version it follows.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from asap.emit import deepspeed, maxtext, megatron, mindformers, torchtitan
 from asap.errors import AsapError
+from asap.spec.job import Job
 
 EMITTERS = {"megatron": megatron, "torchtitan": torchtitan, "maxtext": maxtext, "mindformers": mindformers,
             "deepspeed": deepspeed}
@@ -24,9 +25,10 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def emit(fmt: str, model, cluster, train, strategy) -> str:
-    """The config text of ``strategy`` (a completed ``asap.spec.strategy.Strategy``) for format ``fmt``."""
-    return EMITTERS[check_format(fmt)].emit(model, cluster, train, strategy)
+def emit(fmt: str, job: Job, strategy) -> str:
+    """The config text of ``strategy`` (a completed ``asap.spec.strategy.Strategy``) for ``job``
+    (``asap.spec.job.Job``) in format ``fmt``."""
+    return EMITTERS[check_format(fmt)].emit(job, strategy)
 
 
 def version(fmt: str) -> str:

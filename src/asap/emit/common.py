@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from asap.errors import AsapError
+from asap.spec.job import Job
 from asap.spec.layout import default_chunk_layers
 from asap.spec.strategy import RECOMPUTE
 
@@ -32,11 +33,11 @@ def recompute_modules(s) -> list[str] | None:
     return None if s.recompute in RECOMPUTE else s.recompute.split("+")
 
 
-def check_runnable(stack: str, framework: str, model, cluster, train, s) -> None:
+def check_runnable(stack: str, framework: str, job: Job, s) -> None:
     """Refuse what the stack's rules (``asap.spec.stack_rules``, the ones the planner keeps to) reject."""
-    from asap.spec.stack_rules import Job, first_unrunnable
+    from asap.spec.stack_rules import RuleJob, first_unrunnable
 
-    err = first_unrunnable(s, framework, Job(model, train, cluster.num_devices, cluster.topology.num_domains), stack)
+    err = first_unrunnable(s, framework, RuleJob.of(job), stack)
     if err is not None:
         raise err
 

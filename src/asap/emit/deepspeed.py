@@ -17,13 +17,15 @@ from __future__ import annotations
 import json
 
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse
+from asap.spec.job import Job
 
 NAME = "deepspeed"
 VERSION = "DeepSpeed v0.19.8 (deepspeed/runtime/config.py)"
 
 
-def config(model, cluster, train, s) -> dict:
-    check_runnable(NAME, NAME, model, cluster, train, s)
+def config(job: Job, s) -> dict:
+    model, train = job.model, job.train
+    check_runnable(NAME, NAME, job, s)
     if s.vpp > 1 or s.schedule != "1f1b":
         key = "vpp" if s.vpp > 1 else "schedule"
         raise refuse(key, NAME, f"{key}={getattr(s, key)} (its pipeline engine runs 1F1B with one stage per rank)")
@@ -58,5 +60,5 @@ def config(model, cluster, train, s) -> dict:
     return cfg
 
 
-def emit(model, cluster, train, s) -> str:
-    return json.dumps(config(model, cluster, train, s), indent=2) + "\n"
+def emit(job: Job, s) -> str:
+    return json.dumps(config(job, s), indent=2) + "\n"

@@ -19,6 +19,7 @@ from math import gcd
 
 from asap.emit.common import (check_runnable, chunk_layers, micro_batches, recompute_modules, refuse,
                               refuse_model)
+from asap.spec.job import Job
 
 NAME = "maxtext"
 VERSION = "MaxText configs/base.yml (main, 2025)"
@@ -45,8 +46,9 @@ def mesh(cluster, s) -> dict[str, int]:
     return out
 
 
-def config(model, cluster, train, s) -> dict:
-    check_runnable(NAME, NAME, model, cluster, train, s)
+def config(job: Job, s) -> dict:
+    model, cluster, train = job.model, job.cluster, job.train
+    check_runnable(NAME, NAME, job, s)
     if s.zero in (1, 2):
         raise refuse("zero", NAME, f"zero={s.zero} (the batch axis is data, zero 0, or fsdp, zero 3)")
     if recompute_modules(s):
@@ -120,10 +122,10 @@ def model_keys(model) -> dict:
     return cfg
 
 
-def emit(model, cluster, train, s) -> str:
+def emit(job: Job, s) -> str:
     import yaml
 
     head = (f"# {VERSION}; asap strategy {s}\n"
             f"# schedule={s.schedule}: MaxText's circular pipeline; sp={s.sp}: XLA shards activations on the "
             "tensor axis itself\n")
-    return head + yaml.safe_dump(config(model, cluster, train, s), sort_keys=False)
+    return head + yaml.safe_dump(config(job, s), sort_keys=False)

@@ -15,6 +15,7 @@ recomputation or outside bf16/fp16 (TransformerConfig rejects each).
 from __future__ import annotations
 
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
+from asap.spec.job import Job
 
 NAME = "megatron"
 VERSION = "Megatron-LM core_r0.14.0 (megatron/training/arguments.py)"
@@ -158,17 +159,18 @@ def model_args(model) -> list[tuple[str, ...]]:
     return a
 
 
-def args(model, cluster, train, s) -> list[tuple[str, ...]]:
+def args(job: Job, s) -> list[tuple[str, ...]]:
+    model, train = job.model, job.train
     if s.schedule in ("zb", "gpipe"):
         raise refuse("schedule", NAME, f"schedule={s.schedule} (pretrain_gpt.py runs 1F1B or interleaved 1F1B)")
-    check_runnable(NAME, NAME, model, cluster, train, s)
+    check_runnable(NAME, NAME, job, s)
     assert micro_batches(train, s) >= 1
     return (parallel_args(model, train, s) + recompute_args(model, s) + moe_args(model, s) + precision_args(train)
             + model_args(model))
 
 
-def emit(model, cluster, train, s) -> str:
+def emit(job: Job, s) -> str:
     import shlex
 
-    lines = [" ".join(shlex.quote(x) for x in group) for group in args(model, cluster, train, s)]
+    lines = [" ".join(shlex.quote(x) for x in group) for group in args(job, s)]
     return f"# {VERSION}: arguments for pretrain_gpt.py\n" + " \\\n".join(lines) + "\n"

@@ -16,13 +16,15 @@ expert tensor parallelism other than model_parallel.
 from __future__ import annotations
 
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse, refuse_model
+from asap.spec.job import Job
 
 NAME = "mindformers"
 VERSION = "MindFormers r1.5.0 (parallel_config, recompute_config)"
 
 
-def config(model, cluster, train, s) -> dict:
-    check_runnable(NAME, "mindspore", model, cluster, train, s)
+def config(job: Job, s) -> dict:
+    model, cluster, train = job.model, job.cluster, job.train
+    check_runnable(NAME, "mindspore", job, s)
     check_model(model)
     if s.zero > 1:
         raise refuse("zero", NAME, f"zero={s.zero} (optimizer_shard shards optimizer states only: zero 0 or 1)")
@@ -112,10 +114,11 @@ def arch(model) -> dict:
     return {"type": "LlamaForCausalLM"}
 
 
-def emit(model, cluster, train, s) -> str:
+def emit(job: Job, s) -> str:
     import yaml
 
+    model = job.model
     head = f"# {VERSION}; asap strategy {s}\n"
     if model.moe is not None and s.a2a_overlap:
         head += "# a2a_overlap=1: priced with the expert all-to-all hidden behind expert compute (no config key)\n"
-    return head + yaml.safe_dump(config(model, cluster, train, s), sort_keys=False)
+    return head + yaml.safe_dump(config(job, s), sort_keys=False)

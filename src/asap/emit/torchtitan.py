@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
 from asap.emit.torchtitan_model import model_args
+from asap.spec.job import Job
 
 NAME = "torchtitan"
 VERSION = "torchtitan v0.2.2 (torchtitan/config/job_config.py)"
@@ -26,8 +27,9 @@ SCHEDULES = {("1f1b", False): "1F1B", ("interleaved", True): "Interleaved1F1B", 
              ("gpipe", False): "GPipe"}
 
 
-def config(model, cluster, train, s) -> dict:
-    check_runnable(NAME, NAME, model, cluster, train, s)
+def config(job: Job, s) -> dict:
+    model, train = job.model, job.train
+    check_runnable(NAME, NAME, job, s)
     if s.zero == 1:
         raise refuse("zero", NAME, "zero=1 (FSDP2 shards parameters too: use zero 0, 2 or 3)")
     if recompute_modules(s):
@@ -84,10 +86,11 @@ def config(model, cluster, train, s) -> dict:
     return out
 
 
-def emit(model, cluster, train, s) -> str:
+def emit(job: Job, s) -> str:
     from asap.emit.serialize import toml_dumps
 
-    cfg = config(model, cluster, train, s)
+    model, train = job.model, job.train
+    cfg = config(job, s)
     head = f"# {VERSION}\n"
     if not model_args(model, train.seq_len).registered:
         head += (f"# [model] flavor {cfg['model']['flavor']} is not one of torchtitan's: register it in the trainer "

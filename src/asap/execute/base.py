@@ -17,9 +17,10 @@ from typing import Any
 
 from asap.errors import AsapError
 from asap.spec.strategy import Strategy, parse_strategy
+from asap.spec.words import FailureKind, TrialStatus
 
-# why a trial failed
-FAILURE_KINDS = ("invalid", "oom", "crash", "timeout", "no_result", "internal")
+# why a trial failed (``asap.spec.words.FailureKind``)
+FAILURE_KINDS = tuple(k.value for k in FailureKind)
 
 
 @dataclass
@@ -37,12 +38,12 @@ class Measurement:
     wall_time_s: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
-    status = "ok"
+    status = TrialStatus.OK
     ok = True
     reason = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": None, "strategy": self.strategy, "executor": self.executor,
+        return {"status": self.status.value, "reason": None, "strategy": self.strategy, "executor": self.executor,
                 "step_time_s": self.step_time_s, "measured_step_time_s": None if self.predicted else self.step_time_s,
                 "predicted": self.predicted, "tokens_per_s": self.tokens_per_s, "peak_memory_gb": self.peak_memory_gb,
                 "losses": self.losses, "traces": self.traces, "wall_time_s": self.wall_time_s, "details": self.details}
@@ -50,22 +51,22 @@ class Measurement:
 
 @dataclass
 class Failure:
-    """A trial that produced no step time; ``kind`` is one of FAILURE_KINDS, ``reason`` one line."""
+    """A trial that produced no step time; ``kind`` says why (a ``FailureKind``), ``reason`` in one line."""
 
     strategy: dict[str, Any]
     reason: str
-    kind: str = "crash"
+    kind: FailureKind = FailureKind.CRASH
     executor: str = ""
     log_tail: str = ""
     wall_time_s: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
-    status = "failed"
+    status = TrialStatus.FAILED
     ok = False
     step_time_s = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": self.reason, "kind": self.kind, "strategy": self.strategy,
+        return {"status": self.status.value, "reason": self.reason, "kind": str(self.kind), "strategy": self.strategy,
                 "executor": self.executor, "step_time_s": None, "measured_step_time_s": None,
                 "wall_time_s": self.wall_time_s, "log_tail": self.log_tail, "details": self.details}
 
@@ -98,12 +99,12 @@ class Executor(ABC):
         try:
             res = self._run(strategy)
         except AsapError as e:
-            res = Failure(strategy_dict(strategy), one_line(str(e)), kind="invalid")
+            res = Failure(strategy_dict(strategy), one_line(str(e)), kind=FailureKind.INVALID)
         except KeyboardInterrupt:
             raise
         except Exception as e:  # noqa: BLE001 - an executor's bug is a failed trial, not a crashed tuner
             res = Failure(strategy_dict(strategy), one_line(f"internal error: {type(e).__name__}: {e}"),
-                          kind="internal", log_tail=traceback.format_exc()[-4000:])
+                          kind=FailureKind.INTERNAL, log_tail=traceback.format_exc()[-4000:])
         res.executor = self.name
         if res.wall_time_s is None:
             res.wall_time_s = time.perf_counter() - t0

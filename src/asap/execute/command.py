@@ -44,6 +44,7 @@ from asap.execute.base import Executor, Failure, Measurement, Result, one_line
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import KEYS, Strategy, complete_strategy, parse_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import FailureKind
 
 DEFAULT_STEP_TIME_REGEX = r"(?i)step[ _-]?time(?:[ _-]?s)?\s*[:=]\s*([-+0-9.eE]+)"
 DEFAULT_OOM_REGEX = (r"(?i)(out of memory|OutOfMemoryError|CUDA error: out of memory|RESOURCE_EXHAUSTED|"
@@ -174,11 +175,12 @@ class CommandExecutor(Executor):
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         cwd=self.cwd, env=env, start_new_session=True)
             except FileNotFoundError:
-                return Failure(s.to_dict(), f"command not found: {argv[0]}", kind="crash", details=details)
+                return Failure(s.to_dict(), f"command not found: {argv[0]}", kind=FailureKind.CRASH, details=details)
             except PermissionError:
-                return Failure(s.to_dict(), f"permission denied: {argv[0]}", kind="crash", details=details)
+                return Failure(s.to_dict(), f"permission denied: {argv[0]}", kind=FailureKind.CRASH, details=details)
             except OSError as e:
-                return Failure(s.to_dict(), one_line(f"cannot start {argv[0]}: {e}"), kind="crash", details=details)
+                return Failure(s.to_dict(), one_line(f"cannot start {argv[0]}: {e}"), kind=FailureKind.CRASH,
+                               details=details)
             timed_out = wait_or_kill(proc, self.timeout_s)
         text = log_path.read_bytes().decode("utf-8", errors="replace")
         tail = "\n".join(text.splitlines()[-40:])
@@ -186,7 +188,7 @@ class CommandExecutor(Executor):
         details["returncode"] = rc
         if timed_out:
             return Failure(s.to_dict(), f"timed out after {self.timeout_s:g} s (a hang?); the process group was killed",
-                           kind="timeout", log_tail=tail, details=details)
+                           kind=FailureKind.TIMEOUT, log_tail=tail, details=details)
         if rc != 0:
             return Failure(s.to_dict(), self._crash_reason(text, rc), kind=self._crash_kind(text, rc),
                            log_tail=tail, details=details)
@@ -194,7 +196,7 @@ class CommandExecutor(Executor):
         if not times:
             pattern = self.log_format.step if self.log_format else self.step_re.pattern
             return Failure(s.to_dict(), f"exited 0 but printed no step time matching /{pattern}/",
-                           kind="no_result", log_tail=tail, details=details)
+                           kind=FailureKind.NO_RESULT, log_tail=tail, details=details)
         kept = times[self.warmup:] if len(times) > self.warmup else times
         step = statistics.median(kept)
         details.update(step_times_s=times, log_tail=tail)
@@ -223,10 +225,10 @@ class CommandExecutor(Executor):
                 out.append(x)
         return out
 
-    def _crash_kind(self, text: str, rc: int) -> str:
+    def _crash_kind(self, text: str, rc: int) -> FailureKind:
         if (self.oom_re is not None and self.oom_re.search(text)) or rc in (-signal.SIGKILL, 128 + signal.SIGKILL):
-            return "oom"
-        return "crash"
+            return FailureKind.OOM
+        return FailureKind.CRASH
 
     def _crash_reason(self, text: str, rc: int) -> str:
         if self.oom_re is not None:

@@ -18,13 +18,14 @@ from typing import Any
 
 from asap.execute.stack import StackExecutor
 from asap.execute.torchtitan_exec import has_gpu
+from asap.spec.job import Job
 from asap.spec.strategy import Strategy
 
 
 class DeepSpeedExecutor(StackExecutor):
     name = "deepspeed"
 
-    def __init__(self, model, cluster, train, *, steps: int = 3, seed: int = 0, profile: bool = True,
+    def __init__(self, job: Job, *, steps: int = 3, seed: int = 0, profile: bool = True,
                  cpu: bool | None = None, timeout_s: float | None = 900.0, workdir: str | None = None,
                  python: str | None = None):
         self.steps, self.seed, self.profile = max(2, int(steps)), seed, profile
@@ -34,7 +35,7 @@ class DeepSpeedExecutor(StackExecutor):
         env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
         if self.cpu:
             env.update(DS_ACCELERATOR="cpu", DS_BUILD_OPS="0")
-        super().__init__(head, "deepspeed", model, cluster, train, timeout_s=timeout_s, workdir=workdir, env=env)
+        super().__init__(head, "deepspeed", job, timeout_s=timeout_s, workdir=workdir, env=env)
 
     def extra_fields(self) -> tuple[str, ...]:
         return super().extra_fields() + ("launcher_args",)

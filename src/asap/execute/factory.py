@@ -7,6 +7,7 @@ from enum import Enum
 
 from asap.errors import AsapError
 from asap.execute.base import Executor
+from asap.spec.job import Job
 
 
 class ExecutorKind(str, Enum):
@@ -20,9 +21,9 @@ class ExecutorKind(str, Enum):
 
 
 def make_executor(kind: str, **kwargs) -> Executor:
-    """``sim`` (model, cluster, train), ``torch`` or ``jax`` (model, train, steps, ...), ``command`` (template,
-    ...; with ``framework`` and ``cluster``: a stack's emitted config per trial), ``torchtitan``, ``deepspeed``
-    or ``maxtext`` (model, cluster, train, steps, ...)."""
+    """``sim`` (job: an ``asap.spec.job.Job``), ``torch`` or ``jax`` (model, train, steps, ...), ``command``
+    (template, ...; with ``framework`` and ``job``: a stack's emitted config per trial), ``torchtitan``,
+    ``deepspeed`` or ``maxtext`` (job, steps, ...)."""
     try:
         k = ExecutorKind(kind)
     except ValueError:
@@ -34,10 +35,10 @@ def make_executor(kind: str, **kwargs) -> Executor:
     elif k is ExecutorKind.JAX:
         from asap.execute.jax_exec import JaxExecutor as cls
     elif k is ExecutorKind.COMMAND:
-        if kwargs.get("framework") and kwargs.get("cluster") is not None:
+        if kwargs.get("framework") and kwargs.get("job") is not None:
             from asap.execute.stack import StackExecutor as cls
         else:
-            kwargs.pop("cluster", None)
+            kwargs.pop("job", None)
             from asap.execute.command import CommandExecutor as cls
     elif k is ExecutorKind.TORCHTITAN:
         from asap.execute.torchtitan_exec import TorchtitanExecutor as cls
@@ -63,16 +64,17 @@ def tune_framework(kind: str, framework: str | None) -> str | None:
     return framework
 
 
-def tune_executor(kind: str, model, cluster, train, *, steps: int = 5, workdir: str | None = None,
+def tune_executor(kind: str, job: Job, *, steps: int = 5, workdir: str | None = None,
                   launch: str | None = None, launcher: str = "local", variables: dict | None = None,
                   step_time_regex: str | None = None, step_time_scale: float = 1.0, timeout_s: float | None = None,
                   python: str | None = None):
     """The executor ``asap tune`` runs (the real ones: ``command`` with a launch template, or a stack's own)."""
+    cluster, train = job.cluster, job.train
     if kind in {k.value for k in STACKS}:
         if launch:
             raise AsapError("launch", f"--executor {kind} builds its own command; a template needs --executor command")
         extra = {"python": python} if python else {}
-        return make_executor(kind, model=model, cluster=cluster, train=train, steps=steps, workdir=workdir,
+        return make_executor(kind, job=job, steps=steps, workdir=workdir,
                              timeout_s=timeout_s or 900.0, **extra)
     if not launch:
         raise AsapError("launch", "--executor command needs --launch TEMPLATE (the stack's command line)")
@@ -81,11 +83,12 @@ def tune_executor(kind: str, model, cluster, train, *, steps: int = 5, workdir: 
     argv = launch_argv(launcher, launch)
     values = {**default_variables(cluster), **(variables or {})}
     fmt = FORMAT_OF.get(train.framework or "") if train.framework else None
-    common = dict(variables=values, timeout_s=timeout_s or 3600.0, workdir=workdir, model=model, train=train)
+    common = dict(variables=values, timeout_s=timeout_s or 3600.0, workdir=workdir)
     if step_time_regex:
         return make_executor("command", template=argv, step_time_regex=step_time_regex,
-                             step_time_scale=step_time_scale, devices=cluster.num_devices, **common)
+                             step_time_scale=step_time_scale, devices=cluster.num_devices, model=job.model,
+                             train=train, **common)
     if fmt is None:
         raise AsapError("framework", "--executor command needs --framework F (its log format and config) or "
                                      "--step-time-regex")
-    return make_executor("command", template=argv, framework=fmt, cluster=cluster, **common)
+    return make_executor("command", template=argv, framework=fmt, job=job, **common)

@@ -23,6 +23,7 @@ from typing import Any
 
 from asap.errors import AsapError
 from asap.execute.stack import StackExecutor
+from asap.spec.job import Job
 from asap.spec.strategy import Strategy
 
 PYTHON_ENV = "ASAP_MAXTEXT_PYTHON"
@@ -59,7 +60,7 @@ def has_accelerator() -> bool:
 class MaxTextExecutor(StackExecutor):
     name = "maxtext"
 
-    def __init__(self, model, cluster, train, *, steps: int = 3, seed: int = 0, profile: bool = True,
+    def __init__(self, job: Job, *, steps: int = 3, seed: int = 0, profile: bool = True,
                  cpu: bool | None = None, timeout_s: float | None = 900.0, workdir: str | None = None,
                  python: str | None = None):
         self.steps, self.seed, self.profile = max(2, int(steps)), seed, profile
@@ -67,9 +68,9 @@ class MaxTextExecutor(StackExecutor):
         py = maxtext_python(python)
         env = {"DECOUPLE_GCLOUD": "TRUE", "PYTHONUNBUFFERED": "1"}
         if self.cpu:
-            env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={cluster.num_devices}")
+            env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={job.devices}")
         super().__init__([py, "-m", "maxtext.trainers.pre_train.train", "{config}", "{launcher_args}"], "maxtext",
-                         model, cluster, train, timeout_s=timeout_s, workdir=workdir, env=env)
+                         job, timeout_s=timeout_s, workdir=workdir, env=env)
 
     def extra_fields(self) -> tuple[str, ...]:
         return super().extra_fields() + ("launcher_args",)

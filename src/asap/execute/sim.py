@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from asap.execute.base import Executor, Failure, Measurement, Result
-from asap.spec.hardware import Cluster
-from asap.spec.model import ModelSpec
+from asap.spec.job import Job
 from asap.spec.strategy import Strategy, resolve_strategy
-from asap.spec.train import TrainSpec
+from asap.spec.words import FailureKind
 
 
 class SimExecutor(Executor):
@@ -14,8 +13,9 @@ class SimExecutor(Executor):
 
     name = "sim"
 
-    def __init__(self, model: ModelSpec, cluster: Cluster, train: TrainSpec):
-        self.model, self.cluster, self.train = model, cluster, train
+    def __init__(self, job: Job):
+        self.job = job
+        self.model, self.cluster, self.train = job.model, job.cluster, job.train
 
     @property
     def machine(self) -> str:
@@ -35,10 +35,10 @@ class SimExecutor(Executor):
 
         s = strategy if isinstance(strategy, Strategy) else resolve_strategy(strategy, self.model, self.train,
                                                                                self.cluster.num_devices)
-        est = estimate(self.model, self.cluster, self.train, s)
+        est = estimate(self.job, s)
         details = est.to_dict()
         if not est.fits:
             return Failure(s.to_dict(), f"does not fit: predicted peak memory {est.peak_memory_gb:.1f} GiB reserved per device "
-                                        f"> {self.cluster.hbm_gb:g} GiB", kind="oom", details=details)
+                                        f"> {self.cluster.hbm_gb:g} GiB", kind=FailureKind.OOM, details=details)
         return Measurement(s.to_dict(), est.step_time_s, tokens_per_s=est.tokens_per_s,
                            peak_memory_gb=est.peak_memory_gb, predicted=True, details=details)

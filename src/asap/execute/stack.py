@@ -16,10 +16,8 @@ from typing import Any
 
 from asap.errors import AsapError
 from asap.execute.command import CommandExecutor
-from asap.spec.hardware import Cluster
-from asap.spec.model import ModelSpec
+from asap.spec.job import Job
 from asap.spec.strategy import Strategy, resolve_strategy
-from asap.spec.train import TrainSpec
 
 EMIT_FORMAT = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext", "deepspeed": "deepspeed",
                "mindformers": "mindformers"}
@@ -32,13 +30,12 @@ class StackExecutor(CommandExecutor):
 
     name = "command"
 
-    def __init__(self, template: str | list[str], framework: str, model: ModelSpec, cluster: Cluster,
-                 train: TrainSpec, **kwargs):
+    def __init__(self, template: str | list[str], framework: str, job: Job, **kwargs):
         if framework not in EMIT_FORMAT:
             raise AsapError("framework", f"must be one of {', '.join(EMIT_FORMAT)}, got {framework!r}")
-        self.framework, self.cluster = framework, cluster
-        kwargs.setdefault("devices", cluster.num_devices)
-        super().__init__(template, model=model, train=train, framework=framework, **kwargs)
+        self.framework, self.job, self.cluster = framework, job, job.cluster
+        kwargs.setdefault("devices", job.cluster.num_devices)
+        super().__init__(template, model=job.model, train=job.train, framework=framework, **kwargs)
 
     @property
     def machine(self) -> str:
@@ -57,7 +54,7 @@ class StackExecutor(CommandExecutor):
     def emitted(self, s: Strategy) -> str:
         from asap.emit import emit
 
-        return emit(EMIT_FORMAT[self.framework], self.model, self.cluster, self.train, s)
+        return emit(EMIT_FORMAT[self.framework], self.job, s)
 
     def refuses(self, strategy: Strategy) -> str | None:
         """What the stack's config cannot express (the emitter's one-line refusal), before a trial is spent."""

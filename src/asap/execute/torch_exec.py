@@ -8,9 +8,11 @@ from pathlib import Path
 
 from asap.errors import AsapError
 from asap.execute.base import Executor, Failure, Measurement, Result
+from asap.spec.job import Job
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import FailureKind
 
 
 class TorchExecutor(Executor):
@@ -44,7 +46,7 @@ class TorchExecutor(Executor):
         from asap.cost.estimate import estimate
 
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
-        return estimate(self.model, self.cluster(strategy.devices), train, strategy)
+        return estimate(Job.resolve(self.model, self.cluster(strategy.devices), train), strategy)
 
     def with_prediction(self, details: dict, device: str, s: Strategy, train: TrainSpec) -> dict:
         """A CPU trial's details with what the cost model says of it on this machine's figures."""
@@ -54,7 +56,7 @@ class TorchExecutor(Executor):
             cluster = self.cluster(s.devices)
             details["cluster"] = str(self.calibration) if self.calibration else "local-cpu (catalog)"
             with contextlib.suppress(AsapError):  # a strategy the cost model refuses still ran: no prediction
-                details["predicted_step_time_s"] = estimate(self.model, cluster, train, s).step_time_s
+                details["predicted_step_time_s"] = estimate(Job.resolve(self.model, cluster, train), s).step_time_s
         return details
 
     def refuses(self, strategy: Strategy) -> str | None:
@@ -78,7 +80,7 @@ class TorchExecutor(Executor):
         try:
             r = self._train(s, train, prof)
         except RunFailed as e:
-            return Failure(s.to_dict(), e.reason, kind=e.kind, log_tail=e.log_tail[-4000:])
+            return Failure(s.to_dict(), e.reason, kind=FailureKind(e.kind), log_tail=e.log_tail[-4000:])
         details = self.with_prediction(self._details(r), r.device, s, train)
         return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
                            losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from asap.execute.stack import StackExecutor
+from asap.spec.job import Job
 from asap.spec.strategy import Strategy
 
 
@@ -33,7 +34,7 @@ def has_gpu() -> bool:
 class TorchtitanExecutor(StackExecutor):
     name = "torchtitan"
 
-    def __init__(self, model, cluster, train, *, steps: int = 3, seed: int = 0, profile: bool = True,
+    def __init__(self, job: Job, *, steps: int = 3, seed: int = 0, profile: bool = True,
                  cpu: bool | None = None, launcher: str = "torchrun", timeout_s: float | None = 900.0,
                  workdir: str | None = None, python: str | None = None):
         import sys
@@ -43,7 +44,7 @@ class TorchtitanExecutor(StackExecutor):
         py = python or sys.executable
         head = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "{devices}"]
         super().__init__(head + ["-m", "asap.execute.launchers.torchtitan_main", "{launcher_args}"],
-                         "torchtitan", model, cluster, train, timeout_s=timeout_s, workdir=workdir,
+                         "torchtitan", job, timeout_s=timeout_s, workdir=workdir,
                          env={"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "NO_COLOR": "1"})
 
     def extra_fields(self) -> tuple[str, ...]:

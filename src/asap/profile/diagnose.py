@@ -98,7 +98,7 @@ class Diagnosis:
     exposed_p2p_s: float
     idle_s: float
     busy_fraction: float
-    bottleneck: str
+    bottleneck: Bottleneck
     evidence: list[str]
     scores_s: dict[str, float]
     top_ops: list[OpRow]
@@ -124,6 +124,7 @@ class Diagnosis:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["roofline"] = self.roofline.to_dict()
+        d["bottleneck"] = str(self.bottleneck)
         d["bottleneck_class"] = self.bottleneck_class
         if self.fusion is None:
             d.pop("fusion")
@@ -351,7 +352,7 @@ def jitter(ranks: list[RankFigures], threshold: float) -> dict:
 
 
 def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imbalance: float,
-                      overhead_share: float = 0.0) -> dict[str, float]:
+                      overhead_share: float = 0.0) -> dict[Bottleneck, float]:
     """Seconds per step each bottleneck class accounts for; the largest names the bottleneck.
 
     compute/memory: compute time split by the time share of compute- and memory-bound operators;
@@ -371,16 +372,16 @@ def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imba
     cores_c, cores_m = ((contended * compute_share / bound, contended * memory_share / bound) if bound > 0
                         else (contended, 0.0))
     return {
-        "compute": fig["compute_s"] * compute_share + cores_c,
-        "memory": fig["compute_s"] * memory_share + cores_m,
-        "communication": exposed_collective - from_comm,
-        "host": idle - from_idle + fig["compute_s"] * overhead_share,
-        "pipeline_bubble": fig["exposed_p2p_s"],
-        "imbalance": from_comm + from_idle,
+        Bottleneck.COMPUTE: fig["compute_s"] * compute_share + cores_c,
+        Bottleneck.MEMORY: fig["compute_s"] * memory_share + cores_m,
+        Bottleneck.COMMUNICATION: exposed_collective - from_comm,
+        Bottleneck.HOST: idle - from_idle + fig["compute_s"] * overhead_share,
+        Bottleneck.PIPELINE_BUBBLE: fig["exposed_p2p_s"],
+        Bottleneck.IMBALANCE: from_comm + from_idle,
     }
 
 
-def trace_classes(scores: dict[str, float], rows: list[OpRow], step_s: float) -> list[dict]:
+def trace_classes(scores: dict[Bottleneck, float], rows: list[OpRow], step_s: float) -> list[dict]:
     """The scores as bottleneck classes, verdict first. Exposed collectives split by kind in proportion to their
     operators' time: all-to-all is expert-parallel (ep_comm); the others go to dp_comm, since a trace alone does
     not say which axis an all-reduce serves (the Analyzer re-splits them by the cost model's axis terms when it
@@ -390,19 +391,22 @@ def trace_classes(scores: dict[str, float], rows: list[OpRow], step_s: float) ->
     total = sum(r.time_s for r in comm)
     a2a = sum(r.time_s for r in comm if ALLTOALL_RE.search(r.name)) / total if total > 0 else 0.0
     of = f" of {_t(step_s)}"
-    items = [(C.EP_COMM, scores["communication"] * a2a, "all-to-all exposed"),
-             (C.DP_COMM, scores["communication"] * (1 - a2a), "collectives exposed"),
-             (C.PIPELINE_BUBBLE, scores["pipeline_bubble"], "point-to-point waits (bubble)"),
-             (C.HOST, scores["host"], "host and launch"), (C.STAGE_IMBALANCE, scores["imbalance"], "waiting on the slowest rank"),
-             (C.MEMORY_BANDWIDTH, scores["memory"], "memory-bound operators")]
+    B = Bottleneck
+    items = [(C.EP_COMM, scores[B.COMMUNICATION] * a2a, "all-to-all exposed"),
+             (C.DP_COMM, scores[B.COMMUNICATION] * (1 - a2a), "collectives exposed"),
+             (C.PIPELINE_BUBBLE, scores[B.PIPELINE_BUBBLE], "point-to-point waits (bubble)"),
+             (C.HOST, scores[B.HOST], "host and launch"),
+             (C.STAGE_IMBALANCE, scores[B.IMBALANCE], "waiting on the slowest rank"),
+             (C.MEMORY_BANDWIDTH, scores[B.MEMORY], "memory-bound operators")]
     out = [{"class": c.value, "bottleneck": c.bottleneck.value, "saving_s": v, "figure": f"{what} {_t(v)}{of}"}
            for c, v, what in sorted(items, key=lambda x: (-x[1], x[0].value)) if v > 0]
-    compute = {"class": C.COMPUTE.value, "bottleneck": "compute", "saving_s": 0.0,
-               "figure": f"compute-bound operators {_t(scores['compute'])}{of} ({scores['compute'] / (step_s or 1):.0%})"}
-    healthy = scores["compute"] >= max(scores.values()) and scores["compute"] >= TRACE_COMPUTE_BOUND_SHARE * step_s
+    compute_s = scores[B.COMPUTE]
+    compute = {"class": C.COMPUTE.value, "bottleneck": C.COMPUTE.bottleneck.value, "saving_s": 0.0,
+               "figure": f"compute-bound operators {_t(compute_s)}{of} ({compute_s / (step_s or 1):.0%})"}
+    healthy = compute_s >= max(scores.values()) and compute_s >= TRACE_COMPUTE_BOUND_SHARE * step_s
     if healthy or not out:
         return [compute] + out
-    coarse = max((k for k in BOTTLENECKS if k != Bottleneck.COMPUTE), key=lambda k: scores[k])
+    coarse = max((k for k in Bottleneck if k != B.COMPUTE), key=lambda k: scores[k])
     first = next((o for o in out if o["bottleneck"] == coarse), out[0])
     return [first] + [o for o in out if o is not first] + [compute]
 
@@ -412,7 +416,7 @@ def _t(seconds: float) -> str:
     return duration_text(seconds, significant=4)
 
 
-def _evidence(bottleneck: str, scores: dict, fig: dict, rows: list[OpRow], ranks: list[RankFigures],
+def _evidence(bottleneck: Bottleneck, scores: dict, fig: dict, rows: list[OpRow], ranks: list[RankFigures],
               roofline: Roofline, slow: dict | None, n_steps: int) -> list[str]:
     step = fig["step_time_s"] or 1.0
     ev = [
@@ -424,7 +428,7 @@ def _evidence(bottleneck: str, scores: dict, fig: dict, rows: list[OpRow], ranks
         f"({_t(fig['overlap_s'])} overlapped with compute, {_t(fig['exposed_communication_s'])} exposed), "
         f"idle {_t(fig['idle_s'])}",
     ]
-    if bottleneck in ("compute", "memory"):
+    if bottleneck in (Bottleneck.COMPUTE, Bottleneck.MEMORY):
         picked = [r for r in rows if r.bound == bottleneck][:3]
         for r in picked:
             detail = (f"intensity {r.intensity:.3g} FLOP/B vs ridge {roofline.ridge(r.precision):.3g}"
@@ -432,22 +436,22 @@ def _evidence(bottleneck: str, scores: dict, fig: dict, rows: list[OpRow], ranks
             util = f", {r.flop_utilization:.0%} of peak FLOP/s" if r.flop_utilization else ""
             util += f", {r.bandwidth_utilization:.0%} of memory bandwidth" if r.bandwidth_utilization else ""
             ev.append(f"{r.name}: {_t(r.time_s)} per step ({r.share:.0%} of op time), {detail}{util}")
-    elif bottleneck == "communication":
+    elif bottleneck == Bottleneck.COMMUNICATION:
         for r in [r for r in rows if r.bound == "communication"][:3]:
             size = f", {r.bytes / 1e6:.3g} MB per step" if r.bytes else ""
             ev.append(f"{r.name}: {_t(r.time_s)} per step ({r.share:.0%} of op time){size}")
-    elif bottleneck == "host":
+    elif bottleneck == Bottleneck.HOST:
         over = [r for r in rows if r.overhead_bound][:3]
         ev.append(f"the device idles {fig['idle_s'] / step:.0%} of the step: launch overhead, input pipeline or "
                   "Python between operators" + (f"; and {len(over)}+ busy operators near neither roof ("
                                                  + ", ".join(f"{r.name} at {r.flop_utilization:.0%} of peak FLOP/s"
                                                              for r in over) + ")" if over else ""))
-    elif bottleneck == "pipeline_bubble":
+    elif bottleneck == Bottleneck.PIPELINE_BUBBLE:
         ev.append(f"point-to-point transfers exposed {_t(fig['exposed_p2p_s'])} per step: stages wait for "
                   "their neighbours' activations or gradients")
-    elif bottleneck == "imbalance" and slow:
+    elif bottleneck == Bottleneck.IMBALANCE and slow:
         ev.append(f"slowest rank {slow['label']}: {_t(slow['work_s'])} of own work per step; the others wait "
-                  f"{_t(scores['imbalance'])} on average")
+                  f"{_t(scores[Bottleneck.IMBALANCE])} on average")
     return ev
 
 
@@ -483,7 +487,7 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None
     imbalance = imbalance_s(ranks)
     scores = bottleneck_scores(fig, compute_share, memory_share, imbalance, overhead_share)
     classes = trace_classes(scores, rows, fig["step_time_s"])
-    bottleneck = classes[0]["bottleneck"]
+    bottleneck = Bottleneck(classes[0]["bottleneck"])
     slow = slowest_rank(ranks)
     n_steps = sum(r.n_steps for r in ranks)
     for tl in timelines:

@@ -17,8 +17,10 @@ from typing import Any, Iterable
 
 import plotly.graph_objects as go
 
+from asap.spec.words import TrialStatus
+
 FIGURE_IDS = ("asap-history", "asap-prediction", "asap-breakdown")
-STATUS_SYMBOLS = {"ok": "circle", "failed": "x", "skipped": "diamond-open"}
+STATUS_SYMBOLS = {TrialStatus.OK: "circle", TrialStatus.FAILED: "x", TrialStatus.SKIPPED: "diamond-open"}
 BREAKDOWN_TERMS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "host")
 
 ERROR_CATCHER = """<pre id="asap-errors" hidden></pre>
@@ -100,7 +102,7 @@ def trial_hover(trial: dict, index: int) -> str:
 
 
 def is_measured(trial: dict) -> bool:
-    return trial.get("status") == "ok" and trial.get("measured_step_time_s") is not None
+    return trial.get("status") == TrialStatus.OK and trial.get("measured_step_time_s") is not None
 
 
 def best_so_far(trials: list[dict]) -> list[float | None]:
@@ -130,7 +132,7 @@ def history_traces(trials: list[dict]) -> list[go.Scatter]:
                                  text=[esc(short_reason(t)) for _, t in group], textposition="top center",
                                  hovertext=[trial_hover(t, i) for i, t in group], hoverinfo="text",
                                  marker={"size": 12, "symbol": STATUS_SYMBOLS.get(status, "square-open"),
-                                         "color": "#b00020" if status == "failed" else "#777"}))
+                                         "color": "#b00020" if status == TrialStatus.FAILED else "#777"}))
     traces.append(go.Scatter(x=list(range(1, len(trials) + 1)), y=best_so_far(trials), mode="lines",
                              name="best so far", line={"shape": "hv", "dash": "dash"}, hoverinfo="y"))
     return traces

@@ -10,9 +10,7 @@ from typing import Any
 
 from asap.cost.estimate import Estimate
 from asap.search.planner import NoFitError, plan
-from asap.spec.hardware import Cluster
-from asap.spec.model import ModelSpec
-from asap.spec.train import TrainSpec
+from asap.spec.job import Job
 
 
 @dataclass
@@ -22,14 +20,13 @@ class Completion:
     fitting: int
 
 
-def best_completion(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any],
-                    allow_oom: bool = False) -> Completion:
+def best_completion(job: Job, fixed: dict[str, Any], allow_oom: bool = False) -> Completion:
     """The planner's first candidate with ``fixed`` pinned; with ``allow_oom``, the fastest overall when no
     completion fits (so validate still prices a run whose published knobs overflow the memory model)."""
     try:
-        result = plan(model, cluster, train, fixed, top=1, ilp_candidates=0)
+        result = plan(job, fixed, top=1, ilp_candidates=0)
     except NoFitError:
         if not allow_oom:
             raise
-        result = plan(model, cluster, train, fixed, top=1, include_oom=True, ilp_candidates=0, oom_by_memory=False)
+        result = plan(job, fixed, top=1, include_oom=True, ilp_candidates=0, oom_by_memory=False)
     return Completion(best=result.candidates[0], searched=result.searched, fitting=result.fitting)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
-from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch, framework_of
+from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
 from asap.cost.memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
@@ -32,13 +32,11 @@ from asap.search.mesh import tpu_mesh
 from asap.search.space import Space, chunk_order  # noqa: F401 (chunk_order: the order blocks are priced in)
 from asap.search.stages import (ILP_WORK_LIMIT_NODES, build_problem, simulate_split, solve_split,
                                uniform_split_or_none)
-from asap.spec.hardware import Cluster
 from asap.spec.legality import check_offered
-from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, Job, first_unrunnable
+from asap.spec.job import Job
+from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, RuleJob, first_unrunnable
 from asap.spec.layout import layout
-from asap.spec.model import ModelSpec
 from asap.spec.strategy import check_strategy, complete_strategy, format_compact
-from asap.spec.train import TrainSpec
 
 CHUNK = 131072
 # A layer split can only remove the stages' imbalance (the heaviest stage's excess over the mean): when the
@@ -125,16 +123,15 @@ class PlanResult:
         }
 
 
-def explain_empty_space(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any]) -> AsapError:
+def explain_empty_space(job: Job, fixed: dict[str, Any]) -> AsapError:
     """Why no legal strategy exists: the first rule the pinned keys break, named like ``estimate`` names it."""
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     try:
-        fw = framework_of(train, cluster)
         s = complete_strategy(fixed, cluster.num_devices, field="fix", framework=fw)
         check_strategy(s, model, train, cluster.num_devices, field="fix", framework=fw)
     except AsapError as e:
         return e
-    job = Job(model, train, cluster.num_devices, cluster.topology.num_domains)
-    if (err := first_unrunnable(s, fw.name, job, field="fix")) is not None:
+    if (err := first_unrunnable(s, fw.name, RuleJob.of(job), field="fix")) is not None:
         return err
     return AsapError("fix", f"no legal strategy keeps {fixed} for {model.name} on {cluster.num_devices} devices "
                             f"with global batch {train.global_batch}")
@@ -208,9 +205,7 @@ class Kept:
 class Search:
     """One pricing of a space, block by block: the job, and what the result needs of the rows priced so far
     (the rows it may show, the counts, the row that needs least memory for the no-fit error)."""
-    model: ModelSpec
-    cluster: Cluster
-    train: TrainSpec
+    job: Job
     include_oom: bool
     top_k: int  # candidates (with the ILP's spares) the result shows
     distinct: bool
@@ -224,8 +219,9 @@ class Search:
     def price(self, part: StrategyBatch, place: np.ndarray) -> None:
         """Peak memory of every row of ``part``, then the step times of the rows that fit (all of them with
         ``include_oom``); keep what the result needs."""
-        model, cluster, train, fw = self.model, self.cluster, self.train, framework_of(self.train, self.cluster)
-        ut = unit_times(model, cluster, train, part, UNIT_KEYS)
+        job = self.job
+        model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
+        ut = unit_times(job, part, UNIT_KEYS)
         f = device_figures(model, train, part, ut, fw.selective)
         mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
         fits = fits_memory(mem, cluster.accelerator, train)
@@ -238,9 +234,8 @@ class Search:
         if not len(rows):
             return
         m = expand(mem, rows)
-        step = estimate_batch(model, cluster, train, part.take(rows), mem=m, figures=f.subset(rows),
-                              unit=ut.subset(rows)).step_time_s
-        hbm = usable_hbm_gb(self.cluster.accelerator, self.train) if self.include_oom and self.oom_by_memory else math.inf
+        step = estimate_batch(job, part.take(rows), mem=m, figures=f.subset(rows), unit=ut.subset(rows)).step_time_s
+        hbm = usable_hbm_gb(cluster.accelerator, train) if self.include_oom and self.oom_by_memory else math.inf
         new = Kept(part.take(rows), m, step, place[rows], hbm).needed(self.top_k, self.distinct)
         both = new if self.kept is None else Kept.concatenate([self.kept, new])
         self.kept = both.needed(self.top_k, self.distinct)
@@ -301,7 +296,7 @@ def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
     return by_step[np.sort(first)]
 
 
-def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, Any] | None = None, top: int = 5,
+def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
          ilp_candidates: int = 1, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
          time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES,
@@ -318,20 +313,20 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
     reuse_freed_memory()
     deadline = Deadline(t0, time_limit_s)
     fixed = dict(fixed or {})
-    fw = framework_of(train, cluster)
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     check_offered(fixed, fw)
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
     # a few spare rows, since an adopted ILP split may reorder the first ones
     top_k = top + (ilp_candidates if "layer_split" not in fixed else 0)
-    search = search_space(Search(model, cluster, train, include_oom, top_k, distinct, oom_by_memory=oom_by_memory),
+    search = search_space(Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory),
                           space, progress, deadline)
     if search.space == 0:
-        raise explain_empty_space(model, cluster, train, fixed)
+        raise explain_empty_space(job, fixed)
     if search.fitting == 0 and not include_oom and "offload_opt" not in fixed and offload_offered(fw):
         # optimizer offload only ever makes a step slower: tried when nothing fits without it; where nothing
         # fits (or can be built) with it either, the no-fit below says why
         with contextlib.suppress(AsapError):
-            return plan(model, cluster, train, {**fixed, "offload_opt": 1}, top, include_oom, progress,
+            return plan(job, {**fixed, "offload_opt": 1}, top, include_oom, progress,
                         ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory)
     if search.fitting == 0 and not include_oom:
         cut = " before the time limit" if search.priced < search.space else ""
@@ -348,8 +343,8 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
 
     def full(idx: np.ndarray) -> list[Estimate]:
         sub = S.take(idx)
-        be = estimate_batch(model, cluster, train, sub, mem=expand(mem_kept, idx))
-        return [estimate_from_batch(model, cluster, train, sub, be, j) for j in range(len(sub))]
+        be = estimate_batch(job, sub, mem=expand(mem_kept, idx))
+        return [estimate_from_batch(job, sub, be, j) for j in range(len(sub))]
 
     candidates, splits = full(order), [None] * len(order)
     hbm_rank = usable_hbm_gb(cluster.accelerator, train) if include_oom and oom_by_memory else math.inf
@@ -357,7 +352,7 @@ def plan(model: ModelSpec, cluster: Cluster, train: TrainSpec, fixed: dict[str, 
         deadline.notes.append("time limit reached before the pipeline-stage ILP: candidates keep the default "
                               "layer split")
     elif "layer_split" not in fixed:
-        candidates, splits = adopt_stage_splits(model, cluster, train, candidates, ilp_candidates, ilp_time_limit_s,
+        candidates, splits = adopt_stage_splits(job, candidates, ilp_candidates, ilp_time_limit_s,
                                                ilp_work_limit_nodes)
     ranked = sorted(range(len(candidates)), key=lambda i: (float(over_capacity_gb(candidates[i].peak_memory_gb, hbm_rank)),
                                                           candidates[i].step_time_s))[:top]
@@ -374,7 +369,7 @@ def offload_offered(fw) -> bool:
     return allowed is None or 1 in allowed
 
 
-def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, candidates: list[Estimate],
+def adopt_stage_splits(job: Job, candidates: list[Estimate],
                        ilp_candidates: int, time_limit_s: float | None,
                        work_limit_nodes: int = ILP_WORK_LIMIT_NODES):
     """Run the stage ILP on the first ``ilp_candidates`` pipelined candidates; where its layer split differs
@@ -384,14 +379,14 @@ def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, can
         split = None
         if e.strategy.pp > 1 and tried < ilp_candidates and e.imbalance_s > ILP_MIN_IMBALANCE * e.step_time_s:
             tried += 1
-            split = stage_split(model, cluster, train, e.strategy, time_limit_s, work_limit_nodes)
+            split = stage_split(job, e.strategy, time_limit_s, work_limit_nodes)
             layers = tuple(split.get("layers_per_stage") or ())
-            if layers and layers != layout(model, e.strategy.pp, e.strategy.vpp).chunk_layers:
-                alt = estimate(model, cluster, train, replace(e.strategy, layer_split=layers))
+            if layers and layers != layout(job.model, e.strategy.pp, e.strategy.vpp).chunk_layers:
+                alt = estimate(job, replace(e.strategy, layer_split=layers))
                 split["default_split_step_time_s"] = e.step_time_s
                 # a stack whose stages hold equal layers cannot run it (asap.spec.stack_rules)
                 split["adopted"] = (alt.fits and alt.step_time_s < e.step_time_s
-                                    and framework_of(train, cluster).name not in UNIFORM_SPLIT_ONLY)
+                                    and job.framework.name not in UNIFORM_SPLIT_ONLY)
                 if split["adopted"]:
                     e = alt
         out.append(e)
@@ -399,11 +394,11 @@ def adopt_stage_splits(model: ModelSpec, cluster: Cluster, train: TrainSpec, can
     return out, splits
 
 
-def stage_split(model: ModelSpec, cluster: Cluster, train: TrainSpec, strategy, time_limit_s: float | None = None,
+def stage_split(job: Job, strategy, time_limit_s: float | None = None,
                 work_limit_nodes: int = ILP_WORK_LIMIT_NODES) -> dict[str, Any]:
     """The ILP's layer placement for one strategy (the strategy's recompute on every stage, so a layer split
     expresses it), with the default split it is measured against."""
-    prob = build_problem(model, cluster, train, strategy)
+    prob = build_problem(job, strategy)
     uniform = uniform_split_or_none(prob)
     try:
         best = solve_split(prob, time_limit_s=time_limit_s, allow_recompute_choice=False,

@@ -18,7 +18,7 @@ from asap.errors import AsapError
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framework
 from asap.spec.legality import legal_rows
 from asap.spec.model import ModelSpec
-from asap.spec.stack_rules import Job, domains_of, runnable_rows
+from asap.spec.stack_rules import RuleJob, domains_of, runnable_rows
 from asap.spec.strategy import (KEYS, RECOMPUTE, SCHEDULES, Recompute, Schedule, Zero, recompute_code,
                                 recompute_label)
 from asap.spec.train import TrainSpec
@@ -182,7 +182,7 @@ class Space:
     cands: dict[str, list]
     free_overlap: bool
     mesh: dict[str, np.ndarray]
-    job: Job  # what the stack's rules (``asap.spec.stack_rules``) read besides the strategy
+    job: RuleJob  # what the stack's rules (``asap.spec.stack_rules``) read besides the strategy
 
     @classmethod
     def of(cls, model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
@@ -200,7 +200,7 @@ class Space:
         cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
         if "dp" in fixed:
             cols = _where(cols, cols["dp"] == int(fixed["dp"]))
-        job = Job(model, train, devices, domains_of(devices, scale_up_domain))
+        job = RuleJob(model, train, devices, domains_of(devices, scale_up_domain))
         cols = _where(cols, legal_rows(cols, model, train, devices) & runnable_rows(cols, framework.name, job))
         return cls(model, train, devices, fixed, framework, c, free_overlap, cols, job)
 

@@ -41,12 +41,9 @@ from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
-from asap.spec.framework import get_framework
-from asap.spec.hardware import Cluster
+from asap.spec.job import Job
 from asap.spec.layout import Unit, layout
-from asap.spec.model import ModelSpec
 from asap.spec.strategy import SCHEDULES, Schedule, Strategy
-from asap.spec.train import TrainSpec
 
 
 @dataclass
@@ -118,15 +115,16 @@ class StageSplit:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strategy) -> StageProblem:
+def build_problem(job: Job, s: Strategy) -> StageProblem:
     """The chain of units with the cost model's own unit figures (``asap.cost.units``): time per micro-batch
     under the strategy's recompute and under full recompute, activations kept and what full recompute saves,
     model states per device."""
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     if s.pp < 2:
         raise AsapError("strategy.pp", "the stage split needs pp > 1")
     base = StrategyBatch.from_strategies([replace(s, layer_split=())])
     full = StrategyBatch.from_strategies([replace(s, recompute="full", layer_split=())])
-    t_base, t_full = (unit_times(model, cluster, train, S).parts for S in (base, full))
+    t_base, t_full = (unit_times(job, S).parts for S in (base, full))
     # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's computation
     # (cost/estimate.py, stage_times); unit by unit only what exceeds the unit's own computation stays
     paired = (s.a2a_overlap == 1 and s.schedule != "gpipe" and model.moe is not None and s.recompute != "full"
@@ -137,7 +135,6 @@ def build_problem(model: ModelSpec, cluster: Cluster, train: TrainSpec, s: Strat
         return (t["compute"] + t["tp"] + ep + t["cp"] + t["host"])[0]
 
     time_base, time_full = unit_time(t_base), unit_time(t_full)
-    fw = get_framework(train.framework, cluster.accelerator.family)
     a_base, a_full = (unit_activations(model, train, b, fw.selective) for b in (base, full))
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)

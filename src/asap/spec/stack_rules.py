@@ -38,29 +38,34 @@ ALLGATHER = DISPATCHERS.index(Dispatcher.ALLGATHER.value)
 
 
 @dataclass(frozen=True)
-class Job:
+class RuleJob:
     """What a stack rule reads besides the strategy: the model, the training spec, the devices and how many
-    scale-up domains (TPU slices, NVLink nodes) they span."""
+    scale-up domains (TPU slices, NVLink nodes) they span (the planner's space builds it from a device count
+    alone; ``of`` from a whole ``asap.spec.job.Job``)."""
 
     model: Any
     train: Any
     devices: int
     domains: int = 1
 
+    @classmethod
+    def of(cls, job) -> "RuleJob":
+        return cls(job.model, job.train, job.devices, job.cluster.topology.num_domains)
+
 
 @dataclass(frozen=True)
 class StackRule:
     key: str  # the strategy key (or "precision", "model") the message blames
     reads: tuple[str, ...]
-    ok: Callable[[Cols, Job], Any]  # bool per row (or one bool for the whole job)
-    problem: Callable[[Any, Job], str]  # "<what> (<why>)" for one strategy, after "<stack> cannot express "
+    ok: Callable[[Cols, RuleJob], Any]  # bool per row (or one bool for the whole job)
+    problem: Callable[[Any, RuleJob], str]  # "<what> (<why>)" for one strategy, after "<stack> cannot express "
 
 
-def _moe(j: Job) -> bool:
+def _moe(j: RuleJob) -> bool:
     return j.model.moe is not None
 
 
-def _overlap(c: Cols, j: Job) -> np.ndarray:
+def _overlap(c: Cols, j: RuleJob) -> np.ndarray:
     return (c["a2a_overlap"] == 1) & _moe(j)
 
 
@@ -83,7 +88,7 @@ MEGATRON = (
 )
 
 
-def _etp_tp_or_one(c: Cols, j: Job) -> np.ndarray:
+def _etp_tp_or_one(c: Cols, j: RuleJob) -> np.ndarray:
     return (not _moe(j)) | (c["etp"] == 1) | (c["etp"] == c["tp"])
 
 
@@ -100,7 +105,7 @@ TORCHTITAN = (
 )
 
 
-def _slices_left(c: Cols, j: Job) -> np.ndarray:
+def _slices_left(c: Cols, j: RuleJob) -> np.ndarray:
     """The slices the pipeline and batch axes cannot cover (1: the mesh fits, as ``emit.maxtext.mesh``)."""
     left = np.full(np.shape(c["pp"]), max(1, j.domains), dtype=np.int64)
     for axis in (c["pp"], np.maximum(c["dp"] // np.maximum(c["ep"], 1), 1)):
@@ -144,12 +149,12 @@ STACK_RULES: Mapping[str, tuple[StackRule, ...]] = {"megatron": MEGATRON, "torch
                                                     "mindspore": MINDSPORE}
 
 
-def _rule_ok(rule: StackRule, cols: Cols, job: Job) -> np.ndarray:
+def _rule_ok(rule: StackRule, cols: Cols, job: RuleJob) -> np.ndarray:
     n = len(cols["tp"])
     return np.broadcast_to(np.asarray(rule.ok(cols, job), dtype=bool), (n,))
 
 
-def runnable_rows(cols: Cols, framework: str, job: Job, only_new: tuple[str, ...] | None = None) -> np.ndarray:
+def runnable_rows(cols: Cols, framework: str, job: RuleJob, only_new: tuple[str, ...] | None = None) -> np.ndarray:
     """AND of the stack's rules whose columns are present (with ``only_new``: those reading one of these keys,
     and the whole-job ones on the first call, ``only_new=None``)."""
     keep = np.ones(len(cols["tp"]), dtype=bool)
@@ -162,7 +167,7 @@ def runnable_rows(cols: Cols, framework: str, job: Job, only_new: tuple[str, ...
     return keep
 
 
-def first_unrunnable(s, framework: str, job: Job, stack: str | None = None,
+def first_unrunnable(s, framework: str, job: RuleJob, stack: str | None = None,
                      field: str = "strategy") -> AsapError | None:
     """The first stack rule ``s`` breaks, as the one line ``<field>: <stack> cannot express ...`` (``stack``:
     the name the message gives, e.g. the format mindformers for the framework mindspore)."""
@@ -181,4 +186,5 @@ def domains_of(devices: int, scale_up_domain: int) -> int:
     return max(1, devices // max(1, scale_up_domain))
 
 
-__all__ = ["Job", "StackRule", "STACK_RULES", "runnable_rows", "first_unrunnable", "domains_of", "UNIFORM_SPLIT_ONLY"]
+__all__ = ["RuleJob", "StackRule", "STACK_RULES", "runnable_rows", "first_unrunnable", "domains_of",
+           "UNIFORM_SPLIT_ONLY"]

@@ -1,12 +1,21 @@
 """The shared vocabulary (docs/design.md, "Words"): what the cost model's estimate and the trace diagnosis call a
-bottleneck. One table for both, so a predicted and a measured verdict compare."""
+bottleneck (one table for both, so a predicted and a measured verdict compare), what a trial's status and a
+failed trial's kind are called. Each word is a ``str`` enum whose value is its spelling in JSON, SQLite and the
+printed tables, so a member and its text compare, hash and print alike."""
 
 from __future__ import annotations
 
 from enum import Enum
 
 
-class Bottleneck(str, Enum):
+class Word(str, Enum):
+    """A word of the vocabulary: prints, formats and serialises as its value."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Bottleneck(Word):
     COMPUTE = "compute"  # matrix units busy
     MEMORY = "memory"  # HBM/DRAM bandwidth: low arithmetic intensity
     COMMUNICATION = "communication"  # exposed collectives or point-to-point
@@ -14,14 +23,11 @@ class Bottleneck(str, Enum):
     PIPELINE_BUBBLE = "pipeline_bubble"
     IMBALANCE = "imbalance"  # ranks or stages wait on the slowest
 
-    def __str__(self) -> str:
-        return self.value
-
 
 BOTTLENECKS = tuple(b.value for b in Bottleneck)
 
 
-class BottleneckClass(str, Enum):
+class BottleneckClass(Word):
     """What can be won, finer than ``Bottleneck``: each class is a term of the step that a named move removes
     (the Analyzer gives each its figure, the seconds removing it would save). ``bottleneck`` is the coarse word
     it reads as in design.md's vocabulary."""
@@ -41,9 +47,6 @@ class BottleneckClass(str, Enum):
     STAGE_IMBALANCE = "stage_imbalance"  # the heaviest pipeline stage (or slowest rank) over the mean
     COMPUTE = "compute"  # useful compute at a healthy MFU: nothing large left to remove
 
-    def __str__(self) -> str:
-        return self.value
-
     @property
     def bottleneck(self) -> Bottleneck:
         return _COARSE.get(self, Bottleneck.COMMUNICATION)
@@ -56,6 +59,31 @@ _COARSE = {BottleneckClass.PIPELINE_BUBBLE: Bottleneck.PIPELINE_BUBBLE,
            BottleneckClass.SEQUENCE_IMBALANCE: Bottleneck.IMBALANCE,
            BottleneckClass.STAGE_IMBALANCE: Bottleneck.IMBALANCE, BottleneckClass.COMPUTE: Bottleneck.COMPUTE}
 BOTTLENECK_CLASSES = tuple(c.value for c in BottleneckClass)
+
+
+class TrialStatus(Word):
+    """Where a trial of the tune loop stands (the Sharding Memory's ``trials.status`` column)."""
+
+    RUNNING = "running"  # begun, committed before it starts
+    OK = "ok"  # produced a step time
+    FAILED = "failed"  # produced none (a ``FailureKind`` says why), or did not align numerically
+    SKIPPED = "skipped"  # already in memory: not run again
+    KILLED = "killed"  # its process ended before it finished
+
+
+FINISHED_STATUSES = (TrialStatus.OK, TrialStatus.FAILED, TrialStatus.SKIPPED, TrialStatus.KILLED)
+ENDED_STATUSES = (TrialStatus.OK, TrialStatus.FAILED)  # run to an end: the loop never runs those again
+
+
+class FailureKind(Word):
+    """Why a trial produced no step time."""
+
+    INVALID = "invalid"  # a strategy the model, the cluster or the executor cannot take
+    OOM = "oom"  # out of memory (or killed by the kernel's OOM killer)
+    CRASH = "crash"  # exited with an error
+    TIMEOUT = "timeout"  # no result within the time allowed (a hang?)
+    NO_RESULT = "no_result"  # ended without a step time in its output
+    INTERNAL = "internal"  # a bug of the executor itself
 
 
 def count_text(n: float) -> str:

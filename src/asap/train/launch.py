@@ -249,6 +249,7 @@ def check_host_memory(c: RunConfig) -> None:
     the cost model's peak per device for the reference trainer (framework ``asap``) on this host."""
     from asap.cost.estimate import estimate
     from asap.spec.hardware import CATALOG, Cluster
+    from asap.spec.job import Job
 
     available = host_available_gb()
     if available is None:
@@ -257,7 +258,7 @@ def check_host_memory(c: RunConfig) -> None:
     cluster = Cluster(accelerator=CATALOG["local-cpu"], devices_per_node=n, nodes=1, name="this host")
     train = TrainSpec(c.global_batch, c.seq_len, c.precision, framework="asap")
     try:
-        need = estimate(c.model, cluster, train, c.strategy).memory_gb["allocated"] * n
+        need = estimate(Job.resolve(c.model, cluster, train), c.strategy).memory_gb["allocated"] * n
     except AsapError:  # a strategy the cost model does not price: the run's own checks speak for it
         return
     if need > HOST_MEMORY_SHARE * available:

@@ -4,10 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import RootModel, field_validator
+
 from asap.agents.memory.connection import Store
 from asap.agents.memory.records import _dumps, _loads, _now
 from asap.agents.memory.schema import _JSON_AUDIT
-from asap.errors import AsapError
+from asap.errors import AsapError, validated
+
+
+class Candidates(RootModel[Any]):
+    """What an agent step weighed: a list of ``{strategy, kept, why}`` mappings (``strategy`` required)."""
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _candidates(cls, v: Any) -> Any:
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"must be a list of {{strategy, kept, why}}, got {type(v).__name__}")
+        for c in v:
+            if not isinstance(c, dict) or "strategy" not in c:
+                raise ValueError(f"each must be a mapping with strategy, kept and why, got {c!r}")
+        return v
 
 
 class Audit(Store):
@@ -18,12 +34,7 @@ class Audit(Store):
         """One audit row: what ``agent`` saw (``inputs``, the ids it ``retrieved``), weighed (``candidates``:
         ``[{strategy, kept, why}]``) and produced (``outputs``) at ``step``. Its id."""
         if candidates is not None:
-            if not isinstance(candidates, (list, tuple)):
-                raise AsapError("candidates", f"must be a list of {{strategy, kept, why}}, got "
-                                              f"{type(candidates).__name__}")
-            for c in candidates:
-                if not isinstance(c, dict) or "strategy" not in c:
-                    raise AsapError("candidates", f"each must be a mapping with strategy, kept and why, got {c!r}")
+            validated(Candidates, candidates, whole="candidates")
         args = (int(experiment_id), None if trial_id is None else int(trial_id), str(agent), str(step),
                 _dumps(inputs, "inputs"), _dumps(None if retrieved is None else list(retrieved), "retrieved"),
                 _dumps(None if candidates is None else list(candidates), "candidates"), _dumps(outputs, "outputs"),

@@ -10,7 +10,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from asap.errors import AsapError
+from pydantic import BaseModel, ConfigDict, RootModel, field_validator
+
+from asap.errors import AsapError, validated
 
 # the fields that identify a workload (two runs with the same values are the same experiment)
 KEY_FIELDS = ("model", "accelerator", "devices", "global_batch", "seq_len", "precision", "framework")
@@ -61,16 +63,57 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+class _Seconds(RootModel[Any]):
+    """A stored time: a number of seconds, ``None`` when absent or not finite."""
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any) -> float | None:
+        if v is None:
+            return None
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be a number of seconds, got {v!r}") from None
+        return f if math.isfinite(f) else None
+
+
 def _float_or_none(v: Any, field: str) -> float | None:
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise AsapError(field, f"must be a number of seconds, got {v!r}") from None
-    if not math.isfinite(f):
-        return None
-    return f
+    return validated(_Seconds, v, whole=field).root
+
+
+class _WorkloadFields(BaseModel):
+    """A workload's typed fields (counts as integers, the parameter count a number, names as text); any other
+    field is kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    devices: Any = None
+    global_batch: Any = None
+    seq_len: Any = None
+    params: Any = None
+
+    @field_validator(*_INT_FIELDS, mode="before")
+    @classmethod
+    def _count(cls, v: Any) -> int | None:
+        try:
+            return None if v is None else int(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be an integer, got {v!r}") from None
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params(cls, v: Any) -> int | float | None:
+        if v is None:
+            return None
+        try:
+            p = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be a number, got {v!r}") from None
+        return int(p) if p.is_integer() else p
+
+
+_TEXT_FIELDS = ("model", "model_family", "accelerator", "accelerator_family", "precision", "framework")
 
 
 def normalize_workload(workload: dict) -> dict:
@@ -84,19 +127,11 @@ def normalize_workload(workload: dict) -> dict:
         if key in out and k != key:
             continue  # the canonical name wins over an alias
         out[key] = v
-    for k in _INT_FIELDS:
+    typed = validated(_WorkloadFields, out, where="workload.")
+    for k in (*_INT_FIELDS, "params"):
         if out.get(k) is not None:
-            try:
-                out[k] = int(out[k])
-            except (TypeError, ValueError):
-                raise AsapError(f"workload.{k}", f"must be an integer, got {out[k]!r}") from None
-    if out.get("params") is not None:
-        try:
-            p = float(out["params"])
-        except (TypeError, ValueError):
-            raise AsapError("workload.params", f"must be a number, got {out['params']!r}") from None
-        out["params"] = int(p) if p.is_integer() else p
-    for k in ("model", "model_family", "accelerator", "accelerator_family", "precision", "framework"):
+            out[k] = getattr(typed, k)
+    for k in _TEXT_FIELDS:
         if out.get(k) is not None:
             out[k] = str(out[k])
     return out

@@ -7,9 +7,11 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
+from asap.spec.words import FINISHED_STATUSES, TrialStatus
+
 BUSY_TIMEOUT_S = 10.0
-STATUSES = ("running", "ok", "failed", "skipped", "killed")
-FINISHED = ("ok", "failed", "skipped", "killed")
+STATUSES = tuple(s.value for s in TrialStatus)
+FINISHED = tuple(s.value for s in FINISHED_STATUSES)
 KILLED_REASON = "the process running it ended before it finished (killed?)"
 FOREIGN_HOST_STALE = timedelta(days=1)
 

@@ -7,10 +7,24 @@ import os
 import sqlite3
 from datetime import datetime, timezone
 
+from pydantic import RootModel, field_validator
+
 from asap.agents.memory.connection import Store
 from asap.agents.memory.records import _dumps, _float_or_none, _loads, _now, _parse_time, canonical_strategy
 from asap.agents.memory.schema import _JSON_TRIAL, FINISHED, FOREIGN_HOST_STALE, KILLED_REASON
-from asap.errors import AsapError
+from asap.errors import AsapError, validated
+from asap.spec.words import ENDED_STATUSES, TrialStatus
+
+
+class FinishedStatus(RootModel[TrialStatus]):
+    """How a trial ended: a ``TrialStatus`` other than running."""
+
+    @field_validator("root", mode="before")
+    @classmethod
+    def _finished(cls, v: object) -> object:
+        if v not in FINISHED:
+            raise ValueError(f"must be one of {', '.join(FINISHED)}, got {getattr(v, 'value', v)!r}")
+        return v
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -37,25 +51,24 @@ class Trials(Store):
         """Record a trial as ``running`` by this process (pid, host), committed at once; its id."""
         text, parsed = canonical_strategy(strategy)
         predicted = _float_or_none(predicted_step_time_s, "predicted_step_time_s")
-        args = (int(experiment_id), text, _dumps(parsed, "strategy"), predicted, _dumps(diagnosis, "diagnosis"),
-                str(executor or ""), os.getpid(), self.host, _now())
+        args = (int(experiment_id), text, _dumps(parsed, "strategy"), TrialStatus.RUNNING.value, predicted,
+                _dumps(diagnosis, "diagnosis"), str(executor or ""), os.getpid(), self.host, _now())
 
         def run(cur):
             if cur.execute("SELECT 1 FROM experiments WHERE id = ?", (args[0],)).fetchone() is None:
                 raise AsapError("experiment", f"no experiment {experiment_id} in {self.path}")
             cur.execute("INSERT INTO trials (experiment_id, strategy_string, strategy, status, "
                         "predicted_step_time_s, diagnosis, executor, pid, host, started_at) "
-                        "VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)", args)
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args)
             return cur.lastrowid
 
         return self._write(run)
 
-    def finish_trial(self, trial_id: int, status: str, measured_step_time_s: float | None = None, reason: str = "",
-                     diagnosis: dict | None = None, traces: list | None = None) -> None:
+    def finish_trial(self, trial_id: int, status: TrialStatus | str, measured_step_time_s: float | None = None,
+                     reason: str = "", diagnosis: dict | None = None, traces: list | None = None) -> None:
         """Close a trial: ``status`` ok | failed | skipped | killed, what it measured, why it ended so. A
         ``diagnosis`` or ``traces`` left ``None`` keeps what the trial had."""
-        if status not in FINISHED:
-            raise AsapError("status", f"must be one of {', '.join(FINISHED)}, got {status!r}")
+        status = validated(FinishedStatus, status, whole="status").root.value
         measured = _float_or_none(measured_step_time_s, "measured_step_time_s")
         diag, tr = _dumps(diagnosis, "diagnosis"), _dumps(traces, "traces")
 
@@ -73,7 +86,8 @@ class Trials(Store):
         loop never re-runs those). Keys in any order."""
         text, _ = canonical_strategy(strategy)
         rows = self._read("SELECT 1 FROM trials WHERE experiment_id = ? AND strategy_string = ? "
-                          "AND status IN ('ok', 'failed') LIMIT 1", (int(experiment_id), text))
+                          "AND status IN (?, ?) LIMIT 1",
+                          (int(experiment_id), text, *(s.value for s in ENDED_STATUSES)))
         return bool(rows)
 
     def trials(self, experiment_id: int | None = None) -> list[dict]:
@@ -100,7 +114,8 @@ class Trials(Store):
     def recover(self) -> list[int]:
         """Mark ``killed`` every trial still ``running`` whose process is gone: on this host, a pid that is not
         alive; on another host, one that began more than a day ago. The ids marked, in order."""
-        running = self._read("SELECT id, pid, host, started_at FROM trials WHERE status = 'running' ORDER BY id")
+        running = self._read("SELECT id, pid, host, started_at FROM trials WHERE status = ? ORDER BY id",
+                             (TrialStatus.RUNNING.value,))
         now = datetime.now(timezone.utc)
         dead = []
         for r in running:
@@ -118,8 +133,8 @@ class Trials(Store):
         def run(cur):
             marked = []
             for tid in dead:  # only those still running (another process may have recovered them meanwhile)
-                cur.execute("UPDATE trials SET status = 'killed', reason = ?, ended_at = ? "
-                            "WHERE id = ? AND status = 'running'", (KILLED_REASON, ended, tid))
+                cur.execute("UPDATE trials SET status = ?, reason = ?, ended_at = ? WHERE id = ? AND status = ?",
+                            (TrialStatus.KILLED.value, KILLED_REASON, ended, tid, TrialStatus.RUNNING.value))
                 if cur.rowcount:
                     marked.append(tid)
             return marked
