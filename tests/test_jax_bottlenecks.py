@@ -5,7 +5,7 @@ propose path on the same trace must offer the expert's move for it. The trace gi
 collectives and idle.
 
 The CPU roofline here is measured (``measured_cpu_roofline``: ridge ~6 FLOP/B on this machine); each operator's
-FLOPs and bytes come from the compiled step's HLO that ``asap.jaxrun.train`` writes beside the trace
+FLOPs and bytes come from the compiled step's HLO that ``asap.runners.jax.train`` writes beside the trace
 (``asap.profile.hlo``), so an operator's bound is its arithmetic intensity against that ridge, not its name.
 """
 
@@ -18,7 +18,7 @@ pytest.importorskip("jax")
 from asap.agents.analyzer import Analyzer  # noqa: E402
 from asap.agents.proposer import Proposer, parse_current  # noqa: E402
 from asap.cost.estimate import estimate  # noqa: E402
-from asap.jaxrun.launch import run  # noqa: E402
+from asap.runners.jax.launch import run  # noqa: E402
 from asap.profile.diagnose import diagnose  # noqa: E402
 from asap.spec.hardware import load_cluster  # noqa: E402
 from asap.spec.model import model_from_dict  # noqa: E402

@@ -44,7 +44,7 @@ Sources, per entry:
   ZeRO-Offload; its ``cpu_checkpointing`` moves full-recompute checkpoints, not priced here); torchtitan offloads the
   optimizer with FSDP2's ``CPUOffloadPolicy`` (``training.enable_cpu_offload``) and no activations; MaxText both
   (the offloading ``remat_policy`` variants, ``optimizer_memory_host_offload``); MindFormers none here.
-- asap, the reference trainer (``asap.train``; the CPU default, what ``asap run`` measures): DDP with
+- asap, the reference trainer (``asap.runners.torch``; the CPU default, what ``asap run`` measures): DDP with
   ``no_sync`` (or one all-reduce after the backward under pp or DTensor TP), torch's ZeroRedundancyOptimizer
   for ZeRO-1 (a broadcast per parameter tensor after the step), FSDP2 per block for ZeRO-2/3, DTensor TP,
   ``torch.distributed.pipelining``, eager kernels, experts in a loop; none of its data-parallel collectives
@@ -125,7 +125,7 @@ class HostOps:
     dtensor_share: tuple[float, float] = (0.0, 0.0)
 
 
-# The reference trainer (asap.train.model), counted by a dispatch mode over one forward and one backward
+# The reference trainer (asap.runners.torch.model), counted by a dispatch mode over one forward and one backward
 # (tests/test_host_overhead.py recounts them): a dense block 97 + 156 operators; an MoE block 126 + 193 plus 8 +
 # 23 per local expert (its experts run in a loop); embedding, final norm, head and cross-entropy 13 + 18; AdamW
 # (torch's single-tensor path on CPU) 13 per tensor. Under tensor parallelism (DTensor, torch's
