@@ -4,7 +4,7 @@ Two physical limits on the overlap ``estimate.data_parallel_terms`` prices, what
 (they matter most with one micro-batch per step, where the whole step's reduction and gathers meet one
 forward and one backward):
 
-1. **Shared links.** The data-parallel collectives run over the tier their group's bottleneck sits on (the
+1. **Shared links.** The data-parallel collectives run over the tier their group (``asap.spec.placement``)'s bottleneck sits on (the
    scale-out NIC when the group leaves its scale-up domain and the NICs of its members there are slower than
    the fabric, else the scale-up fabric). Where the tensor-parallel or context-parallel traffic of the layers
    crosses the same tier (a single NVLink node or an NVL72 rack holding tp and dp together; cp and dp both
@@ -35,6 +35,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch
 from asap.spec.hardware import Cluster
+from asap.spec.placement import Placement
 
 
 def dp_on_scale_out(cluster: Cluster, S: StrategyBatch) -> np.ndarray:
@@ -42,7 +43,7 @@ def dp_on_scale_out(cluster: Cluster, S: StrategyBatch) -> np.ndarray:
     its scale-up domain and its k members there reach less over k NICs than over the fabric
     (``asap.cost.collectives``: bus bandwidth min(intra, k inter))."""
     topo = cluster.topology
-    d, stride = S.dp * S.cp, S.tp
+    d, stride = Placement.of(S).group("dp_cp")
     k = topo.members_per_domain(d, stride)
     intra = topo.scale_up.gbps * topo.torus_axes_covered(d, stride)
     return (k < d) & (k * topo.scale_out.gbps < intra)
@@ -63,11 +64,12 @@ def dp_link_busy_s(cluster: Cluster, S: StrategyBatch, tp_s, cp_total_s, cp_expo
     ``tp_overlap`` hides; ``cp_total_s - cp_exposed_s``: its hidden ring traffic); 0 where they use other
     links."""
     fam = cluster.accelerator.family_constants
+    place = Placement.of(S)
     dp_out = dp_on_scale_out(cluster, S)
     tp_hidden = np.asarray(tp_s) * fam.tp_overlap
     cp_hidden = np.maximum(0.0, np.asarray(cp_total_s) - np.asarray(cp_exposed_s))
-    return (np.where(_shares_tier(cluster, dp_out, S.tp, 1), tp_hidden, 0.0)
-            + np.where(_shares_tier(cluster, dp_out, S.cp, S.tp), cp_hidden, 0.0))
+    return (np.where(_shares_tier(cluster, dp_out, *place.group("tp")), tp_hidden, 0.0)
+            + np.where(_shares_tier(cluster, dp_out, *place.group("cp")), cp_hidden, 0.0))
 
 
 def dp_buckets(bucket_elements, stage_params, layers_on_stage) -> np.ndarray:
