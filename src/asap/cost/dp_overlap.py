@@ -4,7 +4,7 @@ Two physical limits on the overlap ``estimate.data_parallel_terms`` prices, what
 (they matter most with one micro-batch per step, where the whole step's reduction and gathers meet one
 forward and one backward):
 
-1. **Shared links.** The data-parallel collectives run over the tier their group (``asap.spec.placement``)'s bottleneck sits on (the
+1. **Shared links.** The data-parallel collectives run over the tier their group's bottleneck sits on (the
    scale-out NIC when the group leaves its scale-up domain and the NICs of its members there are slower than
    the fabric, else the scale-up fabric). Where the tensor-parallel or context-parallel traffic of the layers
    crosses the same tier (a single NVLink node or an NVL72 rack holding tp and dp together; cp and dp both
@@ -13,7 +13,7 @@ forward and one backward):
        window = compute of the pass - hidden TP/CP traffic of the pass on the shared tier,
    the in-layer traffic split between forward and backward as the compute is. On an ICI torus the mesh axes
    sit on their own torus dimensions (MaxText's ``ici_*_parallelism`` over the slice shape), so TP and DP
-   inside a slice do not share links.
+   inside a slice do not share links. The groups (size and stride) are ``asap.spec.placement``'s.
 2. **The step boundary.** Gradients are reduced bucket by bucket as the backward produces them and weights
    gathered bucket by bucket as the forward needs them (Megatron-Core ``--overlap-grad-reduce`` /
    ``--overlap-param-gather``; PyTorch DDP buckets; FSDP units), and the optimizer steps only once every
