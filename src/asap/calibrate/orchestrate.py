@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from asap.calibrate.document import build_cluster_document, write_cluster_file
 from asap.calibrate.measure import KIB, MIB
+from asap.spec.words import FailureKind
 from asap.subprocs import kill_group, log_tail
 
 # What each mode measures. GEMM dimensions: m (tokens of a micro-batch), n and k (hidden or FFN sizes divided by
@@ -49,7 +50,7 @@ DEFAULT_TIMEOUT_S = {False: 900.0, True: 180.0}
 class CalibrationFailed(RuntimeError):
     """The workers did not finish: ``kind`` is crash or timeout; ``reason`` is one line."""
 
-    def __init__(self, kind: str, reason: str, log_tail: str = ""):
+    def __init__(self, kind: FailureKind, reason: str, log_tail: str = ""):
         self.kind, self.reason, self.log_tail = kind, reason, log_tail
         super().__init__(reason)
 
@@ -228,7 +229,7 @@ def _run_workers(plan: dict, nproc: int, dev: str, timeout_s: float,
                 if all(rc == 0 for rc in rcs):
                     break
                 if time.monotonic() > t_end:
-                    raise CalibrationFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the workers "
+                    raise CalibrationFailed(FailureKind.TIMEOUT, f"no result after {timeout_s:g} s (a hang?); the workers "
                                                        "were killed", log_tail(work / "rank0.log", 30))
                 if progress is not None:
                     state = _read_progress(work / "progress.json")
@@ -244,7 +245,7 @@ def _run_workers(plan: dict, nproc: int, dev: str, timeout_s: float,
             for rank in range(nproc):
                 path = work / f"result{rank}.json"
                 if not path.exists():
-                    raise CalibrationFailed("crash", f"rank {rank} exited without its result",
+                    raise CalibrationFailed(FailureKind.CRASH, f"rank {rank} exited without its result",
                                             log_tail(work / f"rank{rank}.log", 30))
                 results.append(json.loads(path.read_text()))
             return results
@@ -272,10 +273,10 @@ def _failure(work: Path, bad: list[tuple[int, int]]) -> CalibrationFailed:
     if errs:
         rank = errs[0].stem.rsplit("rank", 1)[-1]
         line = (errs[0].read_text(errors="replace").splitlines() or ["?"])[0]
-        return CalibrationFailed("crash", f"rank {rank}: {line}", log_tail(work / f"rank{rank}.log", 30))
+        return CalibrationFailed(FailureKind.CRASH, f"rank {rank}: {line}", log_tail(work / f"rank{rank}.log", 30))
     rank, rc = bad[0]
     tail = log_tail(work / f"rank{rank}.log", 30)
     if rc in (-9, 137):
-        return CalibrationFailed("crash", f"rank {rank} was killed (signal 9), most likely out of memory", tail)
+        return CalibrationFailed(FailureKind.CRASH, f"rank {rank} was killed (signal 9), most likely out of memory", tail)
     last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), "")
-    return CalibrationFailed("crash", f"rank {rank} exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)
+    return CalibrationFailed(FailureKind.CRASH, f"rank {rank} exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)

@@ -45,6 +45,7 @@ from asap.spec.job import Job
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Recompute, RecomputePolicy, Schedule, Strategy, Zero, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import Bottleneck
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
@@ -370,7 +371,7 @@ class Estimate:
     breakdown_s: dict[str, float]
     exposed_s: dict[str, float]
     memory_gb: dict[str, float]
-    bottleneck: str
+    bottleneck: Bottleneck | None  # the verdict's coarse word; set by name_bottleneck
     evidence: list[str] = field(default_factory=list)
     alternatives: dict[str, Any] = field(default_factory=dict)
     imbalance_s: float = 0.0  # the heaviest pipeline stage's excess over the mean, over the step
@@ -420,7 +421,7 @@ def name_bottleneck(est: "Estimate", hbm_gb: float, cf: Counterfactuals = Counte
     classes = classify(est.exposed_s, est.step_time_s, est.mfu, est.peak_memory_gb, hbm_gb, est.fits,
                        est.memory_bound_s, est.imbalance_s, cf)
     est.classes = [o.to_dict() for o in classes]
-    est.bottleneck = classes[0].cls.bottleneck.value
+    est.bottleneck = classes[0].cls.bottleneck
     est.evidence = [o.figure for o in classes]
     return est
 
@@ -458,7 +459,7 @@ def estimate_from_batch(job: Job, S: StrategyBatch, be: BatchEstimate, i: int) -
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
-        bottleneck="", alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
+        bottleneck=None, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
         step_time_range_s=prediction_band(step, exposed, scale), error_scale=scale,
         host_memory_gb=float(np.broadcast_to(be.host_memory_gb, be.step_time_s.shape)[i]),
         memory_bound_s=float(be.memory_bound_s[i]))

@@ -14,15 +14,24 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from asap.spec.words import FailureKind
 from asap.subprocs import wait_or_kill
 
 RUN_PRECISIONS = ("fp32", "bf16")
 
 
+def failure_kind(text: str) -> FailureKind:
+    """A worker's error file names its kind as text (``oom``, ``crash``): the enum, crash for anything else."""
+    try:
+        return FailureKind(text)
+    except ValueError:
+        return FailureKind.CRASH
+
+
 class RunFailed(RuntimeError):
     """A launched run that did not finish: ``kind`` is oom, crash or timeout; ``reason`` is one line."""
 
-    def __init__(self, kind: str, reason: str, log_tail: str = ""):
+    def __init__(self, kind: FailureKind, reason: str, log_tail: str = ""):
         self.kind, self.reason, self.log_tail = kind, reason, log_tail
         super().__init__(reason)
 

@@ -24,7 +24,8 @@ from asap.runners.jax.worker import STEP_LINE
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
-from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, run_logged
+from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, failure_kind, run_logged
+from asap.spec.words import FailureKind
 from asap.subprocs import log_tail
 from asap.runners.torch.launch import RunConfig, check_inputs
 
@@ -66,11 +67,11 @@ def _failure(out: Path, log_path: Path, rc: int) -> RunFailed:
     errs = sorted(out.glob("error_job*.txt"))
     if errs:
         kind, _, reason = errs[0].read_text(errors="replace").splitlines()[0].partition("\t")
-        return RunFailed(kind or "crash", reason, tail)
+        return RunFailed(failure_kind(kind), reason, tail)
     if rc in (-9, 137):
-        return RunFailed("oom", f"the JAX process was killed (signal 9), most likely out of memory (exit {rc})", tail)
+        return RunFailed(FailureKind.OOM, f"the JAX process was killed (signal 9), most likely out of memory (exit {rc})", tail)
     last = next((l.strip() for l in reversed(tail.splitlines()) if l.strip()), "")
-    return RunFailed("crash", f"the JAX process exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)
+    return RunFailed(FailureKind.CRASH, f"the JAX process exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)
 
 
 def _traces(profile_dir: str | None) -> list[str]:
@@ -114,7 +115,7 @@ def launch(configs: list[RunConfig], *, timeout_s: float | None = None, echo: IO
         rc, timed_out = run_logged(cmd, child_env(devices), log_path, timeout_s, echo, progress, STEP_LINE)
         wall = time.perf_counter() - t0
         if timed_out:
-            raise RunFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the run was killed", log_tail(log_path))
+            raise RunFailed(FailureKind.TIMEOUT, f"no result after {timeout_s:g} s (a hang?); the run was killed", log_tail(log_path))
         if rc != 0:
             raise _failure(out, log_path, rc)
         return [_result(json.loads((out / f"job{j}.json").read_text()), c, wall / len(configs))

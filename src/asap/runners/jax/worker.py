@@ -17,6 +17,7 @@ from pathlib import Path
 
 from asap.spec.loader import load_model
 from asap.spec.strategy import Strategy, parse_strategy
+from asap.spec.words import FailureKind
 
 STEP_LINE = "[asap.jaxrun] step "
 
@@ -35,9 +36,9 @@ def run_one(job: dict) -> dict:
                    data=job.get("data"), profile_dir=job.get("profile_dir"), log=log)
 
 
-def _error_kind(e: BaseException) -> str:
+def _error_kind(e: BaseException) -> FailureKind:
     text = f"{type(e).__name__}: {e}".lower()
-    return "oom" if "out of memory" in text or "resource_exhausted" in text else "crash"
+    return FailureKind.OOM if "out of memory" in text or "resource_exhausted" in text else FailureKind.CRASH
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from asap.errors import AsapError
-from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, run_logged  # noqa: F401 (shared types)
+from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, failure_kind, run_logged  # noqa: F401 (shared types)
 from asap.subprocs import log_tail
 from asap.spec.model import ModelSpec
 from asap.spec.layout import layout, parse_layer_split
 from asap.spec.framework import Dispatcher
 from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, parse_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
+from asap.spec.words import FailureKind
 
 
 @dataclass
@@ -323,11 +324,11 @@ def _failure_from_files(out: Path, log_path: Path, rc: int) -> RunFailed:
         first = errs[0].read_text(errors="replace").splitlines()[0]
         kind, _, reason = first.partition("\t")
         rank = errs[0].stem.rsplit("rank", 1)[-1]
-        return RunFailed(kind or "crash", f"rank {rank}: {reason or first}", tail)
+        return RunFailed(failure_kind(kind), f"rank {rank}: {reason or first}", tail)
     if rc in (-9, 137) or "Signal 9" in tail or "SIGKILL" in tail:
-        return RunFailed("oom", f"a worker was killed (signal 9), most likely out of memory (exit {rc})", tail)
+        return RunFailed(FailureKind.OOM, f"a worker was killed (signal 9), most likely out of memory (exit {rc})", tail)
     last = next((l.strip() for l in reversed(tail.splitlines()) if l.strip()), "")
-    return RunFailed("crash", f"torchrun exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)
+    return RunFailed(FailureKind.CRASH, f"torchrun exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)
 
 
 def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float | None = None,
@@ -363,7 +364,7 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
                                    timeout_s, echo, progress, STEP_LINE)
         wall = time.perf_counter() - t0
         if timed_out:
-            raise RunFailed("timeout", f"no result after {timeout_s:g} s (a hang?); the run was killed", log_tail(log_path))
+            raise RunFailed(FailureKind.TIMEOUT, f"no result after {timeout_s:g} s (a hang?); the run was killed", log_tail(log_path))
         if rc != 0:
             raise _failure_from_files(out, log_path, rc)
         return [_collect(out, j, c, nproc, dev, wall / len(configs)) for j, c in enumerate(configs)]
@@ -380,7 +381,7 @@ def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: flo
     for r in range(nproc):
         p = out / f"job{j}_rank{r}.json"
         if not p.exists():
-            raise RunFailed("crash", f"rank {r} wrote no result for job {j}")
+            raise RunFailed(FailureKind.CRASH, f"rank {r} wrote no result for job {j}")
         ranks.append(json.loads(p.read_text()))
     per_step = [max(rk["step_times_s"][i] for rk in ranks) for i in range(c.steps)]
     warm = 1 if c.steps > 1 else 0

@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from asap.spec.loader import load_model
 from asap.spec.strategy import Strategy, parse_strategy
+from asap.spec.words import FailureKind
 from asap.runners.torch.data import attention_work, document_ids, local_rows, make_source
 from asap.runners.torch.model import AUX_LOSS_COEFF, build_model, cross_entropy, set_document_mask
 from asap.runners.torch.parallel import (ParallelDims, apply_ac, apply_dp, apply_ep, apply_tp, build_optimizer,
@@ -275,11 +276,11 @@ def _dispatch_figures(parts) -> dict[str, int]:
             "dispatch_remote_domains": sum(m.dispatch_remote_domains for m in moes)}
 
 
-def _error_kind(e: BaseException) -> str:
+def _error_kind(e: BaseException) -> FailureKind:
     text = f"{type(e).__name__}: {e}"
     if isinstance(e, getattr(torch, "OutOfMemoryError", ())) or "out of memory" in text.lower():
-        return "oom"
-    return "crash"
+        return FailureKind.OOM
+    return FailureKind.CRASH
 
 
 def _reason(e: BaseException) -> str:
