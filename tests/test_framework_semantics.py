@@ -385,3 +385,30 @@ def test_deepspeed_zero3_gathers_per_parameter_at_one_nic_and_again_for_recomput
     fsdp = price(Job.resolve(model, cluster, TrainSpec(256, 2048, framework="torchtitan")), "tp=1,pp=1,zero=3,mbs=1,recompute=full")
     assert full.breakdown_s["dp_comm"] > 1.2 * none.breakdown_s["dp_comm"]
     assert full.breakdown_s["dp_comm"] > 3 * fsdp.breakdown_s["dp_comm"]
+
+
+def _tp_shard_params(tp):
+    """Parameters on one device of a tp group (pp = 1): N / tp (the device's count splits the norms too, 0.02%
+    of N, where Megatron keeps them whole)."""
+    return N_SMALL / tp
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_deepspeed_zero3_gathers_per_step_do_not_grow_with_tp(tp):
+    """16 H100 over 2 nodes, global batch 64, mbs 1: tp = 1, 2, 4 gives dp = 16/tp ranks tp apart, k = 8/tp of
+    them per node, and m = 4 tp micro-batches. DeepSpeed partitions each tp shard (N_tp parameters) over its dp
+    group and gathers it per micro-batch (forward and backward, 24 per-parameter rings each); such a gather
+    crosses a node on one channel, one NIC (0.9 * 50e9 B/s), per dp group: the node's tp groups use their own
+    GPUs' NICs. So a rank's gathers per step, m * 2 * 24 rings of 2 N_tp / 24 bytes, cost about the same at any
+    tp (N_tp ~ N / tp, m ~ tp), where a per-node NIC shared by the node's tp groups made them tp times dearer.
+    The bf16 gradients are reduce-scattered a layer at a time at the ring's k NICs, 0.9 * min(450, k 50) GB/s:
+    those grow with tp as the node's members of a group share fewer of them (Megatron-FSDP's grow alike)."""
+    dp, m, k = DP // tp, M_DP * tp, 8 // tp
+    n_tp, n = _tp_shard_params(tp), L * ZERO3_MODULES_PER_LAYER
+    ring_grad = ring_s(2.0 * n_tp / L, dp, 0.9 * min(450e9, k * 50e9))
+    gathers = m * 2 * n * ring_s(2.0 * n_tp / n, dp, ONE_NIC_BUSBW)
+    est = _dp_comm("deepspeed", f"tp={tp},pp=1,zero=3,mbs=1,recompute=none")
+    assert (est.strategy.dp, est.strategy.tp) == (dp, tp)
+    assert est.breakdown_s["dp_comm"] == pytest.approx(m * L * ring_grad + gathers, rel=1e-9)
+    tp1_gathers = M_DP * 2 * n * ring_s(2.0 * _tp_shard_params(1) / n, DP, ONE_NIC_BUSBW)
+    assert gathers < 1.1 * tp1_gathers  # the rings' hops and chunks differ a little; the bytes do not

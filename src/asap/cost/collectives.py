@@ -43,16 +43,19 @@ def spans_domains(cluster: Cluster, group, stride):
 
 
 
-def _link(cluster: Cluster, group, stride):
+def _link(cluster: Cluster, group, stride, nics_per_domain=None):
     """(members per domain k, whether the group spans domains, bus bandwidth in bytes/s) of a group: asked of
-    the topology once per collective."""
+    the topology once per collective. ``nics_per_domain``: how many of its k members' NICs the collective's
+    ring reaches in a domain (None: all k, NCCL's usual split; 1: a collective that crosses each domain on
+    one channel, such as DeepSpeed's per-parameter ZeRO-3 gathers, ``asap.cost.estimate``)."""
     topo = cluster.topology
     eff = cluster.accelerator.family_constants.net_efficiency
     k = topo.members_per_domain(group, stride)
     intra = topo.scale_up.gbps * 1e9 * topo.torus_axes_covered(group, stride)
     inter = topo.scale_out.gbps * 1e9
     spans = k < np.asarray(group)
-    return k, spans, eff * np.where(spans, np.minimum(intra, k * inter), intra)
+    nics = k if nics_per_domain is None else np.minimum(k, nics_per_domain)
+    return k, spans, eff * np.where(spans, np.minimum(intra, nics * inter), intra)
 
 
 def bus_bandwidth_Bps(cluster: Cluster, group, stride):
@@ -118,14 +121,15 @@ def all_reduce_s(cluster: Cluster, size_bytes, group, stride):
     return np.where(g > 1, t, 0.0)
 
 
-def all_gather_s(cluster: Cluster, size_bytes, group, stride):
-    """``size_bytes`` is the gathered (full) buffer; reduce-scatter costs the same."""
+def all_gather_s(cluster: Cluster, size_bytes, group, stride, nics_per_domain=None):
+    """``size_bytes`` is the gathered (full) buffer; reduce-scatter costs the same. ``nics_per_domain``: as
+    ``_link``'s (None: the ring splits over all its members' NICs in a domain)."""
     g = np.maximum(group, 1)
     line = measured_line(cluster, "all_gather", g)
     if line is not None:
         t = line[0] + (g - 1) / g * size_bytes / line[1]
         return np.where(g > 1, t, 0.0)
-    _, spans, busbw = _link(cluster, g, stride)
+    _, spans, busbw = _link(cluster, g, stride, nics_per_domain)
     busbw = busbw * message_efficiency(size_bytes / g)
     t = (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans)
     return np.where(g > 1, t, 0.0)

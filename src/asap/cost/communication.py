@@ -123,7 +123,7 @@ class DataParallelComm:
 
 def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params,
                        layers_on_stage=1.0, collectives_per_layer: int = 1, grad_bytes=4.0,
-                       zero1_gathers=1.0, weight_bytes=2.0) -> DataParallelComm:
+                       zero1_gathers=1.0, weight_bytes=2.0, gather_nics_per_domain=None) -> DataParallelComm:
     """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
 
     ZeRO-0/1/2 reduce gradients in large buckets (one collective per step); ZeRO-3 gathers weights module by
@@ -133,7 +133,9 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     latency (at thousands of ranks the (g-1) hops become a real cost) and reaching only the bandwidth its chunk
     size allows (``collectives.message_efficiency``). Gradients travel at ``grad_bytes`` per element (the
     stack's ``Framework.grad_bytes``), weights at ``weight_bytes`` (16 bits; 32 in fp32 runs). ``zero1_gathers``: the weight gathers after a ZeRO-1
-    step (1: bucketed; torch's ZeroRedundancyOptimizer broadcasts each parameter tensor on its own)."""
+    step (1: bucketed; torch's ZeroRedundancyOptimizer broadcasts each parameter tensor on its own).
+    ``gather_nics_per_domain``: the NICs per scale-up domain each weight gather reaches
+    (``collectives.all_gather_s``; None: all its members')."""
     place = Placement.of(S)
     dense_group, expert_group = place.group("dp_cp"), place.group("edp")
     zero3 = S.zero >= Zero.PARAMETERS
@@ -143,13 +145,13 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     n_reduce = np.where(zero3, layers, 1.0)  # gradients leave in buckets of at least a layer
     has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
 
-    def both(fn, bytes_per_param, n):
-        dense = n * fn(cluster, bytes_per_param * dense_params / n, *dense_group)
-        return dense + has_experts * n * fn(cluster, bytes_per_param * expert_params / n, *expert_group)
+    def both(fn, bytes_per_param, n, **link):
+        dense = n * fn(cluster, bytes_per_param * dense_params / n, *dense_group, **link)
+        return dense + has_experts * n * fn(cluster, bytes_per_param * expert_params / n, *expert_group, **link)
 
     grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, grad_bytes, n_reduce),
                     both(reduce_scatter_s, grad_bytes, n_reduce))
-    gather = both(all_gather_s, weight_bytes, n_gather)
+    gather = both(all_gather_s, weight_bytes, n_gather, nics_per_domain=gather_nics_per_domain)
     if np.any(np.asarray(zero1_gathers) > 1.0):
         # ZeRO-1 by torch's ZeroRedundancyOptimizer: each tensor broadcast from the rank that stepped it
         gather = np.where(S.zero == Zero.OPTIMIZER, both(broadcast_s, weight_bytes, n_gather), gather)

@@ -195,16 +195,20 @@ class DataParallelTerms:
 def per_parameter_gathers_s(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
                             layers_on_stage, gather_s):
     """ZeRO-3 weight gathers as DeepSpeed runs them (``Framework.collectives_per_layer`` > 1: one collective per
-    parameter, gathered into list outputs on each submodule's pre-forward hook): those small gathers reach
-    about one NIC's rate for the whole node across nodes, not the node's aggregate (the node's devices take
-    turns on it), and activation checkpointing re-runs each forward, which fetches the released parameters
-    again: forward, recompute and backward, 3 gathers where 2 are priced. Other stacks: ``gather_s`` as is."""
+    parameter, gathered into list outputs on each submodule's pre-forward hook): each such small gather of a
+    data-parallel group crosses a node on one ring channel, at about one NIC's rate, not over all of its
+    members' NICs there (NCCL cuts a small collective's channels, ``getChannnelThreadInfo`` in
+    src/enqueue.cc; the group's members in the node take turns on that channel). The limit is per group, not
+    per node: with tp > 1 the node holds tp data-parallel groups (one per tensor-parallel rank: DeepSpeed
+    partitions each tp shard over ``mpu.get_data_parallel_group()``, ``deepspeed.zero.Init(mpu=...)``), each
+    its own communicator on its own GPUs and their own NICs, so each group gets one NIC and a rank's gathers per
+    step (P/tp weights, tp times the micro-batches) take as long at any tp. Activation checkpointing re-runs
+    each forward, which fetches the released parameters again: forward, recompute and backward, 3 gathers where
+    2 are priced. Other stacks: ``gather_s`` as is."""
     if fw.collectives_per_layer <= 1:
         return gather_s
-    acc = cluster.accelerator
-    one_nic = replace(cluster, accelerator=replace(acc, inter_node_gbps=acc.inter_node_gbps / cluster.devices_per_node))
-    slow = data_parallel_comm(one_nic, S, dense_params, expert_params, layers_on_stage,
-                              fw.collectives_per_layer).param_gather_s
+    slow = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage,
+                              fw.collectives_per_layer, gather_nics_per_domain=1).param_gather_s
     passes = np.where(S.recompute == Recompute.FULL, 1.5, 1.0)
     return np.where(S.zero >= Zero.PARAMETERS, slow * passes, gather_s)
 
