@@ -20,6 +20,7 @@ from asap.cost.estimate import estimate
 from asap.execute.sim import SimExecutor
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
+from asap.spec.job import Job
 from asap.spec.train import TrainSpec
 
 JOBS = [("llama3-8b on 64 TPU v5p", "llama3-8b", ("tpu-v5p", 64), TrainSpec(256, 8192), "dp=16,cp=4"),
@@ -42,17 +43,18 @@ class TimedSim(SimExecutor):
 
 def propose_s(model, cluster, train, current) -> float:
     t0 = time.perf_counter()
-    s = parse_current(current, model, cluster, train)
-    d = Analyzer(cluster).analyze(estimate(model, cluster, train, s))
-    Proposer(model, cluster, train).propose(s, d)
+    job = Job.resolve(model, cluster, train)
+    s = parse_current(current, job)
+    d = Analyzer(cluster).analyze(estimate(job, s))
+    Proposer(job).propose(s, d)
     return time.perf_counter() - t0
 
 
 def loop_overhead_s(model, cluster, train, current, budget=6) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp, Memory.open(Path(tmp) / "m.sqlite") as mem:
-        ex = TimedSim(model, cluster, train)
+        ex = TimedSim(Job.resolve(model, cluster, train))
         t0 = time.perf_counter()
-        r = Coordinator(model, cluster, train, ex, mem, budget=budget, start=current).run()
+        r = Coordinator(Job.resolve(model, cluster, train), ex, mem, budget=budget, start=current).run()
         wall = time.perf_counter() - t0
     n = max(1, sum(t["status"] != "skipped" for t in r["trials"]))
     return (wall - ex.spent_s) / n, n

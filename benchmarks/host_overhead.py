@@ -20,6 +20,7 @@ import numpy as np
 from asap.cost.estimate import estimate
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
+from asap.spec.job import Job
 from asap.spec.train import TrainSpec
 from asap.runners.torch.launch import resolve_run_strategy, run
 
@@ -51,7 +52,7 @@ def measure_and_predict(cluster_spec: str, steps: int) -> list[dict]:
         s = resolve_run_strategy(text, model, train)
         measured = run(model, s, GLOBAL_BATCH, SEQ_LEN, steps=steps, precision=PRECISION)
         cluster = load_cluster(cluster_spec, devices=s.devices)
-        predicted = estimate(model, cluster, train, s)
+        predicted = estimate(Job.resolve(model, cluster, train), s)
         rows.append(dict(model=name, strategy=text, nproc=s.devices, measured_s=measured.step_time_s,
                          predicted_s=predicted.step_time_s, host_s=predicted.exposed_s.get("host", 0.0)))
         print(f"  {name} {text}: measured {measured.step_time_s:.4f} s, predicted {predicted.step_time_s:.4f} s",

@@ -4,10 +4,10 @@
 
 For each case of ``asap.validate.load_cases()`` two plans are timed, ``--repeat`` times each:
 
-* published: the case's published knobs fixed, ``plan(model, cluster, train, fixed, top=5)``, as ``asap validate``
+* published: the case's published knobs fixed, ``plan(Job.resolve(model, cluster, train), fixed, top=5)``, as ``asap validate``
   completes a case; when nothing fits it falls back to ``include_oom=True`` (as ``best_completion`` does), and
   the row is marked ``oom``;
-* free: nothing fixed, ``plan(model, cluster, train, {}, top=5)``; if the planner refuses (``AsapError``) the
+* free: nothing fixed, ``plan(Job.resolve(model, cluster, train), {}, top=5)``; if the planner refuses (``AsapError``) the
   one-line reason is printed instead of a time.
 
 Per case: the id, the configurations searched and the median and max seconds of each plan; then the slowest
@@ -29,6 +29,7 @@ from asap.search.planner import NoFitError, PlanResult, plan
 from asap.spec.hardware import cluster_from_dict
 from asap.spec.model import model_from_dict
 from asap.spec.strategy import parse_strategy
+from asap.spec.job import Job
 from asap.spec.train import TrainSpec
 from asap.validate import load_cases
 
@@ -65,9 +66,9 @@ def time_plan(run: Callable[[], tuple[PlanResult, bool]], repeat: int) -> Timing
 
 def published_plan(model, cluster, train, fixed: dict[str, Any]) -> tuple[PlanResult, bool]:
     try:
-        return plan(model, cluster, train, fixed, top=5), False
+        return plan(Job.resolve(model, cluster, train), fixed, top=5), False
     except NoFitError:
-        return plan(model, cluster, train, fixed, top=5, include_oom=True), True
+        return plan(Job.resolve(model, cluster, train), fixed, top=5, include_oom=True), True
 
 
 def load(case: dict[str, Any], index: int):
@@ -105,7 +106,7 @@ def main() -> None:
             print(f"{str(case.get('id', i)):<{width}}  cannot load: {e}")
             continue
         pub = time_plan(lambda: published_plan(model, cluster, train, fixed), args.repeat)
-        free = time_plan(lambda: (plan(model, cluster, train, {}, top=5), False), args.repeat)
+        free = time_plan(lambda: (plan(Job.resolve(model, cluster, train), {}, top=5), False), args.repeat)
         rows.append((cid, pub, free))
         line = f"{cid:<{width}}  {cell(pub)}  {cell(free)}"
         for kind, t in (("published", pub), ("free", free)):

@@ -16,6 +16,7 @@ import time
 from asap.search.planner import plan
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
+from asap.spec.job import Job
 from asap.spec.train import TrainSpec
 
 JOBS = [
@@ -33,7 +34,7 @@ def main() -> None:
         times = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            r = plan(m, c, t, {}, top=5)
+            r = plan(Job.resolve(m, c, t), {}, top=5)
             times.append(time.perf_counter() - t0)
         best = r.candidates[0]
         print(f"{title}: space {r.searched:,} configurations ({r.fitting:,} fit); plan first call {times[0]:.2f} s, "

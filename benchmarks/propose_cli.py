@@ -31,12 +31,14 @@ def in_process_s() -> float:
     from asap.cost.estimate import estimate
     from asap.spec.hardware import load_cluster
     from asap.spec.loader import load_model
+    from asap.spec.job import Job
     from asap.spec.train import TrainSpec
 
     m, c, t = load_model("deepseek-v3"), load_cluster("h800", devices=2048), TrainSpec(15360, 4096)
     t0 = time.perf_counter()
-    s = parse_current(ARGS[ARGS.index("-S") + 1], m, c, t)
-    Proposer(m, c, t).propose(s, Analyzer(c).analyze(estimate(m, c, t, s)))
+    job = Job.resolve(m, c, t)
+    s = parse_current(ARGS[ARGS.index("-S") + 1], job)
+    Proposer(job).propose(s, Analyzer(c).analyze(estimate(job, s)))
     return time.perf_counter() - t0
 
 

@@ -24,6 +24,7 @@ from asap.execute.sim import SimExecutor
 from asap.search.planner import plan
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
+from asap.spec.job import Job
 from asap.spec.train import TrainSpec
 
 HIDDEN = [(1.0, 1.0, 1.0), (1.2, 1.0, 1.0), (1.0, 1.5, 1.0), (1.0, 1.0, 2.0), (1.2, 1.0, 2.0), (1.0, 1.5, 2.0),
@@ -45,10 +46,10 @@ def main() -> None:
           f"{'best/machine':>12} {'err corr':>8} {'err cat':>8} {'s':>5}")
     for hidden in HIDDEN:
         machine = corrected_cluster(c, hidden)
-        machine_best = plan(m, machine, t, {}, top=1, ilp_candidates=0).candidates[0].step_time_s
+        machine_best = plan(Job.resolve(m, machine, t), {}, top=1, ilp_candidates=0).candidates[0].step_time_s
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp, Memory.open(Path(tmp) / "m.sqlite") as mem:
-            r = Coordinator(m, c, t, SimExecutor(m, machine, t), mem, budget=args.budget).run()
+            r = Coordinator(Job.resolve(m, c, t), SimExecutor(Job.resolve(m, machine, t)), mem, budget=args.budget).run()
         took = time.perf_counter() - start
         k, u = r["correction"], r["correction"]["uncertainty"]
         fitted = [f"{k[f]:.2f} ±{(u[f] - 1) * 100:3.0f}%" for f in ("compute", "scale_up", "scale_out")]
