@@ -56,7 +56,7 @@ def test_wide_dense_data_parallel_run_is_compute_bound_and_grows_its_gemms(tmp_p
     with replicated weights, 32 x 128 tokens: each device's GEMMs are 512 x 1024 x 1024, 128 FLOP/B, far above
     the ~10 FLOP/B ridge. The memory-bound rest is the elementwise passes over 512 x 1024 activations (in
     proportion to the tokens, as the GEMMs) and AdamW's ~7 passes over the ~7M weights (not): on this roofline
-    (209 GFLOP/s, 21 GB/s) 100 ms of GEMMs per device step against ~40 ms of streaming. With 8 x 128 tokens the
+    (209 GFLOP/s, 21 GB/s) 100 ms of GEMMs per device step against 26 ms of streaming. With 8 x 128 tokens the
     same roofline gave 25 ms against 17 ms, and the 2x margin rested on the GEMMs' better efficiency alone.
     (Measured, 2 cores under load: compute 3.5 s against memory 0.42 s per step.) The expert's move raises the
     GEMMs' size: a larger micro-batch (more tokens per matrix product)."""
