@@ -21,7 +21,7 @@ from asap.cost.estimate import estimate
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
-from asap.train.launch import resolve_run_strategy, run
+from asap.runners.torch.launch import resolve_run_strategy, run
 
 GLOBAL_BATCH, SEQ_LEN, PRECISION = 8, 64, "fp32"
 CASES = [("tiny-dense", "dp=4"), ("tiny-dense", "dp=2,tp=2"), ("tiny-dense", "pp=2,dp=2"),

@@ -38,7 +38,7 @@ def test_every_class_has_a_shown_scenario():
     classes = set()
     for _, text in shown():
         classes.add(text.split(" ", 1)[0])
-    assert {"tp_comm", "cp_comm", "ep_comm", "dp_comm", "pipeline_bubble", "memory_capacity", "recompute", "host",
+    assert {"tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "pipeline_bubble", "memory_capacity", "recompute", "host",
             "expert_imbalance", "sequence_imbalance", "stage_imbalance", "compute", "memory_bandwidth"} <= classes
 
 

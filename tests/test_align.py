@@ -18,7 +18,7 @@ import torch.nn as nn
 from asap.numerics.align import Captured, compare, rel_error, report, run_pair, tolerance
 from asap.numerics.capture import module_names
 from asap.spec.loader import load_model
-from asap.train.model import build_model
+from asap.runners.torch.model import build_model
 from asap.spec.job import Job
 from tests.conftest import assert_one_line_error, run_cli
 

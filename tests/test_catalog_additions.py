@@ -38,3 +38,17 @@ def test_new_parts_and_bins_by_name():
         assert get_accelerator(name).peak_flops("mxfp4") == fp4 * 1e12
     assert get_accelerator("mi325x").hbm_gb == 256
     assert get_accelerator("gh200").host_link_gbps > 5 * get_accelerator("h100-sxm").host_link_gbps
+
+
+def test_ascend_910c_is_two_devices_per_npu_and_cloudmatrix384_one_supernode():
+    """CloudMatrix384 paper (arXiv:2506.12708): 752 TF bf16, 128 GB at 3.2 TB/s and 392 GB/s of UB per 910C,
+    two dies each; 48 servers of 8 NPUs in one Unified Bus domain, RoCE (400 Gb/s per NPU) beyond it."""
+    a = get_accelerator("ascend-910c")
+    assert 2 * a.peak_tflops["bf16"] == 752 and 2 * a.hbm_gb == 128 and 2 * a.hbm_gbps == 3200
+    assert 2 * a.intra_node_gbps == 392 and 2 * a.inter_node_gbps * 8 == 400  # GB/s; Gb/s per NPU
+    assert a.devices_per_node == 16 and a.interconnect == "ub"
+    c = load_cluster("cloudmatrix384")
+    assert c.num_devices == 768 and c.topology.domain_size == 768 and c.topology.scale_out.name == "roce"
+    assert load_cluster("ascend-910c-384npu").num_devices == 768
+    two = load_cluster("ascend-910c", nodes=96)  # two supernodes
+    assert two.topology.num_domains == 2

@@ -101,7 +101,7 @@ def test_real_runs_four_times_the_micro_batches(tmp_path):
     process can stretch one op by a second on a loaded host, so no sign of a time difference is asserted."""
     pytest.importorskip("torch")
     from asap.spec.loader import load_model
-    from asap.train.launch import run
+    from asap.runners.torch.launch import run
 
     traces = {}
     for gb in (1, 16):

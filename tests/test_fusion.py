@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from asap.profile import diagnose  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
-from asap.train.launch import run  # noqa: E402
+from asap.runners.torch.launch import run  # noqa: E402
 
 GB, SEQ, STEPS = 2, 16, 3  # dp=1, mbs=1: two micro-batches a step; the first step is the profiler's warm-up
 GPU_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta" / "trace_diff_control_control.json.gz"

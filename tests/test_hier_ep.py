@@ -2,7 +2,7 @@
 
 ``--devices-per-node 2`` makes the 4 CPU processes two "nodes". Under dispatcher=dedup each token goes once
 to every remote node hosting one of its experts (to the rail peer there), is spread over that node by an
-all-to-all inside it, and comes back the same way (``asap.train.model.MoE._dedup_dispatch_combine``).
+all-to-all inside it, and comes back the same way (``asap.runners.torch.model.MoE._dedup_dispatch_combine``).
 
 * Loss: every run starts from the same weights and sees the same batches, so the first-step loss (a forward
   only) of the two-level exchange must equal the flat all-to-all's to float rounding (1e-5 relative, fp32);
@@ -29,7 +29,7 @@ from asap.cost import collectives  # noqa: E402
 from asap.cost.roofline import act_bytes  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
-from asap.train.launch import RunConfig, launch, resolve_run_strategy  # noqa: E402
+from asap.runners.torch.launch import RunConfig, launch, resolve_run_strategy  # noqa: E402
 
 GB, SEQ, STEPS = 8, 32, 2
 # (strategy, devices per node)

@@ -24,7 +24,7 @@ from asap.spec.framework import EAGER_HOST_OPS, FRAMEWORKS
 from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
-from asap.train.model import build_model
+from asap.runners.torch.model import build_model
 from asap.spec.job import Job
 
 
@@ -100,7 +100,7 @@ def test_dtensor_share_matches_the_trainers_tp_plan(sp):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
-    from asap.train.parallel import apply_tp
+    from asap.runners.torch.parallel import apply_tp
 
     if not dist.is_initialized():
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))

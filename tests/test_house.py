@@ -24,15 +24,15 @@ MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 600
 
 # The floors, lowest first: a room imports only from rooms on lower floors. Read from the code: a room's floor is
-# one above the highest room it needs (runner: the launch/result/failure types both backends share; jaxrun takes
-# the torch trainer's weights and run config, so it stands on train; ``asap`` itself is the importable facade).
+# one above the highest room it needs (runners: the torch and JAX backends and the launch/result/failure types
+# they share, one wing; ``asap`` itself is the importable facade).
 FLOORS: list[tuple[str, ...]] = [
     ("errors", "version", "subprocs"),  # no asap imports at all
     ("spec",),  # the vocabulary: models, hardware, strategies, the job
     ("cost", "profile", "emit", "budget"),  # pricing a strategy; reading traces; writing launch configs
-    ("search", "compare", "balance", "runner"),  # the planner over the cost model; the runners' shared types
-    ("validate", "train"),  # the calibration cases planned; the torch reference trainer
-    ("numerics", "jaxrun", "calibrate"),  # what runs on the trainer: alignment, the JAX backend, calibration
+    ("search", "compare", "balance"),  # the planner over the cost model; attention-aware data balance
+    ("validate", "runners"),  # the calibration cases planned; the torch and JAX runners
+    ("numerics", "calibrate"),  # what runs on the runners: alignment, calibration
     ("agents", "execute", "report"),  # the tune loop, its executors, the HTML report
     ("cli",),  # the thin face
     ("asap",),  # the package's own __init__: the importable API

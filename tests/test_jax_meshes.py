@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 
 from asap.cli import _register_commands, app, main
 from asap.errors import AsapError
-from asap.jaxrun.launch import check_supported_jax, launch
-from asap.jaxrun.shard import mesh_shape
+from asap.runners.jax.launch import check_supported_jax, launch
+from asap.runners.jax.shard import mesh_shape
 from asap.spec.loader import load_model
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
-from asap.train.launch import RunConfig, resolve_run_strategy
+from asap.runners.torch.launch import RunConfig, resolve_run_strategy
 
 pytestmark = pytest.mark.jax
 _register_commands()
@@ -62,7 +62,7 @@ def test_equivalent_meshes_give_the_same_first_step_loss(runs):
 
 
 def test_jax_and_torch_backends_agree_on_the_first_step_loss():
-    """tiny-dense dp=4: the same initial weights (exported from asap.train.model), the same SyntheticTokens
+    """tiny-dense dp=4: the same initial weights (exported from asap.runners.torch.model), the same SyntheticTokens
     batch and the same mean token cross entropy on both backends, within 1e-3 relative."""
     runner = CliRunner()
     args = ["run", "-m", "tiny-dense", "-S", "dp=4", "-b", str(GB), "-s", str(SEQ), "--steps", "1", "--json"]

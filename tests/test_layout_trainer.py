@@ -16,9 +16,9 @@ from asap.spec.layout import Unit, layout  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
 from asap.spec.model import model_from_dict  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
-from asap.train.launch import RunConfig, launch, resolve_run_strategy  # noqa: E402
-from asap.train.model import build_model  # noqa: E402
-from asap.train.parallel import pipeline_split  # noqa: E402
+from asap.runners.torch.launch import RunConfig, launch, resolve_run_strategy  # noqa: E402
+from asap.runners.torch.model import build_model  # noqa: E402
+from asap.runners.torch.parallel import pipeline_split  # noqa: E402
 
 from conftest import assert_one_line_error, run_cli  # noqa: E402
 

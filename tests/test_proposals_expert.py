@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from asap.agents.analyzer import Analyzer
 from asap.agents.knowledge import load_knowledge
 from asap.agents.proposer import Proposer, parse_current
 from asap.cli import _register_commands, app
+from asap.cli.common import JobOptions
 from asap.cost.estimate import estimate
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
@@ -22,6 +24,7 @@ from asap.spec.train import TrainSpec
 from asap.spec.job import Job
 from conftest import chat_server  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 KNOWN = {e.id for e in load_knowledge()}
 
 
@@ -78,6 +81,8 @@ def expert_balance(p, s):
 
 
 H100_64 = ("h100-sxm", 64)
+# four H100 nodes on one 100 GbE port each (docs/examples/h100-100gbe.yaml): pipeline stages across the nodes
+ETHERNET_32 = (str(REPO / "docs" / "examples" / "h100-100gbe.yaml"), 32)
 # (name, model, (cluster, devices), global batch, seq len, current, train options, class named, expected move)
 SCENARIOS = [
     ("tp-across-nodes", "llama3-70b", H100_64, 512, 8192, "tp=16", {}, "tp_comm", tp_within_node),
@@ -102,6 +107,11 @@ SCENARIOS = [
     ("host-bound-tiny", "tiny-dense", ("h100-sxm", 8), 64, 512, "dp=8", {}, "host", more_work_per_launch),
     ("hot-experts", "mixtral-8x7b", H100_64, 512, 4096, "tp=2,ep=8,pp=2", {"moe_imbalance": 2.0},
      "expert_imbalance", expert_balance),
+    # non-interleaved 1F1B blocks on every send and receive (Megatron-LM refuses overlap_p2p_comm without virtual
+    # stages): on 1.56 GB/s per GPU the hand-offs are what the step waits on; interleaving (whose steady-state
+    # exchanges Megatron-LM overlaps by default) or fewer stages (one neighbour each, fewer boundaries) removes them
+    ("pp-across-ethernet", "llama3-8b", ETHERNET_32, 256, 8192, "tp=1,pp=4,mbs=1", {}, "pp_comm",
+     interleave_or_fewer_stages),
 ]
 
 
@@ -109,9 +119,12 @@ def _run(name, model, cluster, gb, seq, current, options):
     m = load_model(model)
     c = load_cluster(cluster[0], devices=cluster[1])
     t = TrainSpec(gb, seq, **options)
-    s = parse_current(current, Job.resolve(m, c, t))
-    d = Analyzer(c).analyze(estimate(Job.resolve(m, c, t), s))
-    return m, c, t, s, d, Proposer(Job.resolve(m, c, t)).propose(s, d)
+    job = Job.resolve(m, c, t)
+    s = parse_current(current, job)
+    d = Analyzer(c).analyze(estimate(job, s))
+    # the job's flags as the CLI passes them (a cluster file is named by its path, not its accelerator)
+    flags = JobOptions(model, cluster[0], gb, seq, devices=cluster[1], **options).args()
+    return m, c, t, s, d, Proposer(job, job_args=flags).propose(s, d)
 
 
 @pytest.mark.parametrize("name,model,cluster,gb,seq,current,options,named,expected", SCENARIOS,

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from asap.train.data import attention_work, document_ids
-from asap.train.model import document_mask
+from asap.runners.torch.data import attention_work, document_ids
+from asap.runners.torch.model import document_mask
 from conftest import assert_one_line_error, run_cli
 
 S = 32

@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 
 from asap.spec.loader import load_model  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
-from asap.train.launch import RunConfig, launch, resolve_run_strategy  # noqa: E402
+from asap.runners.torch.launch import RunConfig, launch, resolve_run_strategy  # noqa: E402
 
 GB, SEQ, STEPS = 8, 32, 3
 DENSE = ["dp=4", "dp=2,tp=2", "pp=2,dp=2", "dp=4,zero=3", "pp=2,vpp=2,tp=2"]

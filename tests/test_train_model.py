@@ -11,10 +11,10 @@ from asap.errors import AsapError  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
 from asap.spec.model import model_from_dict  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
-from asap.train.data import SyntheticTokens, TextFileTokens, local_rows  # noqa: E402
-from asap.train.launch import check_supported, resolve_run_strategy  # noqa: E402
-from asap.train.model import build_model, cross_entropy  # noqa: E402
-from asap.train.parallel import pipeline_split, stage_ids  # noqa: E402
+from asap.runners.torch.data import SyntheticTokens, TextFileTokens, local_rows  # noqa: E402
+from asap.runners.torch.launch import check_supported, resolve_run_strategy  # noqa: E402
+from asap.runners.torch.model import build_model, cross_entropy  # noqa: E402
+from asap.runners.torch.parallel import pipeline_split, stage_ids  # noqa: E402
 
 TINY_MLA = dict(name="tiny-mla", num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
                 vocab_size=256, mla=dict(q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,

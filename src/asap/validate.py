@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping
 
 from asap.errors import AsapError
 from asap.search.complete import best_completion
+from asap.spec.framework import unstated_defaults
 from asap.spec.hardware import Family, cluster_from_dict
 from asap.spec.job import Job
 from asap.spec.model import model_from_dict
@@ -96,9 +97,11 @@ def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str,
     if efficiency and cluster.accelerator.family in efficiency:
         acc = replace(cluster.accelerator, efficiency=efficiency[cluster.accelerator.family])
         cluster = replace(cluster, accelerator=acc)
-    # a run that does not say it offloaded to host memory did not: the stacks' default is off
-    fixed = {"offload_act": 0, "offload_opt": 0, **fixed}
-    comp = best_completion(Job.resolve(model, cluster, train), fixed, allow_oom=True)
+    # a run that does not say it offloaded to host memory did not: the stacks' default is off; the other knobs
+    # it leaves unstated are its stack's defaults (``asap.spec.framework.unstated_defaults``)
+    job = Job.resolve(model, cluster, train)
+    fixed = {"offload_act": 0, "offload_opt": 0, **unstated_defaults(job.framework, fixed, model.num_layers), **fixed}
+    comp = best_completion(job, fixed, allow_oom=True)
     est = comp.best
     return CaseResult(id=cid, published_step_time_s=published, predicted_step_time_s=est.step_time_s,
                       error=est.step_time_s / published - 1.0, strategy=est.strategy.to_dict(), fits=est.fits,

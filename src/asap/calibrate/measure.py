@@ -285,7 +285,7 @@ def block_spec(hidden: int, seq: int):
 
 
 def _block_step(torch, dev, dtype, hidden: int, seq: int, timed, repeats: int, target: float) -> dict[str, Any]:
-    from asap.train.model import ModelArgs, TransformerBlock, rope_table
+    from asap.runners.torch.model import ModelArgs, TransformerBlock, rope_table
 
     args = ModelArgs.from_spec(block_spec(hidden, seq), seq)
     block = TransformerBlock(0, args).to(device=dev, dtype=dtype)

@@ -31,7 +31,7 @@ def align_command(
     """Does strategy B (at its precision) reproduce strategy A's numerics? If not, the first operator that diverges."""
     from asap.numerics.align import align
     from asap.spec.loader import load_model
-    from asap.train.launch import RunFailed
+    from asap.runners.torch.launch import RunFailed
 
     if timeout is not None and timeout <= 0:
         raise AsapError("timeout", f"must be positive, got {timeout}")

@@ -50,9 +50,9 @@ def run_command(
     """Train MODEL for a few steps under STRATEGY on torch.distributed and report what was measured."""
     from asap.spec.loader import load_model
     from asap.spec.train import TrainSpec
-    from asap.train.launch import (RUN_PRECISIONS, RunConfig, check_devices_per_node, check_inputs,
+    from asap.runners.torch.launch import (RUN_PRECISIONS, RunConfig, check_devices_per_node, check_inputs,
                                    check_supported, detect_device, resolve_run_strategy)
-    from asap.train.launch import run as run_training
+    from asap.runners.torch.launch import run as run_training
 
     if precision is not None and precision not in RUN_PRECISIONS:
         raise AsapError("precision", f"must be fp32 or bf16, got {precision!r}")
@@ -95,7 +95,7 @@ def run_command(
 
 def _report(launch, verbose: bool, json_out: bool, mesh: dict | None = None) -> None:
     """Run ``launch`` (either backend's), then print what it measured; a failed run is one line, exit 1."""
-    from asap.train.launch import RunFailed
+    from asap.runners.torch.launch import RunFailed
 
     try:
         res = launch()
@@ -119,12 +119,12 @@ def _report(launch, verbose: bool, json_out: bool, mesh: dict | None = None) -> 
 
 
 def _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, json_out) -> None:
-    """``--backend jax``: the same run on a JAX mesh in one child process (``asap.jaxrun``)."""
+    """``--backend jax``: the same run on a JAX mesh in one child process (``asap.runners.jax``)."""
     import importlib.util
 
-    from asap.jaxrun.launch import check_supported_jax, run as run_jax
-    from asap.jaxrun.shard import mesh_shape
-    from asap.train.launch import RunConfig, check_inputs
+    from asap.runners.jax.launch import check_supported_jax, run as run_jax
+    from asap.runners.jax.shard import mesh_shape
+    from asap.runners.torch.launch import RunConfig, check_inputs
 
     if importlib.util.find_spec("jax") is None:
         raise AsapError("backend", "the jax backend needs JAX (pip install jax)")

@@ -3,9 +3,9 @@
 The tiers come from the cluster's topology (``Cluster.topology``, asap.spec.topology): a scale-up domain of D
 devices (an NVLink/NVSwitch domain, an HCCS server or supernode, a TPU ICI slice) and the scale-out network
 behind it (IB/RoCE NIC per device, TPU DCN). Bandwidth of a group (Megatron rank order, tp innermost: tp, cp,
-dp/ep, pp outermost) of size g whose members sit ``stride`` ranks apart, with k members per domain (D / stride
-when the groups tile the domains evenly, and in general the fewest members any such group has in a domain it
-touches: a tp = 3 group on 8-GPU nodes straddles a boundary with one member on one side):
+dp/ep, pp outermost; ``spec.placement``) of size g whose members sit ``stride`` ranks apart, with k members per
+domain (D / stride when the groups tile the domains evenly, and in general the fewest members any such group has in
+a domain it touches: a tp = 3 group on 8-GPU nodes straddles a boundary with one member on one side):
 - k = g: the group lives inside one scale-up domain: intra bandwidth;
 - k < g: it spans domains. NCCL splits a ring over the k NICs of the members in a domain, so the bus bandwidth
   is min(intra, k * inter) (each device's own NIC carries 1/k of the domain's share; Jeaugey, NCCL GTC 2019).
@@ -176,7 +176,7 @@ def dedup_internode_bytes(token_remote_domains, token_bytes):
     """Bytes one device sends off its scale-up domain in one deduplicated dispatch (or combine): each token
     crosses once per distinct remote domain hosting one of its experts, so ``token_remote_domains`` (the sum
     over the device's tokens of those domain counts) times ``token_bytes``. ``expert_dispatch_s`` prices its
-    expectation under uniform routing; a real run's counts (``asap.train``'s ``dispatch_remote_domains``)
+    expectation under uniform routing; a real run's counts (``asap.runners.torch``'s ``dispatch_remote_domains``)
     give the bytes it sent."""
     return token_remote_domains * token_bytes
 

@@ -1,9 +1,10 @@
 """Communication of one training step: what each parallel dimension sends, over which tier, and how much of it
 the frameworks hide behind compute.
 
-Rank order (Megatron-Core ``order='tp-cp-ep-dp-pp'``): tp is innermost (stride 1), cp has stride tp, dp stride
-tp*cp, pp stride tp*cp*dp. Expert layers fold the stage's tp*cp*dp devices into etp (stride 1), ep (stride
-etp), edp (stride etp*ep).
+Rank order: ``spec.placement`` (Megatron-Core ``order='tp-cp-ep-dp-pp'``: tp is innermost, stride 1, cp has
+stride tp, dp stride tp*cp, pp stride tp*cp*dp; expert layers fold the stage's tp*cp*dp devices into etp,
+stride 1, ep, stride etp, and edp, stride etp*ep). Each group's size and stride come from its ``Placement``, so
+the tier a collective crosses is the one the runners' meshes put it on.
 
 Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per activation:
 - TP (Shoeybi et al. 2019; with SP, Korthikanti 2022 sec. 4.2.2): a dense layer does two all-reduces of
@@ -20,7 +21,9 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
   K,V chunk (T kv_width/tp ab); backward passes K,V and their gradients (2x). Overlapped with the attention
   kernel of the same step, so only the excess is exposed.
 - PP (Narayanan et al. 2021): one activation (forward) and one gradient (backward) message of T_sp h ab per
-  micro-batch and virtual stage; 1F1B waits on them, interleaved 1F1B overlaps all but the warm-up ones.
+  micro-batch and virtual stage; those on the critical path by the schedule are exposed
+  (asap.cost.pipeline.exposed_p2p_messages: blocking 1F1B; interleaved 1F1B hides all but the warm-up and
+  flush hand-offs).
 - DP, once per step: zero 0 all-reduces fp32 gradients (4 B/param); zero 1/2 reduce-scatter them and
   all-gather the updated bf16 weights (2 B/param), zero 2 reduce-scattering after every micro-batch since it
   keeps only its gradient shard; zero 3 gathers bf16 weights for forward and again for
@@ -43,6 +46,7 @@ from asap.cost.roofline import act_bytes
 from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
 from asap.spec.job import Job
+from asap.spec.placement import Placement
 from asap.spec.strategy import Recompute, RecomputeModule, Zero, module_recomputed
 
 
@@ -66,10 +70,12 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
     T = S.mbs * train.seq_len / S.cp
     T_sp = T / np.where(S.sp > 0, S.tp, 1)
     passes = np.where(S.recompute == Recompute.FULL, 3, 2)  # forward, backward, and the recomputed forward
+    place = Placement.of(S)
+    tp = place.group("tp")
     # a block's TP exchange: one all-reduce, or under SP an all-gather and a reduce-scatter of the same bytes
     # (two calls, two latencies)
-    tp_pair = np.where(S.sp > 0, all_gather_s(cluster, T * h * ab, S.tp, 1) + reduce_scatter_s(cluster, T * h * ab, S.tp, 1),
-                       all_reduce_s(cluster, T * h * ab, S.tp, 1))
+    tp_pair = np.where(S.sp > 0, all_gather_s(cluster, T * h * ab, *tp) + reduce_scatter_s(cluster, T * h * ab, *tp),
+                       all_reduce_s(cluster, T * h * ab, *tp))
     tp_dense = 2 * passes * tp_pair
     if model.moe is not None:
         mo = model.moe
@@ -77,7 +83,7 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
         tp_moe = (1 + shared_pairs) * passes * tp_pair
         # the busiest expert rank receives moe_imbalance times the mean of routed tokens
         a2a, dispatcher = dispatch_s(cluster, T_sp * train.moe_imbalance, mo.top_k, h * ab, S)
-        etp_gather = all_reduce_s(cluster, T_sp * mo.top_k * S.etp * h * ab, S.etp, 1)
+        etp_gather = all_reduce_s(cluster, T_sp * mo.top_k * S.etp * h * ab, *place.group("etp"))
         # recomputing the MoE block (``moe`` module) re-runs its dispatch and combine as full recompute does
         ep_passes = np.where(module_recomputed(S.recompute, RecomputeModule.MOE), 3, passes)
         ep = ep_passes * (2 * a2a + etp_gather)
@@ -91,9 +97,9 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
     else:
         kv_width = 2 * model.num_kv_heads * model.head_dim
     kv_chunk = T * kv_width / S.tp * ab
-    cp_spans = spans_domains(cluster, S.cp, S.tp)
+    cp_spans = spans_domains(cluster, *place.group("cp"))
     cp_fwd = np.where(S.cp > 1, (S.cp - 1) * p2p_s(cluster, kv_chunk, cp_spans), 0.0)
-    pp_spans = spans_domains(cluster, S.pp, S.tp * S.cp * S.dp)
+    pp_spans = spans_domains(cluster, *place.group("pp"))
     pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
     return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, pp_msg_s=pp_msg,
                      tp_pair_s=np.broadcast_to(tp_pair, np.shape(tp_dense)), dispatcher=dispatcher)
@@ -102,7 +108,7 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
 def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch):
     """(one dispatch per row under its dispatcher, the dispatcher priced): rows marked BEST_DISPATCHER (the
     planner leaves the switch free where the stack offers every dispatcher) take the fastest."""
-    by_name = expert_dispatch_s(cluster, tokens, top_k, token_bytes, S.ep, S.etp)
+    by_name = expert_dispatch_s(cluster, tokens, top_k, token_bytes, *Placement.of(S).group("ep"))
     table = np.stack([np.broadcast_to(by_name[name], np.shape(S.ep)) for name in DISPATCHERS])
     fastest = np.argmin(table, axis=0)
     chosen = np.where(S.dispatcher == BEST_DISPATCHER, fastest, S.dispatcher)
@@ -128,8 +134,8 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     size allows (``collectives.message_efficiency``). Gradients travel at ``grad_bytes`` per element (the
     stack's ``Framework.grad_bytes``), weights at ``weight_bytes`` (16 bits; 32 in fp32 runs). ``zero1_gathers``: the weight gathers after a ZeRO-1
     step (1: bucketed; torch's ZeroRedundancyOptimizer broadcasts each parameter tensor on its own)."""
-    d = S.dp * S.cp
-    edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
+    place = Placement.of(S)
+    dense_group, expert_group = place.group("dp_cp"), place.group("edp")
     zero3 = S.zero >= Zero.PARAMETERS
     layers = np.maximum(layers_on_stage, 1.0)
     n_gather = np.where(zero3, layers * collectives_per_layer,
@@ -138,8 +144,8 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
 
     def both(fn, bytes_per_param, n):
-        dense = n * fn(cluster, bytes_per_param * dense_params / n, d, S.tp)
-        return dense + has_experts * n * fn(cluster, bytes_per_param * expert_params / n, edp, S.etp * S.ep)
+        dense = n * fn(cluster, bytes_per_param * dense_params / n, *dense_group)
+        return dense + has_experts * n * fn(cluster, bytes_per_param * expert_params / n, *expert_group)
 
     grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, grad_bytes, n_reduce),
                     both(reduce_scatter_s, grad_bytes, n_reduce))

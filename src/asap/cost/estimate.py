@@ -29,12 +29,14 @@ import numpy as np
 from asap.cost.batch import StrategyBatch
 from asap.cost.classes import Counterfactuals, classify
 from asap.cost.communication import data_parallel_comm
+from asap.cost.dp_overlap import bucketed_exposed_s, dp_buckets, dp_link_busy_s
 from asap.cost.host import step_host_s
 from asap.cost.compute import BWD_GEMM
 from asap.cost.bands import error_bands, prediction_band, relative_error_scale
 from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, fits_memory, memory, usable_hbm_gb
 from asap.cost.offload import offloaded_optimizer_s
-from asap.cost.pipeline import bubble_s, uneven_chunk_excess_s, zb_small_batch_excess_s
+from asap.cost.pipeline import (bubble_s, exposed_p2p_messages, overlapped_p2p_excess_s,
+                                uneven_chunk_excess_s, zb_small_batch_excess_s)
 from asap.cost.roofline import elementwise_time_s
 from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
 from asap.spec.framework import Framework, GradSync
@@ -208,7 +210,7 @@ def per_parameter_gathers_s(cluster: Cluster, S: StrategyBatch, fw: Framework, d
 
 def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
                         layers_on_stage, micro_compute, m, precision: str = "bf16",
-                        tensors_on_stage=None, embedding_params=0.0) -> DataParallelTerms:
+                        tensors_on_stage=None, embedding_params=0.0, link_busy_s=0.0) -> DataParallelTerms:
     """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), and how
     much of them hides behind compute.
 
@@ -223,7 +225,10 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     token embedding as its own unit (``Framework.fsdp_embedding_unit``; ``embedding_params`` on the device)
     starts each forward with that unit's gather and the first block's, which have no compute to hide behind
     but the embedding lookup, and ends the step's backward with their reduce-scatters, which have no later
-    backward to hide behind."""
+    backward to hide behind. Two limits apply throughout (``asap.cost.dp_overlap``): the window is the compute
+    whose links the traffic has to itself (``link_busy_s``: hidden TP/CP traffic on the same tier, per
+    micro-batch), and bucketed traffic leaves its last reduction bucket and first gather bucket exposed at the
+    step boundary, where reduce-scatter, optimizer and all-gather serialize."""
     zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
                              fw.grad_bytes(precision, S.zero), zero1_gathers,
@@ -247,19 +252,26 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
         share = np.where(share > 0, share + (1.0 - share) / np.maximum(layers_on_stage, 1), 0.0)
         first_layer_gather = np.where(share > 0, gather * share, first_layer_gather)
         step_end = np.where(gather_per_mb, dpc.grad_sync_s * share, 0.0)
-    fwd, bwd = micro_compute * fwd_share, micro_compute * (1 - fwd_share)
+    free = np.maximum(0.0, micro_compute - link_busy_s)  # compute whose links the traffic has to itself
+    fwd, bwd = free * fwd_share, free * (1 - fwd_share)
+    buckets = dp_buckets(fw.dp_bucket_elements(S.zero, S.dp * S.cp), dense_params + expert_params, layers_on_stage)
     interleaved_dp = (S.vpp > 1) & ~grad_per_mb
     chunks_ahead = np.where(interleaved_dp, ((S.vpp - 1) * np.minimum(m, S.pp) + 1) / S.vpp, 1.0)
-    per_step_gather = np.maximum(0.0, gather - fwd * chunks_ahead)
+    per_step_gather = bucketed_exposed_s(gather, fwd * chunks_ahead, buckets)
+    grad_over = np.maximum(0.0, dpc.grad_sync_s - bwd)
+    # ZeRO-3: the last micro-batch's backward ends with the first layer's reduce-scatter (the embedding unit's
+    # own ``step_end`` where the stack wraps it)
+    zero3_over = np.maximum(0.0, gather / 2 + dpc.grad_sync_s - bwd)
+    zero3_tail = np.where(np.asarray(step_end) > 0, 0.0, dpc.grad_sync_s / buckets)
     exposed = np.select(
         [gather_per_mb, grad_per_mb],
-        [m * (np.maximum(0.0, gather / 2 - fwd) + np.maximum(0.0, gather / 2 + dpc.grad_sync_s - bwd)
-              + first_layer_gather) + step_end,
-         m * np.maximum(0.0, dpc.grad_sync_s - bwd) + per_step_gather],
-        np.maximum(0.0, dpc.grad_sync_s - bwd * chunks_ahead) + per_step_gather)
+        [m * (np.maximum(0.0, gather / 2 - fwd) + first_layer_gather) + (m - 1) * zero3_over
+         + np.maximum(zero3_over, zero3_tail) + step_end,
+         (m - 1) * grad_over + bucketed_exposed_s(dpc.grad_sync_s, bwd, buckets) + per_step_gather],
+        bucketed_exposed_s(dpc.grad_sync_s, bwd * chunks_ahead, buckets) + per_step_gather)
     if fw.async_collectives:
         exposed = np.minimum(exposed, np.where(gather_per_mb, m, 1.0) * first_layer_gather
-                             + np.maximum(0.0, total - m * micro_compute))
+                             + np.maximum(0.0, total - m * free))
     if not fw.dp_overlap:  # reduced after the backward, gathered after the step: nothing hides
         exposed = total
     shard_d, edp = dense_and_expert_shards(S)
@@ -284,11 +296,14 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
     fam = cluster.accelerator.family_constants
     stage = times.parts
     pp, vpp = S.pp.astype(float), S.vpp.astype(float)
-    # pipeline messages: one activation and one gradient per micro-batch and chunk; 1F1B waits on them,
-    # interleaved 1F1B overlaps all but the warm-up ones
+    # pipeline messages: one activation and one gradient per micro-batch and chunk; those on the critical path
+    # by the schedule's blocking semantics (asap.cost.pipeline.exposed_p2p_messages)
     pp_msg = ut.rows(ut.cm.pp_msg_s)
-    pp_total = 2 * m * vpp * pp_msg
-    pp_exposed = np.where(S.vpp > 1, 2 * (pp - 1) * pp_msg, pp_total)
+    pp_exposed = (exposed_p2p_messages(m, pp, vpp) * pp_msg
+                  + overlapped_p2p_excess_s(m, pp, vpp, pp_msg, times.t_max_s))
+    # a device sends 2 m v messages; the critical path crosses every stage's links in fill and drain, so the
+    # messages it waits on can outnumber them (the total is never below what is exposed)
+    pp_total = np.maximum(2 * m * vpp * pp_msg, pp_exposed)
     tp_hidden = m * stage["tp"] * fam.tp_overlap
     # the passes without a partner: the warm-up forwards and cool-down backwards, (pp - 1) micro-batches' worth
     unpaired = np.minimum(m, pp - 1)
@@ -322,9 +337,10 @@ def estimate_batch(job: Job, S: StrategyBatch, mem: MemoryBreakdown | None = Non
     bubble = pipeline_bubble_s(model, S, f, times, m)
     c = times.critical  # the critical device's parameters set the data-parallel traffic
     tensors = f.at(f.param_tensors, c)
+    busy = dp_link_busy_s(cluster, S, times.parts["tp"], times.parts["cp_total"], times.parts["cp"])
     dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
                              times.parts["compute"], m, train.precision, tensors,
-                             model.embedding_params() / S.tp)
+                             model.embedding_params() / S.tp, busy)
     step_host = step_host_s(cluster, S, fw, f.at(f.layers, c), tensors, m, float(model.moe is not None),
                             dp.optimizer_s)
     exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m, step_host)

@@ -18,6 +18,32 @@ device's forward of one chunk is paired with the backward of another and neighbo
 (pp=8, vpp=8, m=96: 6.9% over the ideal, against 0.9% by the closed form). ``uneven_chunk_excess_units``
 measures that excess with the simulator, and the estimate adds it. ZB-H1 with fewer micro-batches than stages
 never fills its warm-up: the simulator's excess (``zb_small_batch_excess_s``) is added there too.
+
+Point-to-point hand-offs (``exposed_p2p_messages``): how many of the step's activation and gradient messages
+lie on its critical path, by the stacks' documented behaviour (Megatron-LM, megatron/core/pipeline_parallel/
+schedules.py and p2p_communication.py):
+- non-interleaved 1F1B and GPipe: every send and receive is blocking (``forward_backward_pipelining_without_
+  interleaving`` raises on ``overlap_p2p_comm``; megatron/training/arguments.py sets it off "since
+  non-interleaved schedule does not support overlapping p2p communication"; DeepSpeed's pipeline engine and
+  torch.distributed.pipelining also wait on a stage's receive before its compute). The steady state pairs a
+  send with a receive in one batched exchange (``send_forward_recv_backward``, ``send_backward_recv_forward``),
+  so a stage with two neighbours pays two exchanges per micro-batch, the first and last stage one; the first
+  forward crosses pp - 1 links before the last stage starts and the last backward pp - 1 links back. An event
+  simulation of that code with rendezvous transfers (both ends busy while a message travels) gives, with
+  n = min(pp - 1, 2) neighbours of the pacing stage,
+      exposed messages = 2 (pp - 1) + max(0, n (m - 1) - (n - 1))      (pp=8, m=16: 43; pp=2, m=16: 17).
+- interleaved 1F1B (and ZB-H1 with virtual stages): Megatron-LM overlaps the steady state's exchanges with the
+  next chunk's compute (``--overlap-p2p-communication`` on by default with virtual stages; Megatron-Core's
+  ``ModelParallelConfig.overlap_p2p_comm`` off by default), but not the warm-up and flush
+  (``overlap_p2p_comm_warmup_flush`` off by default): the first micro-batch crosses all pp v - 1 virtual-stage
+  boundaries before the first backward and the last backward crosses them back (Narayanan et al. 2021, sec.
+  2.2.2: interleaving multiplies the pipeline's communication by v). The event simulator with a transfer
+  latency (cost/schedule_sim.py) gives exactly 2 (pp v - 1) exposed messages for every m while a message is
+  shorter than a chunk's forward. The steady state hides its hand-offs only as far as the compute they overlap:
+  a device sends 2 v messages per micro-batch (an activation and a gradient per chunk) through one link while
+  it computes one micro-batch's stage, so ``overlapped_p2p_excess_s`` adds m max(0, 2 v c - t_stage) (the
+  simulator lets transfers run concurrently and so cannot show this bound; with c above a chunk's forward it
+  stalls too, less: pp=4, v=2, m=64, a chunk's forward 0.5 and backward 1, c = 1: 56 exposed there, 78 here).
 """
 
 from __future__ import annotations
@@ -42,6 +68,25 @@ def bubble_s(pp, vpp, schedule, t_avg, t_max=None):
     if t_max is not None:
         fill = np.maximum(0.0, t_avg * 1.0 + fill - t_max)
     return np.where(pp > 1, fill, 0.0)
+
+
+def exposed_p2p_messages(m, pp, vpp):
+    """Activation and gradient messages on the step's critical path (module docstring): 2 (pp - 1) hand-offs
+    of fill and drain plus the blocking steady-state exchanges without virtual stages; 2 (pp v - 1) with them
+    (the steady state overlapped). 0 without a pipeline."""
+    m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
+    neighbours = np.minimum(pp - 1, 2)
+    blocking = 2 * (pp - 1) + np.maximum(0.0, neighbours * (m - 1) - (neighbours - 1))
+    overlapped = 2 * (pp * vpp - 1)
+    return np.where(pp > 1, np.where(vpp > 1, overlapped, blocking), 0.0)
+
+
+def overlapped_p2p_excess_s(m, pp, vpp, message_s, stage_s):
+    """The interleaved steady state's hand-offs that its compute cannot cover (module docstring), in seconds:
+    m max(0, 2 v c - t_stage) with virtual stages, 0 without (there every message is counted blocking)."""
+    m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
+    excess = m * np.maximum(0.0, 2 * vpp * np.asarray(message_s) - np.asarray(stage_s))
+    return np.where((pp > 1) & (vpp > 1), excess, 0.0)
 
 
 def pipeline_time_s(m, pp, vpp, schedule, t_max, t_avg):

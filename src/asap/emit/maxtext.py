@@ -6,8 +6,9 @@ context, tensor, expert and pipeline; ``per_device_batch_size`` (global batch ov
 allowed), ``gradient_accumulation_steps``, ``num_pipeline_microbatches``, ``num_layers_per_pipeline_stage``
 (pp * vpp stages: the circular pipeline's repeats), ``max_target_length``, ``remat_policy`` (none |
 minimal | full), ``dtype`` / ``quantization``, and the model's ``base_*`` shape keys.
-Axes (as ``asap.search.mesh``): pp -> pipeline, dp -> data (zero 0) or fsdp (zero 3), cp -> context,
-tp -> tensor, ep -> expert (carved out of dp); pipeline and data/fsdp cross DCN, the others stay on ICI.
+Axes (the strategy's ``asap.spec.placement.Placement``, as ``asap.search.mesh``): pp -> pipeline, dp -> data
+(zero 0) or fsdp (zero 3), cp -> context, tp -> tensor, ep -> expert (carved out of dp); pipeline and
+data/fsdp cross DCN, the others stay on ICI.
 Refused: zero 1 and 2, recompute module sets, uneven layer splits, the zero-bubble schedule, dispatchers other
 than all-to-all, the expert all-to-all overlap, meshes that would put tensor, context or expert axes across
 slices.
@@ -15,34 +16,29 @@ slices.
 
 from __future__ import annotations
 
-from math import gcd
-
 from asap.emit.common import (check_runnable, chunk_layers, micro_batches, recompute_modules, refuse,
                               refuse_model)
 from asap.spec.job import Job
+from asap.spec.placement import Placement
 
 NAME = "maxtext"
 VERSION = "MaxText configs/base.yml (main, 2025)"
 REMAT = {"none": "none", "selective": "minimal", "full": "full"}
+MESH_KEYS = ("data", "fsdp", "context", "tensor", "expert", "pipeline")  # the config's order of the named axes
 
 
 def mesh(cluster, s) -> dict[str, int]:
-    if s.dp % s.ep:
+    """The ``ici_*`` / ``dcn_*`` axes (zero is 0 or 3 here: ``config`` refuses 1 and 2)."""
+    place = Placement.of(s)
+    axes = place.named_mesh()
+    if axes is None:
         raise refuse("ep", NAME, f"ep={s.ep} not dividing dp={s.dp} (the expert axis is carved out of the batch)")
-    batch_axis = "fsdp" if s.zero == 3 else "data"
-    axes = {"data": 1, "fsdp": 1, "context": s.cp, "tensor": s.tp, "expert": s.ep, "pipeline": s.pp}
-    axes[batch_axis] = s.dp // s.ep
-    slices = max(1, cluster.topology.num_domains)
-    dcn = {name: 1 for name in axes}
-    for name in ("pipeline", batch_axis):
-        take = gcd(axes[name], slices)
-        dcn[name] = take
-        slices //= take
-    if slices != 1:
+    dcn = place.dcn_split(cluster.topology.num_domains)
+    if dcn is None:
         raise refuse("tp", NAME, f"this mesh over {cluster.topology.num_domains} slices (tensor, context and expert "
                                  "axes must stay within a slice; pipeline and data cross DCN)")
-    out = {f"ici_{k}_parallelism": v // dcn[k] for k, v in axes.items()}
-    out.update({f"dcn_{k}_parallelism": dcn[k] for k in axes})
+    out = {f"ici_{k}_parallelism": axes[k] // dcn.get(k, 1) for k in MESH_KEYS}
+    out.update({f"dcn_{k}_parallelism": dcn.get(k, 1) for k in MESH_KEYS})
     return out
 
 

@@ -1,4 +1,4 @@
-"""The ``jax`` executor: a real run on a JAX device mesh (``asap.jaxrun``, one child process owning the
+"""The ``jax`` executor: a real run on a JAX device mesh (``asap.runners.jax``, one child process owning the
 devices; on the CPU, ``strategy.devices`` virtual ones) through the launcher that ``asap run --backend jax``
 uses. The same trials as the ``torch`` executor (``TorchExecutor``: its precision rule and its cost-model
 figures for this machine), measured on GSPMD instead of torch.distributed."""
@@ -15,8 +15,8 @@ class JaxExecutor(TorchExecutor):
     name = "jax"
 
     def refuses(self, strategy: Strategy) -> str | None:
-        """The JAX trainer's own limits (``asap.jaxrun.launch.check_supported_jax``)."""
-        from asap.jaxrun.launch import check_supported_jax
+        """The JAX trainer's own limits (``asap.runners.jax.launch.check_supported_jax``)."""
+        from asap.runners.jax.launch import check_supported_jax
 
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
         try:
@@ -26,8 +26,8 @@ class JaxExecutor(TorchExecutor):
         return None
 
     def _train(self, s: Strategy, train: TrainSpec, profile_dir: str | None):
-        """One real run of ``s`` on a JAX mesh (``asap.jaxrun``: one child process owning the devices)."""
-        from asap.jaxrun.launch import run
+        """One real run of ``s`` on a JAX mesh (``asap.runners.jax``: one child process owning the devices)."""
+        from asap.runners.jax.launch import run
 
         return run(self.model, s, train.global_batch, train.seq_len, self.steps, precision=self.precision,
                    profile_dir=profile_dir, seed=self.seed, data=self.data, lr=self.lr, timeout_s=self.timeout_s)

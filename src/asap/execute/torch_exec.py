@@ -1,4 +1,4 @@
-"""The ``torch`` executor: a real run of the reference trainer (``asap.train``) through the launcher that
+"""The ``torch`` executor: a real run of the reference trainer (``asap.runners.torch``) through the launcher that
 ``asap run`` uses."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class TorchExecutor(Executor):
     def __init__(self, model: ModelSpec, train: TrainSpec, steps: int = 5, *, precision: str | None = None,
                  device: str = "auto", profile_dir: str | None = None, timeout_s: float | None = 1800.0,
                  seed: int = 0, data: str | None = None, lr: float = 1e-3):
-        from asap.train.launch import RUN_PRECISIONS
+        from asap.runners.torch.launch import RUN_PRECISIONS
 
         self.model, self.train, self.steps = model, train, steps
         # the cost model's precisions fp16/fp8 have no counterpart in the reference trainer: bf16 stands in
@@ -60,8 +60,9 @@ class TorchExecutor(Executor):
         return details
 
     def refuses(self, strategy: Strategy) -> str | None:
-        """The reference trainer's own limits (``asap.train.launch.check_supported``) on this machine's device."""
-        from asap.train.launch import check_supported, detect_device
+        """The reference trainer's own limits (``asap.runners.torch.launch.check_supported``) on this machine's
+        device."""
+        from asap.runners.torch.launch import check_supported, detect_device
 
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
         try:
@@ -71,7 +72,7 @@ class TorchExecutor(Executor):
         return None
 
     def _run(self, strategy: Strategy | str | dict) -> Result:
-        from asap.train.launch import RunFailed, resolve_run_strategy
+        from asap.runners.torch.launch import RunFailed, resolve_run_strategy
 
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
         s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, self.model, train)
@@ -87,7 +88,7 @@ class TorchExecutor(Executor):
 
     def _train(self, s: Strategy, train: TrainSpec, profile_dir: str | None):
         """One real run of ``s`` on this executor's backend (the reference trainer under torchrun)."""
-        from asap.train.launch import run
+        from asap.runners.torch.launch import run
 
         return run(self.model, s, train.global_batch, train.seq_len, self.steps, precision=self.precision,
                    profile_dir=profile_dir, seed=self.seed, data=self.data, lr=self.lr, device=self.device,

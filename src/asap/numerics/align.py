@@ -129,7 +129,7 @@ def capture_config(model, strategy, precision: str, global_batch: int, seq_len: 
                    capture_dir: Path, field_name: str = "strategy"):
     """A RunConfig whose first step is captured into ``capture_dir`` (AsapError for cp > 1: not stitched)."""
     from asap.spec.train import TrainSpec
-    from asap.train.launch import RunConfig, resolve_run_strategy
+    from asap.runners.torch.launch import RunConfig, resolve_run_strategy
 
     text = strategy.to_dict() if hasattr(strategy, "to_dict") else strategy
     s = resolve_run_strategy(text, model, TrainSpec(global_batch, seq_len, precision), field_name=field_name)
@@ -145,7 +145,7 @@ def run_pair(model, a: str, b: str, *, precision_a: str = "fp32", precision_b: s
              echo=None) -> tuple[Any, Any, Captured, Captured]:
     """Run strategy ``a`` at ``precision_a`` and ``b`` at ``precision_b`` on the same seed and data (one
     torchrun launch when they need the same number of processes): (RunResult a, RunResult b, their captures)."""
-    from asap.train.launch import launch
+    from asap.runners.torch.launch import launch
 
     if steps < 1:
         raise AsapError("steps", f"must be >= 1, got {steps}")
@@ -180,7 +180,7 @@ def align(model, a: str, b: str, *, precision_a: str = "fp32", precision_b: str 
 def capture_run(model, strategy, *, precision: str, global_batch: int, seq_len: int, steps: int, seed: int = 0,
                 device: str = "cpu", timeout_s: float | None = None) -> tuple[Any, Captured]:
     """One real run of ``strategy`` with its first step captured: (RunResult, Captured)."""
-    from asap.train.launch import launch
+    from asap.runners.torch.launch import launch
 
     with tempfile.TemporaryDirectory(prefix="asap-align-") as tmp:
         cfg = capture_config(model, strategy, precision, global_batch, seq_len, steps, seed, Path(tmp) / "capture")
@@ -206,7 +206,7 @@ class NumericsCheck:
                            seq_len=self.seq_len, steps=self.steps, device=self.device, timeout_s=self.timeout_s)
 
     def __call__(self, reference, candidate) -> str | None:
-        from asap.train.launch import RunFailed
+        from asap.runners.torch.launch import RunFailed
 
         try:
             if str(reference) not in self._references:

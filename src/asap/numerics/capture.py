@@ -1,4 +1,4 @@
-"""Capture one training step's numerics inside the reference trainer's workers (``asap.train.worker``).
+"""Capture one training step's numerics inside the reference trainer's workers (``asap.runners.torch.worker``).
 
 While armed (the first step of a job whose ``capture_dir`` is set), hooks on every module of this rank's
 model parts record the module's forward output and the gradient of the loss with respect to that output, one
@@ -18,7 +18,7 @@ unparallelized model and writes one ``rank{r}.pt`` per (dp rank, pipeline rank) 
   sequence, flattened to (tokens, ...) rows (``tokens`` layout): gathered as (batch, seq/tp, ...) blocks
   concatenated on the sequence. Parameter gradients are DTensors: ``full_tensor()``; routed experts' are
   gathered over the etp and ep groups (``expert_grads``).
-* data parallelism: each file holds its dp rank's rows (``asap.train.data.local_rows``);
+* data parallelism: each file holds its dp rank's rows (``asap.runners.torch.data.local_rows``);
   ``asap.numerics.align`` stitches them in dp-rank order. Output gradients are scaled to d(global loss)/d(out):
   the global loss is the mean of the dp ranks' losses, so a rank's local gradient is divided by dp; the
   pipeline schedules also leave out the 1/micro-batches that plain accumulation puts into the loss
@@ -44,7 +44,7 @@ def module_names(part: nn.Module) -> list[tuple[str, nn.Module]]:
     checkpoint wrappers themselves (their wrapped module stands in under the wrapper's name), not the routed
     experts (their input and output are tokens in the dispatcher's order, which depends on the layout; the MoE
     layer's output, in token order, is compared instead)."""
-    from asap.train.model import GroupedExperts
+    from asap.runners.torch.model import GroupedExperts
 
     out = []
     for name, m in part.named_modules():
@@ -147,7 +147,7 @@ class Capture:
         self.armed = True
 
     def after_backward(self, job: dict, parts, dims) -> None:
-        """The worker's call after the first step's backward (``asap.train.worker.first_step_hook``)."""
+        """The worker's call after the first step's backward (``asap.runners.torch.worker.first_step_hook``)."""
         finish(self, job, parts, dims)
 
     @torch.no_grad()
@@ -186,10 +186,10 @@ class Capture:
 
 
 def expert_grads(part: nn.Module) -> dict[str, torch.Tensor]:
-    """The routed experts' full gradients: each rank holds num_experts/ep experts (``asap.train.parallel.
+    """The routed experts' full gradients: each rank holds num_experts/ep experts (``asap.runners.torch.parallel.
     apply_ep``: ep rank i the i-th block) and of each a 1/etp slice of the hidden dimension (w1, w3: dim 2;
     w2: dim 1); gathered over the etp group, then the ep group."""
-    from asap.train.model import MoE
+    from asap.runners.torch.model import MoE
 
     out = {}
     for name, moe in part.named_modules():
@@ -216,7 +216,7 @@ def _all_gather_cat(t: torch.Tensor, group, size: int, dim: int) -> torch.Tensor
 
 def moe_token_modules(part: nn.Module) -> list[str]:
     """The modules inside MoE layers that see only this tp rank's tokens (router, shared experts)."""
-    from asap.train.model import MoE
+    from asap.runners.torch.model import MoE
 
     return [f"{name}.{sub}".replace(WRAPPED, "") for name, moe in part.named_modules() if isinstance(moe, MoE)
             for sub, _ in moe.named_modules() if sub and not sub.startswith("experts")]
@@ -238,8 +238,8 @@ def gather_tp(local: torch.Tensor, layout: str, group, tp: int, seq_len: int) ->
 
 
 def install(job: dict, stage_parts, dims, n_micro: int) -> Capture | None:
-    """The worker's first-step hook (``asap.train.worker.first_step_hook``, named by ``asap align``'s RunConfig):
-    a Capture for this job when it asks for one (``capture_dir``), else None."""
+    """The worker's first-step hook (``asap.runners.torch.worker.first_step_hook``, named by ``asap align``'s
+    RunConfig): a Capture for this job when it asks for one (``capture_dir``), else None."""
     if not job.get("capture_dir"):
         return None
     scale = 1.0 / dims.dp_size / (n_micro if dims.pp > 1 else 1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-HLO_SUFFIX = ".hlo.txt"  # written beside a profile's trace by asap.jaxrun.train
+HLO_SUFFIX = ".hlo.txt"  # written beside a profile's trace by asap.runners.jax.train
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
                "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 _SHAPE = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")

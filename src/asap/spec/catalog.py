@@ -24,7 +24,7 @@ class Accelerator:
     intra_node_gbps: float  # per device per direction, inside the scale-up domain (NVLink, ICI per axis, HCCS)
     inter_node_gbps: float  # per device per direction, across domains (IB/RoCE NIC per device, TPU DCN)
     devices_per_node: int  # default host: devices one server, TPU VM host or compute tray holds
-    interconnect: str = "nvlink"  # nvlink | xgmi | ici | hccs | loopback
+    interconnect: str = "nvlink"  # nvlink | xgmi | ici | hccs | ub | loopback
     torus_dims: int = 0  # TPU ICI torus dimensionality (2 or 3); 0 for switched fabrics
     source: str = ""
     scale_up_domain: int = 0  # most devices one fast fabric joins (NVSwitch domain, ICI pod, supernode); 0: one host
@@ -205,12 +205,18 @@ CATALOG: dict[str, Accelerator] = {
              hbm_gbps=1600, intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
              interconnect="hccs", host_link_gbps=64, host_mem_gbps=102,
              source="Ascend 910B2 public specs"),
-        # Ascend 910C (two 910B-class dies; CloudMatrix 384 paper arXiv:2506.12708): ~780 TF bf16, 128 GB at
-        # 3.2 TB/s; servers of 8 NPUs joined by the Unified Bus into one 384-NPU supernode at 392 GB/s per NPU
-        # per direction; 400 Gb/s RoCE per NPU between supernodes.
-        _acc(name="ascend-910c", family="ascend", peak_tflops={"bf16": 780, "fp16": 780}, hbm_gb=128, hbm_gbps=3200,
-             intra_node_gbps=392, inter_node_gbps=50, devices_per_node=8, scale_up_domain=384, interconnect="hccs",
-             source="Huawei CloudMatrix384 paper (arXiv:2506.12708)"),
+        # Huawei Ascend 910C, per die: the package holds two 910B-class dies that CANN addresses as two devices
+        # (HCCL ranks; CloudMatrix-Infer's EP320 places one expert per die on 160 NPUs). The CloudMatrix384
+        # paper (Zuo et al. 2025, arXiv:2506.12708, sec. 3: 752 TF dense bf16/fp16, 128 GB on-package at 3.2
+        # TB/s per package) gives per die 376 TF, 64 GB at 1.6 TB/s; the Unified Bus plane 392 GB/s per NPU per
+        # direction (196 per die, each die's UB links into the two-tier non-blocking UB switch fabric that
+        # joins 384 NPUs, 768 dies, in one supernode); the RDMA (RoCE) plane 400 Gb/s per NPU between
+        # supernodes (25 GB/s per die). A server holds 8 NPUs (16 dies) and 4 Kunpeng CPUs, which the NPUs reach
+        # over the UB at ~160 GB/s per CPU (40 GB/s per die); 4 Kunpeng 920 x 8 DDR4-3200 channels over 16 dies.
+        _acc(name="ascend-910c", family="ascend", peak_tflops={"bf16": 376, "fp16": 376}, hbm_gb=64, hbm_gbps=1600,
+             intra_node_gbps=196, inter_node_gbps=25, devices_per_node=16, scale_up_domain=768, interconnect="ub",
+             host_link_gbps=40, host_mem_gbps=51,
+             source="Huawei CloudMatrix384 paper (arXiv:2506.12708), per die: two devices per 910C"),
         # This machine, for real runs: 2 x86 cores with AVX2 FMA at ~3 GHz ~ 2 x 32 fp32 FLOP/cycle x 3e9
         # ~ 0.2 TF fp32 (bf16 is emulated on CPUs, so no faster); DRAM stream ~20 GB/s; gloo over loopback,
         # which every process on the machine shares (scale_up_domain 1024 bounds any local run).

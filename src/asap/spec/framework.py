@@ -44,7 +44,7 @@ Sources, per entry:
   ZeRO-Offload; its ``cpu_checkpointing`` moves full-recompute checkpoints, not priced here); torchtitan offloads the
   optimizer with FSDP2's ``CPUOffloadPolicy`` (``training.enable_cpu_offload``) and no activations; MaxText both
   (the offloading ``remat_policy`` variants, ``optimizer_memory_host_offload``); MindFormers none here.
-- asap, the reference trainer (``asap.train``; the CPU default, what ``asap run`` measures): DDP with
+- asap, the reference trainer (``asap.runners.torch``; the CPU default, what ``asap run`` measures): DDP with
   ``no_sync`` (or one all-reduce after the backward under pp or DTensor TP), torch's ZeroRedundancyOptimizer
   for ZeRO-1 (a broadcast per parameter tensor after the step), FSDP2 per block for ZeRO-2/3, DTensor TP,
   ``torch.distributed.pipelining``, eager kernels, experts in a loop; none of its data-parallel collectives
@@ -125,7 +125,7 @@ class HostOps:
     dtensor_share: tuple[float, float] = (0.0, 0.0)
 
 
-# The reference trainer (asap.train.model), counted by a dispatch mode over one forward and one backward
+# The reference trainer (asap.runners.torch.model), counted by a dispatch mode over one forward and one backward
 # (tests/test_host_overhead.py recounts them): a dense block 97 + 156 operators; an MoE block 126 + 193 plus 8 +
 # 23 per local expert (its experts run in a loop); embedding, final norm, head and cross-entropy 13 + 18; AdamW
 # (torch's single-tensor path on CPU) 13 per tensor. Under tensor parallelism (DTensor, torch's
@@ -143,6 +143,39 @@ DEEPSPEED_HOST_OPS = replace(FUSED_HOST_OPS, dense_layer=(50, 80), per_local_exp
 # XLA compiles the whole step: the host launches one program
 COMPILED_HOST_OPS = HostOps(dense_layer=(0, 0), moe_layer=(0, 0), per_local_expert=(0, 0), ends=(0, 0),
                             optimizer_per_tensor=0)
+
+
+@dataclass(frozen=True)
+class PipelineDefaults:
+    """What a stack's pipeline gets from its config when a run leaves the knobs unset (torchtitan v0.2.2,
+    ``torchtitan/config/job_config.py`` Parallelism and ``torchtitan/distributed/pipeline_parallel.py``):
+    ``pipeline_parallel_microbatch_size = 1``, so a step runs local_batch_size micro-batches of one sample;
+    ``pipeline_parallel_schedule = "1F1B"``; without ``pipeline_parallel_layers_per_stage``, one stage per rank
+    for a single-stage schedule (1F1B, GPipe) and two for a looped one (Interleaved1F1B, the zero-bubble
+    schedules); ``generate_llm_fqn_per_model_part`` splits L + 2 effective layers evenly over the stages, the
+    embedding and the output counted as one layer each (``pipeline_parallel_first_stage_less_layers`` /
+    ``_last_stage_less_layers`` = 1), the remainder to the first stages."""
+
+    micro_batch_size: int = 1
+    schedule: str = "1f1b"
+    looped_stages_per_rank: int = 2
+    first_stage_less_layers: int = 1
+    last_stage_less_layers: int = 1
+
+    def stages_per_rank(self, schedule: str) -> int:
+        return 1 if schedule in SINGLE_STAGE_SCHEDULES else self.looped_stages_per_rank
+
+    def layer_split(self, num_layers: int, stages: int) -> tuple[int, ...]:
+        """Transformer layers per stage as ``generate_llm_fqn_per_model_part`` places them."""
+        first, last = self.first_stage_less_layers, self.last_stage_less_layers
+        per, extra = divmod(num_layers + first + last, stages)
+        counts = [per + (1 if i < extra else 0) for i in range(stages)]
+        counts[0] -= first
+        counts[-1] -= last
+        return tuple(counts)
+
+
+SINGLE_STAGE_SCHEDULES = ("1f1b", "gpipe")  # torch.distributed.pipelining's PipelineScheduleSingle ones
 
 
 class GradSync(str, Enum):
@@ -194,6 +227,23 @@ class Framework:
     # activation offload combines with pipeline parallelism (Megatron-Core's TransformerConfig refuses
     # cpu_offloading with pipeline_model_parallel_size > 1)
     offload_act_with_pp: bool = True
+    # the data-parallel bucket (``asap.cost.dp_overlap``): (elements, elements per data-parallel rank), the
+    # bucket max(first, second x dp_cp); Megatron-Core's DistributedDataParallelConfig.bucket_size default
+    # max(40000000, 1000000 * dp_cp size). From ZeRO stage ``fsdp_zero`` on the stack shards by FSDP units
+    # and reduces one layer at a time instead.
+    dp_bucket: tuple[float, float] = (4e7, 1e6)
+    fsdp_zero: int = 3
+    # what a run of this stack gets for the pipeline knobs its config leaves unset (``unstated_defaults``)
+    pipeline_defaults: PipelineDefaults | None = None
+    # the recomputation a run gets when its config names none: Megatron-Core ``--recompute-granularity`` None,
+    # DeepSpeed off, MindFormers ``recompute: False``; torchtitan ``activation_checkpoint.mode = "selective"``;
+    # MaxText ``remat_policy: 'full'`` (base.yml)
+    recompute_default: str = "none"
+
+    def dp_bucket_elements(self, zero, dp_cp):
+        """Elements per data-parallel bucket for each row; 0 where the stack reduces per FSDP unit (a layer)."""
+        first, per_rank = self.dp_bucket
+        return np.where(np.asarray(zero) >= self.fsdp_zero, 0.0, np.maximum(first, per_rank * np.asarray(dp_cp)))
 
     def grad_bytes(self, precision: str, zero):
         """Bytes per gradient element in the buffer and on the wire: fp32 (Megatron turns
@@ -212,6 +262,7 @@ class Framework:
 
 
 _ALL_SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
+TORCHTITAN_PIPELINE = PipelineDefaults()
 
 FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework(name="megatron", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
@@ -227,8 +278,9 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,)},
               max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
-              # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it)
-              fsdp_grad_bytes=2.0),
+              # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it);
+              # ZeRO-1/2 and plain data parallelism reduce in buckets of reduce_bucket_size = 5e8 elements
+              fsdp_grad_bytes=2.0, dp_bucket=(5e8, 0.0)),
     Framework(name="torchtitan", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=True, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -236,20 +288,25 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
                       "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
-              fsdp_embedding_unit=True),
+              fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
+              # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
+              dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,)}, zero_default=3,
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
-              moe_host_sync=False),
+              moe_host_sync=False, recompute_default="full",
+              dp_bucket=(0.0, 0.0), fsdp_zero=0),  # XLA reduces per scanned layer
     Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.DEDUP, a2a_overlap=1,
               # MindFormers' moe_config: all-to-all, or deduplicated (enable_deredundency); no all-gather dispatcher
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": ("alltoall", "dedup"),
-                      "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,)}),
+                      "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,)},
+              # MindSpore's comm_fusion "auto" mode fuses gradient all-reduces up to 64 MB (fp32 elements)
+              dp_bucket=(64 * 2 ** 20 / 4, 0.0)),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
     # torch's ZeroRedundancyOptimizer for zero 1 (a broadcast per parameter tensor after the step), FSDP2 per
     # block for zero 2/3, DTensor TP, torch.distributed.pipelining, eager kernels, experts in a loop
@@ -260,7 +317,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
                       "fp8_param": (0,)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
-              dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe")),
+              dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs
@@ -278,6 +335,29 @@ def get_framework(name: str | None, accelerator_family: str, field: str = "frame
     if key not in FRAMEWORKS:
         raise AsapError(field, f"unknown framework '{name}' (known: {', '.join(FRAMEWORK_NAMES)})")
     return FRAMEWORKS[key]
+
+
+def unstated_defaults(framework: Framework, stated: Mapping, num_layers: int) -> dict:
+    """The knobs a published run of this stack had without stating them: its config's defaults (the
+    data-parallel sharding, the recomputation; under a pipeline, the stack's ``pipeline_defaults``: micro-batch
+    size, schedule, stages per rank and layer split), not the fastest completion. Keys in ``stated`` (a parsed
+    partial strategy) are left alone; a default the stack does not offer is left open. The MoE switches
+    (dispatcher, all-to-all overlap) stay open: MoE runs are published with tuned dispatch (DeepEP, the 1F1B
+    all-to-all overlap) named in prose rather than as knobs, and the stack's default would price a run it
+    did not make."""
+    out: dict = {"zero": framework.zero_default, "recompute": framework.recompute_default}
+    pipe = framework.pipeline_defaults
+    pp = int(stated.get("pp", 1))
+    if pipe is not None and pp > 1:
+        looped = "interleaved" if int(stated.get("vpp", 1)) > 1 else pipe.schedule
+        schedule = str(stated.get("schedule", looped))
+        vpp = int(stated.get("vpp", pipe.stages_per_rank(schedule)))
+        out.update(mbs=pipe.micro_batch_size, schedule=schedule, vpp=vpp)
+        split = pipe.layer_split(num_layers, pp * vpp) if pp * vpp <= num_layers else ()
+        if split and min(split[1:-1] or (1,)) >= 1 and min(split) >= 0:
+            out["layer_split"] = split
+    return {k: v for k, v in out.items()
+            if k not in stated and (framework.offers.get(k) is None or v in framework.offers[k])}
 
 
 def offered(framework: Framework, key: str, values) -> list:

@@ -103,7 +103,8 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     "tpu-v5e-256chip": {"accelerator": "tpu-v5e", "devices_per_node": 4, "nodes": 64},
     "tpu-v6e-256chip": {"accelerator": "tpu-v6e", "devices_per_node": 4, "nodes": 64},
     "ascend-910b-64node": {"accelerator": "ascend-910b", "devices_per_node": 8, "nodes": 64},
-    "ascend-910c-384npu": {"accelerator": "ascend-910c", "devices_per_node": 8, "nodes": 48},  # one supernode
+    # one CloudMatrix384 supernode: 48 servers of 8 Ascend 910C NPUs, 16 dies (devices) each: 768 devices
+    "ascend-910c-384npu": {"accelerator": "ascend-910c", "devices_per_node": 16, "nodes": 48},
     "local-cpu": {"accelerator": "local-cpu", "devices_per_node": 4, "nodes": 1},
 }
 # the names of earlier releases, whose number was nodes for some and devices for others: still accepted
@@ -112,10 +113,10 @@ CLUSTER_ALIASES: dict[str, str] = {
     "dgx-h100-8": "dgx-h100-8node", "dgx-h100-64": "dgx-h100-64node", "h800-256": "h800-256node",
     "h200-8": "h200-8node", "b200-8": "b200-8node", "mi300x-8": "mi300x-8node", "tpu-v5p-256": "tpu-v5p-256chip",
     "tpu-v5e-256": "tpu-v5e-256chip", "tpu-v6e-256": "tpu-v6e-256chip", "ascend-910b-64": "ascend-910b-64node",
-    "ascend-910c-384": "ascend-910c-384npu",
+    "ascend-910c-384": "ascend-910c-384npu", "cloudmatrix384": "ascend-910c-384npu",
 }
 # Every catalog accelerator is also a preset of its own name: one scale-up domain of at most 256 devices (an
-# HGX server, an NVL72 rack, a 256-chip TPU slice, 256 NPUs of a CloudMatrix384).
+# HGX server, an NVL72 rack, a 256-chip TPU slice, 256 dies (128 NPUs) of a CloudMatrix384).
 _PRESET_MAX_DEVICES = 256
 for _name, _acc_obj in CATALOG.items():
     _host = _acc_obj.devices_per_node

@@ -31,6 +31,7 @@ import numpy as np
 
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS, Dispatcher
+from asap.spec.placement import Placement
 from asap.spec.strategy import Recompute, Schedule
 
 Cols = Mapping[str, np.ndarray]
@@ -107,10 +108,7 @@ TORCHTITAN = (
 
 def _slices_left(c: Cols, j: RuleJob) -> np.ndarray:
     """The slices the pipeline and batch axes cannot cover (1: the mesh fits, as ``emit.maxtext.mesh``)."""
-    left = np.full(np.shape(c["pp"]), max(1, j.domains), dtype=np.int64)
-    for axis in (c["pp"], np.maximum(c["dp"] // np.maximum(c["ep"], 1), 1)):
-        left = left // np.gcd(axis, left)
-    return left
+    return Placement(pp=c["pp"], dp=c["dp"], ep=c["ep"]).slices_left(j.domains)
 
 
 MAXTEXT = (

@@ -161,6 +161,9 @@ def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strat
     ep = p.get("ep", 1)
     p.setdefault("etp", default_etp(tp, cp, p["dp"], ep))
     p.setdefault("sp", 1 if tp > 1 else 0)
+    pipe = getattr(framework, "pipeline_defaults", None)
+    if pipe is not None and pp > 1 and "schedule" in p:  # the stack's stages per rank for the named schedule
+        p.setdefault("vpp", pipe.stages_per_rank(p["schedule"]))
     p.setdefault("schedule", "interleaved" if p.get("vpp", 1) > 1 else "1f1b")
     if framework is not None:
         p.setdefault("dispatcher", framework.dispatcher.value)

@@ -2,7 +2,7 @@
 
 A cluster names its host (``devices_per_node``: 8 for an HGX server, 4 for a TPU VM host or a GB200 compute
 tray) and the largest number of devices one fast fabric joins (``scale_up_domain``: 8 for HGX, 72 for an NVL72
-rack, a whole ICI slice up to the pod for TPUs, 384 for a CloudMatrix384 supernode). What one *job* gets is
+rack, a whole ICI slice up to the pod for TPUs, 768 Ascend 910C dies for a CloudMatrix384 supernode). What one *job* gets is
 the effective domain: the largest multiple of the host that is at most ``scale_up_domain`` and divides the
 job's device count (256 GB200 GPUs in 4-GPU trays: 64 per NVL72 rack, the way a scheduler spreads the job over
 4 racks; 64 TPU v5p chips in hosts of 4: one 64-chip slice). A domain smaller than the host (NVLink pairs in
@@ -30,7 +30,7 @@ import numpy as np
 # The scale-out network behind each scale-up fabric: InfiniBand NICs per GPU on NVIDIA systems (DGX user
 # guides), RoCE on Ascend (Atlas 800T A2, CloudMatrix384) and AMD reference platforms, the data-centre
 # network between TPU slices (Cloud TPU multislice docs), and a host's Ethernet for CPU processes.
-SCALE_OUT_NAMES = {"nvlink": "ib", "xgmi": "roce", "hccs": "roce", "ici": "dcn", "loopback": "ethernet"}
+SCALE_OUT_NAMES = {"nvlink": "ib", "xgmi": "roce", "hccs": "roce", "ub": "roce", "ici": "dcn", "loopback": "ethernet"}
 # Rank pattern enumerations stop at this many ranks (whole groups); any legal job's pattern repeats sooner.
 _MAX_ENUMERATED_RANKS = 1 << 22
 
@@ -39,7 +39,7 @@ _MAX_ENUMERATED_RANKS = 1 << 22
 class Tier:
     """One tier of the fabric.
 
-    name: nvlink | ici | hccs | xgmi | loopback (scale-up) or ib | roce | dcn | ethernet (scale-out).
+    name: nvlink | ici | hccs | ub (Ascend's Unified Bus) | xgmi | loopback (scale-up) or ib | roce | dcn | ethernet (scale-out).
     size: devices in one domain of this tier (the scale-out tier spans the whole job).
     gbps: GB/s per device per direction; on a TPU torus, of the links along one axis (both ring directions).
     hop_latency_s: one step of a ring over this tier (the family's figure; the catalog has no per-tier one).

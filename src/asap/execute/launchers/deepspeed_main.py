@@ -1,7 +1,7 @@
 """``python -m asap.execute.launchers.deepspeed_main --asap-config ds.json --asap-model model.json ...``
 
 DeepSpeed's engine (``deepspeed.initialize(config=...)``) on the emitted JSON, training asap's reference
-transformer (``asap.train.model``, the same initialisation from the same seed, and the same synthetic tokens,
+transformer (``asap.runners.torch.model``, the same initialisation from the same seed, and the same synthetic tokens,
 as ``asap run``) for ``--asap-steps`` optimizer steps. Started under torchrun, srun or ``deepspeed``. The
 engine prints its own timing line (``wall_clock_breakdown`` and ``steps_per_print: 1`` are added when the JSON
 does not set them); this script prints ``loss=`` per step (the global mean over data-parallel ranks) and, with
@@ -48,8 +48,8 @@ def train(args) -> None:
     import torch.distributed as dist
 
     from asap.spec.loader import load_model
-    from asap.train.data import local_rows, make_source
-    from asap.train.model import build_model, cross_entropy
+    from asap.runners.torch.data import local_rows, make_source
+    from asap.runners.torch.model import build_model, cross_entropy
 
     deepspeed.init_distributed("gloo" if args.asap_cpu else "nccl")
     rank, world = dist.get_rank(), dist.get_world_size()

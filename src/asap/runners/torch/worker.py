@@ -1,4 +1,4 @@
-"""The torchrun entry point: ``python -m torch.distributed.run ... -m asap.train.worker --config FILE``.
+"""The torchrun entry point: ``python -m torch.distributed.run ... -m asap.runners.torch.worker --config FILE``.
 
 FILE is JSON: ``{"device": "cpu"|"cuda", "out_dir": DIR, "pg_timeout_s": S, "jobs": [job, ...]}`` where a job
 is ``{model (native mapping), strategy (every key, as ``Strategy.to_dict`` writes it), global_batch, seq_len,
@@ -29,9 +29,9 @@ import torch.distributed as dist
 
 from asap.spec.loader import load_model
 from asap.spec.strategy import Strategy, parse_strategy
-from asap.train.data import attention_work, document_ids, local_rows, make_source
-from asap.train.model import AUX_LOSS_COEFF, build_model, cross_entropy, set_document_mask
-from asap.train.parallel import (ParallelDims, apply_ac, apply_dp, apply_ep, apply_tp, build_optimizer,
+from asap.runners.torch.data import attention_work, document_ids, local_rows, make_source
+from asap.runners.torch.model import AUX_LOSS_COEFF, build_model, cross_entropy, set_document_mask
+from asap.runners.torch.parallel import (ParallelDims, apply_ac, apply_dp, apply_ep, apply_tp, build_optimizer,
                                  build_schedule, chunk_layer_ids, finalize_grads, pipeline_split)
 
 
@@ -293,7 +293,7 @@ def _reason(e: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="asap.train.worker")
+    ap = argparse.ArgumentParser(prog="asap.runners.torch.worker")
     ap.add_argument("--config", required=True)
     args = ap.parse_args(argv)
     cfg = json.loads(Path(args.config).read_text())

@@ -1,8 +1,9 @@
 """A strategy as a named JAX device mesh and the PartitionSpecs of the model's parameters and activations.
 
-The mesh axes are the ones ``asap plan`` gives a TPU job (``asap.search.mesh.mesh_axes``, MaxText's names):
-pipeline, data or fsdp, context (sequence), tensor, expert. Both batch axes are always in the mesh (the one
-the strategy does not use has size 1) so that every PartitionSpec can name them.
+The mesh axes are the ones ``asap plan`` gives a TPU job and the MaxText emitter writes
+(``asap.spec.placement.Placement.named_mesh``, MaxText's names): pipeline, data or fsdp, context (sequence),
+tensor, expert. Both batch axes are always in the mesh (the one the strategy does not use has size 1) so that
+every PartitionSpec can name them.
 
 * Activations (batch, seq, hidden): batch over (data, fsdp, expert), sequence over context.
 * Weights: Megatron's column/row split over ``tensor`` (q/k/v and w1/w3 split their output dimension, wo and
@@ -17,21 +18,20 @@ from __future__ import annotations
 import numpy as np
 
 from asap.errors import AsapError
-from asap.search.mesh import mesh_axes
+from asap.spec.placement import NAMED_MESH, Placement
 from asap.spec.strategy import Strategy, Zero
 
-MESH_AXES = ("pipeline", "data", "fsdp", "context", "tensor", "expert")
 BATCH_AXES = ("data", "fsdp", "expert")
 
 
 def mesh_shape(s: Strategy) -> dict[str, int]:
-    """Every axis of MESH_AXES with its size for ``s`` (1 where the strategy has none)."""
-    axes = mesh_axes(s)
+    """Every axis of NAMED_MESH with its size for ``s`` (1 where the strategy has none)."""
+    axes = Placement.of(s).named_mesh()
     if axes is None:
         raise AsapError("strategy.ep", f"ep={s.ep} does not divide dp={s.dp}: the expert axis is carved out of dp "
                                        f"(dp counts every data-parallel device; for data={s.dp} x expert={s.ep} "
                                        f"write dp={s.dp * s.ep},ep={s.ep})")
-    return {name: axes.get(name, 1) for name in MESH_AXES}
+    return axes
 
 
 def make_mesh(s: Strategy):
@@ -43,7 +43,7 @@ def make_mesh(s: Strategy):
     devices = jax.devices()
     if len(devices) < n:
         raise AsapError("strategy", f"needs {n} devices, JAX sees {len(devices)}")
-    return Mesh(np.array(devices[:n]).reshape(tuple(shape.values())), MESH_AXES)
+    return Mesh(np.array(devices[:n]).reshape(tuple(shape.values())), NAMED_MESH)
 
 
 def _layout(name: str, ndim: int) -> tuple:

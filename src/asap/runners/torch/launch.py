@@ -1,7 +1,7 @@
 """Launch the reference trainer under torchrun and collect what every rank measured.
 
 ``launch([RunConfig, ...])`` writes the worker's JSON config, runs ``python -m torch.distributed.run
---standalone --nproc-per-node N -m asap.train.worker --config FILE`` (N = the product of the degrees), and
+--standalone --nproc-per-node N -m asap.runners.torch.worker --config FILE`` (N = the product of the degrees), and
 turns the per-rank files into one ``RunResult`` per config: the global loss of every step, the median step
 time after warm-up (each step's time is its slowest rank's), tokens/s, the peak memory of the busiest rank
 (peak RSS on CPU, ``max_memory_allocated`` on CUDA), the transformer layers each pipeline chunk was built with
@@ -9,7 +9,7 @@ time after warm-up (each step's time is its slowest rank's), tokens/s, the peak 
 profile directory, one trace per rank.
 
 A run that crashes, runs out of memory or hangs raises ``RunFailed`` with a one-line reason (``RunFailed``,
-``RunResult`` and the logged child process are ``asap.runner``'s, shared with the JAX backend); a strategy
+``RunResult`` and the logged child process are ``asap.runners.common``'s, shared with the JAX backend); a strategy
 the trainer cannot run raises ``AsapError`` before anything is launched (``check_supported``).
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from asap.errors import AsapError
-from asap.runner import RUN_PRECISIONS, RunFailed, RunResult, run_logged  # noqa: F401 (the runners' shared types)
+from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, run_logged  # noqa: F401 (shared types)
 from asap.subprocs import log_tail
 from asap.spec.model import ModelSpec
 from asap.spec.layout import layout, parse_layer_split
@@ -71,7 +71,7 @@ def sample_order(c: RunConfig) -> list[list[int]]:
     contiguous block, micro-batch j of it the j-th sub-block): the file's order, or with ``balance`` the
     assignment ``asap.balance.balance`` gives over dp ranks x micro-batches (the same samples, placed so that
     the slowest rank's attention work, a*sum(l^2) + b*S, is least)."""
-    from asap.train.data import step_samples
+    from asap.runners.torch.data import step_samples
 
     n, s = len(c.documents), c.strategy
     micro = c.global_batch // (s.dp * s.mbs)
@@ -138,7 +138,7 @@ def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type
     if s.cp > 1 and s.tp > 1 and train.seq_len % (2 * s.cp * s.tp):
         raise AsapError(f"{f}.cp", f"seq_len={train.seq_len} is not divisible by 2*cp*tp={2 * s.cp * s.tp}")
     if s.recompute not in ("none", "selective", "full"):
-        from asap.train.parallel import TRAINER_RECOMPUTE_MODULES
+        from asap.runners.torch.parallel import TRAINER_RECOMPUTE_MODULES
 
         missing = [m for m in s.recompute.split("+") if m not in TRAINER_RECOMPUTE_MODULES]
         if missing:
@@ -168,7 +168,7 @@ def check_devices_per_node(s: Strategy, devices_per_node: int | None) -> None:
     if devices_per_node < 1 or s.devices % devices_per_node:
         raise AsapError("devices-per-node", f"must be >= 1 and divide the {s.devices} processes, got {devices_per_node}")
     if s.dispatcher == "dedup" and s.ep > 1:
-        from asap.train.parallel import ParallelDims, ep_node_layout
+        from asap.runners.torch.parallel import ParallelDims, ep_node_layout
 
         d = ParallelDims.from_strategy(s, devices_per_node)
         ep_node_layout(d.pp, d.edp, d.ep, d.etp, devices_per_node)  # AsapError if the groups split unevenly
@@ -293,12 +293,12 @@ def detect_device(requested: str = "auto", nproc: int = 1) -> str:
 
 def torchrun_command(nproc: int, config_path: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "asap.train.worker", "--config", config_path]
+            "-m", "asap.runners.torch.worker", "--config", config_path]
 
 
 def _child_env(device: str, nproc: int) -> dict[str, str]:
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])  # the folder that holds the asap package
+    src = str(Path(__file__).resolve().parents[3])  # the folder that holds the asap package
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     if "OMP_NUM_THREADS" not in env:

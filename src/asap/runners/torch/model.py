@@ -4,7 +4,7 @@ RMSNorm, rotary position embeddings, grouped-query attention through ``scaled_do
 SwiGLU (or GELU / squared-ReLU) MLPs, Mixture-of-Experts layers (a top-k softmax router, routed and shared
 experts, a load-balancing loss) and, optionally, DeepSeek's multi-head latent attention (MLA).
 
-The module layout follows torchtitan so that ``asap.train.parallel`` can parallelize it with PyTorch's own
+The module layout follows torchtitan so that ``asap.runners.torch.parallel`` can parallelize it with PyTorch's own
 APIs: ``tok_embeddings``, ``layers`` (a ``ModuleDict`` keyed "0".."L-1", so pipeline stages can drop layers),
 ``norm`` and ``output``; a pipeline stage sets the modules it does not own to ``None``. Inside a block:
 ``attention_norm``, ``attention`` (``wq wk wv wo``), ``ffn_norm`` and ``feed_forward`` (``w1 w2 w3``) or
@@ -312,7 +312,7 @@ class MoE(nn.Module):
         self.experts = GroupedExperts(a.n_experts, a.dim, a.expert_ffn_dim, a.activation)
         self.shared_experts = (FeedForward(a.dim, a.expert_ffn_dim * a.n_shared_experts, a.activation)
                                if a.n_shared_experts else None)
-        # set by asap.train.parallel
+        # set by asap.runners.torch.parallel
         self.tp_mesh = None  # tensor-parallel mesh: tokens are split over it (sequence) inside the layer
         self.sequence_parallel = False  # input already split over tp along the sequence
         self.ep_group = None  # expert-parallel process group (token all-to-all)

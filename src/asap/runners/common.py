@@ -1,6 +1,6 @@
-"""What the runners share (the torch reference trainer, ``asap.train``, and the JAX backend, ``asap.jaxrun``):
-the result of a run, its failure, the precisions a real run takes, and the child process whose output is
-logged, echoed and watched for a timeout.
+"""What the runners share (the torch reference trainer, ``asap.runners.torch``, and the JAX backend,
+``asap.runners.jax``): the result of a run, its failure, the precisions a real run takes, and the child
+process whose output is logged, echoed and watched for a timeout.
 
 Both backends launch a child (torchrun, or a JAX process that owns the devices), hand it a JSON config and read
 back per-rank JSON; a run that crashes, runs out of memory or hangs raises ``RunFailed`` with a one-line reason.

@@ -1,14 +1,16 @@
-"""Parallelize ``asap.train.model.Transformer`` with PyTorch's own distributed APIs (torchtitan style).
+"""Parallelize ``asap.runners.torch.model.Transformer`` with PyTorch's own distributed APIs (torchtitan style).
 
-* ``ParallelDims``: the degrees and the device meshes they derive. The dense grid is (pp, dp, cp, tp); the
-  expert grid regroups the same devices of each pipeline stage as (pp, edp, ep, etp) -- Megatron-Core's
-  "MoE parallel folding" (arXiv:2504.14960), so ep may be folded over dp, cp and tp.
+* ``ParallelDims``: the degrees and the device meshes they derive from their ``asap.spec.placement.Placement``
+  (the rank order the cost model prices). The dense grid is (pp, dp, cp, tp); the expert grid regroups the
+  same devices of each pipeline stage as (pp, edp, ep, etp) -- Megatron-Core's "MoE parallel folding"
+  (arXiv:2504.14960), so ep may be folded over dp, cp and tp.
 * ``apply_tp``: tensor (+ sequence) parallelism with DTensor ``parallelize_module``.
 * ``apply_ep``: expert parallelism: each rank keeps num_experts/ep experts (and, with etp > 1, a 1/etp
   slice of each one's hidden dimension); tokens travel by ``all_to_all_single`` inside the expert group,
-  and inside the expert-tensor group (``asap.train.model.MoE._dispatch_combine``). With dispatcher=dedup and
-  ``devices_per_node`` splitting the expert group over nodes, the exchange has two levels: rail groups
-  across nodes and node groups inside them (``ep_node_layout``, ``MoE._dedup_dispatch_combine``).
+  and inside the expert-tensor group (``asap.runners.torch.model.MoE._dispatch_combine``). With
+  dispatcher=dedup and ``devices_per_node`` splitting the expert group over nodes, the exchange has two
+  levels: rail groups across nodes and node groups inside them (``ep_node_layout``,
+  ``MoE._dedup_dispatch_combine``).
 * ``apply_ac``: activation checkpointing: ``full`` wraps every block with ``checkpoint_wrapper``;
   ``selective`` recomputes only the core attention (Korthikanti et al. 2022, Megatron's definition).
 * ``apply_dp``: data parallelism: zero=0 DDP, zero=1 DDP + a ZeRO-1 sharded optimizer, zero=2 FSDP2
@@ -37,7 +39,8 @@ import torch.nn as nn
 
 from asap.errors import AsapError
 from asap.spec.layout import layout
-from asap.train.model import MoE, Transformer, cross_entropy
+from asap.spec.placement import Placement
+from asap.runners.torch.model import MoE, Transformer, cross_entropy
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -62,12 +65,16 @@ class ParallelDims:
     ep_node_mesh: Any = field(default=None, repr=False)  # (pp, edp, ep_inter, ep_intra, etp), dedup only
 
     @property
+    def placement(self) -> Placement:
+        return Placement.of(self)
+
+    @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self.placement.world_size
 
     @property
     def edp(self) -> int:
-        return self.dp * self.cp * self.tp // (self.ep * self.etp)
+        return self.placement.edp
 
     @classmethod
     def from_strategy(cls, s, devices_per_node: int | None = None) -> "ParallelDims":
@@ -87,12 +94,11 @@ class ParallelDims:
     def build_meshes(self, device_type: str) -> None:
         from torch.distributed.device_mesh import init_device_mesh
 
-        self.world_mesh = init_device_mesh(device_type, (self.pp, self.dp, self.cp, self.tp),
-                                           mesh_dim_names=("pp", "dp", "cp", "tp"))
+        dense, expert = self.placement.dense_mesh(), self.placement.expert_mesh()
+        self.world_mesh = init_device_mesh(device_type, tuple(dense.values()), mesh_dim_names=tuple(dense))
         if self.cp > 1:
             self.world_mesh["dp", "cp"]._flatten("dp_cp")
-        self.expert_mesh = init_device_mesh(device_type, (self.pp, self.edp, self.ep, self.etp),
-                                            mesh_dim_names=("pp", "edp", "ep", "etp"))
+        self.expert_mesh = init_device_mesh(device_type, tuple(expert.values()), mesh_dim_names=tuple(expert))
         if self.hierarchical_ep:  # ep split into nodes x ranks per node: rail groups and node groups
             m = self.ep_per_node
             self.ep_node_mesh = init_device_mesh(device_type, (self.pp, self.edp, self.ep // m, m, self.etp),
@@ -249,7 +255,7 @@ def _set_ep_nodes(moe: MoE, dims: ParallelDims) -> None:
 
 
 def expert_params(module: nn.Module) -> list[nn.Parameter]:
-    from asap.train.model import GroupedExperts
+    from asap.runners.torch.model import GroupedExperts
 
     return [p for m in module.modules() if isinstance(m, GroupedExperts) for p in m.parameters()]
 

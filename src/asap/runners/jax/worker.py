@@ -1,6 +1,6 @@
-"""The child process of a JAX run: ``python -m asap.jaxrun.worker --config FILE``.
+"""The child process of a JAX run: ``python -m asap.runners.jax.worker --config FILE``.
 
-The parent (``asap.jaxrun.launch``) sets XLA_FLAGS (the virtual CPU device count) before this process imports
+The parent (``asap.runners.jax.launch``) sets XLA_FLAGS (the virtual CPU device count) before this process imports
 JAX. FILE is JSON ``{"out_dir": DIR, "jobs": [job, ...]}``, a job ``{model (native mapping), strategy (every key),
 global_batch, seq_len, steps, precision, seed, data, lr, profile_dir}``; the jobs run one after the other in
 this process (tests share one child between meshes). Each writes ``job{j}.json``; an exception writes
@@ -26,7 +26,7 @@ def log(msg: str) -> None:
 
 
 def run_one(job: dict) -> dict:
-    from asap.jaxrun.train import run_job
+    from asap.runners.jax.train import run_job
 
     spec = load_model(job["model"])
     s = Strategy(**parse_strategy(job["strategy"], "job.strategy"))
@@ -41,7 +41,7 @@ def _error_kind(e: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="asap.jaxrun.worker")
+    ap = argparse.ArgumentParser(prog="asap.runners.jax.worker")
     ap.add_argument("--config", required=True)
     args = ap.parse_args(argv)
     cfg = json.loads(Path(args.config).read_text())

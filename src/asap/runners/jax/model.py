@@ -1,4 +1,4 @@
-"""A decoder-only transformer in plain ``jax.numpy``, from the same ``ModelSpec`` as ``asap.train.model``.
+"""A decoder-only transformer in plain ``jax.numpy``, from the same ``ModelSpec`` as ``asap.runners.torch.model``.
 
 The same architecture as the reference PyTorch trainer, operator for operator, so that the two backends give
 the same loss on the same weights and data: RMSNorm, rotary embeddings on interleaved pairs (x[2i], x[2i+1]),
@@ -8,7 +8,7 @@ Transformer load-balancing loss).
 
 Parameters are a flat dict keyed by the PyTorch module names (``layers.0.attention.wq.weight`` ...), with the
 PyTorch shapes (a linear layer's weight is (out, in)), so the torch model's initial weights load as they are
-(``asap.jaxrun.weights``). No flax or equinox: neither is installed here, and a dict of arrays is all
+(``asap.runners.jax.weights``). No flax or equinox: neither is installed here, and a dict of arrays is all
 ``jax.jit`` with named shardings needs.
 
 Routed experts: every expert runs on every token and the outputs are combined with the router's weights,
@@ -118,7 +118,7 @@ def is_moe_layer(spec: ModelSpec, i: int) -> bool:
 
 def forward(p: dict, tokens: jax.Array, spec: ModelSpec, constrain=lambda x: x) -> tuple[jax.Array, jax.Array]:
     """tokens (batch, seq) -> (logits (batch, seq, vocab), summed load-balancing loss). ``constrain`` pins the
-    activations' sharding between layers (``asap.jaxrun.shard``)."""
+    activations' sharding between layers (``asap.runners.jax.shard``)."""
     rope = rope_table(spec.head_dim, tokens.shape[1])
     h = constrain(jnp.take(p["tok_embeddings.weight"], tokens, axis=0))
     aux = jnp.zeros((), jnp.float32)

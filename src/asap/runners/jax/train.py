@@ -1,4 +1,4 @@
-"""One training run on a JAX mesh, inside the process that owns the devices (``asap.jaxrun.worker``).
+"""One training run on a JAX mesh, inside the process that owns the devices (``asap.runners.jax.worker``).
 
 The step is one ``jax.jit`` over named shardings (GSPMD inserts the collectives): the loss and its gradient
 over the whole global batch, then AdamW as the reference trainer configures it (torch.optim.AdamW, betas 0.9
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from asap.jaxrun import model as jm
-from asap.jaxrun.shard import activation_spec, make_mesh, param_specs, token_spec
-from asap.jaxrun.weights import Batches, initial_weights
+from asap.runners.jax import model as jm
+from asap.runners.jax.shard import activation_spec, make_mesh, param_specs, token_spec
+from asap.runners.jax.weights import Batches, initial_weights
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 
-BETA1, BETA2, EPS, WEIGHT_DECAY = 0.9, 0.95, 1e-8, 0.1  # asap.train.parallel.build_optimizer's AdamW
+BETA1, BETA2, EPS, WEIGHT_DECAY = 0.9, 0.95, 1e-8, 0.1  # asap.runners.torch.parallel.build_optimizer's AdamW
 
 
 def adamw(p, g, m, v, step, lr):

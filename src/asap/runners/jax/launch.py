@@ -1,6 +1,6 @@
 """Launch JAX runs in a child process that owns the devices, and read back what it measured.
 
-The child (``python -m asap.jaxrun.worker``) starts with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``
+The child (``python -m asap.runners.jax.worker``) starts with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``
 set before it imports JAX, so on the CPU it sees N virtual devices however the parent imported JAX; it runs in
 its own process group, killed whole on a timeout (``asap.subprocs``). The results are the reference trainer's
 ``RunResult`` (median step time after warm-up, tokens/s, losses, peak memory, traces), with ``backend`` "jax"
@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import IO
 
 from asap.errors import AsapError
-from asap.jaxrun.shard import mesh_shape
-from asap.jaxrun.worker import STEP_LINE
+from asap.runners.jax.shard import mesh_shape
+from asap.runners.jax.worker import STEP_LINE
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
-from asap.runner import RUN_PRECISIONS, RunFailed, RunResult, run_logged
+from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, run_logged
 from asap.subprocs import log_tail
-from asap.train.launch import RunConfig, check_inputs, resolve_run_strategy
+from asap.runners.torch.launch import RunConfig, check_inputs, resolve_run_strategy
 
 
 def check_supported_jax(model: ModelSpec, s: Strategy, train: TrainSpec, field_name: str = "strategy") -> None:
@@ -51,7 +51,7 @@ def check_supported_jax(model: ModelSpec, s: Strategy, train: TrainSpec, field_n
 
 def child_env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])
+    src = str(Path(__file__).resolve().parents[3])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
@@ -109,7 +109,7 @@ def launch(configs: list[RunConfig], *, timeout_s: float | None = None, echo: IO
         cfg_path = out / "config.json"
         cfg_path.write_text(json.dumps({"out_dir": str(out), "jobs": [c.job() for c in configs]}, indent=1))
         log_path = out / "jax.log"
-        cmd = [sys.executable, "-m", "asap.jaxrun.worker", "--config", str(cfg_path)]
+        cmd = [sys.executable, "-m", "asap.runners.jax.worker", "--config", str(cfg_path)]
         t0 = time.perf_counter()
         rc, timed_out = run_logged(cmd, child_env(devices), log_path, timeout_s, echo, progress, STEP_LINE)
         wall = time.perf_counter() - t0

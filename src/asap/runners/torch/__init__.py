@@ -1,0 +1,1 @@
+"""The reference trainer: the torch backend of ``asap run`` and ``asap tune`` (torchrun workers)."""
