@@ -18,7 +18,7 @@ from asap.agents.coordinator import Coordinator
 from asap.agents.correction import fit_correction, information_gain, sensitivities
 from asap.agents.memory import Memory
 from asap.agents.proposer import Proposer, changed_keys, parse_current
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.execute.sim import SimExecutor
 from asap.search.planner import plan
 from asap.spec.hardware import load_cluster
@@ -105,8 +105,10 @@ def test_tune_reaches_the_planners_best_and_never_repeats(tmp_path):
 def test_the_correction_reproduces_a_uniformly_slower_machine():
     """Trials measured 1.3x slower than the catalog's estimates: the corrected model reproduces each within 2%."""
     m, c, t = load_model("llama3-8b"), load_cluster("h100-sxm", devices=16), TrainSpec(64, 4096)
-    pairs = [(s, 1.3 * estimate(Job.resolve(m, c, t), s).step_time_s) for s in ("tp=2", "tp=4", "dp=16,zero=3")]
-    corr = fit_correction(Job.resolve(m, c, t), pairs)
+    j = Job.resolve(m, c, t)
+    strategies = [parse_current(s, j) for s in ("tp=2", "tp=4", "dp=16,zero=3")]
+    pairs = [(s, 1.3 * estimate(j, s).step_time_s) for s in strategies]
+    corr = fit_correction(j, pairs)
     assert corr.trials == 3
     for s, measured in pairs:
         assert estimate(Job.resolve(m, corr.apply(c), t), s).step_time_s == pytest.approx(measured, rel=0.02)
@@ -124,8 +126,10 @@ def test_the_correction_finds_the_fabric_that_is_slower():
     catalog's exposed terms it replaced could not tell these apart."""
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(256, 8192)
     machine = _half_scale_out(c)
-    strategies = ("cp=4,zero=3", "tp=8,pp=2", "tp=4,pp=4,zero=1", "tp=8,zero=1", "tp=2,cp=2,zero=3,sp=1")
-    corr = fit_correction(Job.resolve(m, c, t), [(s, estimate(Job.resolve(m, machine, t), s).step_time_s) for s in strategies])
+    j = Job.resolve(m, c, t)
+    strategies = [parse_current(s, j)
+                  for s in ("cp=4,zero=3", "tp=8,pp=2", "tp=4,pp=4,zero=1", "tp=8,zero=1", "tp=2,cp=2,zero=3,sp=1")]
+    corr = fit_correction(j, [(s, estimate(Job.resolve(m, machine, t), s).step_time_s) for s in strategies])
     assert corr.scale_out == pytest.approx(2.0, rel=0.10)
     assert corr.compute == pytest.approx(1.0, rel=0.05)
     assert corr.uncertainty[2] < corr.uncertainty[1]  # five trials pin the scale-out fabric, not the scale-up one
@@ -136,8 +140,9 @@ def test_the_next_trial_that_teaches_most_is_the_one_unlike_those_measured():
     whose time depends on other parts of the machine, and any first measurement teaches something."""
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=64), TrainSpec(256, 8192)
     x = np.zeros(3)
-    measured = sensitivities(Job.resolve(m, c, t), ["tp=8,pp=2"], x)
-    again, other = (sensitivities(Job.resolve(m, c, t), [s], x)[0] for s in ("tp=8,pp=2", "cp=4,zero=3"))
+    j = Job.resolve(m, c, t)
+    measured = sensitivities(j, [parse_current("tp=8,pp=2", j)], x)
+    again, other = (sensitivities(j, [parse_current(s, j)], x)[0] for s in ("tp=8,pp=2", "cp=4,zero=3"))
     assert information_gain(np.zeros((0, 3)), again) > 0
     assert information_gain(measured, other) > information_gain(measured, again)
 

@@ -3,7 +3,7 @@
 import pytest
 
 from asap.cost.bands import TERM_WEIGHT, indistinguishable, relative_error_scale
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec

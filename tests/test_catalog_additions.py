@@ -2,7 +2,7 @@
 
 import pytest
 
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.errors import AsapError
 from asap.spec.hardware import get_accelerator, load_cluster
 from asap.spec.loader import load_model

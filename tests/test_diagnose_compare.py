@@ -101,12 +101,14 @@ def test_real_runs_four_times_the_micro_batches(tmp_path):
     process can stretch one op by a second on a loaded host, so no sign of a time difference is asserted."""
     pytest.importorskip("torch")
     from asap.spec.loader import load_model
-    from asap.runners.torch.launch import run
+    from asap.runners.torch.launch import resolve_run_strategy, run
+    from asap.spec.train import TrainSpec
 
     traces = {}
     for gb in (1, 16):
         out = tmp_path / f"gb{gb}"
-        traces[gb] = run(load_model("tiny-dense"), "dp=1", gb, 16, steps=2, profile_dir=str(out)).traces
+        m = load_model("tiny-dense")
+        traces[gb] = run(m, resolve_run_strategy("dp=1", m, TrainSpec(gb, 16)), gb, 16, steps=2, profile_dir=str(out)).traces
     d = compare_traces(traces[1], traces[16], top=1000)
     mm = next(r for r in d["ops_moved"] if r["name"] == "aten::mm")
     assert mm["calls_after"] == pytest.approx(16 * mm["calls_before"])

@@ -9,7 +9,7 @@ import pytest
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.dp_overlap import bucketed_exposed_s, dp_buckets, dp_link_busy_s, dp_on_scale_out
-from asap.cost.estimate import data_parallel_terms, estimate
+from asap.cost.estimate import data_parallel_terms, estimate_spelled as estimate  # text is parsed at this edge
 from asap.spec.framework import FRAMEWORKS, unstated_defaults
 from asap.spec.hardware import load_cluster
 from asap.spec.job import Job

@@ -141,7 +141,7 @@ def test_refusals_one_line(cli, fmt, strategy, needle):
 
 def test_emitter_refusals_name_framework():
     j = job()
-    from asap.cost.estimate import estimate
+    from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 
     s = replace(estimate(j, "tp=2,pp=2,zero=1").strategy, vpp=2)
     with pytest.raises(AsapError, match="deepspeed cannot express vpp"):

@@ -55,12 +55,16 @@ def _executor(child: Path, mode: str, tmp_path: Path, **kw) -> CommandExecutor:
                            trace_glob="{trial_dir}/traces/trace_rank*.json", **kw)
 
 
+def _run_text(ex, text):
+    return ex.run(ex.parse(text))
+
+
 def test_success_parses_step_time_and_collects_traces(child, tmp_path):
     ex = _executor(child, "ok", tmp_path)
-    res = ex.run("tp=2,pp=2,mbs=4")
+    res = ex.run(ex.parse("tp=2,pp=2,mbs=4"))
     assert isinstance(res, Measurement) and res.status == "ok", res
     assert res.step_time_s == pytest.approx(0.21)  # median after the first (warm-up) match
-    assert res.strategy["tp"] == 2 and res.strategy["dp"] == 2  # dp = devices / (tp*pp*cp)
+    assert res.strategy.tp == 2 and res.strategy.dp == 2  # dp = devices / (tp*pp*cp)
     assert len(res.traces) == 2 and all(t.endswith(".json") for t in res.traces)
     log = Path(res.details["log"]).read_text()
     assert "args tp=2 pp=2 mbs=4" in log  # placeholders filled, argv passed without a shell
@@ -68,27 +72,27 @@ def test_success_parses_step_time_and_collects_traces(child, tmp_path):
 
 
 def test_failure_reports_the_error_line(child, tmp_path):
-    res = _executor(child, "fail", tmp_path).run("tp=2")
+    res = _run_text(_executor(child, "fail", tmp_path), "tp=2")
     assert isinstance(res, Failure) and res.status == "failed" and res.kind == "crash"
     assert "exited with code 3" in res.reason and "does not divide 32 heads" in res.reason
     assert "\n" not in res.reason
 
 
 def test_garbage_output_is_a_failed_trial(child, tmp_path):
-    res = _executor(child, "garbage", tmp_path).run("tp=1")
+    res = _run_text(_executor(child, "garbage", tmp_path), "tp=1")
     assert res.status == "failed" and res.kind == "no_result"
     assert "no step time" in res.reason
 
 
 def test_out_of_memory_is_recognised(child, tmp_path):
-    res = _executor(child, "oom", tmp_path).run("tp=1")
+    res = _run_text(_executor(child, "oom", tmp_path), "tp=1")
     assert res.status == "failed" and res.kind == "oom"
     assert "out of memory" in res.reason and "20.00 GiB" in res.reason
 
 
 def test_hang_is_killed_after_the_timeout(child, tmp_path):
     t0 = time.perf_counter()
-    res = _executor(child, "hang", tmp_path, timeout_s=2).run("tp=1")
+    res = _run_text(_executor(child, "hang", tmp_path, timeout_s=2), "tp=1")
     assert time.perf_counter() - t0 < 20
     assert res.status == "failed" and res.kind == "timeout"
     assert "timed out after 2 s" in res.reason
@@ -97,10 +101,10 @@ def test_hang_is_killed_after_the_timeout(child, tmp_path):
 
 def test_missing_program_and_bad_strategy_are_failed_trials(tmp_path):
     ex = CommandExecutor("/nonexistent/launcher --tp {tp}", devices=4, workdir=str(tmp_path))
-    res = ex.run("tp=2")
+    res = ex.run(ex.parse("tp=2"))
     assert res.status == "failed" and "command not found" in res.reason
-    res = ex.run("tp=3")  # 4 devices are not divisible by tp=3
-    assert res.status == "failed" and res.kind == "invalid" and "tp*pp*cp" in res.reason
+    with pytest.raises(AsapError, match=r"tp\*pp\*cp"):  # 4 devices are not divisible by tp=3: refused at the edge
+        ex.parse("tp=3")
 
 
 def test_template_is_checked_up_front(tmp_path):
@@ -119,7 +123,7 @@ def test_job_placeholders_and_custom_regex(child, tmp_path):
                        step_time_regex=r"elapsed time per iteration \(ms\):\s*([0-9.]+)", step_time_scale=1e-3,
                        model=load_model("tiny-dense"), train=TrainSpec(16, 128), devices=4, variables={"nodes": 1},
                        workdir=str(tmp_path / "w"))
-    res = ex.run("tp=2")
+    res = ex.run(ex.parse("tp=2"))
     assert res.status == "ok", res
     assert res.step_time_s == pytest.approx(0.24)
     assert res.tokens_per_s == pytest.approx(16 * 128 / 0.24)

@@ -38,7 +38,7 @@ def test_kinds():
     assert make_executor("sim", job=Job.resolve(m, c, TrainSpec(8, 64))).name == "sim"
     ex = make_executor("command", template="echo {tp}", framework="torchtitan",
                        job=Job.resolve(m, c, TrainSpec(8, 64, "bf16", "torchtitan")))
-    assert ex.refuses(ex._strategy("dp=2,zero=1")).startswith("strategy.zero: torchtitan cannot express")
+    assert ex.refuses(ex.parse("dp=2,zero=1")).startswith("strategy.zero: torchtitan cannot express")
     with pytest.raises(AsapError, match="executor: must be one of"):
         make_executor("slurm")
     assert {k.value for k in ExecutorKind} >= {"command", "torchtitan", "deepspeed", "maxtext"}

@@ -93,7 +93,7 @@ def test_megatron_arguments_spliced(tmp_path):
     ex = make_executor("command", template=[sys.executable, str(echo), str(tmp_path / "argv.json"),
                                             "{emitted_args}"], framework="megatron",
                        job=Job.resolve(m, c, TrainSpec(8, 64, "bf16", "megatron")), workdir=str(tmp_path / "w"))
-    r = ex.run("tp=2")
+    r = ex.run(ex.parse("tp=2"))
     assert r.ok, r.reason
     argv = json.loads((tmp_path / "argv.json").read_text())
     assert "--tensor-model-parallel-size" in argv and argv[argv.index("--tensor-model-parallel-size") + 1] == "2"

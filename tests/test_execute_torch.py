@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from asap.errors import AsapError  # noqa: E402
 from asap.execute.base import Failure, Measurement
 from asap.execute.factory import make_executor  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
@@ -18,18 +19,21 @@ def _torch(**kw):
 
 
 def test_torch_executor_measures_a_real_run(tmp_path):
-    res = _torch(profile_dir=str(tmp_path)).run("dp=2,zero=0")
+    ex = _torch(profile_dir=str(tmp_path))
+    res = ex.run(ex.parse("dp=2,zero=0"))
     assert isinstance(res, Measurement) and res.status == "ok", res
     assert not res.predicted and res.step_time_s > 0 and len(res.losses) == 2
-    assert res.strategy["dp"] == 2 and res.strategy["zero"] == 0
+    assert res.strategy.dp == 2 and res.strategy.zero == 0
     assert len(res.traces) == 2 and all("trial1" in t for t in res.traces)
     assert res.to_dict()["measured_step_time_s"] == res.step_time_s
 
 
 def test_torch_executor_turns_bad_strategies_and_hangs_into_failed_trials():
-    res = _torch().run("tp=3")
-    assert isinstance(res, Failure) and res.kind == "invalid" and "tp=3 does not divide" in res.reason
-    res = _torch().run("cp=2")  # refused before launching: no ring attention on CPU
-    assert res.kind == "invalid" and "CUDA only" in res.reason
-    res = _torch(timeout_s=1.0).run("dp=2")  # killed long before two steps can finish
+    with pytest.raises(AsapError, match="tp=3 does not divide"):  # refused where the text is parsed
+        _torch().parse("tp=3")
+    ex = _torch()
+    res = ex.run(ex.parse("cp=2"))  # refused before launching: no ring attention on CPU
+    assert isinstance(res, Failure) and res.kind == "invalid" and "CUDA only" in res.reason
+    ex = _torch(timeout_s=1.0)
+    res = ex.run(ex.parse("dp=2"))  # killed long before two steps can finish
     assert res.status == "failed" and res.kind == "timeout" and "no result after 1 s" in res.reason

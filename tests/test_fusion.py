@@ -18,7 +18,8 @@ torch = pytest.importorskip("torch")
 
 from asap.profile import diagnose  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
-from asap.runners.torch.launch import run  # noqa: E402
+from asap.runners.torch.launch import resolve_run_strategy, run  # noqa: E402
+from asap.spec.train import TrainSpec  # noqa: E402
 
 GB, SEQ, STEPS = 2, 16, 3  # dp=1, mbs=1: two micro-batches a step; the first step is the profiler's warm-up
 GPU_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta" / "trace_diff_control_control.json.gz"
@@ -136,7 +137,8 @@ def chains_from_raw(path: Path) -> dict[tuple, list]:
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("fusion")
-    result = run(load_model("tiny-dense"), "dp=1", GB, SEQ, steps=STEPS, profile_dir=str(out))
+    m = load_model("tiny-dense")
+    result = run(m, resolve_run_strategy("dp=1", m, TrainSpec(GB, SEQ)), GB, SEQ, steps=STEPS, profile_dir=str(out))
     assert len(result.traces) == 1
     return Path(result.traces[0])
 

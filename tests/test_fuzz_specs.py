@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from asap.balance import parse_samples, read_lengths
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.errors import AsapError
 from asap.spec.hardware import MAX_DEVICES, load_cluster
 from asap.spec.loader import load_model

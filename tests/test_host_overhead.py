@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from asap.cost.collectives import all_gather_s, all_reduce_s, reduce_scatter_s
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.spec.framework import EAGER_HOST_OPS, FRAMEWORKS
 from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.loader import load_model

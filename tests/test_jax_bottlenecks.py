@@ -17,8 +17,10 @@ pytest.importorskip("jax")
 
 from asap.agents.analyzer import Analyzer  # noqa: E402
 from asap.agents.proposer import Proposer, parse_current  # noqa: E402
-from asap.cost.estimate import estimate  # noqa: E402
+from asap.cost.estimate import estimate_spelled as estimate  # noqa: E402
 from asap.runners.jax.launch import run  # noqa: E402
+from asap.runners.torch.launch import resolve_run_strategy  # noqa: E402
+from asap.spec.train import TrainSpec  # noqa: E402
 from asap.profile.diagnose import diagnose  # noqa: E402
 from asap.spec.hardware import load_cluster  # noqa: E402
 from asap.spec.model import model_from_dict  # noqa: E402
@@ -32,7 +34,8 @@ MARGIN = 2.0  # the winning class's seconds over the runner-up's
 def profiled(tmp_path, model: dict, strategy: str, batch: int, seq: int):
     """One profiled run (3 steps, the last two traced) -> (its diagnosis, its perfetto trace, the model)."""
     spec = model_from_dict(model)
-    r = run(spec, strategy, batch, seq, steps=3, profile_dir=str(tmp_path / "prof"), timeout_s=300)
+    s = resolve_run_strategy(strategy, spec, TrainSpec(batch, seq))
+    r = run(spec, s, batch, seq, steps=3, profile_dir=str(tmp_path / "prof"), timeout_s=300)
     assert r.traces
     return diagnose(r.traces), r.traces, spec
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from asap.balance import attention_work, offline_document_lengths, pack
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec

@@ -2,7 +2,7 @@
 
 import pytest
 
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.cost.offload import HOST_LINK_EFFICIENCY
 from asap.errors import AsapError
 from asap.search.planner import plan

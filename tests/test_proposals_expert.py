@@ -17,7 +17,7 @@ from asap.agents.knowledge import load_knowledge
 from asap.agents.proposer import Proposer, parse_current
 from asap.cli import _register_commands, app
 from asap.cli.common import JobOptions
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
@@ -33,15 +33,15 @@ def tp_within_node(p, s):
 
 
 def interleave_or_fewer_stages(p, s):
-    return p.vpp > 1 or p.pp < s.pp or p.schedule == "zb"
+    return p.vpp > 1 or p.pp < s.pp or str(p.schedule) == "zb"
 
 
 def lighter_recompute(p, s):
-    return p.recompute in ("selective", "none") and s.recompute == "full"
+    return str(p.recompute) in ("selective", "none") and str(s.recompute) == "full"
 
 
 def zero_recompute_or_pp(p, s):
-    return p.zero > s.zero or p.recompute != s.recompute or p.pp > s.pp
+    return p.zero > s.zero or str(p.recompute) != str(s.recompute) or p.pp > s.pp
 
 
 def dedup_or_overlap(p, s):
@@ -53,7 +53,7 @@ def add_tensor(p, s):
 
 
 def remat_or_sharding(p, s):
-    return p.recompute != "none" or p.zero == 3 or p.tp > s.tp
+    return str(p.recompute) != "none" or p.zero == 3 or p.tp > s.tp
 
 
 def context_parallel(p, s):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import pytest
 
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.errors import AsapError
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model

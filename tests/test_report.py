@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from asap.cost.estimate import estimate
+from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.report.html import FIGURE_IDS, report_html, write_report
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model

@@ -5,7 +5,7 @@ import pytest
 from asap.errors import AsapError
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
-from asap.spec.strategy import parse_strategy, resolve_strategy
+from asap.spec.strategy import Schedule, parse_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
 
 LLAMA = load_model("llama3-70b")
@@ -15,9 +15,9 @@ TRAIN = TrainSpec(global_batch=256, seq_len=8192)
 
 def test_parse_and_fill_defaults():
     s = resolve_strategy("tp=8,pp=4,recompute=full", LLAMA, TRAIN, 256)
-    assert (s.dp, s.tp, s.pp, s.vpp, s.cp, s.mbs, s.sp, s.zero, s.schedule) == (8, 8, 4, 1, 1, 1, 1, 1, "1f1b")
-    assert s.recompute == "full"
-    assert resolve_strategy("tp=2,pp=4,vpp=2", LLAMA, TRAIN, 64).schedule == "interleaved"
+    assert (s.dp, s.tp, s.pp, s.vpp, s.cp, s.mbs, s.sp, s.zero, str(s.schedule)) == (8, 8, 4, 1, 1, 1, 1, 1, "1f1b")
+    assert str(s.recompute) == "full"
+    assert resolve_strategy("tp=2,pp=4,vpp=2", LLAMA, TRAIN, 64).schedule == Schedule.INTERLEAVED
 
 
 @pytest.mark.parametrize("text, devices, field, needle", [

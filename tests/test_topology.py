@@ -254,7 +254,7 @@ def test_tpu_v5p_hosts_and_slice_give_the_same_fsdp_estimate():
     chips pays 15e-6 + 63 * 5e-6 = 330e-6 s of latency, once per layer (32 layers, so 31 more than the
     bucketed case). Gradients: reduce-scatter of 4 P bytes; weights: all-gathered for forward and for backward
     (2 P bytes each)."""
-    from asap.cost.estimate import estimate
+    from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
     from asap.spec.loader import load_model
     from asap.spec.train import TrainSpec
 
@@ -277,7 +277,7 @@ def test_gb200_trays_and_racks_give_the_same_expert_parallel_estimate():
     T_sp = 4096 tokens; etp=1, no expert-TP gather): dispatch and combine, forward and backward, each the flat
     exchange of 4096 * 8 * 7168 * 2 = 469,762,048 bytes over one 64-GPU domain, 63/64 of it at 0.9 * 900e9
     B/s, plus 20e-6 + 2 log2(64) 5e-6 s; 58 MoE layers and one MTP module, one micro-batch (global batch 256)."""
-    from asap.cost.estimate import estimate
+    from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
     from asap.spec.loader import load_model
     from asap.spec.train import TrainSpec
 

@@ -57,7 +57,7 @@ def test_torchtitan_fsdp_tp_pp(tmp_path, strategy, axis):
     m, c = load_model("tiny-dense"), load_cluster("local-cpu", devices=2)
     ex = make_executor("torchtitan", job=Job.resolve(m, c, TrainSpec(8, 64, "bf16", "torchtitan")), steps=3,
                        workdir=str(tmp_path))
-    r = ex.run(strategy)
+    r = ex.run(ex.parse(strategy))
     assert r.ok, (r.reason, r.log_tail[-2000:])
     assert axis in (tmp_path / "trial1" / "torchtitan.toml").read_text()
     assert len(r.details["step_times_s"]) == 3 and r.step_time_s > 0
@@ -81,10 +81,11 @@ def test_deepspeed_zero_stages_and_the_reference_loss(tmp_path, zero):
     step's loss is the reference trainer's (fp32; ZeRO does not change the forward pass)."""
     m, c = load_model("tiny-dense"), load_cluster("local-cpu", devices=2)
     train = TrainSpec(8, 64, "fp32", "deepspeed")
-    ds = make_executor("deepspeed", job=Job.resolve(m, c, train), steps=2, workdir=str(tmp_path / "ds")).run(
-        f"dp=2,zero={zero}")
+    ds_ex = make_executor("deepspeed", job=Job.resolve(m, c, train), steps=2, workdir=str(tmp_path / "ds"))
+    ds = ds_ex.run(ds_ex.parse(f"dp=2,zero={zero}"))
     assert ds.ok, (ds.reason, ds.log_tail[-2000:])
     assert json.loads((tmp_path / "ds" / "trial1" / "deepspeed.json").read_text())["zero_optimization"]["stage"] == zero
-    ref = make_executor("torch", model=m, train=TrainSpec(8, 64, "fp32"), steps=2).run(f"dp=2,zero={min(zero, 2)}")
+    ref_ex = make_executor("torch", model=m, train=TrainSpec(8, 64, "fp32"), steps=2)
+    ref = ref_ex.run(ref_ex.parse(f"dp=2,zero={min(zero, 2)}"))
     assert ref.ok, ref.reason
     assert ds.losses[0] == pytest.approx(ref.losses[0], abs=2e-5)

@@ -36,7 +36,7 @@ def __getattr__(name):  # lazy: keep `import asap` cheap for the CLI
 
         return Job
     if name == "estimate":
-        from asap.cost.estimate import estimate
+        from asap.cost.estimate import estimate_spelled  # the edge: text or a mapping is parsed here
 
-        return estimate
+        return estimate_spelled
     raise AttributeError(name)

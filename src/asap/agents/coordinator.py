@@ -23,9 +23,8 @@ import numpy as np
 
 from asap.agents.analyzer import Analyzer, Diagnosis
 from asap.agents.correction import Correction, fit_correction, information_gain, sensitivities
-from asap.agents.memory import canonical_strategy
 from asap.agents.proposer import Proposer, parse_current, workload_record
-from asap.cost.estimate import estimate
+from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.strategy import Strategy
@@ -35,9 +34,9 @@ from asap.spec.words import ENDED_STATUSES, TrialStatus
 N_CLOSE = 6  # the fastest candidates weighed by what they would teach when the model cannot tell them apart
 
 
-def canon(strategy) -> str:
-    """Memory's spelling of a strategy (``asap.agents.memory.canonical_strategy``)."""
-    return canonical_strategy(str(strategy))[0]
+def canon(strategy: Strategy) -> str:
+    """Memory's spelling of a strategy (``Strategy.key``)."""
+    return strategy.key()
 
 
 MIN_GAIN = 0.02  # two trials in a row below this improvement end the loop
@@ -82,7 +81,7 @@ class Coordinator:
     trials: list[TrialRecord] = field(default_factory=list)
     correction: Correction = field(default_factory=Correction)
     # (strategy, measured step time s) of every ok trial the correction is fitted to, Memory's earlier ones too
-    pairs: list[tuple[Strategy | str, float]] = field(default_factory=list)
+    pairs: list[tuple[Strategy, float]] = field(default_factory=list)
 
     def corrected(self) -> Job:
         """The job on the machine as the correction fitted so far sees it."""
@@ -178,7 +177,7 @@ class Coordinator:
         rows = sensitivities(self.job, candidates, x)
         return [information_gain(measured, g) for g in rows]
 
-    def _fit(self, pairs: list[tuple[Strategy | str, float]]) -> Correction:
+    def _fit(self, pairs: list[tuple[Strategy, float]]) -> Correction:
         return fit_correction(self.job, pairs)
 
     def _tried_strings(self, known: dict) -> set[str]:
@@ -189,7 +188,7 @@ class Coordinator:
         catalog = estimate(self.job, strategy)
         predicted = estimate(self.corrected(), strategy)
         diag = diagnosis.to_dict() if diagnosis else None
-        tid = self.memory.begin_trial(exp, str(strategy), predicted.step_time_s, self.executor.name, diag)
+        tid = self.memory.begin_trial(exp, canon(strategy), predicted.step_time_s, self.executor.name, diag)
         self.memory.log(exp, "proposer", "candidates", inputs={"diagnosis": diag}, candidates=considered,
                         outputs={"chosen": str(strategy)}, trial_id=tid)
         res = self.executor.run(strategy)
@@ -207,7 +206,7 @@ class Coordinator:
         record = TrialRecord(strategy, status, reason, measured, predicted.step_time_s,
                              catalog.step_time_s, diag, tid, traces=list(getattr(res, "traces", []) or []))
         if status == TrialStatus.OK:
-            record.explanation = self._explain(record)
+            record.explanation = self._explain(record, predicted)
             if record.explanation:
                 self.memory.log(exp, "coordinator", "explanation", inputs={"strategy": str(strategy)},
                                 outputs={"explanation": record.explanation}, trial_id=tid)
@@ -216,9 +215,10 @@ class Coordinator:
             self.on_trial(record, self)
         return record
 
-    def _explain(self, record: TrialRecord) -> str:
+    def _explain(self, record: TrialRecord, predicted: Estimate) -> str:
         """Why ``record`` gained or lost against the fastest ok trial before it: the two runs' traces compared
-        (``asap.profile.compare``) when both have them, else the cost model's comparison of the two."""
+        (``asap.profile.compare``) when both have them, else the cost model's comparison of the two
+        (``predicted``: the record's own pricing on the corrected machine, from ``_trial``)."""
         done = [t for t in self.trials if t.status == TrialStatus.OK and t.measured_step_time_s]
         if not done:
             return ""
@@ -234,9 +234,8 @@ class Coordinator:
                 pass  # unreadable traces: the cost model's view below
         from asap.compare import verdict
 
-        job = self.corrected()
-        a, b = (estimate(job, t.strategy) for t in (ref, record))
-        return f"{head}; the cost model (corrected) predicted: {verdict(a, b, 'the reference', 'this trial')}"
+        a = estimate(self.corrected(), ref.strategy)
+        return f"{head}; the cost model (corrected) predicted: {verdict(a, predicted, 'the reference', 'this trial')}"
 
     def _verify_numerics(self, strategy: Strategy) -> str | None:
         """None when numerics are not verified, when this is the first ok trial (the reference), or when the
@@ -253,8 +252,9 @@ class Coordinator:
         if self.on_trial:
             self.on_trial(record, self)
 
-    def _known_pairs(self, known: dict) -> list[tuple[str, float]]:
-        return [(text, t["measured_step_time_s"]) for text, t in known.items()
+    def _known_pairs(self, known: dict) -> list[tuple[Strategy, float]]:
+        """Memory's ok trials (its text parsed here, at the edge) with their measured step times."""
+        return [(parse_current(text, self.job), t["measured_step_time_s"]) for text, t in known.items()
                 if t["status"] == TrialStatus.OK and t.get("measured_step_time_s")]
 
     def _best_known(self, known: dict):

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from asap.cost.estimate import Estimate
-from asap.spec.strategy import Strategy
+from asap.spec.strategy import Schedule, Strategy, plain_value
 
 # one-knob neighbours of the current strategy, in the knowledge entries' move format
 NEIGHBOUR_MOVES: tuple[dict[str, str], ...] = (
@@ -45,9 +45,10 @@ def moved_strategy(current: Strategy, move: dict[str, str], devices: int, moe: b
     if devices % (new.get("tp", 1) * new.get("pp", 1) * new.get("cp", 1)):
         return None
     if new.get("vpp", 1) > 1:
-        new["schedule"] = current.schedule if current.schedule in ("interleaved", "zb") else "interleaved"
-    elif current.schedule != "interleaved":
-        new["schedule"] = current.schedule
+        chunked = current.schedule in (Schedule.INTERLEAVED, Schedule.ZB)
+        new["schedule"] = current.schedule.label if chunked else Schedule.INTERLEAVED.label
+    elif current.schedule != Schedule.INTERLEAVED:
+        new["schedule"] = current.schedule.label
     if "schedule" in move:
         new["schedule"] = move["schedule"].lstrip("=")
     return new
@@ -57,7 +58,7 @@ def moved_knobs(new: Strategy, current: Strategy) -> list[str]:
     """The knobs turned, dp not counted, nor the keys that follow another (sp and etp with tp, the schedule
     with vpp)."""
     keys = [k for k in MAIN_KNOBS if getattr(new, k) != getattr(current, k)]
-    if "vpp" in keys and "schedule" in keys and new.schedule == "interleaved":
+    if "vpp" in keys and "schedule" in keys and new.schedule == Schedule.INTERLEAVED:
         keys.remove("schedule")
     if "etp" in keys and ("ep" in keys or "tp" in keys):
         keys.remove("etp")
@@ -66,7 +67,7 @@ def moved_knobs(new: Strategy, current: Strategy) -> list[str]:
 
 def moves_text(new: Strategy, current: Strategy) -> str:
     keys = [k for k in ("dp",) + MAIN_KNOBS if getattr(new, k) != getattr(current, k)]
-    return ", ".join(f"{k} {getattr(current, k)}->{getattr(new, k)}" for k in keys)
+    return ", ".join(f"{k} {plain_value(getattr(current, k))}->{plain_value(getattr(new, k))}" for k in keys)
 
 
 def tradeoffs(base: Estimate, new: Estimate, hbm_gb: float, global_batch: int) -> list[str]:

@@ -25,7 +25,7 @@ from asap.compare import deltas
 from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
 from asap.spec.job import Job
-from asap.spec.strategy import Strategy, parse_strategy
+from asap.spec.strategy import Strategy, resolve_strategy
 from asap.spec.words import BottleneckClass
 
 N_PROPOSALS = 3
@@ -153,8 +153,13 @@ class Proposer:
                 "long_context": self.train.seq_len >= 32768, "mla": self.model.mla is not None,
                 "framework": self.job.framework.name, "devices": self.cluster.num_devices}
 
-    def price(self, strategy: Strategy | dict | str) -> Estimate:
+    def price(self, strategy: Strategy) -> Estimate:
         return estimate(self.job, strategy, classes=False)
+
+    def resolve(self, spelled: str | dict) -> Strategy:
+        """A candidate as written (a move's keys, the LLM's text, a similar job's trial): the edge where it is
+        parsed, completed with this job's defaults and checked."""
+        return resolve_strategy(spelled, self.model, self.train, self.job.devices, framework=self.job.framework)
 
     def candidates(self, current: Strategy, diagnosis: Diagnosis, considered: list) -> list[Candidate]:
         from asap.agents.retrieval import retrieve
@@ -221,7 +226,7 @@ class Proposer:
         for e, m in pool:
             s = moved_strategy(current, m, devices, self.moe)
             try:
-                freed.append((self.price(s).peak_memory_gb, e.id, e, m)) if s is not None else None
+                freed.append((self.price(self.resolve(s)).peak_memory_gb, e.id, e, m)) if s is not None else None
             except AsapError:
                 continue
         fixes = [(e, m) for _, _, e, m in sorted(freed, key=lambda x: x[:2])[:FIT_MOVES]]
@@ -270,7 +275,7 @@ class Proposer:
         known = {str(c.strategy) for c in out}
         for strategy, rationale in advice.candidates:
             try:
-                text = str(self.price(strategy).strategy)
+                text = str(self.price(self.resolve(strategy)).strategy)
             except AsapError:
                 text = None
             if text in known:  # a candidate we have: the LLM rewrites its rationale
@@ -311,7 +316,7 @@ class Proposer:
             return
         text = strategy if isinstance(strategy, str) else ",".join(f"{k}={v}" for k, v in strategy.items() if v is not None)
         try:
-            est = self.price(strategy)
+            est = self.price(self.resolve(strategy))
         except AsapError as e:
             considered.append({"strategy": text, "source": source, "kept": False, "why": str(e)})
             return
@@ -488,6 +493,6 @@ def changed_keys(a: Strategy, b: Strategy) -> list[str]:
 
 
 def parse_current(text: str | dict | None, job: Job) -> Strategy:
-    """The current strategy as the cost model completes it."""
-    return estimate(job, parse_strategy(text) if isinstance(text, str) else (text or {}),
-                    classes=False).strategy
+    """The current strategy (text or a mapping: an edge) as the cost model completes it."""
+    s = resolve_strategy(text, job.model, job.train, job.devices, framework=job.framework)
+    return estimate(job, s, classes=False).strategy

@@ -37,7 +37,7 @@ def compare(
 ):
     """Estimate each strategy and show them term by term, with the difference that decides it in one sentence."""
     from asap.compare import compare as run_compare
-    from asap.cost.estimate import estimate as run_estimate
+    from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
     from asap.spec.strategy import format_compact
 
     job = options.load()

@@ -15,13 +15,13 @@ def emit_strategy(fmt: str, job, strategy) -> str:
     names no framework is completed with the format's), then emit it (the API ``plan --emit`` can call)."""
     from dataclasses import replace
 
-    from asap.cost.estimate import estimate
+    from asap.cost.estimate import estimate_spelled
     from asap.emit import FRAMEWORK_OF, check_format, emit
 
     check_format(fmt)
     if job.train.framework is None:
         job = job.with_train(replace(job.train, framework=FRAMEWORK_OF[fmt]))
-    s = strategy if not isinstance(strategy, (str, dict, type(None))) else estimate(job, strategy).strategy
+    s = estimate_spelled(job, strategy).strategy if isinstance(strategy, (str, dict, type(None))) else strategy
     return emit(fmt, job, s)
 
 

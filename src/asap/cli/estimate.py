@@ -161,7 +161,7 @@ def estimate(
 ):
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
     from asap.budget import budget_line
-    from asap.cost.estimate import estimate as run_estimate
+    from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
     from asap.spec.hardware import figures_provenance
 
     job = options.load()

@@ -13,8 +13,8 @@ from typing import Iterable
 
 import numpy as np
 
-from asap.spec.framework import DISPATCHERS
-from asap.spec.strategy import SCHEDULES, Strategy, recompute_code, recompute_label
+from asap.spec.framework import DISPATCHERS, Dispatcher
+from asap.spec.strategy import RecomputePolicy, Schedule, Strategy
 
 COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "dispatcher",
            "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param")
@@ -70,9 +70,9 @@ class StrategyBatch:
         for s in rows:
             if s.layer_split and s.layer_split not in splits:
                 splits.append(s.layer_split)
-        cols = {"recompute": [recompute_code(s.recompute) for s in rows],
-                "schedule": [SCHEDULES.index(s.schedule) for s in rows],
-                "dispatcher": [DISPATCHERS.index(s.dispatcher) for s in rows],
+        cols = {"recompute": [s.recompute.code for s in rows],
+                "schedule": [int(s.schedule) for s in rows],
+                "dispatcher": [s.dispatcher.code for s in rows],
                 "split": [splits.index(s.layer_split) for s in rows]}
         for name in COLUMNS:
             if name not in cols:
@@ -97,10 +97,10 @@ class StrategyBatch:
         """Row ``i`` as a Strategy; ``dispatcher`` gives the priced one for a row left to the fastest (an unpriced
         such row reads as the first dispatcher)."""
         d = {k: int(getattr(self, k)[i]) for k in COLUMNS if k != "split"}
-        d["recompute"] = recompute_label(d["recompute"])
-        d["schedule"] = SCHEDULES[d["schedule"]]
+        d["recompute"] = RecomputePolicy.from_code(d["recompute"])
+        d["schedule"] = Schedule(d["schedule"])
         code = d["dispatcher"] if dispatcher is None else dispatcher
-        d["dispatcher"] = DISPATCHERS[code if code < len(DISPATCHERS) else 0]
+        d["dispatcher"] = Dispatcher(DISPATCHERS[code if code < len(DISPATCHERS) else 0])
         return Strategy(**d, layer_split=self.layer_split(i))
 
     @property

@@ -43,7 +43,7 @@ from asap.spec.framework import Framework, GradSync
 from asap.spec.hardware import Cluster
 from asap.spec.job import Job
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, check_strategy, resolve_strategy
+from asap.spec.strategy import Recompute, RecomputePolicy, Schedule, Strategy, Zero, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
@@ -480,8 +480,8 @@ def counterfactuals(job: Job, strategy: Strategy, step_s: float) -> Counterfactu
     def step_of(t: TrainSpec, s: Strategy) -> float:
         return float(estimate_batch(replace(job, train=t), StrategyBatch.from_strategies([s])).step_time_s[0])
 
-    recompute = (step_s - step_of(train, replace(strategy, recompute="none"))
-                 if strategy.recompute != "none" else 0.0)
+    recompute = (step_s - step_of(train, replace(strategy, recompute=RecomputePolicy()))
+                 if strategy.recompute.kind != Recompute.NONE else 0.0)
     expert = (step_s - step_of(replace(train, moe_imbalance=1.0), strategy)
               if model.moe is not None and train.moe_imbalance > 1.0 else 0.0)
     even = tuple((dp, train.attention_work_mean) for dp, _ in train.attention_work)  # every rank the mean
@@ -489,15 +489,12 @@ def counterfactuals(job: Job, strategy: Strategy, step_s: float) -> Counterfactu
     return Counterfactuals(max(recompute, 0.0), max(expert, 0.0), max(sequence, 0.0))
 
 
-def estimate(job: Job, strategy: Strategy | str | dict | None, classes: bool = True) -> Estimate:
-    """Price one strategy (a Strategy, or ``key=value`` text/mapping completed with the documented defaults and
-    the framework's; checked against the framework's options). ``classes``: name the bottleneck with the
+def estimate(job: Job, strategy: Strategy, classes: bool = True) -> Estimate:
+    """Price one strategy (checked against the model, the devices and the framework's options; text is read by
+    ``estimate_spelled`` / ``resolve_strategy`` at the edge). ``classes``: name the bottleneck with the
     counterfactual pricings too (recompute, expert and sequence imbalance; ``asap.cost.classes``)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
-    if isinstance(strategy, Strategy):
-        check_strategy(strategy, model, train, cluster.num_devices, framework=fw)
-    else:
-        strategy = resolve_strategy(strategy, model, train, cluster.num_devices, framework=fw)
+    check_strategy(strategy, model, train, cluster.num_devices, framework=fw)
     S = StrategyBatch.from_strategies([strategy])
     be = estimate_batch(job, S)
     est = estimate_from_batch(job, S, be, 0)
@@ -505,3 +502,11 @@ def estimate(job: Job, strategy: Strategy | str | dict | None, classes: bool = T
         return est
     return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train),
                            counterfactuals(job, est.strategy, est.step_time_s))
+
+
+def estimate_spelled(job: Job, text: str | dict | None, classes: bool = True) -> Estimate:
+    """The API's edge (``asap.estimate``): price ``key=value`` text or a mapping (completed with the documented
+    defaults and the job's framework's, then checked); a ``Strategy`` is priced as it is."""
+    if not isinstance(text, Strategy):
+        text = resolve_strategy(text, job.model, job.train, job.devices, framework=job.framework)
+    return estimate(job, text, classes)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.layout import default_chunk_layers
-from asap.spec.strategy import RECOMPUTE
 
 
 def refuse(key: str, framework: str, problem: str) -> AsapError:
@@ -30,7 +29,7 @@ def micro_batches(train, s) -> int:
 
 def recompute_modules(s) -> list[str] | None:
     """The module names of a ``recompute=a+b`` set (None for none/selective/full)."""
-    return None if s.recompute in RECOMPUTE else s.recompute.split("+")
+    return s.recompute.module_labels or None
 
 
 def check_runnable(stack: str, framework: str, job: Job, s) -> None:

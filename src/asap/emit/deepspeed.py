@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse
 from asap.spec.job import Job
 
@@ -26,7 +27,7 @@ VERSION = "DeepSpeed v0.19.8 (deepspeed/runtime/config.py)"
 def config(job: Job, s) -> dict:
     model, train = job.model, job.train
     check_runnable(NAME, NAME, job, s)
-    if s.vpp > 1 or s.schedule != "1f1b":
+    if s.vpp > 1 or s.schedule != Schedule.ONE_F_ONE_B:
         key = "vpp" if s.vpp > 1 else "schedule"
         raise refuse(key, NAME, f"{key}={getattr(s, key)} (its pipeline engine runs 1F1B with one stage per rank)")
     if s.sp:
@@ -35,7 +36,7 @@ def config(job: Job, s) -> dict:
         raise refuse("cp", NAME, f"cp={s.cp} (no context parallelism)")
     if s.pp > 1 and s.zero > 1:
         raise refuse("zero", NAME, f"zero={s.zero} with pp={s.pp} (its pipeline engine takes ZeRO-1 at most)")
-    if s.recompute not in ("none", "full"):
+    if s.recompute.kind not in (Recompute.NONE, Recompute.FULL):
         raise refuse("recompute", NAME, f"recompute={s.recompute} (activation checkpointing is whole-layer)")
     if s.layer_split and len(set(chunk_layers(model, s))) != 1:
         raise refuse("layer_split", NAME, f"layer_split={'/'.join(map(str, s.layer_split))} "
@@ -44,7 +45,7 @@ def config(job: Job, s) -> dict:
         "train_batch_size": train.global_batch,
         "train_micro_batch_size_per_gpu": s.mbs,
         "gradient_accumulation_steps": micro_batches(train, s),
-        "zero_optimization": {"stage": s.zero},
+        "zero_optimization": {"stage": int(s.zero)},
         "bf16": {"enabled": train.precision == "bf16"},
         "fp16": {"enabled": train.precision == "fp16"},
         "gradient_clipping": 1.0,
@@ -53,8 +54,8 @@ def config(job: Job, s) -> dict:
         cfg["tensor_parallel"] = {"autotp_size": s.tp}
     if s.pp > 1:
         cfg["pipeline"] = {"stages": s.pp, "partition": "uniform",
-                           "activation_checkpoint_interval": 1 if s.recompute == "full" else 0}
-    if s.recompute == "full":
+                           "activation_checkpoint_interval": 1 if s.recompute.kind == Recompute.FULL else 0}
+    if s.recompute.kind == Recompute.FULL:
         cfg["activation_checkpointing"] = {"partition_activations": s.tp > 1, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": False, "number_checkpoints": model.num_layers}
     return cfg

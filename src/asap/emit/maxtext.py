@@ -16,6 +16,8 @@ slices.
 
 from __future__ import annotations
 
+from asap.spec.framework import Dispatcher
+from asap.spec.knobs import Schedule
 from asap.emit.common import (check_runnable, chunk_layers, micro_batches, recompute_modules, refuse,
                               refuse_model)
 from asap.spec.job import Job
@@ -49,9 +51,9 @@ def config(job: Job, s) -> dict:
         raise refuse("zero", NAME, f"zero={s.zero} (the batch axis is data, zero 0, or fsdp, zero 3)")
     if recompute_modules(s):
         raise refuse("recompute", NAME, f"recompute={s.recompute} (remat_policy is none, minimal or full here)")
-    if s.schedule == "zb":
+    if s.schedule == Schedule.ZB:
         raise refuse("schedule", NAME, "schedule=zb (its pipeline is a circular GPipe-style schedule)")
-    if model.moe is not None and s.dispatcher != "alltoall":
+    if model.moe is not None and s.dispatcher != Dispatcher.ALLTOALL:
         raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher}")
     if model.moe is not None and s.a2a_overlap:
         raise refuse("a2a_overlap", NAME, "a2a_overlap=1")
@@ -72,7 +74,7 @@ def config(job: Job, s) -> dict:
     cfg["per_device_batch_size"] = int(per_device) if per_device == int(per_device) else per_device
     cfg["gradient_accumulation_steps"] = ga
     cfg["max_target_length"] = train.seq_len
-    cfg["remat_policy"] = REMAT[s.recompute]
+    cfg["remat_policy"] = REMAT[s.recompute.label]
     cfg["dtype"] = {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16")
     if train.precision == "fp8":
         cfg["quantization"] = "fp8"
@@ -122,6 +124,6 @@ def emit(job: Job, s) -> str:
     import yaml
 
     head = (f"# {VERSION}; asap strategy {s}\n"
-            f"# schedule={s.schedule}: MaxText's circular pipeline; sp={s.sp}: XLA shards activations on the "
+            f"# schedule={s.schedule}: MaxText's circular pipeline; sp={int(s.sp)}: XLA shards activations on the "
             "tensor axis itself\n")
     return head + yaml.safe_dump(config(job, s), sort_keys=False)

@@ -14,6 +14,8 @@ recomputation or outside bf16/fp16 (TransformerConfig rejects each).
 
 from __future__ import annotations
 
+from asap.spec.framework import Dispatcher
+from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
 from asap.spec.job import Job
 
@@ -85,9 +87,9 @@ def data_parallel_args(train, s) -> list[tuple[str, ...]]:
 
 def recompute_args(model, s) -> list[tuple[str, ...]]:
     mods = modules_for(model, recompute_modules(s) or ())
-    if s.recompute == "full":
+    if s.recompute.kind == Recompute.FULL:
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
-    if s.recompute == "selective":
+    if s.recompute.kind == Recompute.SELECTIVE:
         mods = modules_for(model, SELECTIVE_MODULES)
     if mods:
         return [("--recompute-granularity", "selective"), ("--recompute-modules", *mods)]
@@ -109,8 +111,8 @@ def moe_args(model, s) -> list[tuple[str, ...]]:
     if model.moe is None:
         return []
     e = model.moe
-    a = [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep",)] if s.dispatcher == "dedup" else \
-        [("--moe-token-dispatcher-type", s.dispatcher)]
+    a = [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep",)] if s.dispatcher == Dispatcher.DEDUP else \
+        [("--moe-token-dispatcher-type", s.dispatcher.value)]
     if s.a2a_overlap:
         a.append(("--overlap-moe-expert-parallel-comm",))
     a += [("--num-experts", str(e.num_experts)), ("--moe-router-topk", str(e.top_k)),
@@ -161,7 +163,7 @@ def model_args(model) -> list[tuple[str, ...]]:
 
 def args(job: Job, s) -> list[tuple[str, ...]]:
     model, train = job.model, job.train
-    if s.schedule in ("zb", "gpipe"):
+    if s.schedule in (Schedule.ZB, Schedule.GPIPE):
         raise refuse("schedule", NAME, f"schedule={s.schedule} (pretrain_gpt.py runs 1F1B or interleaved 1F1B)")
     check_runnable(NAME, NAME, job, s)
     assert micro_batches(train, s) >= 1

@@ -15,6 +15,8 @@ expert tensor parallelism other than model_parallel.
 
 from __future__ import annotations
 
+from asap.spec.framework import Dispatcher
+from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse, refuse_model
 from asap.spec.job import Job
 
@@ -28,9 +30,9 @@ def config(job: Job, s) -> dict:
     check_model(model)
     if s.zero > 1:
         raise refuse("zero", NAME, f"zero={s.zero} (optimizer_shard shards optimizer states only: zero 0 or 1)")
-    if s.schedule in ("zb", "gpipe"):
+    if s.schedule in (Schedule.ZB, Schedule.GPIPE):
         raise refuse("schedule", NAME, f"schedule={s.schedule} (1F1B, interleaved with pp_interleave_num)")
-    if model.moe is not None and s.dispatcher == "allgather":
+    if model.moe is not None and s.dispatcher == Dispatcher.ALLGATHER:
         raise refuse("dispatcher", NAME, "dispatcher=allgather (all-to-all, or deduplicated with enable_deredundency)")
     n_micro = micro_batches(train, s)
     chunks = chunk_layers(model, s)
@@ -51,7 +53,7 @@ def config(job: Job, s) -> dict:
         "parallel_config": pc,
         "runner_config": {"batch_size": s.mbs, "gradient_accumulation_steps": 1 if s.pp > 1 else n_micro,
                           "sink_mode": True},
-        "recompute_config": {"recompute": s.recompute == "full", "select_recompute": s.recompute == "selective",
+        "recompute_config": {"recompute": s.recompute.kind == Recompute.FULL, "select_recompute": s.recompute.kind == Recompute.SELECTIVE,
                              "parallel_optimizer_comm_recompute": False, "mp_comm_recompute": True,
                              "recompute_slice_activation": True},
         "model": {"model_config": {**model_config(model, train), "pp_interleave_num": s.vpp, "offset": offset},
@@ -62,8 +64,8 @@ def config(job: Job, s) -> dict:
         cfg["moe_config"] = {"expert_num": e.num_experts, "num_experts_chosen": e.top_k,
                              "moe_intermediate_size": e.expert_ffn_hidden_size, "shared_expert_num": e.shared_experts,
                              "first_k_dense_replace": e.first_dense_layers,
-                             "enable_deredundency": s.dispatcher == "dedup",
-                             "npu_nums_per_device": cluster.devices_per_node if s.dispatcher == "dedup" else 1}
+                             "enable_deredundency": s.dispatcher == Dispatcher.DEDUP,
+                             "npu_nums_per_device": cluster.devices_per_node if s.dispatcher == Dispatcher.DEDUP else 1}
     return cfg
 
 

@@ -17,6 +17,8 @@ fp16.
 
 from __future__ import annotations
 
+from asap.spec.framework import Dispatcher
+from asap.spec.knobs import Recompute
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
 from asap.emit.torchtitan_model import model_args
 from asap.spec.job import Job
@@ -35,13 +37,13 @@ def config(job: Job, s) -> dict:
     if recompute_modules(s):
         raise refuse("recompute", NAME, f"recompute={s.recompute} ([activation_checkpoint] mode is none, "
                                         "selective or full)")
-    if model.moe is not None and s.dispatcher != "alltoall":
+    if model.moe is not None and s.dispatcher != Dispatcher.ALLTOALL:
         raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher} (its MoE dispatch is all-to-all)")
     if model.moe is not None and s.a2a_overlap:
         raise refuse("a2a_overlap", NAME, "a2a_overlap=1 (no expert all-to-all overlap outside DualPipeV)")
     titan = model_args(model, train.seq_len)
     looped = s.vpp > 1
-    schedule = SCHEDULES.get((s.schedule, looped))
+    schedule = SCHEDULES.get((s.schedule.label, looped))
     if s.pp > 1 and schedule is None:
         raise refuse("schedule", NAME, f"schedule={s.schedule} with vpp={s.vpp}")
     par: dict = {
@@ -74,8 +76,8 @@ def config(job: Job, s) -> dict:
     else:
         # without a pipeline, local_batch_size is the micro-batch and the rest is gradient accumulation
         training["local_batch_size"] = s.mbs
-    ac = {"mode": s.recompute}
-    if s.recompute == "selective":
+    ac = {"mode": s.recompute.label}
+    if s.recompute.kind == Recompute.SELECTIVE:
         ac["selective_ac_option"] = "op"
     model_table: dict = {"name": titan.name, "flavor": titan.flavor}
     if train.precision == "fp8":

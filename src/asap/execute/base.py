@@ -2,9 +2,10 @@
 
 An executor turns one parallel strategy into one trial: ``sim`` prices it with the cost model, ``torch`` runs
 the reference trainer under torchrun, ``command`` runs any launcher from a template (Megatron-LM, torchtitan,
-a Slurm job...). Whatever happens -- a strategy the model cannot take, a crash, an out-of-memory, a hang,
-output with no step time in it -- ``run`` returns a ``Failure`` with a one-line reason; it never raises, so
-a tuner that calls it never crashes.
+a Slurm job...). ``run`` takes a ``Strategy``; text is read by the executor's ``parse`` (the edge, which
+raises AsapError for a strategy it cannot complete or the model cannot take). Whatever happens in the run --
+a refusal of the backend, a crash, an out-of-memory, a hang, output with no step time in it -- ``run`` returns
+a ``Failure`` with a one-line reason; it never raises, so a tuner that calls it never crashes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asap.errors import AsapError
-from asap.spec.strategy import Strategy, parse_strategy
+from asap.spec.strategy import Strategy
 from asap.spec.words import FailureKind, TrialStatus
 
 # why a trial failed (``asap.spec.words.FailureKind``)
@@ -27,7 +28,7 @@ FAILURE_KINDS = tuple(k.value for k in FailureKind)
 class Measurement:
     """A trial that produced a step time (measured, or predicted when ``predicted``)."""
 
-    strategy: dict[str, Any]
+    strategy: Strategy
     step_time_s: float
     tokens_per_s: float | None = None
     peak_memory_gb: float | None = None
@@ -43,7 +44,7 @@ class Measurement:
     reason = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status.value, "reason": None, "strategy": self.strategy, "executor": self.executor,
+        return {"status": self.status.value, "reason": None, "strategy": self.strategy.to_dict(), "executor": self.executor,
                 "step_time_s": self.step_time_s, "measured_step_time_s": None if self.predicted else self.step_time_s,
                 "predicted": self.predicted, "tokens_per_s": self.tokens_per_s, "peak_memory_gb": self.peak_memory_gb,
                 "losses": self.losses, "traces": self.traces, "wall_time_s": self.wall_time_s, "details": self.details}
@@ -53,7 +54,7 @@ class Measurement:
 class Failure:
     """A trial that produced no step time; ``kind`` says why (a ``FailureKind``), ``reason`` in one line."""
 
-    strategy: dict[str, Any]
+    strategy: Strategy
     reason: str
     kind: FailureKind = FailureKind.CRASH
     executor: str = ""
@@ -66,22 +67,12 @@ class Failure:
     step_time_s = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status.value, "reason": self.reason, "kind": str(self.kind), "strategy": self.strategy,
+        return {"status": self.status.value, "reason": self.reason, "kind": str(self.kind), "strategy": self.strategy.to_dict(),
                 "executor": self.executor, "step_time_s": None, "measured_step_time_s": None,
                 "wall_time_s": self.wall_time_s, "log_tail": self.log_tail, "details": self.details}
 
 
 Result = Measurement | Failure
-
-
-def strategy_dict(strategy: Strategy | str | dict | None) -> dict[str, Any]:
-    """The strategy as a mapping, for reports, even when it does not parse."""
-    if isinstance(strategy, Strategy):
-        return strategy.to_dict()
-    try:
-        return parse_strategy(strategy)
-    except AsapError:
-        return {"text": str(strategy)}
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -94,16 +85,21 @@ class Executor(ABC):
 
     name = "executor"
 
-    def run(self, strategy: Strategy | str | dict) -> Result:
+    def parse(self, spelled: str | dict) -> Strategy:
+        """A strategy as written (``key=value`` text or a mapping) completed and checked for this executor's job:
+        the edge where a caller's text becomes the ``Strategy`` that ``run`` takes. Raises AsapError."""
+        raise AsapError("strategy", f"the {self.name} executor reads no strategy text")
+
+    def run(self, strategy: Strategy) -> Result:
         t0 = time.perf_counter()
         try:
             res = self._run(strategy)
         except AsapError as e:
-            res = Failure(strategy_dict(strategy), one_line(str(e)), kind=FailureKind.INVALID)
+            res = Failure(strategy, one_line(str(e)), kind=FailureKind.INVALID)
         except KeyboardInterrupt:
             raise
         except Exception as e:  # noqa: BLE001 - an executor's bug is a failed trial, not a crashed tuner
-            res = Failure(strategy_dict(strategy), one_line(f"internal error: {type(e).__name__}: {e}"),
+            res = Failure(strategy, one_line(f"internal error: {type(e).__name__}: {e}"),
                           kind=FailureKind.INTERNAL, log_tail=traceback.format_exc()[-4000:])
         res.executor = self.name
         if res.wall_time_s is None:
@@ -111,7 +107,7 @@ class Executor(ABC):
         return res
 
     @abstractmethod
-    def _run(self, strategy: Strategy | str | dict) -> Result:
+    def _run(self, strategy: Strategy) -> Result:
         ...
 
     def refuses(self, strategy: Strategy) -> str | None:

@@ -124,10 +124,10 @@ class CommandExecutor(Executor):
         return {}
 
     # -- strategy and placeholders ------------------------------------------------------------------------
-    def _strategy(self, strategy: Strategy | str | dict) -> Strategy:
-        if isinstance(strategy, Strategy):
-            return strategy
-        partial = parse_strategy(strategy)
+    def parse(self, spelled: str | dict) -> Strategy:
+        """Completed for the job given (model, train, devices) and checked when there is one; else only completed
+        (dp = 1 without a device count)."""
+        partial = parse_strategy(spelled)
         if self.model is not None and self.train is not None and self.devices is not None:
             return resolve_strategy(partial, self.model, self.train, self.devices)
         if self.devices is None and "dp" not in partial:
@@ -159,8 +159,7 @@ class CommandExecutor(Executor):
             raise AsapError("command", f"cannot fill {part!r}: {e}") from None
 
     # -- running ------------------------------------------------------------------------------------------
-    def _run(self, strategy: Strategy | str | dict) -> Result:
-        s = self._strategy(strategy)
+    def _run(self, s: Strategy) -> Result:
         self.trials += 1
         trial_dir = self.workdir / f"trial{self.trials}"
         trial_dir.mkdir(parents=True, exist_ok=True)
@@ -175,34 +174,33 @@ class CommandExecutor(Executor):
                 proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         cwd=self.cwd, env=env, start_new_session=True)
             except FileNotFoundError:
-                return Failure(s.to_dict(), f"command not found: {argv[0]}", kind=FailureKind.CRASH, details=details)
+                return Failure(s, f"command not found: {argv[0]}", kind=FailureKind.CRASH, details=details)
             except PermissionError:
-                return Failure(s.to_dict(), f"permission denied: {argv[0]}", kind=FailureKind.CRASH, details=details)
+                return Failure(s, f"permission denied: {argv[0]}", kind=FailureKind.CRASH, details=details)
             except OSError as e:
-                return Failure(s.to_dict(), one_line(f"cannot start {argv[0]}: {e}"), kind=FailureKind.CRASH,
-                               details=details)
+                return Failure(s, one_line(f"cannot start {argv[0]}: {e}"), kind=FailureKind.CRASH, details=details)
             timed_out = wait_or_kill(proc, self.timeout_s)
         text = log_path.read_bytes().decode("utf-8", errors="replace")
         tail = "\n".join(text.splitlines()[-40:])
         rc = proc.returncode
         details["returncode"] = rc
         if timed_out:
-            return Failure(s.to_dict(), f"timed out after {self.timeout_s:g} s (a hang?); the process group was killed",
+            return Failure(s, f"timed out after {self.timeout_s:g} s (a hang?); the process group was killed",
                            kind=FailureKind.TIMEOUT, log_tail=tail, details=details)
         if rc != 0:
-            return Failure(s.to_dict(), self._crash_reason(text, rc), kind=self._crash_kind(text, rc),
+            return Failure(s, self._crash_reason(text, rc), kind=self._crash_kind(text, rc),
                            log_tail=tail, details=details)
         times, losses = self._parse(text, s)
         if not times:
             pattern = self.log_format.step if self.log_format else self.step_re.pattern
-            return Failure(s.to_dict(), f"exited 0 but printed no step time matching /{pattern}/",
+            return Failure(s, f"exited 0 but printed no step time matching /{pattern}/",
                            kind=FailureKind.NO_RESULT, log_tail=tail, details=details)
         kept = times[self.warmup:] if len(times) > self.warmup else times
         step = statistics.median(kept)
         details.update(step_times_s=times, log_tail=tail)
         traces = self._traces(values)
         tokens = self.train.tokens_per_step / step if self.train is not None else None
-        return Measurement(s.to_dict(), step, tokens_per_s=tokens, losses=losses, traces=traces, details=details)
+        return Measurement(s, step, tokens_per_s=tokens, losses=losses, traces=traces, details=details)
 
     def _parse(self, text: str, s: Strategy) -> tuple[list[float], list[float]]:
         """(step times s, losses): the stack's own lines with a ``framework``, else ``step_time_regex``."""

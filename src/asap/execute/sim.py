@@ -30,15 +30,16 @@ class SimExecutor(Executor):
         digest = hashlib.sha1(json.dumps(figures, sort_keys=True, default=str).encode()).hexdigest()[:12]
         return f"sim {self.cluster.name or acc.name} {digest}"
 
-    def _run(self, strategy: Strategy | str | dict) -> Result:
+    def parse(self, spelled: str | dict) -> Strategy:
+        return resolve_strategy(spelled, self.model, self.train, self.cluster.num_devices)
+
+    def _run(self, s: Strategy) -> Result:
         from asap.cost.estimate import estimate  # the cost model is an optional layer for this module
 
-        s = strategy if isinstance(strategy, Strategy) else resolve_strategy(strategy, self.model, self.train,
-                                                                               self.cluster.num_devices)
         est = estimate(self.job, s)
         details = est.to_dict()
         if not est.fits:
-            return Failure(s.to_dict(), f"does not fit: predicted peak memory {est.peak_memory_gb:.1f} GiB reserved per device "
-                                        f"> {self.cluster.hbm_gb:g} GiB", kind=FailureKind.OOM, details=details)
-        return Measurement(s.to_dict(), est.step_time_s, tokens_per_s=est.tokens_per_s,
+            return Failure(s, f"does not fit: predicted peak memory {est.peak_memory_gb:.1f} GiB reserved per device "
+                              f"> {self.cluster.hbm_gb:g} GiB", kind=FailureKind.OOM, details=details)
+        return Measurement(s, est.step_time_s, tokens_per_s=est.tokens_per_s,
                            peak_memory_gb=est.peak_memory_gb, predicted=True, details=details)

@@ -46,10 +46,8 @@ class StackExecutor(CommandExecutor):
     def extra_fields(self) -> tuple[str, ...]:
         return ("config", "emitted_args")
 
-    def _strategy(self, strategy: Strategy | str | dict) -> Strategy:
-        if isinstance(strategy, Strategy):
-            return strategy
-        return resolve_strategy(strategy, self.model, self.train, self.cluster.num_devices)
+    def parse(self, spelled: str | dict) -> Strategy:
+        return resolve_strategy(spelled, self.model, self.train, self.cluster.num_devices)
 
     def emitted(self, s: Strategy) -> str:
         from asap.emit import emit

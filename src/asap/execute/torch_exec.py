@@ -71,19 +71,25 @@ class TorchExecutor(Executor):
             return str(e)
         return None
 
-    def _run(self, strategy: Strategy | str | dict) -> Result:
-        from asap.runners.torch.launch import RunFailed, resolve_run_strategy
+    def parse(self, spelled: str | dict) -> Strategy:
+        """Completed and checked as ``asap run`` does (the device count from the strategy itself)."""
+        from asap.runners.torch.launch import resolve_run_strategy
+
+        return resolve_run_strategy(spelled, self.model, TrainSpec(self.train.global_batch, self.train.seq_len,
+                                                                   self.precision))
+
+    def _run(self, s: Strategy) -> Result:
+        from asap.runners.torch.launch import RunFailed
 
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
-        s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, self.model, train)
         self.trials += 1
         prof = str(Path(self.profile_dir) / f"trial{self.trials}") if self.profile_dir else None
         try:
             r = self._train(s, train, prof)
         except RunFailed as e:
-            return Failure(s.to_dict(), e.reason, kind=FailureKind(e.kind), log_tail=e.log_tail[-4000:])
+            return Failure(s, e.reason, kind=FailureKind(e.kind), log_tail=e.log_tail[-4000:])
         details = self.with_prediction(self._details(r), r.device, s, train)
-        return Measurement(s.to_dict(), r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
+        return Measurement(s, r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
                            losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)
 
     def _train(self, s: Strategy, train: TrainSpec, profile_dir: str | None):

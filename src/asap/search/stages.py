@@ -43,7 +43,7 @@ from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.layout import Unit, layout
-from asap.spec.strategy import SCHEDULES, Schedule, Strategy
+from asap.spec.strategy import Recompute, RecomputePolicy, Schedule, Strategy
 
 
 @dataclass
@@ -64,9 +64,9 @@ class StageProblem:
     vpp: int
     micro_batches: int
     hbm_bytes: float
-    base_recompute: str
+    base_recompute: RecomputePolicy
     default_layers: tuple[int, ...] = ()  # the layout's default layers per chunk
-    schedule: str = "1f1b"
+    schedule: Schedule = Schedule.ONE_F_ONE_B
 
     @property
     def stages(self) -> int:
@@ -74,8 +74,7 @@ class StageProblem:
 
     def in_flight(self, device: int) -> float:
         """Micro-batches' worth of activations device ``device`` holds at its peak (the memory model's count)."""
-        code = Schedule(SCHEDULES.index(self.schedule))
-        return float(micro_batches_in_flight(self.micro_batches, self.pp, self.vpp, code, device))
+        return float(micro_batches_in_flight(self.micro_batches, self.pp, self.vpp, self.schedule, device))
 
 
 @dataclass
@@ -123,11 +122,12 @@ def build_problem(job: Job, s: Strategy) -> StageProblem:
     if s.pp < 2:
         raise AsapError("strategy.pp", "the stage split needs pp > 1")
     base = StrategyBatch.from_strategies([replace(s, layer_split=())])
-    full = StrategyBatch.from_strategies([replace(s, recompute="full", layer_split=())])
+    full = StrategyBatch.from_strategies([replace(s, recompute=RecomputePolicy(Recompute.FULL), layer_split=())])
     t_base, t_full = (unit_times(job, S).parts for S in (base, full))
     # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's computation
     # (cost/estimate.py, stage_times); unit by unit only what exceeds the unit's own computation stays
-    paired = (s.a2a_overlap == 1 and s.schedule != "gpipe" and model.moe is not None and s.recompute != "full"
+    paired = (s.a2a_overlap and s.schedule != Schedule.GPIPE and model.moe is not None
+              and s.recompute.kind != Recompute.FULL
               and s.micro_batches(train.global_batch) >= 2)  # cost.estimate.expert_overlap
 
     def unit_time(t):
@@ -199,7 +199,7 @@ def price_split(prob: StageProblem, counts: list[int], recompute: list[bool]) ->
                       fits=all(x <= prob.hbm_bytes for x in dev_mem), layers_per_stage=layers)
 
 
-def simulate_split(prob: StageProblem, split: StageSplit, schedule: str) -> float:
+def simulate_split(prob: StageProblem, split: StageSplit, schedule: Schedule) -> float:
     """The split's step by the event simulator (cost/schedule_sim.py) instead of the closed form: chunk by chunk,
     which the closed form cannot see when virtual stages differ (interleaving stalls on unequal chunks).
     Each unit's time is a third forward and two thirds backward; full recompute adds to the backward."""
@@ -212,8 +212,9 @@ def simulate_split(prob: StageProblem, split: StageSplit, schedule: str) -> floa
         fwd.append(max(base / 3.0, 1e-12))
         bwd.append(max(2.0 * base / 3.0 + extra, 1e-12))
         start += n
-    schedule = "interleaved" if prob.vpp > 1 else (schedule if schedule in ("1f1b", "zb", "gpipe") else "1f1b")
-    return simulated_pipeline_time_s(prob.pp, prob.vpp, prob.micro_batches, schedule, fwd, bwd)
+    if prob.vpp > 1 or schedule == Schedule.INTERLEAVED:
+        schedule = Schedule.INTERLEAVED if prob.vpp > 1 else Schedule.ONE_F_ONE_B
+    return simulated_pipeline_time_s(prob.pp, prob.vpp, prob.micro_batches, schedule.label, fwd, bwd)
 
 
 def uniform_split_or_none(prob: StageProblem) -> StageSplit | None:
@@ -234,7 +235,7 @@ def uniform_split(prob: StageProblem) -> StageSplit:
     counts[-1] += sum(1 for u in prob.units if u.name in ("mtp", "head"))
     if min(counts) < 1:
         raise AsapError("strategy.pp", f"{S} virtual stages for {len(prob.units)} units leave a stage empty")
-    full = prob.base_recompute == "full"
+    full = prob.base_recompute.kind == Recompute.FULL
     return price_split(prob, counts, [full] * S)
 
 
@@ -350,8 +351,8 @@ def _objective_and_bounds(prob: StageProblem, v: _Columns, scale_t: float, allow
     lb[v.B[0, 0]] = 1.0
     if S > 1:  # the head and the MTP modules in the last stage, so a layer split describes the placement
         ub[v.B[_tail_units(prob), S - 2]] = 0.0
-    if not allow_recompute_choice or prob.base_recompute == "full":  # recompute fixed to the strategy's
-        lb[v.R] = ub[v.R] = 1.0 if prob.base_recompute == "full" else 0.0
+    if not allow_recompute_choice or prob.base_recompute.kind == Recompute.FULL:  # recompute fixed to the strategy's
+        lb[v.R] = ub[v.R] = 1.0 if prob.base_recompute.kind == Recompute.FULL else 0.0
     return c, lb, ub
 
 
@@ -395,7 +396,7 @@ def _near_lower_bound(prob: StageProblem, split: StageSplit) -> bool:
     split at that bound, without extra recompute, cannot be improved by more than ``OPTIMALITY_GAP``."""
     times = [u.time_s for u in prob.units]
     bound = max(sum(times) / prob.pp, max(times))
-    no_extra = not any(split.recompute) or prob.base_recompute == "full"
+    no_extra = not any(split.recompute) or prob.base_recompute.kind == Recompute.FULL
     return no_extra and max(split.device_time_s) <= bound * (1 + OPTIMALITY_GAP)
 
 
@@ -409,7 +410,7 @@ def solve_split(prob: StageProblem, time_limit_s: float | None = None, allow_rec
         raise AsapError("strategy.pp", f"pp*vpp = {S} stages exceed the {U} units of the model")
     tail = len(_tail_units(prob))
     if U - tail + 1 == S:  # one block per stage (MTP and the head together): the only split there is
-        split = price_split(prob, [1] * (S - 1) + [tail], [prob.base_recompute == "full"] * S)
+        split = price_split(prob, [1] * (S - 1) + [tail], [prob.base_recompute.kind == Recompute.FULL] * S)
         split.solver = "the only split (one unit per stage)"
         return split
     v = _Columns(U, S)
@@ -520,8 +521,8 @@ def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> 
     S = prob.stages
     uniform = uniform_split_or_none(prob)
     options = [uniform] if uniform is not None else []
-    modes = [prob.base_recompute == "full"]
-    if allow_recompute_choice and prob.base_recompute != "full":
+    modes = [prob.base_recompute.kind == Recompute.FULL]
+    if allow_recompute_choice and prob.base_recompute.kind != Recompute.FULL:
         modes.append(True)
     tail = len(_tail_units(prob))  # MTP and the head stay together on the last stage: one block for the fill
     for rc in modes:
@@ -565,8 +566,8 @@ def brute_force_split(prob: StageProblem, allow_recompute_choice: bool = True) -
     the ILP's reference."""
     U, S = len(prob.units), prob.stages
     best = None
-    rc_choices = ([False, True] if allow_recompute_choice and prob.base_recompute != "full"
-                  else [prob.base_recompute == "full"])
+    rc_choices = ([False, True] if allow_recompute_choice and prob.base_recompute.kind != Recompute.FULL
+                  else [prob.base_recompute.kind == Recompute.FULL])
     last_start = U - len(_tail_units(prob))  # MTP and the head on the last stage, as the ILP places them
     for cuts in itertools.combinations(range(1, last_start + 1), S - 1):
         edges = (0,) + cuts + (U,)

@@ -89,6 +89,25 @@ class Dispatcher(str, Enum):
     ALLGATHER = "allgather"  # every rank gathers all tokens of its EP group and keeps its experts' (Megatron)
     DEDUP = "dedup"  # a token crosses the network once per remote domain, then fans out (DeepEP, Ascend)
 
+    @classmethod
+    def parse(cls, text, field: str = "strategy.dispatcher") -> "Dispatcher":
+        if isinstance(text, Dispatcher):
+            return text
+        if str(text) not in DISPATCHERS:
+            raise AsapError(field, f"must be one of {', '.join(DISPATCHERS)}, got {text!r}")
+        return cls(str(text))
+
+    @property
+    def code(self) -> int:
+        """The batch code (the index in ``DISPATCHERS``)."""
+        return DISPATCHERS.index(self.value)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
 
 DISPATCHERS = tuple(d.value for d in Dispatcher)
 BEST_DISPATCHER = len(DISPATCHERS)  # a planner row whose dispatcher is free: the cost model prices the fastest

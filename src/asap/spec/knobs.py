@@ -1,5 +1,6 @@
-"""The strategy knobs' vocabulary: the keys, the enums of recompute, schedule and ZeRO, and the batch codes of
-recompute values (``Recompute.MODULES`` + the bit mask of ``RecomputeModule``).
+"""The strategy knobs' vocabulary: the keys, the enums of recompute, schedule and ZeRO, the typed recompute value
+(``RecomputePolicy``) and the batch codes of recompute values (``Recompute.MODULES`` + the bit mask of
+``RecomputeModule``), and ``plain_value``, a typed knob in its printed spelling.
 
 Read by ``asap.spec.strategy`` (the ``Strategy`` record, parsing and defaults) and ``asap.spec.legality`` (the
 rules over batches of strategies), which imports no ``Strategy`` so that the two do not import each other.
@@ -7,7 +8,9 @@ rules over batches of strategies), which imports no ``Strategy`` so that the two
 
 from __future__ import annotations
 
-from enum import IntEnum
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -73,6 +76,49 @@ def recompute_label(code: int) -> str:
     return "+".join(m.label for m in RecomputeModule if mask >> m.value & 1)
 
 
+@dataclass(frozen=True)
+class RecomputePolicy:
+    """A ``recompute`` value: its kind and, for ``Recompute.MODULES``, the set of recomputed modules. Prints as
+    its canonical text (``none``, ``selective``, ``full``, ``layernorm+moe_act``); ``code`` is its batch code."""
+
+    kind: Recompute = Recompute.NONE
+    modules: frozenset[RecomputeModule] = frozenset()
+
+    @classmethod
+    def parse(cls, text: Any, field: str = "strategy.recompute") -> RecomputePolicy:
+        """Read ``none | selective | full`` or modules joined by ``+`` (the one place recompute text is parsed)."""
+        if isinstance(text, RecomputePolicy):
+            return text
+        return cls.from_code(recompute_code(text, field))
+
+    @classmethod
+    def from_code(cls, code: int) -> RecomputePolicy:
+        code = int(code)
+        if code < Recompute.MODULES:
+            return cls(Recompute(code))
+        mask = code - Recompute.MODULES
+        return cls(Recompute.MODULES, frozenset(m for m in RecomputeModule if mask >> m.value & 1))
+
+    @property
+    def code(self) -> int:
+        """The batch code: the kind, or ``MODULES`` + the modules' bit mask."""
+        if self.kind != Recompute.MODULES:
+            return int(self.kind)
+        return int(Recompute.MODULES) + sum(1 << m.value for m in self.modules)
+
+    @property
+    def label(self) -> str:
+        return recompute_label(self.code)
+
+    @property
+    def module_labels(self) -> list[str]:
+        """The recomputed modules' names in ``RecomputeModule`` order ([] for none/selective/full)."""
+        return [m.label for m in RecomputeModule if m in self.modules]
+
+    def __str__(self) -> str:
+        return self.label
+
+
 def module_recomputed(codes, module: RecomputeModule):
     """Per row: whether ``module`` is in the row's recompute module set (False for none/selective/full)."""
     codes = np.asarray(codes)
@@ -90,6 +136,20 @@ class Schedule(IntEnum):
     @property
     def label(self) -> str:
         return SCHEDULES[self.value]
+
+    @classmethod
+    def parse(cls, text: Any, field: str = "strategy.schedule") -> Schedule:
+        if isinstance(text, Schedule):
+            return text
+        if str(text) not in SCHEDULES:
+            raise AsapError(field, f"must be one of {', '.join(SCHEDULES)}, got {text!r}")
+        return cls(SCHEDULES.index(str(text)))
+
+    def __str__(self) -> str:
+        return self.label
+
+    def __format__(self, spec: str) -> str:
+        return format(self.label, spec)
 
 
 class Zero(IntEnum):
@@ -109,3 +169,15 @@ OFF_BY_DEFAULT = ("offload_act", "offload_opt", "fp8_param")  # shown in a strat
 SWITCH_KEYS = ("sp", "a2a_overlap", "offload_act", "offload_opt", "fp8_param")  # 0 or 1
 KEYS = INT_KEYS[:10] + ("recompute", "schedule", "dispatcher", "a2a_overlap", "layer_split", "offload_act",
                         "offload_opt", "fp8_param")
+
+
+def plain_value(value: Any) -> Any:
+    """A typed strategy value as it is printed and stored: an int for a switch or ZeRO stage, the text of a
+    schedule, dispatcher or recompute policy; anything else as it is."""
+    if isinstance(value, (bool, Zero)):
+        return int(value)
+    if isinstance(value, (Schedule, RecomputePolicy)):
+        return value.label
+    if isinstance(value, Enum):
+        return value.value
+    return value

@@ -15,9 +15,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from asap.errors import AsapError
-from asap.spec.framework import DISPATCHERS
 from asap.spec.layout import check_layer_split
-from asap.spec.knobs import KEYS, RECOMPUTE, SCHEDULES, Schedule, recompute_code
+from asap.spec.knobs import KEYS, RecomputePolicy, Schedule, plain_value
 
 Cols = Mapping[str, np.ndarray]
 PIPELINE_SCHEDULES_WITH_CHUNKS = (Schedule.INTERLEAVED, Schedule.ZB)
@@ -127,20 +126,20 @@ def strategy_columns(s) -> dict[str, np.ndarray]:
     """One strategy (a ``Strategy``; this module reads its knobs, not the class) as the columns the rules read."""
     cols = {k: np.array([getattr(s, k)], dtype=np.int64) for k in KEYS if k not in ("recompute", "schedule",
                                                                                     "dispatcher", "layer_split")}
-    cols["recompute"] = np.array([recompute_code(s.recompute)], dtype=np.int64)
-    cols["schedule"] = np.array([SCHEDULES.index(s.schedule)], dtype=np.int64)
-    cols["dispatcher"] = np.array([DISPATCHERS.index(s.dispatcher)], dtype=np.int64)
+    cols["recompute"] = np.array([s.recompute.code], dtype=np.int64)
+    cols["schedule"] = np.array([int(s.schedule)], dtype=np.int64)
+    cols["dispatcher"] = np.array([s.dispatcher.code], dtype=np.int64)
     return cols
 
 
-def unoffered_modules(recompute: str, framework) -> list[str]:
+def unoffered_modules(recompute: RecomputePolicy, framework) -> list[str]:
     """The recompute modules of a module-set value that the stack does not offer ([] for none/selective/full)."""
-    if recompute in RECOMPUTE or framework.recompute_modules is None:
+    if framework.recompute_modules is None:
         return []
-    return [m for m in recompute.split("+") if m not in framework.recompute_modules]
+    return [m for m in recompute.module_labels if m not in framework.recompute_modules]
 
 
-def _modules_error(recompute: str, framework, field: str) -> AsapError | None:
+def _modules_error(recompute: RecomputePolicy, framework, field: str) -> AsapError | None:
     missing = unoffered_modules(recompute, framework)
     if not missing:
         return None
@@ -155,7 +154,8 @@ def check_offered(values: Mapping[str, Any], framework, field: str = "fix") -> N
         if key in values and values[key] not in allowed:
             raise AsapError(f"{field}.{key}", f"{key}={values[key]} is not available in {framework.name} "
                                               f"(offers {', '.join(map(str, allowed))})")
-    if "recompute" in values and (err := _modules_error(values["recompute"], framework, field)) is not None:
+    if "recompute" in values and (err := _modules_error(RecomputePolicy.parse(values["recompute"]), framework,
+                                                         field)) is not None:
         raise err
 
 
@@ -173,7 +173,7 @@ def first_broken_rule(s, model, train, devices: int, field: str = "strategy",
             return AsapError(f"{field}.zero", f"zero={s.zero} with pp={s.pp} is not available in {framework.name} "
                                               f"(at most zero={framework.max_zero_with_pp} with a pipeline)")
         for key, allowed in framework.offers.items():
-            value = getattr(s, key)
+            value = plain_value(getattr(s, key))
             if value not in allowed:
                 return AsapError(f"{field}.{key}", f"{key}={value} is not available in {framework.name} "
                                                    f"(offers {', '.join(map(str, allowed))})")

@@ -14,6 +14,11 @@ Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   defaults (``asap.spec.framework``), layer_split = the default split of ``asap.spec.layout`` (L // (pp vpp)
   per chunk, the remainder from the middle chunks outwards).
 
+A ``Strategy`` holds its knobs typed (``zero`` a ``Zero``, the switches bools, ``schedule`` a ``Schedule``,
+``dispatcher`` a ``Dispatcher``, ``recompute`` a ``RecomputePolicy``) and prints them in the text spelling above
+(``to_dict``, ``str``, ``key`` for Memory). Text and mappings are read only at the edges, by ``parse_strategy``
+and ``resolve_strategy`` (docs/design.md, "The typed strategy").
+
 The rules a strategy must keep live in one table, ``asap.spec.legality``; the knobs' names and codes (the
 enums, the batch codes of recompute values) in ``asap.spec.knobs``, which both read.
 
@@ -29,9 +34,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from asap.errors import AsapError
-from asap.spec.framework import DISPATCHERS
+from asap.spec.framework import DISPATCHERS, Dispatcher
 from asap.spec.knobs import (INT_KEYS, KEYS, OFF_BY_DEFAULT, RECOMPUTE, RECOMPUTE_MODULES,  # noqa: F401
-                             SCHEDULES, SWITCH_KEYS, Recompute, RecomputeModule, Schedule, Zero, module_recomputed, recompute_code, recompute_label)
+                             SCHEDULES, SWITCH_KEYS, Recompute, RecomputeModule, RecomputePolicy, Schedule, Zero,
+                             module_recomputed, plain_value, recompute_code, recompute_label)
 from asap.spec.layout import format_layer_split, parse_layer_split
 
 
@@ -45,21 +51,30 @@ class Strategy:
     ep: int = 1
     etp: int = 1
     mbs: int = 1
-    recompute: str = "none"
-    zero: int = 1
-    sp: int = 0
-    schedule: str = "1f1b"
-    dispatcher: str = "alltoall"  # how MoE tokens reach their experts (asap.spec.framework.Dispatcher)
-    a2a_overlap: int = 0  # expert all-to-alls of one micro-batch hide behind another's computation
+    recompute: RecomputePolicy = RecomputePolicy()
+    zero: Zero = Zero.OPTIMIZER
+    sp: bool = False
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    dispatcher: Dispatcher = Dispatcher.ALLTOALL  # how MoE tokens reach their experts
+    a2a_overlap: bool = False  # expert all-to-alls of one micro-batch hide behind another's computation
     layer_split: tuple[int, ...] = ()  # layers per pipeline chunk; () = the default split
     # host offload (asap.cost.offload): stored activations copied to host memory after each layer's forward and
     # back before its backward (Megatron-Core --cpu-offloading, MaxText's offloading remat policies, DeepSpeed
     # cpu_checkpointing); optimizer states on the host, stepped by the CPU (Megatron-Core
     # --optimizer-cpu-offload, DeepSpeed offload_optimizer, torchtitan's FSDP CPU offload, MaxText
     # optimizer_memory_host_offload)
-    offload_act: int = 0
-    offload_opt: int = 0
-    fp8_param: int = 0  # fp8 runs: the compute weights exist only in fp8 (Megatron-Core --fp8-param-gather)
+    offload_act: bool = False
+    offload_opt: bool = False
+    fp8_param: bool = False  # fp8 runs: the compute weights exist only in fp8 (Megatron-Core --fp8-param-gather)
+
+    def __post_init__(self) -> None:
+        """Hold every knob as its type: values given in their printed spelling (``zero=1``, ``sp=0``,
+        ``schedule="zb"``, ``recompute="full"``, as ``parse_strategy`` returns them) become the enum, bool or
+        ``RecomputePolicy``; a value of neither form is an AsapError."""
+        for k, kind in _TYPED.items():
+            v = getattr(self, k)
+            if type(v) is not kind:
+                object.__setattr__(self, k, _typed_value(k, v))
 
     @property
     def devices(self) -> int:
@@ -74,16 +89,38 @@ class Strategy:
         return self.tp * self.cp * self.dp // (self.etp * self.ep)
 
     def to_dict(self) -> dict[str, Any]:
-        """Every key; ``layer_split`` is ``None`` for the default split."""
-        d = {k: getattr(self, k) for k in KEYS}
+        """Every key in its printed spelling (``sp`` 0/1, ``zero`` 0..3, the schedule, dispatcher and recompute
+        as text); ``layer_split`` is ``None`` for the default split."""
+        d = {k: plain_value(getattr(self, k)) for k in KEYS}
         d["layer_split"] = format_layer_split(self.layer_split) if self.layer_split else None
         return d
+
+    def key(self) -> str:
+        """The canonical text Memory stores: the keys ``str`` prints, sorted by name (``canonical_text``)."""
+        return canonical_text(parse_strategy(str(self)))
 
     def __str__(self) -> str:
         """``key=value,...`` with every key (the layer split only when it is not the default, the offload and
         fp8_param switches only when on): copy-pasteable."""
         return ",".join(f"{k}={v}" for k, v in self.to_dict().items()
                         if v is not None and not (k in OFF_BY_DEFAULT and v == 0))
+
+
+_TYPED = {"recompute": RecomputePolicy, "zero": Zero, "sp": bool, "schedule": Schedule, "dispatcher": Dispatcher,
+          "a2a_overlap": bool, "offload_act": bool, "offload_opt": bool, "fp8_param": bool}
+
+
+def _typed_value(k: str, v: Any, field: str = "strategy") -> Any:
+    """A knob's value in its printed spelling as its type (``Strategy.__post_init__``)."""
+    if k in SWITCH_KEYS:
+        return bool(_parse_int(k, int(v) if isinstance(v, bool) else v, field))
+    if k == "zero":
+        return Zero(_parse_int(k, v, field))
+    if k == "recompute":
+        return RecomputePolicy.parse(v, f"{field}.recompute")
+    if k == "schedule":
+        return Schedule.parse(v, f"{field}.schedule")
+    return Dispatcher.parse(v, f"{field}.dispatcher")
 
 
 def _parse_int(k: str, v: Any, field: str) -> int:
@@ -144,6 +181,12 @@ def parse_strategy(text: str | dict | None, field: str = "strategy") -> dict[str
     return out
 
 
+def canonical_text(partial: dict[str, Any]) -> str:
+    """A partial strategy (``parse_strategy``'s mapping) as Memory's text: ``key=value`` sorted by key, the
+    layer split as ``5/4/4/3``; ``"tp=2,dp=4"`` and ``"dp=4,tp=2"`` are the same text."""
+    return ",".join(f"{k}={format_layer_split(v) if k == 'layer_split' else v}" for k, v in sorted(partial.items()))
+
+
 def default_etp(tp: int, cp: int, dp: int, ep: int) -> int:
     """Megatron-Core's default expert TP is tp; fall back to 1 where ep*tp does not fit the stage's devices."""
     return tp if (tp * cp * dp) % (tp * ep) == 0 else 1
@@ -167,8 +210,8 @@ def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strat
     p.setdefault("schedule", "interleaved" if p.get("vpp", 1) > 1 else "1f1b")
     if framework is not None:
         p.setdefault("dispatcher", framework.dispatcher.value)
-        p.setdefault("a2a_overlap", framework.a2a_overlap)
-        p.setdefault("zero", framework.zero_default)
+        p.setdefault("a2a_overlap", int(framework.a2a_overlap))
+        p.setdefault("zero", int(framework.zero_default))
         for key in ("sp", "schedule"):  # a default the stack does not offer: its first option
             allowed = framework.offers.get(key)
             if key not in partial and allowed is not None and p[key] not in allowed:
@@ -228,7 +271,7 @@ COMPACT_DEFAULTS = "defaults"  # what a strategy with every key at its default p
 
 
 def _int_fields() -> list[str]:
-    return [f.name for f in fields(Strategy) if f.type in ("int", int)]
+    return [f.name for f in fields(Strategy) if f.name in INT_KEYS]
 
 
 def compact_order() -> list[str]:
@@ -280,7 +323,7 @@ def format_compact(s: Strategy, devices: int, moe: bool = True, framework=None) 
 
     def completes(keys: dict[str, Any]) -> bool:
         try:
-            filled = complete_strategy(parse_strategy(_typed(keys)), devices, framework=framework)
+            filled = complete_strategy(parse_strategy(_spelled(keys)), devices, framework=framework)
         except AsapError:
             return False
         return (replace(filled, etp=1) if not moe else filled) == (replace(s, etp=1) if not moe else s)
@@ -293,8 +336,8 @@ def format_compact(s: Strategy, devices: int, moe: bool = True, framework=None) 
     return format_compact_keys(keep)
 
 
-def _typed(keys: dict[str, Any]) -> dict[str, Any]:
-    return {k: (format_layer_split(v) if v else None) if k == "layer_split" else v for k, v in keys.items()}
+def _spelled(keys: dict[str, Any]) -> dict[str, Any]:
+    return {k: (format_layer_split(v) if v else None) if k == "layer_split" else plain_value(v) for k, v in keys.items()}
 
 
 def runs_text(split: tuple[int, ...]) -> str:

@@ -149,17 +149,14 @@ def workload_key(workload: dict) -> str:
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 
-def canonical_strategy(strategy: str | dict | Any) -> tuple[str, dict]:
-    """``(strategy_string, strategy_dict)``: the keys given, parsed and typed, sorted by name, so that
-    ``"tp=2,dp=4"`` and ``"dp=4,tp=2"`` are the same string. Not completed (that needs the device count):
-    a strategy spelled with every key is a different string from the same one spelled with only a few."""
+def canonical_strategy(strategy: str | dict) -> tuple[str, dict]:
+    """``(strategy_string, strategy_dict)`` of text or a mapping (Memory's edge; a ``Strategy`` is stored as
+    ``Strategy.key()``, the same text): the keys given, parsed and typed, sorted by name, so that ``"tp=2,dp=4"``
+    and ``"dp=4,tp=2"`` are the same string. Not completed (that needs the device count): a strategy spelled
+    with every key is a different string from the same one spelled with only a few."""
     from asap.spec.layout import format_layer_split
-    from asap.spec.strategy import parse_strategy
+    from asap.spec.strategy import canonical_text, parse_strategy
 
-    if not isinstance(strategy, (str, dict)) and hasattr(strategy, "to_dict"):  # a Strategy
-        strategy = {k: v for k, v in strategy.to_dict().items() if v is not None}
     parsed = parse_strategy(strategy)
-    d = {}
-    for k, v in sorted(parsed.items()):
-        d[k] = format_layer_split(v) if k == "layer_split" else v
-    return ",".join(f"{k}={v}" for k, v in d.items()), d
+    d = {k: format_layer_split(v) if k == "layer_split" else v for k, v in sorted(parsed.items())}
+    return canonical_text(parsed), d

@@ -26,7 +26,7 @@ from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
 from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, run_logged
 from asap.subprocs import log_tail
-from asap.runners.torch.launch import RunConfig, check_inputs, resolve_run_strategy
+from asap.runners.torch.launch import RunConfig, check_inputs
 
 
 def check_supported_jax(model: ModelSpec, s: Strategy, train: TrainSpec, field_name: str = "strategy") -> None:
@@ -121,13 +121,13 @@ def launch(configs: list[RunConfig], *, timeout_s: float | None = None, echo: IO
                 for j, c in enumerate(configs)]
 
 
-def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, seq_len: int, steps: int = 5, *,
+def run(model: ModelSpec, strategy: Strategy, global_batch: int, seq_len: int, steps: int = 5, *,
         precision: str = "fp32", profile_dir: str | None = None, seed: int = 0, data: str | None = None,
         lr: float = 1e-3, timeout_s: float | None = None, echo: IO[str] | None = None,
         progress: IO[str] | None = None) -> RunResult:
-    """One real run on a JAX mesh (the Python face of ``asap run --backend jax``)."""
-    train = TrainSpec(global_batch, seq_len, precision)
-    s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, model, train)
+    """One real run on a JAX mesh (the Python face of ``asap run --backend jax``; ``strategy`` as
+    ``asap.runners.torch.launch.resolve_run_strategy`` reads the text)."""
+    s = strategy
     if steps < 1:
         raise AsapError("steps", f"must be >= 1, got {steps}")
     cfg = RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,

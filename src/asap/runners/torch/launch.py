@@ -31,7 +31,8 @@ from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, run_logged
 from asap.subprocs import log_tail
 from asap.spec.model import ModelSpec
 from asap.spec.layout import layout, parse_layer_split
-from asap.spec.strategy import Strategy, parse_strategy, resolve_strategy
+from asap.spec.framework import Dispatcher
+from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, parse_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
 
 
@@ -137,26 +138,26 @@ def check_supported(model: ModelSpec, s: Strategy, train: TrainSpec, device_type
                                    "(sequence parallelism and the MoE token split shard the sequence)")
     if s.cp > 1 and s.tp > 1 and train.seq_len % (2 * s.cp * s.tp):
         raise AsapError(f"{f}.cp", f"seq_len={train.seq_len} is not divisible by 2*cp*tp={2 * s.cp * s.tp}")
-    if s.recompute not in ("none", "selective", "full"):
+    if s.recompute.kind == Recompute.MODULES:
         from asap.runners.torch.parallel import TRAINER_RECOMPUTE_MODULES
 
-        missing = [m for m in s.recompute.split("+") if m not in TRAINER_RECOMPUTE_MODULES]
+        missing = [m for m in s.recompute.module_labels if m not in TRAINER_RECOMPUTE_MODULES]
         if missing:
             raise AsapError(f"{f}.recompute", f"the reference trainer recomputes the modules "
                                               f"{', '.join(TRAINER_RECOMPUTE_MODULES)}; not {', '.join(missing)}")
-    if model.moe is not None and s.ep > 1 and s.dispatcher == "allgather":
+    if model.moe is not None and s.ep > 1 and s.dispatcher == Dispatcher.ALLGATHER:
         raise AsapError(f"{f}.dispatcher", "the reference trainer dispatches tokens with alltoall or dedup (the "
                                            "two-level all-to-all); allgather is priced by the cost model only")
     layout(model, s.pp, s.vpp, s.layer_split)  # the chunks the trainer will cut: AsapError if there are none
     m = s.micro_batches(train.global_batch)
     if s.pp > 1:
-        if s.schedule == "1f1b" and m < s.pp:
+        if s.schedule == Schedule.ONE_F_ONE_B and m < s.pp:
             raise AsapError(f"{f}.schedule", f"1f1b needs at least pp={s.pp} micro-batches per step, got "
                                              f"{m} (global batch {train.global_batch} / (dp*mbs))")
-        if s.schedule == "zb" and s.zero == 3:
+        if s.schedule == Schedule.ZB and s.zero == Zero.PARAMETERS:
             raise AsapError(f"{f}.zero", "zero=3 with schedule=zb is refused: torch's zero-bubble schedule computes weight "
                                          "gradients after FSDP has resharded (wrong gradients); use zero=2 or another schedule")
-        if s.schedule in ("interleaved", "zb") and m % s.pp:
+        if s.schedule in (Schedule.INTERLEAVED, Schedule.ZB) and m % s.pp:
             raise AsapError(f"{f}.schedule", f"{s.schedule} needs the micro-batches ({m}) divisible by pp={s.pp}")
 
 
@@ -167,7 +168,7 @@ def check_devices_per_node(s: Strategy, devices_per_node: int | None) -> None:
         return
     if devices_per_node < 1 or s.devices % devices_per_node:
         raise AsapError("devices-per-node", f"must be >= 1 and divide the {s.devices} processes, got {devices_per_node}")
-    if s.dispatcher == "dedup" and s.ep > 1:
+    if s.dispatcher == Dispatcher.DEDUP and s.ep > 1:
         from asap.runners.torch.parallel import ParallelDims, ep_node_layout
 
         d = ParallelDims.from_strategy(s, devices_per_node)
@@ -415,16 +416,15 @@ def attention_work_figures(ranks: list[dict]) -> dict[str, Any]:
     return {"attention_work_per_dp_rank": work, "attention_max_over_mean": max(work) / mean if mean > 0 else 1.0}
 
 
-def run(model: ModelSpec, strategy: Strategy | str | dict, global_batch: int, seq_len: int, steps: int = 5, *,
+def run(model: ModelSpec, strategy: Strategy, global_batch: int, seq_len: int, steps: int = 5, *,
         precision: str = "fp32", profile_dir: str | None = None, seed: int = 0, data: str | None = None,
         lr: float = 1e-3, device: str = "auto", timeout_s: float | None = None, echo: IO[str] | None = None,
         workdir: str | None = None, devices_per_node: int | None = None,
         progress: IO[str] | None = None, documents: list[list[int]] | None = None,
         balance: bool = False) -> RunResult:
     """One real run (the Python face of ``asap run``); ``documents``: packed samples (``--lengths``), placed
-    by ``asap balance`` with ``balance``."""
-    train = TrainSpec(global_batch, seq_len, precision)
-    s = strategy if isinstance(strategy, Strategy) else resolve_run_strategy(strategy, model, train)
+    by ``asap balance`` with ``balance``; ``strategy`` as ``resolve_run_strategy`` reads ``asap run``'s text."""
+    s = strategy
     if steps < 1:
         raise AsapError("steps", f"must be >= 1, got {steps}")
     cfg = RunConfig(model=model, strategy=s, global_batch=global_batch, seq_len=seq_len, steps=steps,

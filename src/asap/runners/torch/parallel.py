@@ -38,6 +38,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from asap.errors import AsapError
+from asap.spec.knobs import Recompute, RecomputePolicy, Schedule
 from asap.spec.layout import layout
 from asap.spec.placement import Placement
 from asap.runners.torch.model import MoE, Transformer, cross_entropy
@@ -269,18 +270,18 @@ def expert_params(module: nn.Module) -> list[nn.Parameter]:
 TRAINER_RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe")
 
 
-def apply_ac(model: Transformer, mode: str) -> None:
-    """none; selective (the attention kernel, Korthikanti et al. 2022); full (every block); or a set of modules
-    joined by ``+``, each submodule wrapped in a checkpoint of its own."""
-    if mode == "none":
+def apply_ac(model: Transformer, policy: RecomputePolicy) -> None:
+    """none; selective (the attention kernel, Korthikanti et al. 2022); full (every block); or a set of modules,
+    each submodule wrapped in a checkpoint of its own."""
+    if policy.kind == Recompute.NONE:
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    if mode == "full":
+    if policy.kind == Recompute.FULL:
         for name, block in list(model.layers.items()):
             model.layers[name] = checkpoint_wrapper(block, preserve_rng_state=False)
         return
-    modules = {"core_attn"} if mode == "selective" else set(mode.split("+"))
+    modules = {"core_attn"} if policy.kind == Recompute.SELECTIVE else set(policy.module_labels)
     for block in model.layers.values():
         block.attention.recompute_core = "core_attn" in modules
         if "layernorm" in modules:
@@ -511,18 +512,18 @@ def chunk_layer_ids(parts: list[tuple[int, Transformer]]) -> dict[int, list[int]
     return {sid: [int(k) for k in part.layers.keys()] for sid, part in parts}
 
 
-def build_schedule(stages: list, schedule: str, n_microbatches: int):
+def build_schedule(stages: list, schedule: Schedule, n_microbatches: int):
     from torch.distributed import pipelining as P
 
     def loss_fn(pred, target):
         return cross_entropy(pred, target)
 
-    if schedule == "gpipe":
+    if schedule == Schedule.GPIPE:
         return P.ScheduleGPipe(stages[0], n_microbatches, loss_fn=loss_fn)
-    if schedule == "1f1b":
+    if schedule == Schedule.ONE_F_ONE_B:
         return P.Schedule1F1B(stages[0], n_microbatches, loss_fn=loss_fn)
-    if schedule == "interleaved":
+    if schedule == Schedule.INTERLEAVED:
         return P.ScheduleInterleaved1F1B(stages, n_microbatches, loss_fn=loss_fn)
-    if schedule == "zb":
+    if schedule == Schedule.ZB:
         return P.ScheduleInterleavedZeroBubble(stages, n_microbatches, loss_fn=loss_fn)
     raise ValueError(f"unknown schedule {schedule}")
