@@ -86,6 +86,9 @@ class OpRow:
     # than OVERHEAD_CALL_S, the op's time is launch latency and fixed overhead (tiny kernels, host dispatch): it
     # counts as host time in the verdict
     overhead_bound: bool = False
+    # its own work per step and rank: time_s, except on devices that share a host's cores (XLA:CPU's virtual
+    # devices), where each call counts as long as the fastest call of the same work (``fastest_calls_us``)
+    own_time_s: float | None = None
 
 
 @dataclass
@@ -180,10 +183,11 @@ def _cv(values) -> float | None:
 
 
 class _Group:
-    __slots__ = ("time", "calls", "flops", "bytes", "costed", "comm", "kernel", "precisions")
+    __slots__ = ("time", "own", "calls", "flops", "bytes", "costed", "comm", "kernel", "precisions")
 
     def __init__(self):
         self.time = 0.0
+        self.own: float | None = None  # set only for calls on shared cores; else own time is time
         self.calls = 0.0
         self.flops = 0.0
         self.bytes = 0.0
@@ -193,24 +197,49 @@ class _Group:
         self.precisions: Counter = Counter()
 
 
+def _work_key(op) -> tuple:
+    """Calls of one operator that do the same work: same name, same FLOPs and bytes."""
+    return op.name, op.flops, op.bytes
+
+
+def _calls_in_windows(tl: Timeline):
+    """The timeline's operator calls that start inside a step window."""
+    starts = np.array([op.start_us for op in tl.ops], dtype=np.float64)
+    inside = window_index(starts, tl.windows_us) >= 0
+    return (op for op, ok in zip(tl.ops, inside.tolist()) if ok and (op.time_us > 0 or op.flops))
+
+
+def fastest_calls_us(timelines: list[Timeline]) -> dict[tuple, float]:
+    """For devices sharing a host's cores: each operator's fastest call (``_work_key``) over the devices and
+    step windows. Same work takes the same time on the same cores; a slower call waited, inside its span,
+    for a core that another device (or another process) held, so the fastest call bounds its own work."""
+    fastest: dict[tuple, float] = {}
+    for tl in timelines:
+        if tl.shared_host:
+            for op in _calls_in_windows(tl):
+                key = _work_key(op)
+                fastest[key] = min(op.time_us, fastest.get(key, op.time_us))
+    return fastest
+
+
 def operator_table(timelines: list[Timeline], roofline: Roofline) -> list[OpRow]:
     """Every operator name's per-step, per-rank device time, FLOPs, bytes, intensity and bound, slowest first.
 
     Calls count in the step window where they start; times are device time (GPU: its kernels' durations;
-    CPU: its self time).
+    CPU: its self time). On shared cores an operator's own time counts each call as its fastest
+    (``fastest_calls_us``).
     """
     groups: dict[str, _Group] = defaultdict(_Group)
     n_ranks = len(timelines)
+    fastest = fastest_calls_us(timelines)
     for tl in timelines:
         n_windows = max(len(tl.window_names), 1)
         weight = 1.0 / (n_windows * n_ranks)
-        starts = np.array([op.start_us for op in tl.ops], dtype=np.float64)
-        inside = window_index(starts, tl.windows_us) >= 0
-        for op, ok in zip(tl.ops, inside.tolist()):
-            if not ok or op.time_us <= 0 and not op.flops:
-                continue
+        for op in _calls_in_windows(tl):
             g = groups[op.name]
             g.time += op.time_us * US * weight
+            if tl.shared_host:
+                g.own = (g.own or 0.0) + fastest[_work_key(op)] * US * weight
             g.calls += weight
             if op.flops is not None or op.bytes is not None:
                 g.costed = True
@@ -252,15 +281,19 @@ def _row(name: str, g: _Group, total_s: float, roofline: Roofline) -> OpRow:
         intensity=intensity, bound=bound, bound_from=source, precision=precision,
         tflops_per_s=rate / 1e12 if rate else None,
         flop_utilization=flop_util, bandwidth_gbps=bw / 1e9 if bw else None, bandwidth_utilization=bw_util,
-        overhead_bound=overhead)
+        overhead_bound=overhead, own_time_s=g.time if g.own is None else g.own)
 
 
 def bound_fractions(rows: list[OpRow]) -> tuple[float, float, float]:
     """Shares of non-communication operator time that are compute-bound, memory-bound and overhead-bound
-    (``OpRow.overhead_bound``: near neither roof)."""
-    over = sum(r.time_s for r in rows if r.overhead_bound)
-    comp = sum(r.time_s for r in rows if r.bound == "compute" and not r.overhead_bound)
-    mem = sum(r.time_s for r in rows if r.bound == "memory" and not r.overhead_bound)
+    (``OpRow.overhead_bound``: near neither roof). The time is the operators' own (``OpRow.own_time_s``): on
+    shared cores, the waits for a core inside their calls do not tip the split."""
+    def own(r: OpRow) -> float:
+        return r.time_s if r.own_time_s is None else r.own_time_s
+
+    over = sum(own(r) for r in rows if r.overhead_bound)
+    comp = sum(own(r) for r in rows if r.bound == "compute" and not r.overhead_bound)
+    mem = sum(own(r) for r in rows if r.bound == "memory" and not r.overhead_bound)
     total = comp + mem + over
     if total <= 0:
         return 1.0, 0.0, 0.0
