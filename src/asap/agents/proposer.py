@@ -135,6 +135,10 @@ class Proposer:
         self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
         self.base: Estimate | None = None  # the current strategy's estimate while proposing
         self._planned: list[Strategy] | None = None
+        # the moves, the similar jobs and the planner often name the same strategy: each is resolved and priced
+        # once per proposer (its job never changes)
+        self._resolved: dict[str, Strategy | AsapError] = {}
+        self._estimates: dict[Strategy, Estimate] = {}
 
     @property
     def moe(self) -> bool:
@@ -154,12 +158,26 @@ class Proposer:
                 "framework": self.job.framework.name, "devices": self.cluster.num_devices}
 
     def price(self, strategy: Strategy) -> Estimate:
-        return estimate(self.job, strategy, classes=False)
+        """The strategy's estimate (without the bottleneck classes), priced once per proposer."""
+        if strategy not in self._estimates:
+            self._estimates[strategy] = estimate(self.job, strategy, classes=False)
+        return self._estimates[strategy]
 
     def resolve(self, spelled: str | dict) -> Strategy:
         """A candidate as written (a move's keys, the LLM's text, a similar job's trial): the edge where it is
-        parsed, completed with this job's defaults and checked."""
-        return resolve_strategy(spelled, self.model, self.train, self.job.devices, framework=self.job.framework)
+        parsed, completed with this job's defaults and checked (once per spelling; a broken one raises its
+        AsapError each time it is asked for)."""
+        key = spelled if isinstance(spelled, str) else repr(sorted(spelled.items()))
+        if key not in self._resolved:
+            try:
+                self._resolved[key] = resolve_strategy(spelled, self.model, self.train, self.job.devices,
+                                                       framework=self.job.framework)
+            except AsapError as e:
+                self._resolved[key] = e
+        found = self._resolved[key]
+        if isinstance(found, AsapError):
+            raise found
+        return found
 
     def candidates(self, current: Strategy, diagnosis: Diagnosis, considered: list) -> list[Candidate]:
         from asap.agents.retrieval import retrieve

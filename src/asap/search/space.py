@@ -116,7 +116,8 @@ def _grid(**values) -> dict[str, np.ndarray]:
 
 
 def _where(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
-    return {k: v[mask] for k, v in cols.items()}
+    rows = np.flatnonzero(mask)  # the mask read once, not once per column
+    return {k: v[rows] for k, v in cols.items()}
 
 
 def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.ndarray:
