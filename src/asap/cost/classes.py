@@ -31,6 +31,10 @@ USABLE_HBM = 0.92
 # H100; MaxText's published TPU v5p runs 55-65%), so below 0.35 a step still wastes a third of what it could do
 HEALTHY_MFU = 0.35
 COMPUTE_BOUND_SHARE = 0.7  # useful compute at least this share of the step
+# a term under this share of the step is no class to win: it is below the cost model's resolution (the
+# narrowest prediction band, asap.cost.bands, is several percent wide), and a proposal aimed at it would promise
+# nothing (the step-boundary exposure of data-parallel traffic leaves a few milliseconds on almost every step)
+NEGLIGIBLE_SHARE = 0.01
 # each axis's exposed communication term of the cost model is spelled as its class
 COMM_CLASSES = {c.value: c for c in (C.TP_COMM, C.CP_COMM, C.EP_COMM, C.PP_COMM, C.DP_COMM)}
 
@@ -76,7 +80,7 @@ def time_classes(exposed: dict[str, float], step_s: float, memory_bound_s: float
             Opportunity(C.SEQUENCE_IMBALANCE, cf.sequence_imbalance_s,
                         f"uneven packed attention {_s(cf.sequence_imbalance_s)}{of}"),
             Opportunity(C.MEMORY_BANDWIDTH, memory_bound_s, f"memory-bound kernels {_s(memory_bound_s)}{of}")]
-    out = sorted((o for o in out if o.saving_s > 0), key=lambda o: (-o.saving_s, o.cls.value))
+    out = sorted((o for o in out if o.saving_s > NEGLIGIBLE_SHARE * step_s), key=lambda o: (-o.saving_s, o.cls.value))
     useful = useful_compute_s(exposed, memory_bound_s, stage_imbalance_s, cf)
     return out + [Opportunity(C.COMPUTE, 0.0, f"useful compute {_s(useful)}{of} ({useful / max(step_s, 1e-12):.0%})")]
 
