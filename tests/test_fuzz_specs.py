@@ -23,6 +23,7 @@ from asap.balance import parse_samples, read_lengths
 from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.errors import AsapError
 from asap.spec.hardware import MAX_DEVICES, load_cluster
+from asap.spec.job import Job
 from asap.spec.loader import load_model
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import KEYS, parse_strategy, resolve_strategy
@@ -110,7 +111,7 @@ def check_model(d: Any) -> None:
     assert isinstance(m, ModelSpec)
     finite_positive(m.num_params(), "num_params")
     assert m.num_active_params() <= m.num_params()
-    est, err = clean_call(estimate, m, SMALL_CLUSTER, SMALL_TRAIN, "tp=1,pp=1")
+    est, err = clean_call(lambda model: estimate(Job.resolve(model, SMALL_CLUSTER, SMALL_TRAIN), "tp=1,pp=1"), m)
     if err is None:
         finite_positive(est.step_time_s, "step_time_s")
         finite_positive(est.peak_memory_gb, "peak_memory_gb")
