@@ -56,6 +56,7 @@ from asap.cost.offload import offloaded_activations
 from asap.cost.roofline import BYTES, LOW_PRECISIONS
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
+from asap.spec.placement import Placement
 from asap.spec.strategy import Schedule, Zero
 from asap.spec.train import TrainSpec
 
@@ -127,8 +128,7 @@ def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param
 def dense_and_expert_shards(S: StrategyBatch):
     """Data-parallel groups that shard model states: dp*cp for dense parameters (context-parallel ranks hold
     the same weights), the expert-data-parallel size edp for routed experts."""
-    edp = np.maximum(S.tp * S.cp * S.dp // np.maximum(S.ep * S.etp, 1), 1)
-    return S.dp * S.cp, edp
+    return S.dp * S.cp, Placement.of(S).edp
 
 
 def micro_batches_in_flight(m, pp, vpp, schedule, device):
