@@ -27,7 +27,7 @@ MAX_MODULE_LINES = 600
 # one above the highest room it needs (runners: the torch and JAX backends and the launch/result/failure types
 # they share, one wing; ``asap`` itself is the importable facade).
 FLOORS: list[tuple[str, ...]] = [
-    ("errors", "version", "subprocs"),  # no asap imports at all
+    ("errors", "version", "subprocs", "measure"),  # no asap imports at all (measure: step-time statistics)
     ("spec",),  # the vocabulary: models, hardware, strategies, the job
     ("cost", "profile", "emit", "budget"),  # pricing a strategy; reading traces; writing launch configs
     ("search", "compare", "balance"),  # the planner over the cost model; attention-aware data balance

@@ -26,6 +26,7 @@ from asap.agents.correction import Correction, fit_correction, information_gain,
 from asap.agents.proposer import Proposer, parse_current, workload_record
 from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
+from asap.measure import MIN_NOISE_REL, Verdict, gain_beyond_noise
 from asap.spec.job import Job
 from asap.spec.strategy import Strategy
 from asap.spec.words import ENDED_STATUSES, TrialStatus
@@ -39,7 +40,7 @@ def canon(strategy: Strategy) -> str:
     return strategy.key()
 
 
-MIN_GAIN = 0.02  # two trials in a row below this improvement end the loop
+MIN_GAIN = 0.02  # two trials in a row below this improvement (or within the noise) end the loop
 PATIENCE = 2
 
 
@@ -57,13 +58,46 @@ class TrialRecord:
     # why it gained or lost against the best trial before it: the trace diff (asap diagnose --compare) when
     # both were profiled, else the cost model's term-by-term comparison (asap compare) of the two
     explanation: str = ""
+    # the measurement (asap.measure): relative spread of the timed steps, the median's relative noise (0 for a
+    # prediction), how many runs were pooled, the precision it trained in; and the verdict against the best
+    measured_spread: float | None = None
+    noise: float | None = None
+    repeats: int = 1
+    precision: str | None = None
+    verdict: str = ""  # "+12.0% (beyond the noise floor 4.0%)" or "+1.0%: within noise (floor 4.0%): not adopted"
+    adopted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy.to_dict(), "strategy_string": str(self.strategy), "status": self.status.value,
                 "reason": self.reason, "measured_step_time_s": self.measured_step_time_s,
                 "predicted_step_time_s": self.predicted_step_time_s,
                 "catalog_step_time_s": self.catalog_step_time_s, "diagnosis": self.diagnosis,
-                "trial_id": self.trial_id, "explanation": self.explanation}
+                "trial_id": self.trial_id, "explanation": self.explanation,
+                "measured_spread": self.measured_spread, "noise": self.noise, "repeats": self.repeats,
+                "precision": self.precision, "verdict": self.verdict, "adopted": self.adopted}
+
+
+def measurement_fields(res) -> dict[str, Any]:
+    """The TrialRecord fields of an executor's result (``Measurement.to_dict``'s measurement keys)."""
+    if not res.ok:
+        return {}
+    d = res.to_dict()
+    return {"measured_spread": d.get("measured_spread"), "noise": d.get("noise"), "repeats": d.get("repeats") or 1,
+            "precision": d.get("precision")}
+
+
+def adopt(record: TrialRecord, best) -> Verdict | None:
+    """Whether ``record`` (an ok trial) becomes the best: the first always; a later one only when it is faster
+    than the best ``(strategy, step s, noise)`` beyond both measurements' noise
+    (``asap.measure.gain_beyond_noise``). Sets the record's ``adopted`` and ``verdict``; returns the verdict
+    (None for the first)."""
+    if best is None:
+        record.adopted, record.verdict = True, "first measured trial"
+        return None
+    v = gain_beyond_noise(record.measured_step_time_s, record.noise, best[1], best[2])
+    record.adopted = v.beyond_noise
+    record.verdict = v.words() + ("" if v.beyond_noise else ": not adopted")
+    return v
 
 
 @dataclass
@@ -90,6 +124,9 @@ class Coordinator:
     def run(self) -> dict[str, Any]:
         workload = {**workload_record(self.job),
                     "machine": getattr(self.executor, "machine", None)}
+        ran = getattr(self.executor, "run_precision", lambda: None)()
+        if ran:  # what the trials train in (fp32 on CPU processes), not what the job asked for
+            workload["precision"] = ran
         exp = self.memory.experiment(workload)
         known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ENDED_STATUSES}
         # (keys: Memory's canonical spelling of each strategy)
@@ -114,10 +151,10 @@ class Coordinator:
             if record.status == TrialStatus.OK:
                 self.pairs.append((strategy, record.measured_step_time_s))
                 self.correction = self._fit(self.pairs)
-                gain = 1.0 - record.measured_step_time_s / best[1] if best else 1.0
-                stall = stall + 1 if gain < MIN_GAIN else 0
-                if best is None or record.measured_step_time_s < best[1]:
-                    best = (strategy, record.measured_step_time_s)
+                v = adopt(record, best)
+                stall = stall + 1 if v is not None and (v.gain < MIN_GAIN or not v.beyond_noise) else 0
+                if record.adopted:
+                    best = (strategy, record.measured_step_time_s, record.noise)
             else:
                 stall += 1
             if stall >= PATIENCE:
@@ -204,7 +241,8 @@ class Coordinator:
                         outputs={"status": status.value, "measured_step_time_s": measured,
                                  "correction": self.correction.to_dict()}, trial_id=tid)
         record = TrialRecord(strategy, status, reason, measured, predicted.step_time_s,
-                             catalog.step_time_s, diag, tid, traces=list(getattr(res, "traces", []) or []))
+                             catalog.step_time_s, diag, tid, traces=list(getattr(res, "traces", []) or []),
+                             **measurement_fields(res))
         if status == TrialStatus.OK:
             record.explanation = self._explain(record, predicted)
             if record.explanation:
@@ -263,7 +301,8 @@ class Coordinator:
         if not ok:
             return None
         text, step = min(ok, key=lambda x: x[1])
-        return parse_current(text, self.job), step
+        noise = 0.0 if getattr(self.executor, "name", "") == "sim" else MIN_NOISE_REL  # Memory keeps no spread
+        return parse_current(text, self.job), step, noise
 
     def result(self, best) -> dict[str, Any]:
         return {"trials": [t.to_dict() for t in self.trials],

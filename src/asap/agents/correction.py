@@ -170,6 +170,8 @@ def corrected_cluster_document(cluster: Cluster, correction: Correction) -> dict
                        "scale_up_domain": acc.scale_up_domain, "interconnect": acc.interconnect}
     return {"name": f"{cluster.name or acc.name}-corrected", "accelerator": accelerator,
             "devices_per_node": cluster.devices_per_node, "nodes": cluster.nodes,
-            "scale_up_domain": cluster.scale_up_domain, "hbm_gb": acc.hbm_gb,
+            # the device memory as the catalog gives it to the planner (the driver's total: 79.65 GiB on an H100),
+            # so that the corrected machine fits exactly what the catalog's does
+            "scale_up_domain": cluster.scale_up_domain, "hbm_gb": round(acc.usable_hbm_gb, 4),
             "intra_node_gbps": acc.intra_node_gbps, "inter_node_gbps": acc.inter_node_gbps,
             "efficiency": {k: fam[k] for k in EFFICIENCY_KEYS}}

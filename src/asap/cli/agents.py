@@ -21,6 +21,9 @@ from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
                                                  "data folder).")
+TuneMemoryOpt = typer.Option(None, "--memory", help="A Sharding Memory (SQLite) file to share trials across runs "
+                                                     "(default: this run's own, fresh: REPORT-memory.sqlite beside "
+                                                     "--report, else a temporary folder).")
 LlmOpt = typer.Option(False, "--llm", help="Let an OpenAI-compatible model add candidates and a narrative "
                                            "(checked like every other candidate; it never runs anything).")
 LlmUrlOpt = typer.Option(None, "--llm-base-url", help="Its base URL (default: ASAP_LLM_BASE_URL, OPENAI_BASE_URL).")
@@ -139,6 +142,26 @@ def _print_proposal(i: int, p, command: str) -> None:
     out_console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
 
 
+def _tune_memory_path(memory: str | None, report: str | None) -> str:
+    """Where tune's trials are remembered: ``--memory DB`` (shared across runs, never emptied); else a database of
+    this run's own, beside the report (``REPORT-memory.sqlite``) or in a fresh temporary folder, emptied first so
+    that the same command gives the same loop on every run (docs/agents.md, "Memory's scope")."""
+    import tempfile
+
+    if memory:
+        return memory
+    path = (Path(str(Path(report).with_suffix("")) + "-memory.sqlite") if report
+            else Path(tempfile.mkdtemp(prefix="asap-tune-")) / "memory.sqlite")
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        p.unlink(missing_ok=True)
+    return str(path)
+
+
+def _announce(kind: str, path: str, what: str) -> None:
+    """One line on stderr for every file tune writes."""
+    err_console.print(f"asap tune writes {kind}: {path} ({what})", highlight=False, markup=False, soft_wrap=True)
+
+
 def _open_memory(path: str | None):
     from asap.agents.memory import Memory
 
@@ -187,7 +210,7 @@ def _trial_table(job, executor: str):
                       rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
                       seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
                       coord.correction.short(),
-                      (rec.reason or "")[:60])
+                      (rec.reason or ("" if rec.adopted or not rec.verdict else rec.verdict))[:60])
 
     return table, on_trial
 
@@ -207,7 +230,7 @@ def _write_corrected_cluster(path: str, coord) -> None:
 
 
 def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None = None,
-                  model_arg: str | None = None) -> None:
+                  model_arg: str | None = None) -> dict[str, str]:
     """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals, each
     prediction with the ``asap estimate -c CLUSTER_FILE`` command that gives it (the corrected machine, written
     beside the page when --write-cluster names no file)."""
@@ -218,9 +241,13 @@ def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None 
 
     job = coord.job
     m, t = job.model, job.train
+    own = cluster_file is None
     cluster_file = cluster_file or str(Path(path).with_suffix("")) + "-cluster.yaml"
     Path(cluster_file).parent.mkdir(parents=True, exist_ok=True)
     _write_corrected_cluster(cluster_file, coord)
+    if own:  # --write-cluster announces its own file
+        _announce("cluster", cluster_file, f"the corrected machine the report's commands price on "
+                                           f"(asap estimate -c {cluster_file} ...)")
     args = JobOptions(model_arg or m.name, cluster_file, t.global_batch, t.seq_len, t.precision, t.framework,
                       devices=job.devices).args()
     best_estimate, proposals = None, []
@@ -242,6 +269,8 @@ def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None 
                 if result["best"] else None)
     write_report(path, {**result, "trials": trials, "best": best_row}, best_estimate=best_estimate, proposals=proposals,
                  title=f"asap tune: {m.name} on {job.devices} x {job.cluster.accelerator.name}")
+    _announce("report", path, "the run's page")
+    return {"report": path, "cluster": cluster_file}
 
 
 def _compact_text(strategy_string: str | None, coord) -> str | None:
@@ -308,7 +337,7 @@ def tune(
     framework=JOB,
     nodes=JOB,
     devices=JOB,
-    memory: Optional[str] = MemoryOpt,
+    memory: Optional[str] = TuneMemoryOpt,
     report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML page of the run."),
     write_cluster: Optional[str] = typer.Option(None, "--write-cluster",
                                                 help="Write the corrected machine as a cluster file (YAML): "
@@ -338,16 +367,21 @@ def tune(
     table, on_trial = _trial_table(job, executor)
     advisor = _llm(llm, llm_base_url, llm_model, llm_key)
     live = Live(table, console=err_console, transient=True, refresh_per_second=4)
-    with _open_memory(memory) as mem, (live if err_console.is_terminal and not json_out else nullcontext()):
+    files = {"memory": _tune_memory_path(memory, report)}
+    _announce("memory", files["memory"], "the shared Sharding Memory (--memory)" if memory else
+              "this run's own Sharding Memory, made fresh (--memory DB to share trials across runs)")
+    with _open_memory(files["memory"]) as mem, (live if err_console.is_terminal and not json_out else nullcontext()):
         coord = Coordinator(job, ex, mem, budget, start=strategy or None, on_trial=on_trial, llm=advisor,
                             verify=verify)
         result = coord.run()
         if report:
-            _write_report(report, coord, result, mem, write_cluster, options.model)
+            files.update(_write_report(report, coord, result, mem, write_cluster, options.model))
     if write_cluster:
         _write_corrected_cluster(write_cluster, coord)
+        files["cluster"] = write_cluster
+        _announce("cluster", write_cluster, f"the corrected machine (asap estimate -c {write_cluster} ...)")
     if json_out:
-        print_json(result)
+        print_json({**result, "files": files})
         return
     out_console.print(table)
     out_console.print("vs first: the first measured trial's step time over this one's; correction: how much slower "
@@ -359,5 +393,3 @@ def tune(
                           soft_wrap=True)
     if report:
         out_console.print(f"report: {report}", highlight=False)
-    if write_cluster:
-        out_console.print(f"corrected cluster: {write_cluster} (asap estimate -c {write_cluster} ...)", highlight=False)

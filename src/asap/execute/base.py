@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asap.errors import AsapError
+from asap.measure import DEFAULT_MAX_REPEATS, StepStats, pooled
 from asap.spec.strategy import Strategy
 from asap.spec.words import FailureKind, TrialStatus
 
@@ -38,6 +39,9 @@ class Measurement:
     predicted: bool = False
     wall_time_s: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    # the measurement (``asap.measure``): timed steps, spread, noise, repeats; None for a prediction
+    stats: StepStats | None = None
+    precision: str | None = None  # the precision the run trained in (fp32 on CPU processes), not the job's
 
     status = TrialStatus.OK
     ok = True
@@ -47,7 +51,11 @@ class Measurement:
         return {"status": self.status.value, "reason": None, "strategy": self.strategy.to_dict(), "executor": self.executor,
                 "step_time_s": self.step_time_s, "measured_step_time_s": None if self.predicted else self.step_time_s,
                 "predicted": self.predicted, "tokens_per_s": self.tokens_per_s, "peak_memory_gb": self.peak_memory_gb,
-                "losses": self.losses, "traces": self.traces, "wall_time_s": self.wall_time_s, "details": self.details}
+                "losses": self.losses, "traces": self.traces, "wall_time_s": self.wall_time_s, "details": self.details,
+                "measured_spread": self.stats.measured_spread if self.stats else None,
+                "noise": self.stats.noise if self.stats else (0.0 if self.predicted else None),
+                "repeats": self.stats.repeats if self.stats else 1, "precision": self.precision,
+                "step_stats": self.stats.to_dict() if self.stats else None}
 
 
 @dataclass
@@ -80,10 +88,24 @@ def one_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def replace_stats(first: Measurement, stats: StepStats) -> Measurement:
+    """``first`` (its traces, losses, log) with the pooled measurement of its repeats."""
+    from dataclasses import replace
+
+    tokens = first.tokens_per_s * first.step_time_s / stats.step_time_s if first.tokens_per_s else None
+    return replace(first, step_time_s=stats.step_time_s, stats=stats, tokens_per_s=tokens,
+                   details={**first.details, "repeat_step_times_s": list(stats.timed_steps_s)})
+
+
 class Executor(ABC):
     """Subclasses implement ``_run``; ``run`` turns every exception into a Failure."""
 
     name = "executor"
+    max_repeats = DEFAULT_MAX_REPEATS  # more runs of a trial whose spread is wide (``asap.measure``)
+
+    def run_precision(self) -> str | None:
+        """The precision this executor's runs train in (None: the job's)."""
+        return None
 
     def parse(self, spelled: str | dict) -> Strategy:
         """A strategy as written (``key=value`` text or a mapping) completed and checked for this executor's job:
@@ -91,6 +113,22 @@ class Executor(ABC):
         raise AsapError("strategy", f"the {self.name} executor reads no strategy text")
 
     def run(self, strategy: Strategy) -> Result:
+        """One trial: a run, and up to ``max_repeats`` more while the pooled spread is wide; their timed steps
+        pooled into one measurement (``asap.measure.pooled``)."""
+        t0 = time.perf_counter()
+        res = self._once(strategy)
+        runs = [res]
+        while (res.ok and runs[-1].ok and res.stats is not None and res.stats.wide
+               and len(runs) <= self.max_repeats):
+            runs.append(self._once(strategy))
+            good = [r for r in runs if r.ok and r.stats is not None]
+            res = replace_stats(runs[0], pooled([r.stats for r in good]))
+        res.wall_time_s = time.perf_counter() - t0 if len(runs) > 1 else res.wall_time_s
+        if res.wall_time_s is None:
+            res.wall_time_s = time.perf_counter() - t0
+        return res
+
+    def _once(self, strategy: Strategy) -> Result:
         t0 = time.perf_counter()
         try:
             res = self._run(strategy)
@@ -104,6 +142,8 @@ class Executor(ABC):
         res.executor = self.name
         if res.wall_time_s is None:
             res.wall_time_s = time.perf_counter() - t0
+        if res.ok and getattr(res, "precision", None) is None:
+            res.precision = self.run_precision()
         return res
 
     @abstractmethod

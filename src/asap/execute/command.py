@@ -31,7 +31,6 @@ import os
 import re
 import shlex
 import signal
-import statistics
 import string
 import subprocess
 import tempfile
@@ -195,12 +194,36 @@ class CommandExecutor(Executor):
             pattern = self.log_format.step if self.log_format else self.step_re.pattern
             return Failure(s, f"exited 0 but printed no step time matching /{pattern}/",
                            kind=FailureKind.NO_RESULT, log_tail=tail, details=details)
-        kept = times[self.warmup:] if len(times) > self.warmup else times
-        step = statistics.median(kept)
-        details.update(step_times_s=times, log_tail=tail)
+        stats = self._stats(times)
+        step = stats.step_time_s
+        details.update(step_times_s=times, log_tail=tail, as_run=self.as_run(s))
         traces = self._traces(values)
         tokens = self.train.tokens_per_step / step if self.train is not None else None
-        return Measurement(s, step, tokens_per_s=tokens, losses=losses, traces=traces, details=details)
+        return Measurement(s, step, tokens_per_s=tokens, losses=losses, traces=traces, details=details,
+                           stats=stats, precision=self.run_precision())
+
+    def _stats(self, times: list[float]):
+        """The run's measurement: the warm-up and the profiled steps dropped (a log with no more steps than the
+        warm-up keeps its last, with the minimum noise: there is nothing else to time)."""
+        from asap.measure import step_stats
+
+        profiled = self.profiled_steps(len(times))
+        try:
+            return step_stats(times, self.warmup, profiled)
+        except ValueError:
+            return step_stats(times[-1:], 0)
+
+    def profiled_steps(self, n: int) -> list[int]:
+        """The 0-based indices of the steps this executor's profiler records (never timed); a template's own
+        profiler is the user's to place (``--var``), so none here."""
+        return []
+
+    def run_precision(self) -> str | None:
+        return self.train.precision if self.train is not None else None
+
+    def as_run(self, s: Strategy) -> dict[str, Any]:
+        """Every knob as the trial ran it: the strategy, the precision trained in, the steps."""
+        return {**s.to_dict(), "precision": self.run_precision(), "warmup_steps": self.warmup}
 
     def _parse(self, text: str, s: Strategy) -> tuple[list[float], list[float]]:
         """(step times s, losses): the stack's own lines with a ``framework``, else ``step_time_regex``."""

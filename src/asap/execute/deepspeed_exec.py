@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from asap.measure import run_steps
 from asap.execute.stack import StackExecutor
 from asap.execute.torchtitan_exec import has_gpu
 from asap.spec.job import Job
@@ -28,7 +29,7 @@ class DeepSpeedExecutor(StackExecutor):
     def __init__(self, job: Job, *, steps: int = 3, seed: int = 0, profile: bool = True,
                  cpu: bool | None = None, timeout_s: float | None = 900.0, workdir: str | None = None,
                  python: str | None = None):
-        self.steps, self.seed, self.profile = max(2, int(steps)), seed, profile
+        self.steps, self.seed, self.profile = run_steps(steps, 1, int(profile)), seed, profile
         self.cpu = (not has_gpu()) if cpu is None else cpu
         head = [python or sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 "{devices}", "-m", "asap.execute.launchers.deepspeed_main", "{launcher_args}"]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from asap.errors import AsapError
+from asap.measure import run_steps
 from asap.execute.stack import StackExecutor
 from asap.spec.job import Job
 from asap.spec.strategy import Strategy
@@ -63,7 +64,7 @@ class MaxTextExecutor(StackExecutor):
     def __init__(self, job: Job, *, steps: int = 3, seed: int = 0, profile: bool = True,
                  cpu: bool | None = None, timeout_s: float | None = 900.0, workdir: str | None = None,
                  python: str | None = None):
-        self.steps, self.seed, self.profile = max(2, int(steps)), seed, profile
+        self.steps, self.seed, self.profile = run_steps(steps, 1, int(profile)), seed, profile
         self.cpu = (not has_accelerator()) if cpu is None else cpu
         py = maxtext_python(python)
         env = {"DECOUPLE_GCLOUD": "TRUE", "PYTHONUNBUFFERED": "1"}

@@ -46,6 +46,15 @@ class StackExecutor(CommandExecutor):
     def extra_fields(self) -> tuple[str, ...]:
         return ("config", "emitted_args")
 
+    def profiled_steps(self, n: int) -> list[int]:
+        """The local stacks' profilers record the last step (``profile``): never timed."""
+        return [n - 1] if getattr(self, "profile", False) and n > 0 else []
+
+    def run_precision(self) -> str | None:
+        """On CPU processes the local stacks train in float32 parameters (bf16 matmuls are very slow there;
+        ``--training.mixed_precision_param float32``, DeepSpeed's bf16 off, MaxText's dtype=float32)."""
+        return "fp32" if getattr(self, "cpu", False) else super().run_precision()
+
     def parse(self, spelled: str | dict) -> Strategy:
         return resolve_strategy(spelled, self.model, self.train, self.cluster.num_devices)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from asap.errors import AsapError
 from asap.execute.base import Executor, Failure, Measurement, Result
+from asap.measure import step_stats
 from asap.spec.job import Job
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy
@@ -23,7 +24,10 @@ class TorchExecutor(Executor):
                  seed: int = 0, data: str | None = None, lr: float = 1e-3):
         from asap.runners.torch.launch import RUN_PRECISIONS
 
-        self.model, self.train, self.steps = model, train, steps
+        from asap.measure import run_steps
+
+        # at least a warm-up, MIN_TIMED_STEPS timed and (profiling) the profiled last step (asap.measure)
+        self.model, self.train, self.steps = model, train, run_steps(steps, 1, int(bool(profile_dir)))
         # the cost model's precisions fp16/fp8 have no counterpart in the reference trainer: bf16 stands in
         self.precision = precision or (train.precision if train.precision in RUN_PRECISIONS else "bf16")
         self.device, self.profile_dir, self.timeout_s = device, profile_dir, timeout_s
@@ -89,8 +93,14 @@ class TorchExecutor(Executor):
         except RunFailed as e:
             return Failure(s, e.reason, kind=FailureKind(e.kind), log_tail=e.log_tail[-4000:])
         details = self.with_prediction(self._details(r), r.device, s, train)
-        return Measurement(s, r.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
-                           losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details)
+        details["as_run"] = {**s.to_dict(), "precision": self.precision, "steps": self.steps, "device": r.device}
+        stats = step_stats(r.step_times_s, 1, [-1] if r.traces else [])
+        return Measurement(s, stats.step_time_s, tokens_per_s=r.tokens_per_s, peak_memory_gb=r.peak_memory_gb,
+                           losses=r.losses, traces=r.traces, wall_time_s=r.wall_time_s, details=details,
+                           stats=stats, precision=self.precision)
+
+    def run_precision(self) -> str | None:
+        return self.precision
 
     def _train(self, s: Strategy, train: TrainSpec, profile_dir: str | None):
         """One real run of ``s`` on this executor's backend (the reference trainer under torchrun)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from asap.measure import run_steps
 from asap.execute.stack import StackExecutor
 from asap.spec.job import Job
 from asap.spec.strategy import Strategy
@@ -39,7 +40,7 @@ class TorchtitanExecutor(StackExecutor):
                  workdir: str | None = None, python: str | None = None):
         import sys
 
-        self.steps, self.seed, self.profile = max(2, int(steps)), seed, profile
+        self.steps, self.seed, self.profile = run_steps(steps, 1, int(profile)), seed, profile
         self.cpu = (not has_gpu()) if cpu is None else cpu
         py = python or sys.executable
         head = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "{devices}"]

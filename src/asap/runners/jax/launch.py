@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -82,8 +81,9 @@ def _traces(profile_dir: str | None) -> list[str]:
 
 
 def _result(res: dict, c: RunConfig, wall_s: float) -> RunResult:
-    warm = 1 if c.steps > 1 else 0
-    step_time = statistics.median(res["step_times_s"][warm:])
+    from asap.runners.torch.launch import timed_median
+
+    step_time = timed_median(res["step_times_s"], profiled=bool(res.get("trace_dir")))
     r = RunResult(strategy=c.strategy.to_dict(), step_time_s=step_time,
                   tokens_per_s=c.global_batch * c.seq_len / step_time if step_time > 0 else 0.0,
                   losses=res["losses"], peak_memory_gb=res["peak_memory_gb"], traces=_traces(res.get("trace_dir")),

@@ -120,7 +120,7 @@ def run_job(spec: ModelSpec, s: Strategy, global_batch: int, seq_len: int, steps
     tracing = False
     for i in range(steps):
         x, y = (jax.device_put(a, tok) for a in data_src.batch(i))  # ready before the clock starts
-        if profile_dir and not tracing and (i == 1 or steps == 1):
+        if profile_dir and not tracing and i == steps - 1:  # the last step only: never timed
             Path(profile_dir).mkdir(parents=True, exist_ok=True)
             jax.profiler.start_trace(profile_dir, create_perfetto_trace=True)
             tracing = True

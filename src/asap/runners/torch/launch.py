@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -373,6 +372,19 @@ def launch(configs: list[RunConfig], *, device: str = "auto", timeout_s: float |
             tmp.cleanup()
 
 
+def timed_median(per_step: list[float], profiled: bool) -> float:
+    """The median of the timed steps: the first (warm-up) and the profiled last one dropped
+    (``asap.measure``); a run too short for that keeps what it has."""
+    from asap.measure import step_stats
+
+    for warm, prof in ((1, [-1] if profiled else []), (1, []), (0, [])):
+        try:
+            return step_stats(per_step, warm, prof).step_time_s
+        except ValueError:
+            continue
+    raise RunFailed(FailureKind.CRASH, "the run timed no step")
+
+
 STEP_LINE = "[asap.train] step "  # what worker.run_job logs on rank 0 after each step
 
 
@@ -384,10 +396,9 @@ def _collect(out: Path, j: int, c: RunConfig, nproc: int, device: str, wall: flo
             raise RunFailed(FailureKind.CRASH, f"rank {r} wrote no result for job {j}")
         ranks.append(json.loads(p.read_text()))
     per_step = [max(rk["step_times_s"][i] for rk in ranks) for i in range(c.steps)]
-    warm = 1 if c.steps > 1 else 0
-    step_time = statistics.median(per_step[warm:])
-    mem = [rk["peak_memory_gb"] for rk in ranks]
     traces = [rk["trace"] for rk in ranks if rk.get("trace")]
+    step_time = timed_median(per_step, profiled=bool(traces))
+    mem = [rk["peak_memory_gb"] for rk in ranks]
     built: dict[int, list[int]] = {}
     for rk in ranks:  # the tp/dp/cp replicas of a chunk build the same layers
         for sid, ids in rk.get("chunk_layers", {}).items():

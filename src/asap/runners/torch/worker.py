@@ -60,8 +60,8 @@ def _profiler(profile_dir: str | None, steps: int, device: torch.device, rank: i
     Path(profile_dir).mkdir(parents=True, exist_ok=True)
     path = str(Path(profile_dir) / f"trace_rank{rank}.json")
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    warm = 1 if steps > 1 else 0
-    prof = profile(activities=acts, schedule=schedule(wait=0, warmup=warm, active=steps - warm, repeat=1),
+    # the last step only (``asap.measure``: a profiled step is never timed, the others run unprofiled)
+    prof = profile(activities=acts, schedule=schedule(wait=max(0, steps - 1), warmup=0, active=1, repeat=1),
                    record_shapes=True, on_trace_ready=lambda p: p.export_chrome_trace(path))
     return prof, path
 
