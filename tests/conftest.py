@@ -38,7 +38,7 @@ FILE_MARKERS = {
               "test_execute_torch", "test_fusion", "test_hier_ep", "test_host_overhead", "test_layout_trainer",
               "test_run_balance", "test_run_cli", "test_run_preflight", "test_train_distributed", "test_train_model",
               "test_tune_explain", "test_subprocess_hygiene", "test_emit", "test_tune_stacks", "test_execute_logs",
-              "test_diagnose_classes"),
+              "test_diagnose_classes", "test_tune_noise", "test_diagnose_fsdp"),
     # JAX programs on virtual CPU devices
     "jax": ("test_tune_maxtext", "test_diagnose_jax", "test_jax_bottlenecks", "test_jax_meshes", "test_jax_tune", "test_jax_xplane"),
     # more than about a minute for the file, or many CLI processes and whole-space plans (what keeps the fast
@@ -49,7 +49,7 @@ FILE_MARKERS = {
              "test_compare_budget", "test_diagnose_labels", "test_memory_store", "test_trace_streaming",
              "test_diagnose_hta", "test_balance", "test_fused_kernels", "test_tune_explain", "test_tune_stacks",
              "test_tune_maxtext", "test_proposals_expert", "test_next_commands", "test_compact_tables",
-             "test_report_layout"),
+             "test_report_layout", "test_tune_noise", "test_diagnose_fsdp", "test_llm_local", "test_quickstart"),
 }
 
 
