@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from asap.agents.llm import (MAX_CANDIDATES, SYSTEM_PROMPT, AdviceResult, LLMAdvice, LLMAdvisor, LLMCandidate,
+from asap.agents.llm import (response_schema, MAX_CANDIDATES, SYSTEM_PROMPT, AdviceResult, LLMAdvice, LLMAdvisor, LLMCandidate,
                              LLMConfig)
 
 CONTEXT = {"model": "llama3-8b", "devices": 16, "current": "tp=2,pp=2,mbs=1",
@@ -146,7 +146,7 @@ def test_good_answer_and_the_request_sent(server):
     assert headers["Content-Type"] == "application/json"
     assert body["model"] == "test-model"
     assert body["temperature"] == 0
-    assert body["response_format"] == {"type": "json_object"}
+    assert body["response_format"] == {"type": "json_object", "schema": response_schema()}
     system, user = body["messages"]
     assert system["role"] == "system" and system["content"] == SYSTEM_PROMPT
     assert '"candidates"' in system["content"] and '"narrative"' in system["content"]

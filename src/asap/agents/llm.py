@@ -67,6 +67,23 @@ Rules:
 """
 
 
+def response_schema() -> dict[str, Any]:
+    """The JSON schema of an answer (``SYSTEM_PROMPT``'s form), sent as ``response_format`` so that a server that
+    constrains its decoding to a schema (llama-cpp-python's and llama.cpp's ``json_object`` with ``schema``, a
+    grammar built from it) can only answer in it; the answer is still validated here (``parse_advice``)."""
+    degree = {"type": "integer", "minimum": 1, "maximum": 1024}
+    keys: dict[str, Any] = {k: degree for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs")}
+    keys.update(zero={"type": "integer", "enum": [0, 1, 2, 3]}, sp={"type": "integer", "enum": [0, 1]},
+                recompute={"type": "string", "enum": list(RECOMPUTE)},
+                schedule={"type": "string", "enum": list(SCHEDULES)})
+    candidate = {"type": "object", "properties": {
+        "strategy": {"type": "object", "properties": keys, "additionalProperties": False, "minProperties": 1},
+        "rationale": {"type": "string", "maxLength": 400}}, "required": ["strategy", "rationale"]}
+    return {"type": "object", "properties": {
+        "candidates": {"type": "array", "items": candidate, "maxItems": MAX_CANDIDATES},
+        "narrative": {"type": "string", "maxLength": 600}}, "required": ["candidates", "narrative"]}
+
+
 # ---------------------------------------------------------------------------------------------- configuration
 
 @dataclass
@@ -301,7 +318,8 @@ class LLMAdvisor:
         return {"model": self.config.model,
                 "messages": [{"role": "system", "content": SYSTEM_PROMPT},
                              {"role": "user", "content": json.dumps(context, default=str)}],
-                "temperature": 0, "response_format": {"type": "json_object"}}
+                "temperature": 0, "max_tokens": 1024,
+                "response_format": {"type": "json_object", "schema": response_schema()}}
 
     def advise(self, context: dict) -> AdviceResult:
         try:

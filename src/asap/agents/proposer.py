@@ -132,6 +132,7 @@ class Proposer:
         self.llm = llm  # an asap.agents.llm.LLMAdvisor: more candidates and a narrative, checked like the rest
         self.job_args = job_args or job_arguments(job)
         self.narrative = ""
+        self.llm_fallback: str | None = None  # why the LLM added nothing, when it was asked and answered badly
         self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
         self.base: Estimate | None = None  # the current strategy's estimate while proposing
         self._planned: list[Strategy] | None = None
@@ -286,6 +287,7 @@ class Proposer:
                                    "source": c.source, "why": c.why} for c in priced],
                    "best_so_far": [str(c.strategy) for c in priced[:5]]}
         advice = self.llm.advise(context)
+        self.llm_fallback = llm_fallback(advice)
         for reason in advice.dropped:
             considered.append({"strategy": "", "source": "llm", "kept": False, "why": reason})
         if advice.error:
@@ -396,6 +398,8 @@ class Proposer:
         proposals = [self._proposal(c, base, diagnosis) for c in chosen]
         if self.narrative:
             note += f" | LLM: {self.narrative}"
+        if self.llm_fallback:
+            note += f" | {self.llm_fallback}"
         return ProposalSet(proposals, within, note, considered)
 
     def _proposal(self, c: Candidate, base: Estimate, diagnosis: Diagnosis) -> Proposal:
@@ -495,6 +499,17 @@ def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = ""
     elif planner and len(chosen) < N_PROPOSALS and _distinct(planner[0], chosen):
         chosen.append(planner[0])
     return sorted(chosen[:N_PROPOSALS], key=lambda c: c.step_s)
+
+
+def llm_fallback(advice) -> str | None:
+    """What the proposals say when the LLM answered badly (an error, or no usable candidate): the proposals are
+    the deterministic ones; None when it gave at least one candidate."""
+    if advice.error:
+        return f"the LLM answered badly ({advice.error}): these are the deterministic proposals"
+    if not advice.candidates:
+        why = f" ({advice.dropped[0]})" if advice.dropped else ""
+        return f"the LLM gave no usable candidate{why}: these are the deterministic proposals"
+    return None
 
 
 def workload_record(job: Job) -> dict[str, Any]:

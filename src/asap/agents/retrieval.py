@@ -208,10 +208,17 @@ def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int 
 
 
 def next_moves(bottleneck: str, family: str | None, k: int = 2, model_kind: str | None = None,
-               framework: str | None = None) -> list[dict[str, Any]]:
+               framework: str | None = None, current: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The ``k`` knowledge entries that best answer a diagnosed bottleneck (or class) on this accelerator family,
     model kind and framework, only those that apply, as ``{id, title, moves}`` (what ``diagnose`` prints under
-    its verdict; ``propose`` checks them)."""
+    its verdict; ``propose`` checks them). With the ``current`` strategy (its keys), only the moves that apply to
+    it (``knowledge.apply_move``: no ``tp /2`` at tp=1), and an entry none of whose moves applies is left out."""
+    from asap.agents.knowledge import apply_move
+
     workload = {key: v for key, v in (("family", family), ("model_kind", model_kind), ("framework", framework)) if v}
-    return [{"id": r.entry.id, "title": r.entry.title, "moves": r.entry.moves}
-            for r in retrieve(bottleneck, workload, k=k, strict=True)]
+    out = []
+    for r in retrieve(bottleneck, workload, k=k + 4 if current is not None else k, strict=True):
+        moves = [m for m in r.entry.moves if current is None or apply_move(current, m) is not None]
+        if moves or (current is None and not r.entry.moves):
+            out.append({"id": r.entry.id, "title": r.entry.title, "moves": moves})
+    return out[:k]

@@ -221,13 +221,27 @@ def next_steps(d, job: dict | None = None) -> dict:
     moe = job["moe"] if job else (any(ALLTOALL_RE.search(o.name) for o in d.top_ops)
                                   or d.bottleneck_class == BottleneckClass.EP_COMM)
     kind = "moe" if moe else "dense"
-    moves = next_moves(d.bottleneck_class, family, model_kind=kind) or next_moves(d.bottleneck, family, model_kind=kind)
+    current = _current_keys(job)
+    moves = (next_moves(d.bottleneck_class, family, model_kind=kind, current=current)
+             or next_moves(d.bottleneck, family, model_kind=kind, current=current))
     if job is None:
         return {"command": None, "needs": "-m MODEL -c CLUSTER -b GLOBAL_BATCH -s SEQ_LEN [-S STRATEGY]",
                 "knowledge": moves}
     traces = " ".join(quote(str(t)) for t in d.traces)
     current = f" -S {quote(job['strategy'])}" if job["strategy"] else ""
     return {"command": f"asap propose {traces} {job['args']}{current}", "knowledge": moves}
+
+
+def _current_keys(job: dict | None) -> dict | None:
+    """The strategy the traces ran (``-S``) as keys, for the moves that apply to it; None when not given."""
+    from asap.spec.strategy import parse_strategy
+
+    if not job or not job.get("strategy"):
+        return None
+    try:
+        return dict(parse_strategy(job["strategy"]))
+    except AsapError:
+        return None
 
 
 def _move_text(key: str, op: str) -> str:

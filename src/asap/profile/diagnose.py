@@ -18,7 +18,7 @@ from asap.errors import AsapError
 from asap.profile.devices import Roofline, infer_accelerator, roofline_for
 from asap.profile.fusion import fusion_table
 from asap.profile.load import load_timelines
-from asap.profile.trace import Timeline, expand_paths, is_matrix, is_p2p
+from asap.profile.trace import HookRole, Timeline, expand_paths, hook_role, is_matrix, is_p2p
 from asap.profile.windows import US, Intervals, window_figures, window_index
 from asap.spec.words import BOTTLENECKS, Bottleneck, BottleneckClass, duration_text
 
@@ -261,8 +261,11 @@ def _row(name: str, g: _Group, total_s: float, roofline: Roofline) -> OpRow:
     flops = g.flops if g.costed and not g.comm else None
     nbytes = g.bytes if g.costed and g.bytes > 0 else None
     intensity = flops / nbytes if flops is not None and nbytes else None
+    role = hook_role(name)
     if g.comm:
-        bound, source = "communication", "name"
+        bound, source = "communication", ("hook" if role is not None else "name")
+    elif role is HookRole.HOST:  # a framework's own Python (hooks, DTensor dispatch): host, whatever its time
+        bound, source = "host", "hook"
     elif intensity is not None:
         bound, source = ("compute" if intensity >= roofline.ridge(precision) else "memory"), "shapes"
     elif flops == 0 and nbytes:
@@ -274,8 +277,9 @@ def _row(name: str, g: _Group, total_s: float, roofline: Roofline) -> OpRow:
     flop_util = rate / roofline.peak(precision) if rate else None
     bw_util = bw / roofline.bytes_per_s if bw and not g.comm else None
     per_call = g.time / g.calls if g.calls > 0 else 0.0
-    overhead = (not g.comm and flop_util is not None and bw_util is not None and per_call < OVERHEAD_CALL_S
-                and flop_util < OVERHEAD_UTILIZATION and bw_util < OVERHEAD_UTILIZATION)
+    overhead = bound == "host" or (
+        not g.comm and flop_util is not None and bw_util is not None and per_call < OVERHEAD_CALL_S
+        and flop_util < OVERHEAD_UTILIZATION and bw_util < OVERHEAD_UTILIZATION)
     return OpRow(
         name=name, time_s=g.time, share=g.time / total_s, calls=g.calls, flops=flops, bytes=nbytes,
         intensity=intensity, bound=bound, bound_from=source, precision=precision,

@@ -31,7 +31,7 @@ from ijson.common import ObjectBuilder
 
 from asap.errors import AsapError
 from asap.profile.ops import comm_bytes, io_bytes, op_cost
-from asap.profile.trace import (GZIP_MAGIC, OpInstance, Timeline, is_comm_kernel, is_comm_op, is_p2p,
+from asap.profile.trace import (GZIP_MAGIC, HookRole, OpInstance, Timeline, hook_role, is_comm_kernel, is_comm_op, is_p2p,
                                 event_format, self_times, short_kernel_name, trim_windows, well_formed,
                                 windows_array)
 from asap.profile.windows import Intervals
@@ -122,7 +122,7 @@ class _Rows:
         name = self._name(e)
         if name.startswith(STEP_PREFIX):
             self.steps.append((name, start, end))
-        elif cat in OP_CATS or is_comm_op(name):
+        elif cat in OP_CATS or is_comm_op(name) or hook_role(name) is not None:
             self.threads[self._key(e)].append((start, end, name, self._args(e.get("args"))))
 
     def _args(self, args) -> dict:
@@ -420,14 +420,15 @@ def _cpu_timeline(source, rank, label, thread_rows, windows, notes) -> Timeline:
     all_s, all_e = [], []
     for lane, th in enumerate(threads):
         comm_mask = np.array([is_comm_op(n) for n in th.names], dtype=bool)
+        hook_mask = np.array([hook_role(n) is HookRole.COMMUNICATION for n in th.names], dtype=bool)
         pp_mask = comm_mask & np.array([is_p2p(n) for n in th.names], dtype=bool)
-        work = Intervals.union_of(th.starts[~comm_mask], th.ends[~comm_mask])
-        talk = Intervals.union_of(th.starts[comm_mask], th.ends[comm_mask])
+        work = Intervals.union_of(th.starts[~(comm_mask | hook_mask)], th.ends[~(comm_mask | hook_mask)])
+        talk = Intervals.union_of(th.starts[comm_mask], th.ends[comm_mask]) | _hooks_own_time(th, hook_mask)
         compute_parts.append(work.minus(talk))
-        comm_s.append(th.starts[comm_mask]); comm_e.append(th.ends[comm_mask])
+        comm_s.append(talk.starts); comm_e.append(talk.ends)
         p2p_s.append(th.starts[pp_mask]); p2p_e.append(th.ends[pp_mask])
         all_s.append(th.starts); all_e.append(th.ends)
-        ops.extend(_cpu_instances(th, comm_mask, pp_mask, lane))
+        ops.extend(_cpu_instances(th, comm_mask | hook_mask, pp_mask, lane))
     compute = Intervals.empty()
     for part in compute_parts:
         compute = compute | part
@@ -446,6 +447,19 @@ def _cpu_timeline(source, rank, label, thread_rows, windows, notes) -> Timeline:
                     device_name=None, device_memory_bytes=None, windows_us=windows_array(windows),
                     window_names=[w[0] for w in windows], windows_source=source_kind, compute=compute, comm=comm,
                     p2p=p2p, ops=ops, notes=notes)
+
+
+def _hooks_own_time(th: _Thread, hook_mask: np.ndarray) -> Intervals:
+    """The time inside a framework's communication hooks (``asap.profile.trace.FRAMEWORK_HOOKS``) that none of
+    the operators it calls account for: the collective's issue and wait. Its children keep their own class
+    (the gradient division, the copies into the flat buffer)."""
+    if not hook_mask.any():
+        return Intervals.empty()
+    hooks = np.flatnonzero(hook_mask)
+    parent = th.parent
+    kids = np.array([p >= 0 and hook_mask[p] for p in parent.tolist()], dtype=bool) & ~hook_mask
+    return Intervals.union_of(th.starts[hooks], th.ends[hooks]).minus(
+        Intervals.union_of(th.starts[kids], th.ends[kids]))
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from enum import Enum
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -225,6 +226,49 @@ P2P_RE = re.compile(r"(^|[^a-z])(send|recv|isend|irecv|batch_isend_irecv|collect
 MATRIX_RE = re.compile(
     r"gemm|nvjet|cutlass|xmma|wgmma|hmma|cublas|Cijk_|matmul|\bmm\b|aten::(mm|bmm|addmm|baddbmm|linear)$|"
     r"conv|dot|einsum|sdpa|flash|fmha|attention|ynn", re.IGNORECASE)
+
+
+class HookRole(str, Enum):
+    """What a training framework's own hook or dispatch event is, by its identity (never by its time)."""
+
+    COMMUNICATION = "communication"  # the framework issuing and waiting for its collectives
+    HOST = "host"                    # the framework's Python around the operators (hooks, subclass dispatch)
+
+
+# The hooks and dispatch layers of the data-parallel frameworks, as the profiler names them. Their *own* time
+# (not that of the operators they call, which keep their own class) is what the entry says:
+# * FSDP2 (torch.distributed.fsdp.fully_shard, _fsdp_param_group.py / _fsdp_state.py): the autograd node
+#   ``RegisterPostBackwardFunctionBackward`` runs the post-backward hook, which issues the gradients'
+#   reduce-scatter and waits for it (on gloo, synchronously); its record_functions ``FSDP::all_gather``,
+#   ``FSDP::post_backward_reduce``, ``FSDP::post_backward_rs_wait`` and ``FSDP::backward_prefetch`` wrap
+#   collectives and their waits; every other ``FSDP::`` record_function (pre/post forward and backward,
+#   accumulate, reshard, copy-out, the root's callbacks) is the hook's own Python.
+# * DTensor (torch.distributed.tensor): ``PythonSubclass`` is the profiler's event for a tensor subclass's
+#   ``__torch_dispatch__`` (sharding propagation, redistribution planning): host overhead.
+# * DeepSpeed ZeRO-3 (deepspeed/runtime/zero/parameter_offload.py): the autograd functions
+#   ``PreBackwardFunctionForModule`` (gathers a module's partitioned parameters before its backward) and
+#   ``PostBackwardFunctionModule`` (releases them) appear as ``...Backward`` nodes; ``PreBackwardFunction``
+#   likewise. The gather waits on an all-gather: communication; the release is bookkeeping: host.
+#   ZeRO 1/2's gradient hooks run inside ``autograd::engine::evaluate_function: torch::autograd::AccumulateGrad``
+#   (the reduction itself is a recorded c10d collective).
+FRAMEWORK_HOOKS: tuple[tuple[re.Pattern, HookRole], ...] = (
+    (re.compile(r"^RegisterPostBackwardFunctionBackward$"), HookRole.COMMUNICATION),
+    (re.compile(r"^FSDP::(all_gather|post_backward_reduce|post_backward_rs_wait|backward_prefetch)\b"),
+     HookRole.COMMUNICATION),
+    (re.compile(r"^FSDP::"), HookRole.HOST),
+    (re.compile(r"^PythonSubclass$"), HookRole.HOST),
+    (re.compile(r"^PreBackwardFunction(ForModule)?Backward$"), HookRole.COMMUNICATION),
+    (re.compile(r"^PostBackwardFunction(Module)?Backward$"), HookRole.HOST),
+)
+
+
+@lru_cache(maxsize=65536)
+def hook_role(name: str) -> HookRole | None:
+    """The role of a framework's hook or dispatch event (``FRAMEWORK_HOOKS``), or None for any other name."""
+    for pattern, role in FRAMEWORK_HOOKS:
+        if pattern.search(name):
+            return role
+    return None
 
 
 @lru_cache(maxsize=65536)
