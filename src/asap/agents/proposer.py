@@ -45,6 +45,7 @@ def model_error(family: str) -> float:
 ENTRIES_PER_CLASS = 6  # entries retrieved per class attacked
 CLASSES_ATTACKED = 4  # the largest classes of the diagnosis
 FIT_MOVES = 4  # memory moves joined with a time move where the current strategy does not fit
+STAGE_BALANCE_ENTRY = "pipeline-stage-balancing"  # the knowledge entry a layer-split move follows
 SOURCE_ORDER = {"knowledge": 0, "memory": 1, "neighbour": 2, "llm": 3, "planner": 4}
 
 
@@ -192,6 +193,7 @@ class Proposer:
                 for move in r.entry.moves:
                     self._add(out, considered, moved_strategy(current, move, devices, self.moe), "knowledge",
                               r.entry.title, [f"knowledge:{r.entry.id}"], entry=r.entry, target=target)
+        self._layer_split(current, targets, out, considered)
         if not self.base.fits:
             self._memory_combinations(current, targets, out, considered)
         for move in NEIGHBOUR_MOVES:
@@ -209,6 +211,29 @@ class Proposer:
             if c.target is None:
                 c.target = attacked_class(c, self.base, targets)
         return out
+
+    def _layer_split(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:
+        """Stage imbalance's own move, always considered where it is named: the layer split the planner's stage
+        ILP finds for the current strategy (``asap.search.planner.stage_split``), priced like every candidate,
+        following the stage-balancing entry when the knowledge base has it."""
+        target = next((t for t in targets if t["class"] == BottleneckClass.STAGE_IMBALANCE), None)
+        if target is None or current.pp < 2:
+            return
+        from asap.agents.knowledge import load_knowledge
+        from asap.search.planner import stage_split
+
+        try:
+            layers = tuple(stage_split(self.job, current).get("layers_per_stage") or ())
+        except AsapError as e:
+            considered.append({"strategy": "", "source": "knowledge", "kept": False, "why": f"stage ILP: {e}"})
+            return
+        if not layers or layers == tuple(current.layer_split or ()):
+            return
+        entry = next((e for e in load_knowledge() if e.id == STAGE_BALANCE_ENTRY), None)
+        split = "/".join(map(str, layers))
+        self._add(out, considered, {**current.to_dict(), "layer_split": split}, "knowledge",
+                  f"the stage ILP's layer split {split} (asap plan's stage ILP on this strategy)",
+                  [f"knowledge:{entry.id}"] if entry else ["planner:stage-ilp"], entry=entry, target=target)
 
     def _memory_combinations(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:
         """A strategy that does not fit by far: the memory entries' moves, scaled (x2 -> x4, x8) and two of
@@ -307,13 +332,15 @@ class Proposer:
         self.narrative = advice.narrative
 
     def _fill(self, chosen: list[Candidate], skip: set[str], considered: list) -> list[Candidate]:
-        """Where fewer than three targeted moves fit (a strategy far from fitting): the planner's next best, of
-        other knob sets, fill in as re-plans, the one case with more than one."""
+        """Where fewer than three targeted moves fit or help: the planner's next best that are faster, of other
+        knob sets, fill in as re-plans, the one case with more than one (fewer than three when nothing else
+        helps: the note says so)."""
         extra: list[Candidate] = []
         for s in self._planner_best(top=30)[1:]:
             self._add(extra, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
                                                                   "targeted moves fit)", ["planner:top"])
-        for c in extra:
+        helps = [c for c in extra if c.step_s < self.base.step_time_s or not self.base.fits]
+        for c in helps:
             if len(chosen) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen):
                 chosen.append(c)
         return sorted(chosen, key=lambda c: c.step_s)
@@ -391,6 +418,9 @@ class Proposer:
                     f"would tell")
         else:
             note = f"{len(unique)} candidates fit; three targeted moves of different knobs, fastest first"
+        if len(chosen) < N_PROPOSALS:
+            note += (f" | only {len(chosen)} move(s) the cost model predicts faster than the current strategy: "
+                     "no slower move fills a slot")
         for c in unique.values():
             considered.append({"strategy": str(c.strategy), "source": c.source, "kept": c in chosen,
                                "why": "proposed" if c in chosen else "a faster candidate moves the same knobs "
@@ -487,7 +517,10 @@ def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = ""
     # the named class is attacked first: its best knowledge move, where one helps
     chosen = [c for c in useful if c in known and (c.target or {}).get("class") == verdict][:1]
     named_first = sorted(known, key=lambda c: (c.target or {}).get("class") != verdict)  # stable: then by step
-    for pool, n in (([c for c in useful if c in known], 2), (named_first, 2), (useful, 3), (targeted, 3)):
+    # only moves the cost model says help (faster than the current strategy, or fitting where it does not):
+    # a slower move is never offered to fill a slot
+    named_first = [c for c in named_first if c in useful]
+    for pool, n in (([c for c in useful if c in known], 2), (named_first, 2), (useful, 3)):
         for c in pool:
             if len(chosen) >= n:
                 break
