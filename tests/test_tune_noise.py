@@ -26,6 +26,9 @@ def test_the_same_torchtitan_strategy_twice_is_within_the_stated_noise(tmp_path)
         assert all(i % n == n - 1 for i in st.dropped_profiled) and len(st.timed_steps_s) == 3 * st.repeats
         assert d["measured_spread"] is not None and d["noise"] >= 0.02 and m.traces
     v = gain_beyond_noise(b.step_time_s, b.stats.noise, a.step_time_s, a.stats.noise)
+    print(f"twice: {a.step_time_s:.4f} s (noise {a.stats.noise:.1%}, spread {a.stats.measured_spread:.1%}, "
+          f"repeats {a.stats.repeats}) and {b.step_time_s:.4f} s (noise {b.stats.noise:.1%}, spread "
+          f"{b.stats.measured_spread:.1%}, repeats {b.stats.repeats}): {v.words()}")
     assert not v.beyond_noise and abs(v.gain) <= v.floor, (a.stats.to_dict(), b.stats.to_dict())
     first = TrialRecord(s, TrialStatus.OK, "", a.step_time_s, None, None, noise=a.stats.noise)
     adopt(first, None)

@@ -76,8 +76,8 @@ def propose(
     diagnosis = Analyzer(job.cluster).analyze(estimate(job, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
     args = options.args()
-    result = Proposer(job, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key),
-                      job_args=args).propose(current, diagnosis)
+    proposer = Proposer(job, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key), job_args=args)
+    result = proposer.propose(current, diagnosis)
     names = [compact_strategy(p.strategy, job) for p in result.proposals]
     commands = [f"asap estimate {args} -S {quote(n)}" for n in names]
     out = {"diagnosis": diagnosis.to_dict(), "current": {"strategy": current.to_dict(),
@@ -86,6 +86,9 @@ def propose(
            "within_error": result.within_error, "note": result.note,
            "proposals": [{**p.to_dict(), "strategy_compact": n, "command": cmd}
                          for p, n, cmd in zip(result.proposals, names, commands)]}
+    if llm:  # what the model added: its kept candidates (priced like the rest), or why the proposals fell back
+        out["llm"] = {"fallback": proposer.llm_fallback, "narrative": proposer.narrative,
+                      "considered": [c for c in result.considered if c.get("source") == "llm"]}
     if json_out:
         print_json(out)
         return
@@ -155,6 +158,12 @@ def _tune_memory_path(memory: str | None, report: str | None) -> str:
     for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
         p.unlink(missing_ok=True)
     return str(path)
+
+
+def _write_cluster_announced(path: str, coord) -> str:
+    _write_corrected_cluster(path, coord)
+    _announce("cluster", path, f"the corrected machine (asap estimate -c {path} ...)")
+    return path
 
 
 def _announce(kind: str, path: str, what: str) -> None:
@@ -377,9 +386,7 @@ def tune(
         if report:
             files.update(_write_report(report, coord, result, mem, write_cluster, options.model))
     if write_cluster:
-        _write_corrected_cluster(write_cluster, coord)
-        files["cluster"] = write_cluster
-        _announce("cluster", write_cluster, f"the corrected machine (asap estimate -c {write_cluster} ...)")
+        files["cluster"] = _write_cluster_announced(write_cluster, coord)
     if json_out:
         print_json({**result, "files": files})
         return

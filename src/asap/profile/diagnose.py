@@ -288,6 +288,13 @@ def _row(name: str, g: _Group, total_s: float, roofline: Roofline) -> OpRow:
         overhead_bound=overhead, own_time_s=g.time if g.own is None else g.own)
 
 
+def _overhead_words(r: OpRow) -> str:
+    """A host-bound operator in the evidence: its utilisation, or a framework hook's own time."""
+    if r.bound_from == "hook":
+        return f"{r.name} ({_t(r.time_s)}, the framework's own Python)"
+    return f"{r.name} at {r.flop_utilization or 0:.0%} of peak FLOP/s"
+
+
 def bound_fractions(rows: list[OpRow]) -> tuple[float, float, float]:
     """Shares of non-communication operator time that are compute-bound, memory-bound and overhead-bound
     (``OpRow.overhead_bound``: near neither roof). The time is the operators' own (``OpRow.own_time_s``): on
@@ -481,8 +488,7 @@ def _evidence(bottleneck: Bottleneck, scores: dict, fig: dict, rows: list[OpRow]
         over = [r for r in rows if r.overhead_bound][:3]
         ev.append(f"the device idles {fig['idle_s'] / step:.0%} of the step: launch overhead, input pipeline or "
                   "Python between operators" + (f"; and {len(over)}+ busy operators near neither roof ("
-                                                 + ", ".join(f"{r.name} at {r.flop_utilization:.0%} of peak FLOP/s"
-                                                             for r in over) + ")" if over else ""))
+                                                 + ", ".join(_overhead_words(r) for r in over) + ")" if over else ""))
     elif bottleneck == Bottleneck.PIPELINE_BUBBLE:
         ev.append(f"point-to-point transfers exposed {_t(fig['exposed_p2p_s'])} per step: stages wait for "
                   "their neighbours' activations or gradients")

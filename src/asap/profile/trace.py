@@ -248,7 +248,9 @@ class HookRole(str, Enum):
 # * DeepSpeed ZeRO-3 (deepspeed/runtime/zero/parameter_offload.py): the autograd functions
 #   ``PreBackwardFunctionForModule`` (gathers a module's partitioned parameters before its backward) and
 #   ``PostBackwardFunctionModule`` (releases them) appear as ``...Backward`` nodes; ``PreBackwardFunction``
-#   likewise. The gather waits on an all-gather: communication; the release is bookkeeping: host.
+#   likewise. The gather waits on an all-gather: communication; the release is bookkeeping: host, as are the
+#   functions' forward halves (installing the hooks) and ``LinearFunctionForZeroStage3`` (ZeRO-3's linear, whose
+#   matrix products are its recorded children: its own time is Python).
 #   ZeRO 1/2's gradient hooks run inside ``autograd::engine::evaluate_function: torch::autograd::AccumulateGrad``
 #   (the reduction itself is a recorded c10d collective).
 FRAMEWORK_HOOKS: tuple[tuple[re.Pattern, HookRole], ...] = (
@@ -259,6 +261,8 @@ FRAMEWORK_HOOKS: tuple[tuple[re.Pattern, HookRole], ...] = (
     (re.compile(r"^PythonSubclass$"), HookRole.HOST),
     (re.compile(r"^PreBackwardFunction(ForModule)?Backward$"), HookRole.COMMUNICATION),
     (re.compile(r"^PostBackwardFunction(Module)?Backward$"), HookRole.HOST),
+    (re.compile(r"^(Pre|Post)BackwardFunction(ForModule|Module)?$"), HookRole.HOST),
+    (re.compile(r"^LinearFunctionForZeroStage3(Backward)?$"), HookRole.HOST),
 )
 
 
