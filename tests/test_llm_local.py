@@ -16,7 +16,7 @@ import pytest
 from asap.agents.llm import LLMAdvisor, LLMConfig
 from conftest import run_cli
 
-JOB = ("-m", "llama3-8b", "-c", "dgx-h100", "-b", "64", "-s", "4096", "-S", "tp8")
+JOB = ("-m", "llama3-8b", "-c", "dgx-h100-1node", "-b", "64", "-s", "4096", "-S", "tp8")
 
 
 def _free_port() -> int:

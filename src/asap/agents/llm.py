@@ -193,6 +193,16 @@ class AdviceResult:
     def ok(self) -> bool:
         return self.error is None
 
+    def fallback(self) -> str | None:
+        """What the proposals say when the LLM answered badly (an error, or no usable candidate): the proposals are
+        the deterministic ones; None when it gave at least one candidate."""
+        if self.error:
+            return f"the LLM answered badly ({self.error}): these are the deterministic proposals"
+        if not self.candidates:
+            why = f" ({self.dropped[0]})" if self.dropped else ""
+            return f"the LLM gave no usable candidate{why}: these are the deterministic proposals"
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {"candidates": [{"strategy": s, "rationale": r} for s, r in self.candidates],
                 "narrative": self.narrative, "error": self.error, "dropped": list(self.dropped)}

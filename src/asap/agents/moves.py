@@ -98,3 +98,17 @@ def justifying_lines(body: str, words: list[str], n: int = 2) -> list[str]:
     scored = [(len(vocab & set(re.findall(r"[a-z0-9_-]+", s.lower()))), -i, s) for i, s in enumerate(sentences)]
     best = sorted(scored, reverse=True)[:n]
     return [s for _, _, s in sorted(best, key=lambda x: -x[1])]
+
+
+def moves_that_way(op: str | None, old: Any, new: Any) -> bool:
+    """Whether a knowledge move ``op`` of one knob goes the way ``old -> new`` does."""
+    if op is None or old == new:
+        return False
+    op = str(op)
+    if op.startswith("="):
+        return op[1:] == str(new)
+    try:
+        up = float(new) > float(old)
+    except (TypeError, ValueError):
+        return False
+    return op[0] in "x+" if up else op[0] in "/-"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from asap.agents.analyzer import Diagnosis
-from asap.agents.moves import (MAIN_KNOBS, MAX_KNOBS, NEIGHBOUR_MOVES, justifying_lines, moved_knobs,
+from asap.agents.moves import (MAIN_KNOBS, MAX_KNOBS, NEIGHBOUR_MOVES, justifying_lines, moved_knobs, moves_that_way,
                                moved_strategy, moves_text, tradeoffs)
 from asap.compare import deltas
 from asap.cost.estimate import Estimate, estimate
@@ -133,6 +133,7 @@ class Proposer:
         self.llm = llm  # an asap.agents.llm.LLMAdvisor: more candidates and a narrative, checked like the rest
         self.job_args = job_args or job_arguments(job)
         self.narrative = ""
+        self._knowledge = None  # the knowledge base, loaded once, for the re-plans' citations
         self.llm_fallback: str | None = None  # why the LLM added nothing, when it was asked and answered badly
         self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
         self.base: Estimate | None = None  # the current strategy's estimate while proposing
@@ -312,7 +313,7 @@ class Proposer:
                                    "source": c.source, "why": c.why} for c in priced],
                    "best_so_far": [str(c.strategy) for c in priced[:5]]}
         advice = self.llm.advise(context)
-        self.llm_fallback = llm_fallback(advice)
+        self.llm_fallback = advice.fallback()
         for reason in advice.dropped:
             considered.append({"strategy": "", "source": "llm", "kept": False, "why": reason})
         if advice.error:
@@ -441,6 +442,11 @@ class Proposer:
         why = self.rationales.get(str(c.strategy), c.why)
         rationale = f"{target['class']} ({target['figure']}): {why}; moves {moves_text(c.strategy, base.strategy)}"
         entries = [self._entry_dict(c)] if c.entry is not None else []
+        if c.source == "planner":  # a re-plan cites, knob by knob, the entry that moves it that way
+            cited = self._replan_entries(c, base, diagnosis)
+            entries = [d for _, d in cited]
+            if cited:
+                rationale += "; " + ", ".join(f"{k} per knowledge:{d['id']}" for k, d in cited)
         evidence = list(c.evidence) + [f"diagnosis:{target['class']}={target.get('saving_s', 0.0):.3g}s"]
         trials = self._similar_trials(c.strategy)
         evidence += [f"memory:trial{t['id']}" for t in trials]
@@ -450,6 +456,29 @@ class Proposer:
                         attacks_class=target["class"], knobs=sorted(c.knobs), entries=entries,
                         term_changes_s=deltas(base, c.estimate)["deltas_s"], similar_trials=trials,
                         estimate_command=f"asap estimate {self.job_args} -S {c.strategy}")
+
+    def _replan_entries(self, c: Candidate, base: Estimate, diagnosis: Diagnosis) -> list[tuple[str, dict]]:
+        """For each knob a re-plan changes, the knowledge entry with a move of that knob in that direction (``x2``
+        or ``+1`` up, ``/2`` or ``-1`` down, ``=V`` to V), one answering a diagnosed class first; (knob, entry
+        dict) for the knobs that have one."""
+        from asap.agents.knowledge import load_knowledge
+
+        if self._knowledge is None:
+            self._knowledge = load_knowledge()
+        named = [t["class"] for t in diagnosis.classes]
+        def rank(e) -> int:
+            hits = [named.index(k) for k in list(e.classes) + list(e.bottlenecks) if k in named]
+            return min(hits) if hits else len(named)
+        out = []
+        for knob in sorted(c.knobs):
+            old, new = getattr(base.strategy, knob, None), getattr(c.strategy, knob, None)
+            fits = [e for e in self._knowledge if any(moves_that_way(m.get(knob), old, new) for m in e.moves)]
+            if fits:
+                e = min(fits, key=rank)
+                words = [knob, *KNOB_WORDS.get(knob, ())]
+                out.append((knob, {"id": e.id, "title": e.title, "lines": justifying_lines(e.body, words),
+                                   "sources": list(e.sources)}))
+        return out
 
     def _entry_dict(self, c: Candidate) -> dict[str, Any]:
         e = c.entry
@@ -532,17 +561,6 @@ def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = ""
     elif planner and len(chosen) < N_PROPOSALS and _distinct(planner[0], chosen):
         chosen.append(planner[0])
     return sorted(chosen[:N_PROPOSALS], key=lambda c: c.step_s)
-
-
-def llm_fallback(advice) -> str | None:
-    """What the proposals say when the LLM answered badly (an error, or no usable candidate): the proposals are
-    the deterministic ones; None when it gave at least one candidate."""
-    if advice.error:
-        return f"the LLM answered badly ({advice.error}): these are the deterministic proposals"
-    if not advice.candidates:
-        why = f" ({advice.dropped[0]})" if advice.dropped else ""
-        return f"the LLM gave no usable candidate{why}: these are the deterministic proposals"
-    return None
 
 
 def workload_record(job: Job) -> dict[str, Any]:
