@@ -444,7 +444,7 @@ class Proposer:
         entries = [self._entry_dict(c)] if c.entry is not None else []
         if c.source == "planner":  # a re-plan cites, knob by knob, the entry that moves it that way
             cited = self._replan_entries(c, base, diagnosis)
-            entries = [d for _, d in cited]
+            entries = [{k: v for k, v in d.items() if k != "cited_once"} for _, d in cited if d["cited_once"]]
             if cited:
                 rationale += "; " + ", ".join(f"{k} per knowledge:{d['id']}" for k, d in cited)
         evidence = list(c.evidence) + [f"diagnosis:{target['class']}={target.get('saving_s', 0.0):.3g}s"]
@@ -469,16 +469,24 @@ class Proposer:
         def rank(e) -> int:
             hits = [named.index(k) for k in list(e.classes) + list(e.bottlenecks) if k in named]
             return min(hits) if hits else len(named)
-        out = []
+        out, seen = [], set()
         for knob in sorted(c.knobs):
             old, new = getattr(base.strategy, knob, None), getattr(c.strategy, knob, None)
-            fits = [e for e in self._knowledge if any(moves_that_way(m.get(knob), old, new) for m in e.moves)]
+            fits = [e for e in self._knowledge if self._applies(e)
+                    and any(moves_that_way(m.get(knob), old, new) for m in e.moves)]
             if fits:
                 e = min(fits, key=rank)
                 words = [knob, *KNOB_WORDS.get(knob, ())]
                 out.append((knob, {"id": e.id, "title": e.title, "lines": justifying_lines(e.body, words),
-                                   "sources": list(e.sources)}))
+                                   "sources": list(e.sources), "cited_once": e.id not in seen}))
+                seen.add(e.id)
         return out
+
+    def _applies(self, e) -> bool:
+        """An entry written for this job's accelerator family and model kind (or for any)."""
+        kind = "moe" if self.moe else "dense"
+        return (("any" in e.families or self.cluster.accelerator.family in e.families)
+                and ("any" in e.model_kinds or kind in e.model_kinds))
 
     def _entry_dict(self, c: Candidate) -> dict[str, Any]:
         e = c.entry
