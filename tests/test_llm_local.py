@@ -67,6 +67,7 @@ def test_the_real_model_answers_in_the_schema(gemma_server):
     advisor = LLMAdvisor(LLMConfig(gemma_server, "gemma-3-270m", timeout_s=600))
     res = advisor.advise({"model": "llama3-8b", "cluster": "8 x h100-sxm", "current": {"tp": 8},
                           "diagnosis": {"bottleneck_class": "tp_comm"}, "candidates": []})
+    print("gemma advice:", res.to_dict())
     assert res.error is None, res.error  # the grammar makes the answer JSON of the schema's shape
 
 
@@ -81,6 +82,7 @@ def test_propose_llm_gives_three_repriced_proposals(gemma_server):
         est = json.loads(run_cli("estimate", *JOB[:-2], "-S", prop["strategy_compact"], "--json").stdout)
         assert est["step_time_s"] == pytest.approx(prop["predicted_step_time_s"], rel=1e-9)
     llm = out["llm"]
+    print("gemma:", json.dumps(llm)[:1500], [(p["strategy_compact"], p["source"]) for p in out["proposals"]])
     kept = [c for c in llm["considered"] if c["kept"]]
     # either the model's candidates were priced like any other, or the proposals fell back and say so
     assert kept or (llm["fallback"] and "deterministic proposals" in out["note"]), llm
