@@ -41,6 +41,9 @@ DEFAULT_MODEL = "gpt-4o-mini"  # used when neither the option nor ASAP_LLM_MODEL
 MAX_RESPONSE_BYTES = 4 << 20  # a chat answer larger than this is not an answer
 MAX_ERROR_CHARS = 300  # the one-line error is cut to this length
 MAX_NARRATIVE_CHARS = 4000
+# the example answer's placeholder texts (SYSTEM_PROMPT): a model that copies them has not answered (a small
+# model under a grammar often does), so its candidate is dropped and the proposals fall back, saying so
+PLACEHOLDERS = ("why this should be faster", "a few sentences explaining the situation and your suggestions")
 
 SYSTEM_PROMPT = f"""You advise on parallel strategies for training a large language model.
 The user message is a JSON object describing the model, the cluster, the training setup, the current
@@ -277,12 +280,16 @@ def parse_advice(payload: Any) -> AdviceResult:
         if parsed in [s for s, _ in out]:
             dropped.append(f"candidate {i}: repeats an earlier candidate")
             continue
+        if cand.rationale.strip().lower() in PLACEHOLDERS:
+            dropped.append(f"candidate {i}: copies the prompt's example (rationale {cand.rationale.strip()!r})")
+            continue
         if len(kept) >= MAX_CANDIDATES:
             dropped.append(f"candidate {i}: more than {MAX_CANDIDATES} candidates")
             continue
         kept.append(cand)
         out.append((parsed, cand.rationale.strip()))
     narrative = (env.narrative or "").strip()[:MAX_NARRATIVE_CHARS]
+    narrative = "" if narrative.lower() in PLACEHOLDERS else narrative
     LLMAdvice(candidates=kept, narrative=narrative)  # the checked answer has the public schema
     return AdviceResult(candidates=out, narrative=narrative, error=None, dropped=dropped)
 

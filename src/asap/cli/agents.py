@@ -34,11 +34,19 @@ LlmKeyOpt = typer.Option(None, "--llm-key", help="Its API key (default: ASAP_LLM
 def _llm(enabled: bool, base_url, model, key):
     if not enabled:
         return None
+    import os
+
     from asap.agents.llm import LLMAdvisor, LLMConfig
 
     config = LLMConfig.from_env(base_url, model, key)
     if config is None:
         raise AsapError("llm-base-url", "missing: --llm needs --llm-base-url or ASAP_LLM_BASE_URL")
+    wait = os.environ.get("ASAP_LLM_TIMEOUT_S", "").strip()
+    if wait:  # a local model on a CPU answers in minutes, not seconds
+        try:
+            config.timeout_s = float(wait)
+        except ValueError:
+            raise AsapError("ASAP_LLM_TIMEOUT_S", f"must be a number of seconds, got {wait!r}") from None
     return LLMAdvisor(config)
 
 
