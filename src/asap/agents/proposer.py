@@ -341,10 +341,14 @@ class Proposer:
             self._add(extra, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
                                                                   "targeted moves fit)", ["planner:top"])
         helps = [c for c in extra if c.step_s < self.base.step_time_s or not self.base.fits]
+        # the targeted moves first (fastest first), then the re-plans that fill in: a filled-in re-plan is not
+        # one that beat the targeted moves by more than the model's error
+        chosen = sorted(chosen, key=lambda c: c.step_s)
+        filled: list[Candidate] = []
         for c in helps:
-            if len(chosen) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen):
-                chosen.append(c)
-        return sorted(chosen, key=lambda c: c.step_s)
+            if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
+                filled.append(c)
+        return chosen + sorted(filled, key=lambda c: c.step_s)
 
     def _planner_best(self, top: int = 1) -> list[Strategy]:
         """The planner's ``top`` best (its 30 best computed once per proposer: the re-plan and the fill)."""
@@ -474,8 +478,9 @@ class Proposer:
             old, new = getattr(base.strategy, knob, None), getattr(c.strategy, knob, None)
             fits = [e for e in self._knowledge if self._applies(e)
                     and any(moves_that_way(m.get(knob), old, new) for m in e.moves)]
-            if fits:
-                e = min(fits, key=rank)
+            if fits:  # a diagnosed class's entry first, then the most specific (its move touches fewest knobs)
+                e = min(fits, key=lambda e: (rank(e), min(len(m) for m in e.moves
+                                                          if moves_that_way(m.get(knob), old, new)), e.id))
                 words = [knob, *KNOB_WORDS.get(knob, ())]
                 out.append((knob, {"id": e.id, "title": e.title, "lines": justifying_lines(e.body, words),
                                    "sources": list(e.sources), "cited_once": e.id not in seen}))
