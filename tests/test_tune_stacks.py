@@ -60,7 +60,7 @@ def test_torchtitan_fsdp_tp_pp(tmp_path, strategy, axis):
     r = ex.run(ex.parse(strategy))
     assert r.ok, (r.reason, r.log_tail[-2000:])
     assert axis in (tmp_path / "trial1" / "torchtitan.toml").read_text()
-    assert len(r.details["step_times_s"]) == 3 and r.step_time_s > 0
+    assert len(r.details["step_times_s"]) == 5 and r.step_time_s > 0  # 3 asked: warm-up + 3 timed + profiled
     # the first loss of a random model on a 512-token vocabulary: near ln 512 = 6.24 (torchtitan's own
     # initialisation and its tokenised corpus, docs/tune.md)
     assert 5.5 < r.losses[0] < 7.5
