@@ -135,7 +135,8 @@ class ModelSpec:
         q = h * self.num_attention_heads * self.head_dim
         kv = 2 * h * self.num_kv_heads * self.head_dim
         o = self.num_attention_heads * self.head_dim * h
-        return q + kv + o
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0  # one RMSNorm weight per head width, on q and on k
+        return q + kv + o + qk_norm
 
     def mlp_params(self, ffn: int) -> int:
         return (3 if self.gated else 2) * self.hidden_size * ffn
