@@ -139,4 +139,5 @@ def emit(job: Job, s) -> str:
     import shlex
 
     lines = [" ".join(shlex.quote(x) for x in group) for group in args(job, s)]
-    return f"# {VERSION}: arguments for pretrain_gpt.py\n" + " \\\n".join(lines) + "\n"
+    return (f"# {VERSION}: arguments for pretrain_gpt.py (launch with CUDA_DEVICE_MAX_CONNECTIONS=1)\n"
+            + " \\\n".join(lines) + "\n")
