@@ -103,7 +103,7 @@ def load(world, path):
     m = cfg.model
     from asap.emit.megatron_bridge import ARCH_FIELDS
 
-    out = {"provider": type(m).__name__, "arch": {k: fn_name(getattr(m, k)) for k in ARCH_FIELDS if hasattr(m, k)}}
+    out = {"provider": type(m).__name__, "mixed_precision": str(cfg.mixed_precision), "arch": {k: fn_name(getattr(m, k)) for k in ARCH_FIELDS if hasattr(m, k)}}
     out["arch"]["window_size"] = None if m.window_size is None else list(m.window_size)
     out.update(tp=m.tensor_model_parallel_size, pp=m.pipeline_model_parallel_size, ep=m.expert_model_parallel_size,
                vpp=m.virtual_pipeline_model_parallel_size, cp=m.context_parallel_size, sp=m.sequence_parallel,
@@ -126,5 +126,8 @@ if __name__ == "__main__":
 
     parallel_state.initialize_model_parallel()
     for out, provider in loaded:
-        out["params"] = build(provider)
+        try:
+            out["params"] = build(provider)
+        except TypeError as e:  # GPTOSSProvider.provide asks Transformer Engine's version (none here): said
+            out["params"], out["build_error"] = None, str(e)
     print(json.dumps([out for out, _ in loaded]))

@@ -41,10 +41,19 @@ PROVIDER_MODULES = {
                                                   "Qwen3ModelProvider32B", "Qwen3MoEModelProvider30B_A3B",
                                                   "Qwen3MoEModelProvider235B_A22B"),
     "megatron.bridge.models.deepseek.deepseek_provider": ("DeepSeekV3ModelProvider",),
-    "megatron.bridge.models.gpt_oss.gpt_oss_provider": ("GPTOSSProvider120B", "GPTOSSProvider20B"),
+    "megatron.bridge.models.gpt_oss.gpt_oss_provider": ("GPTOSSProvider", "GPTOSSProvider120B", "GPTOSSProvider20B"),
 }
-BASES = {False: "megatron.bridge.models.gpt_provider.GPTModelProvider",
-         True: "megatron.bridge.models.mla_provider.MLAModelProvider"}
+# the provider a custom definition starts from: MLA's, GPT-OSS's (the one with YaRN outside MLA), or GPT's
+BASES = {"gpt": "megatron.bridge.models.gpt_provider.GPTModelProvider",
+         "mla": "megatron.bridge.models.mla_provider.MLAModelProvider",
+         "gpt_oss": "megatron.bridge.models.gpt_oss.gpt_oss_provider.GPTOSSProvider"}
+
+
+def base_of(model) -> str:
+    if model.mla is not None:
+        return BASES["mla"]
+    yarn = model.rope_scaling is not None and model.rope_scaling.type == "yarn"
+    return BASES["gpt_oss" if yarn or model.attention_sinks or model.swiglu_limit else "gpt"]
 # the provider fields that define the model (TransformerConfig's and GPTModelProvider's)
 ARCH_FIELDS = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
@@ -198,7 +207,7 @@ def provider(model) -> tuple[str, dict[str, Any], bool]:
     asap's, else the base provider with all of them."""
     ours = arch_fields(model)
     table = providers()
-    base_name = BASES[model.mla is not None]
+    base_name = base_of(model)
     want = canonical({**table[base_name], **ours})
     for name, theirs in sorted(table.items()):
         if name in BASES.values() or (("mla_provider" in base_name) != ("deepseek" in name)):
@@ -262,6 +271,8 @@ def config(job: Job, s) -> dict[str, Any]:
         raise refuse("schedule", NAME, f"schedule={s.schedule} (Megatron-Core runs 1F1B or interleaved 1F1B)")
     check_runnable("megatron", "megatron", job, s)
     assert micro_batches(train, s) >= 1
+    if model.moe is not None and model.mlp_bias and s.etp != 1:
+        raise refuse("etp", NAME, f"etp={s.etp} with expert biases (TransformerConfig: bias in MoE needs etp=1)")
     target, arch, _ = provider(model)
     arch = {k: (_fn(v) if k == "activation_func" else v) for k, v in arch.items()}
     model_section = {"_target_": target, **arch, **parallel_fields(model, train, s)}
