@@ -259,8 +259,9 @@ def test_torchtitan_stock_flavors_and_refusals(tmp_path):
         assert titan_view(got["name"], got["model_args"]) == want, name
         if name != "gpt-oss-120b":  # biases and sinks: asap's count leaves them out
             assert got["params"] == j.model.num_params(), name
-    for name in ("mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b"):
-        with pytest.raises(AsapError, match=r"^model\.moe\.aux_loss_coef: torchtitan cannot express"):
+    for name, field in (("mixtral-8x7b", "moe.aux_loss_coef"), ("qwen3-30b-a3b", "moe.aux_loss_coef"),
+                        ("gpt-oss-120b", "moe.aux_loss_coef"), ("deepseek-v3", "mtp_layers")):
+        with pytest.raises(AsapError, match=rf"^model\.{field}: torchtitan cannot express"):
             emit_strategy("torchtitan", job(name), "ep=8,zero=3")
 
 
