@@ -15,6 +15,8 @@ from typing import Any
 
 from asap.errors import AsapError
 
+NORMS = ("rmsnorm", "layernorm")  # the block's normalization (LayerNorm's bias is ignored like every bias)
+POSITION_EMBEDDINGS = ("rope", "learned")  # rotary (base ``rope_theta``) or a learned absolute table (GPT-2/3)
 ROPE_SCALING_TYPES = ("llama3", "yarn", "linear")
 ATTENTION_BIAS = ("none", "qkv", "all")  # none; Qwen2's q/k/v biases; GPT-OSS's q/k/v/o biases
 SCORE_FUNCS = ("softmax", "sigmoid")
@@ -113,8 +115,6 @@ def rope_scaling_from_dict(d: Any, where: str) -> RopeScaling | None:
 
 def arch_from_dict(d: dict, where: str) -> dict[str, Any]:
     """The top-level architecture keys (``ARCH_DEFAULTS``), checked."""
-    from asap.spec.model import NORMS, POSITION_EMBEDDINGS
-
     theta = d.get("rope_theta", ARCH_DEFAULTS["rope_theta"])
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1.0 < float(theta) < 1e12:
         raise AsapError(f"{where}.rope_theta", f"must be a number between 1 and 1e12, got {theta!r}")

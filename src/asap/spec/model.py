@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from asap.errors import AsapError
-from asap.spec.arch import ARCH_DEFAULTS, ROUTER_DEFAULTS, RopeScaling, arch_from_dict, router_from_dict
+from asap.spec.arch import (ARCH_DEFAULTS, NORMS, POSITION_EMBEDDINGS, ROUTER_DEFAULTS, RopeScaling,  # noqa: F401
+                            arch_from_dict, router_from_dict)
 
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
-NORMS = ("rmsnorm", "layernorm")  # the block's normalization (LayerNorm's bias is ignored like every bias)
-POSITION_EMBEDDINGS = ("rope", "learned")  # rotary (base ``rope_theta``) or a learned absolute table (GPT-2/3)
 # the fields the architecture adds beyond the shapes: asap.spec.arch (ARCH_DEFAULTS, ROUTER_DEFAULTS); emitted
 # configs carry them; the shape counts do not depend on them, except a learned position table, biases and
 # attention sinks, which are left out of the counts (< 0.1% of any model here), and the vocabulary padding
