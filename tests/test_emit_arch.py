@@ -275,3 +275,100 @@ def test_torchtitan_flavor_table_is_torchtitans():
     assert proc.returncode == 0, proc.stderr[-2000:]
     ours = json.loads(resources.files("asap").joinpath("data/torchtitan_flavors.json").read_text())
     assert json.loads(proc.stdout) == ours
+
+
+def maxtext_view(c, model_name):
+    """MaxText's pyconfig values in ``expected``'s words (LLaMARotaryEmbedding's scaling is factor 8)."""
+    mla = c["attention_type"] == "mla"
+    llama31 = c["rope_type"] == "llama3.1" or model_name.startswith("llama3.1")
+    rope = "llama3" if llama31 else c["rope_type"] if c["rope_type"] == "yarn" else "default"
+    v = {"layers": c["base_num_decoder_layers"], "hidden": c["base_emb_dim"], "ffn": c["base_mlp_dim"],
+         "heads": c["base_num_query_heads"], "vocab": c["vocab_size"], "eps": c["normalization_layer_epsilon"],
+         "rope_theta": float(c["rope_max_timescale"]), "tied": c["logits_via_embedding"], "qk_norm": c["use_qk_norm"],
+         "rope": rope, "rope_factor": 8.0 if llama31 else c["rope_factor"] if rope == "yarn" else None,
+         "mtp": c["mtp_num_layers"]}
+    if mla:
+        v.update(q_lora=c["q_lora_rank"], kv_lora=c["kv_lora_rank"], qk_nope=c["qk_nope_head_dim"],
+                 qk_rope=c["qk_rope_head_dim"], v_head=c["v_head_dim"])
+    else:
+        v.update(kv_heads=c["base_num_kv_heads"], head_dim=c["head_dim"])
+    if c["num_experts"] > 1:
+        v.update(experts=c["num_experts"], top_k=c["num_experts_per_tok"], expert_ffn=c["base_moe_mlp_dim"],
+                 shared=c["shared_experts"], dense_layers=c["first_num_dense_layers"],
+                 score="sigmoid" if c["routed_score_func"] == "sigmoid" else "softmax",
+                 groups=max(c["n_routing_groups"], 1), topk_group=max(c["topk_routing_group"], 1),
+                 scale=float(c["routed_scaling_factor"]), aux=c["load_balance_loss_weight"],
+                 expert_bias=c["routed_bias"] and c["routed_bias_update_rate"] > 0)
+    if c["attention_sink"]:
+        v.update(window=c["sliding_window_size"], sinks=True, swiglu_limit=c["mlp_activations_limit"])
+    return v
+
+
+MAXTEXT_STOCK = {"llama3.1-8b": "llama3.1-8b", "llama3.1-70b": "llama3.1-70b", "llama3.1-405b": "llama3.1-405b",
+                 "qwen3-8b": "qwen3-8b", "mixtral-8x7b": "mixtral-8x7b", "qwen3-30b-a3b": "default",
+                 "deepseek-v3": "deepseek3-671b", "gpt-oss-120b": "gpt-oss-120b"}
+
+
+def test_maxtext_pyconfig_reads_every_model():
+    """MaxText 0.2.5's pyconfig reads each emitted YAML over its base.yml (and the named model file): every
+    architecture key equals config.json's; the stock model files where they match (Qwen3-30B-A3B's has RoPE base
+    1e7, the checkpoint 1e6: custom)."""
+    from test_emit_stacks import maxtext_python
+
+    from asap.emit.maxtext_model import ARCH_KEYS
+
+    python = maxtext_python()
+    paths = []
+    for name in MAXTEXT_STOCK:
+        j = JobOptions(name, "local-cpu", 8, 64, "bf16", devices=8).load()
+        j = replace(j, model=model_from_hf(hf(name)))
+        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"asap-maxtext-{os.getpid()}-{name}.yml"
+        path.write_text(emit_strategy("maxtext", j, "dp=8,zero=3"))
+        paths.append(path)
+    keys = [*ARCH_KEYS, "model_name"]
+    got = run_json([python, str(STACKS / "maxtext_load.py"), "8", *map(str, paths)], timeout=1800,
+                   env={**os.environ, "ASAP_MAXTEXT_KEYS": json.dumps(keys)})
+    for name, g in zip(MAXTEXT_STOCK, got):
+        assert g["keys"]["model_name"] == MAXTEXT_STOCK[name], name
+        assert maxtext_view(g["keys"], g["keys"]["model_name"]) == expected(hf(name)), name
+
+
+def mindformers_view(cfg):
+    mc, moe = cfg["model"]["model_config"], cfg.get("moe_config")
+    sf = mc.get("scaling_factor") or {}
+    v = {"layers": mc["num_layers"], "hidden": mc["hidden_size"], "ffn": mc["intermediate_size"],
+         "heads": mc["num_heads"], "vocab": mc["vocab_size"], "eps": mc["rms_norm_eps"], "rope_theta": mc["theta"],
+         "tied": False, "qk_norm": False, "rope": "yarn" if mc.get("extend_method") == "YARN" else "default",
+         "rope_factor": sf.get("factor"), "mtp": mc.get("mtp_depth", 0)}
+    if "kv_lora_rank" in mc:
+        v.update(q_lora=mc["q_lora_rank"], kv_lora=mc["kv_lora_rank"], qk_nope=mc["qk_nope_head_dim"],
+                 qk_rope=mc["qk_rope_head_dim"], v_head=mc["v_head_dim"])
+    else:
+        v.update(kv_heads=mc["n_kv_heads"], head_dim=mc["hidden_size"] // mc["num_heads"])
+    if moe:
+        v.update(experts=moe["expert_num"], top_k=moe["num_experts_chosen"], expert_ffn=moe["moe_intermediate_size"],
+                 shared=moe["shared_expert_num"], dense_layers=moe["first_k_dense_replace"],
+                 score="sigmoid" if moe["use_gating_sigmoid"] else "softmax", groups=moe["n_group"],
+                 topk_group=moe["topk_group"], scale=moe["routed_scaling_factor"],
+                 aux=moe.get("aux_loss_factors", [moe.get("aux_loss_factor")])[0],
+                 expert_bias=moe["balance_via_topk_bias"])
+    return v
+
+
+def test_mindformers_keys_are_every_field_or_a_refusal():
+    """MindFormers r1.5.0 (its documented keys: tests/test_emit_stacks.py's schema): Mixtral and DeepSeek-V3 in
+    every field; Llama 3.1's RoPE scaling, Qwen3's q/k norms and GPT-OSS's windows refused in one line."""
+    import yaml
+
+    from test_emit_stacks import MF_MODEL, MF_MOE, conforms
+
+    for name in ("mixtral-8x7b", "deepseek-v3"):
+        cfg = yaml.safe_load(emit_strategy("mindformers", job(name, cluster="ascend-910b-64"), "tp=4,pp=4,ep=4"))
+        mc = cfg["model"]["model_config"]
+        conforms(mc, MF_MODEL[mc["type"]], "model.model_config")
+        conforms(cfg["moe_config"], MF_MOE, "moe_config")
+        assert mindformers_view(cfg) == expected(hf(name)), name
+    for name, field in (("llama3.1-70b", "rope_scaling"), ("qwen3-8b", "qk_norm"), ("qwen3-30b-a3b", "qk_norm"),
+                        ("gpt-oss-120b", "sliding_window")):
+        with pytest.raises(AsapError, match=rf"^model\.{field}: mindformers cannot express"):
+            emit_strategy("mindformers", job(name, cluster="ascend-910b-64"), "tp=4,pp=2")

@@ -66,8 +66,13 @@ def check_model(model) -> None:
         raise refuse_model(NAME, "moe.aux_loss", "a per-sequence balance loss with a softmax router")
     if e is not None and model.mla is None and (e.shared_experts or e.first_dense_layers):
         raise refuse_model(NAME, "moe", "shared experts or leading dense layers without MLA")
-    if model.rope_scaling is not None and model.rope_scaling.type == "linear":
+    r = model.rope_scaling
+    if r is not None and r.type == "linear":
         raise refuse_model(NAME, "rope_scaling.type", "linear RoPE scaling with rope_type")
+    if r is not None and r.type == "llama3" and (r.factor, r.low_freq_factor, r.high_freq_factor,
+                                                 r.original_max_position_embeddings) != (8.0, 1.0, 4.0, 8192):
+        raise refuse_model(NAME, "rope_scaling.factor", "Llama 3.1 scaling other than factor 8, 1/4, 8192 "
+                                                        "(LLaMARotaryEmbedding's constants)")
 
 
 def block(model) -> str:
