@@ -14,13 +14,24 @@ import yaml
 FAMILIES = ("llama2-", "llama3", "mistral-", "mixtral-", "qwen3-", "deepseek2-", "deepseek3-", "gpt-oss-")
 
 
+def model_names(configs: Path) -> set[str]:
+    """The ``model_name`` values MaxText's config class accepts (configs/types.py ``ModelName``, a Literal)."""
+    import ast
+
+    for node in ast.walk(ast.parse((configs / "types.py").read_text())):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "ModelName":
+            return {e.value for e in node.value.slice.elts}
+    raise SystemExit("no ModelName in configs/types.py")
+
+
 def dump(configs: Path) -> dict:
     from asap.emit.maxtext_model import ARCH_KEYS
 
     base = yaml.safe_load((configs / "base.yml").read_text())
+    valid = model_names(configs)
     models = {}
     for path in sorted((configs / "models").glob("*.yml")):
-        if path.stem.startswith(FAMILIES):
+        if path.stem.startswith(FAMILIES) and path.stem in valid:
             d = yaml.safe_load(path.read_text()) or {}
             models[path.stem] = {k: v for k, v in d.items() if k in ARCH_KEYS}
     return {"maxtext": "0.2.5", "defaults": {k: base.get(k) for k in ARCH_KEYS}, "models": models}

@@ -155,21 +155,27 @@ def _deepseek_routing(ours: dict[str, Any]) -> bool:
 
 
 def stock(model) -> MaxTextModel:
-    """The stock model file with every architecture field of ``model`` (the plainest name), or the keys."""
+    """The stock model file with every architecture field of ``model`` (the one leaving the fewest keys to the
+    job, then the plainest name), or the keys."""
     ours, t = keys(model), tables()
     base = t["defaults"]
-    best = None
+    matches = []
     for name, yml in sorted(t["models"].items()):
         theirs = implied(name, yml)
         if any(ours.get(k, base.get(k)) != v for k, v in theirs.items()):
             continue
         if _deepseek_routing(ours) != name.startswith("deepseek3"):
             continue
-        if best is None or len(name) < len(best):  # the plain file over its variants (-batchsplit, -2dfsdp)
-            best = name
-    if best is not None:
-        theirs = implied(best, t["models"][best])
-        return MaxTextModel(best, {k: v for k, v in ours.items() if k not in theirs and v != base.get(k)})
+        extra = {k: v for k, v in ours.items() if k not in theirs and v != base.get(k)}
+        matches.append((name, extra))
+    if matches:
+        names = [n for n, _ in matches]
+
+        def rank(m):  # a plain file over its variants (-batchsplit, -2dfsdp), then the one that says most
+            return (any(m[0].startswith(o + "-") for o in names), len(m[1]), len(m[0]), m[0])
+
+        name, extra = min(matches, key=rank)
+        return MaxTextModel(name, extra)
     if _deepseek_routing(ours):
         raise refuse_model(NAME, "moe.score_func", "DeepSeek routing (sigmoid scores, groups or the expert bias) "
                                                    "without one of its deepseek3 model files (get_topk routes "
