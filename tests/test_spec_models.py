@@ -1,6 +1,7 @@
 """Model specs: presets match published totals, HF configs import, bad fields are named."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -92,10 +93,26 @@ def test_hf_configs_import_with_published_totals(name, tmp_path):
     assert abs(m.num_params() / total - 1) < tol, m.num_params()
 
 
-def test_deepseek_v3_hf_config_equals_preset():
+PRESET_OF_HF = {"deepseek-ai--DeepSeek-V3": "deepseek-v3", "meta-llama--Llama-3.1-8B": "llama3.1-8b",
+                "meta-llama--Llama-3.1-70B": "llama3.1-70b", "meta-llama--Llama-3.1-405B": "llama3.1-405b",
+                "mistralai--Mixtral-8x7B-v0.1": "mixtral-8x7b", "Qwen--Qwen3-8B": "qwen3-8b",
+                "Qwen--Qwen3-30B-A3B": "qwen3-30b-a3b", "openai--gpt-oss-120b": "gpt-oss-120b"}
+
+
+@pytest.mark.parametrize("hf_file", PRESET_OF_HF)
+def test_hf_config_equals_preset_in_every_field(hf_file):
+    """Each preset is its model's own config.json (tests/data/hf), every field but the name."""
+    from dataclasses import replace
+
+    from_hf = model_from_hf(json.loads((Path(__file__).parent / "data" / "hf" / f"{hf_file}.json").read_text()))
+    preset = load_model(PRESET_OF_HF[hf_file])
+    assert replace(from_hf, name=preset.name) == preset
+
+
+def test_deepseek_v3_partial_hf_config_keeps_the_shapes():
     from_hf = model_from_hf(DEEPSEEK_V3_CONFIG)
     preset = load_model("deepseek-v3")
-    for field in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size", "mla", "moe",
+    for field in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size", "mla",
                   "mtp_layers", "activation", "tie_embeddings"):
         assert getattr(from_hf, field) == getattr(preset, field), field
     assert from_hf.num_params(include_mtp=True) == preset.num_params(include_mtp=True)

@@ -30,7 +30,14 @@ def load(path):
             "decoder_block": str(cfg.decoder_block), "layers": cfg.num_decoder_layers, "emb": cfg.emb_dim,
             "experts": cfg.num_experts, "attention_type": str(cfg.attention_type), "mtp": cfg.mtp_num_layers,
             "rope": cfg.rope_max_timescale, "batch": cfg.global_batch_size_to_train_on,
-            "seq": cfg.max_target_length, "remat": cfg.remat_policy, "dtype": str(cfg.dtype)}
+            "seq": cfg.max_target_length, "remat": cfg.remat_policy, "dtype": str(cfg.dtype),
+            "keys": {k: _plain(getattr(cfg, k, None)) for k in json.loads(os.environ.get("ASAP_MAXTEXT_KEYS", "[]"))}}
+
+
+def _plain(v):
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
 
 
 if __name__ == "__main__":

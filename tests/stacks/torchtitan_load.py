@@ -6,6 +6,7 @@ trainer process does. The model is ``get_train_spec(name).model_cls`` over ``mod
 ``update_from_config(job_config)``, as torchtitan/train.py builds it.
 """
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -42,7 +43,8 @@ def main(toml_path, args_path):
             "global_batch": cfg.training.global_batch_size, "seq_len": cfg.training.seq_len,
             "mixed_precision_param": cfg.training.mixed_precision_param, "ac": cfg.activation_checkpoint.mode,
             "converters": cfg.model.converters, "modules": sorted({n.split(".")[0] for n, _ in model.named_children()}),
-            "layer_names": sorted(model.layers.keys(), key=int)}
+            "layer_names": sorted(model.layers.keys(), key=int),
+            "model_args": json.loads(json.dumps(dataclasses.asdict(model_args), default=str))}
 
 
 if __name__ == "__main__":

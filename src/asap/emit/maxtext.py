@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from asap.spec.framework import Dispatcher
 from asap.spec.knobs import Schedule
-from asap.emit.common import (check_runnable, chunk_layers, micro_batches, recompute_modules, refuse,
-                              refuse_model)
+from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
+from asap.emit.maxtext_model import stock
 from asap.spec.job import Job
 from asap.spec.placement import Placement
 
 NAME = "maxtext"
-VERSION = "MaxText configs/base.yml (main, 2025)"
+VERSION = "MaxText 0.2.5 configs/base.yml"
 REMAT = {"none": "none", "selective": "minimal", "full": "full"}
 MESH_KEYS = ("data", "fsdp", "context", "tensor", "expert", "pipeline")  # the config's order of the named axes
 
@@ -82,48 +82,21 @@ def config(job: Job, s) -> dict:
     return cfg
 
 
-def check_model(model) -> None:
-    if model.norm != "rmsnorm" or model.position_embedding != "rope":
-        field = "norm" if model.norm != "rmsnorm" else "position_embedding"
-        raise refuse_model(NAME, field, f"{field}={getattr(model, field)} (its llama2, mixtral and deepseek decoder "
-                                        "blocks are RMSNorm with RoPE)")
-    if model.activation == "relu2":
-        raise refuse_model(NAME, "activation", "activation=relu2 (mlp_activations has no squared ReLU)")
-    if model.moe is not None and model.mla is None and (model.moe.shared_experts or model.moe.first_dense_layers):
-        raise refuse_model(NAME, "moe", "shared experts or leading dense layers without MLA (its mixtral block "
-                                        "routes every layer, without shared experts)")
-
-
 def model_keys(model) -> dict:
-    """The architecture: the decoder block (llama2: dense; mixtral: MoE; deepseek: MLA, dense then MoE layers,
-    shared experts, MTP), its shapes, RoPE's base and the activations."""
-    check_model(model)
-    block = "deepseek" if model.mla is not None else "mixtral" if model.moe is not None else "llama2"
-    cfg = {"decoder_block": block, "base_num_decoder_layers": model.num_layers, "base_emb_dim": model.hidden_size,
-           "base_mlp_dim": model.ffn_hidden_size, "base_num_query_heads": model.num_attention_heads,
-           "base_num_kv_heads": model.num_kv_heads, "head_dim": model.head_dim, "vocab_size": model.vocab_size,
-           "logits_via_embedding": bool(model.tie_embeddings), "normalization_layer_epsilon": 1e-5,
-           "rope_type": "default", "rope_max_timescale": model.rope_theta,
-           "mlp_activations": {"swiglu": ["silu", "linear"], "gelu": ["gelu"]}[model.activation]}
-    if model.moe is not None:
-        e = model.moe
-        cfg.update({"num_experts": e.num_experts, "num_experts_per_tok": e.top_k,
-                    "base_moe_mlp_dim": e.expert_ffn_hidden_size, "shared_experts": e.shared_experts,
-                    "first_num_dense_layers": e.first_dense_layers})
-    if model.mla is not None:
-        m = model.mla
-        cfg.update({"attention_type": "mla", "q_lora_rank": m.q_lora_rank or 0, "kv_lora_rank": m.kv_lora_rank,
-                    "qk_nope_head_dim": m.qk_nope_head_dim, "qk_rope_head_dim": m.qk_rope_head_dim,
-                    "v_head_dim": m.v_head_dim})
-    if model.mtp_layers:
-        cfg["mtp_num_layers"] = model.mtp_layers
-    return cfg
+    """The architecture (``asap.emit.maxtext_model``): a stock ``model_name`` and the keys it leaves to the job,
+    or the decoder block and every key."""
+    m = stock(model)
+    return ({"model_name": m.model_name} if m.model_name else {}) | m.keys
 
 
 def emit(job: Job, s) -> str:
     import yaml
 
-    head = (f"# {VERSION}; asap strategy {s}\n"
+    m = stock(job.model)
+    said = (f"# model_name {m.model_name}: MaxText's own definition has every architecture field of {job.model.name}"
+            if m.model_name else f"# custom definition: no MaxText model file has every architecture field of "
+                                 f"{job.model.name} (its keys below)")
+    head = (f"# {VERSION}; asap strategy {s}\n{said}\n"
             f"# schedule={s.schedule}: MaxText's circular pipeline; sp={int(s.sp)}: XLA shards activations on the "
             "tensor axis itself\n")
     return head + yaml.safe_dump(config(job, s), sort_keys=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from asap.spec.framework import Dispatcher
 from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
+from asap.emit.megatron_model import model_args, router_args
 from asap.spec.job import Job
 
 NAME = "megatron"
@@ -121,44 +122,7 @@ def moe_args(model, s) -> list[tuple[str, ...]]:
         a.append(("--moe-shared-expert-intermediate-size", str(e.shared_experts * e.expert_ffn_hidden_size)))
     if e.first_dense_layers:
         a.append(("--moe-layer-freq", f"([0]*{e.first_dense_layers}+[1]*{model.num_layers - e.first_dense_layers})"))
-    return a
-
-
-def model_args(model) -> list[tuple[str, ...]]:
-    """The architecture: Megatron's defaults are LayerNorm, learned absolute positions and GeLU, so each is said."""
-    a = [("--num-layers", str(model.num_layers)), ("--hidden-size", str(model.hidden_size)),
-         ("--ffn-hidden-size", str(model.ffn_hidden_size)), ("--num-attention-heads", str(model.num_attention_heads)),
-         ("--vocab-size", str(model.vocab_size)),
-         ("--normalization", {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[model.norm])]
-    if model.mla is None:  # MLA's head widths are its own flags below
-        a.insert(4, ("--kv-channels", str(model.head_dim)))
-    if model.position_embedding == "rope":
-        a += [("--position-embedding-type", "rope"), ("--rotary-base", f"{model.rope_theta:g}")]
-    else:
-        a.append(("--position-embedding-type", "learned_absolute"))
-    if model.num_kv_heads != model.num_attention_heads and model.mla is None:
-        a += [("--group-query-attention",), ("--num-query-groups", str(model.num_kv_heads))]
-    if model.activation == "swiglu":
-        a.append(("--swiglu",))
-    elif model.activation == "relu2":
-        a.append(("--squared-relu",))
-    a.append(("--disable-bias-linear",))  # asap's models have no linear biases (TransformerConfig: none with MoE)
-    if not model.tie_embeddings:
-        a.append(("--untie-embeddings-and-output-weights",))
-    if model.mla is not None:
-        m = model.mla
-        # plain RoPE (--rope-type rope; MLA takes YaRN by default): DeepSeek-V3 pretrains with RoPE at 4K and
-        # extends the context with YaRN afterwards (arXiv:2412.19437 sec. 4.3)
-        # --qk-layernorm: the RMSNorms on the query and key-value latents (DeepSeek-V2 sec. 2.1.2; without it
-        # megatron-core's MLA spec has none)
-        a += [("--multi-latent-attention",), ("--rope-type", "rope"), ("--qk-layernorm",)]
-        if m.q_lora_rank:
-            a.append(("--q-lora-rank", str(m.q_lora_rank)))
-        a += [("--kv-lora-rank", str(m.kv_lora_rank)), ("--qk-head-dim", str(m.qk_nope_head_dim)),
-              ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)), ("--v-head-dim", str(m.v_head_dim))]
-    if model.mtp_layers:
-        a.append(("--mtp-num-layers", str(model.mtp_layers)))
-    return a
+    return a + router_args(model)
 
 
 def args(job: Job, s) -> list[tuple[str, ...]]:
@@ -168,11 +132,12 @@ def args(job: Job, s) -> list[tuple[str, ...]]:
     check_runnable(NAME, NAME, job, s)
     assert micro_batches(train, s) >= 1
     return (parallel_args(model, train, s) + recompute_args(model, s) + moe_args(model, s) + precision_args(train)
-            + model_args(model))
+            + model_args(model, s.tp))
 
 
 def emit(job: Job, s) -> str:
     import shlex
 
     lines = [" ".join(shlex.quote(x) for x in group) for group in args(job, s)]
-    return f"# {VERSION}: arguments for pretrain_gpt.py\n" + " \\\n".join(lines) + "\n"
+    return (f"# {VERSION}: arguments for pretrain_gpt.py (launch with CUDA_DEVICE_MAX_CONNECTIONS=1)\n"
+            + " \\\n".join(lines) + "\n")

@@ -60,17 +60,57 @@ def config(job: Job, s) -> dict:
                   "arch": arch(model)},
     }
     if model.moe is not None:
-        e = model.moe
-        cfg["moe_config"] = {"expert_num": e.num_experts, "num_experts_chosen": e.top_k,
-                             "moe_intermediate_size": e.expert_ffn_hidden_size, "shared_expert_num": e.shared_experts,
-                             "first_k_dense_replace": e.first_dense_layers,
-                             "enable_deredundency": s.dispatcher == Dispatcher.DEDUP,
-                             "npu_nums_per_device": cluster.devices_per_node if s.dispatcher == Dispatcher.DEDUP else 1}
+        cfg["moe_config"] = moe_config(model, cluster, s)
     return cfg
+
+
+def moe_config(model, cluster, s) -> dict:
+    """MoEConfig (mindformers/modules/transformer/moe.py; the DeepSeek-V3 pretraining YAML's moe_config): the
+    TopkRouterV2 router with its score function, groups, scale, the expert-bias balancing and the balance loss
+    (``aux_loss_types: [expert]``: per sequence; the single ``aux_loss_factor``: per batch), dropless through
+    grouped matmuls (``use_gmm``) or a capacity."""
+    e = model.moe
+    mc = {"expert_num": e.num_experts, "num_experts_chosen": e.top_k, "moe_intermediate_size": e.expert_ffn_hidden_size,
+          "shared_expert_num": e.shared_experts, "first_k_dense_replace": e.first_dense_layers,
+          "routing_policy": "TopkRouterV2", "use_gating_sigmoid": e.score_func == "sigmoid",
+          "norm_topk_prob": e.norm_topk_prob, "routed_scaling_factor": e.routed_scaling_factor,
+          "n_group": e.n_group, "topk_group": e.topk_group, "balance_via_topk_bias": e.expert_bias,
+          "topk_bias_update_rate": e.expert_bias_update_rate, "z_loss_factor": e.z_loss_coef,
+          "enable_deredundency": s.dispatcher == Dispatcher.DEDUP,
+          "npu_nums_per_device": cluster.devices_per_node if s.dispatcher == Dispatcher.DEDUP else 1}
+    coef = e.aux_loss_coef if e.aux_loss != "none" else 0.0
+    if e.aux_loss == "sequence":
+        mc.update(aux_loss_types=["expert"], aux_loss_factors=[coef])
+    else:
+        mc["aux_loss_factor"] = coef
+    if e.capacity_factor is None:
+        mc["use_gmm"] = True
+    else:
+        mc.update(use_gmm=False, capacity_factor=e.capacity_factor, enable_sdrop=e.drop_policy == "probs")
+    return mc
+
+
+UNSUPPORTED = (("sliding_window", "sliding-window attention"), ("attention_sinks", "attention sinks"),
+               ("swiglu_limit", "a clamped GLU"), ("mlp_bias", "feed-forward biases"))
 
 
 def check_model(model) -> None:
     """What LlamaConfig / DeepseekV3Config cannot build."""
+    for fld, what in UNSUPPORTED:
+        if getattr(model, fld):
+            raise refuse_model(NAME, fld, what)
+    r = model.rope_scaling
+    for fld, bad, why in (
+            ("qk_norm", model.qk_norm, "per-head q/k norms (LlamaConfig and DeepseekV3Config have none)"),
+            ("rope_scaling", r is not None and (model.mla is None or r.type != "yarn"),
+             f"{getattr(r, 'type', '')} RoPE scaling (LlamaConfig's extend_method is None, PI or NTK; "
+             "DeepseekV3Config's YARN)"),
+            ("attention_bias", model.attention_bias == "all" or (model.attention_bias == "qkv" and model.mla),
+             f"attention_bias={model.attention_bias} (qkv_has_bias only)"),
+            ("moe.router_bias", model.moe is not None and model.moe.router_bias, "a biased router"),
+            ("vocab_pad_multiple", model.padded_vocab_size != model.vocab_size, "vocabulary padding")):
+        if bad:
+            raise refuse_model(NAME, fld, why)
     problem = (("norm", f"norm={model.norm} (RMSNorm only)") if model.norm != "rmsnorm" else
                ("position_embedding", f"position_embedding={model.position_embedding} (RoPE only)")
                if model.position_embedding != "rope" else
@@ -97,7 +137,7 @@ def model_config(model, train) -> dict:
           "seq_length": train.seq_len, "max_position_embedding": train.seq_len, "num_layers": model.num_layers,
           "hidden_size": model.hidden_size, "intermediate_size": model.ffn_hidden_size,
           "num_heads": model.num_attention_heads, "n_kv_heads": model.num_kv_heads, "vocab_size": model.vocab_size,
-          "rms_norm_eps": 1e-5, "theta": model.rope_theta,
+          "rms_norm_eps": model.norm_eps, "theta": model.rope_theta,
           "compute_dtype": {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16"),
           "param_init_type": "float32"}
     if model.mla is not None:
@@ -107,6 +147,14 @@ def model_config(model, train) -> dict:
                    "qk_nope_head_dim": m.qk_nope_head_dim, "qk_rope_head_dim": m.qk_rope_head_dim,
                    "v_head_dim": m.v_head_dim, "mtp_depth": model.mtp_layers})
         del mc["max_position_embedding"]
+        r = model.rope_scaling
+        if r is not None:  # research/deepseek3's YAML: extend_method YARN and its scaling_factor mapping
+            mc.update(extend_method="YARN", scaling_factor={
+                "beta_fast": r.beta_fast, "beta_slow": r.beta_slow, "factor": r.factor, "mscale": r.mscale,
+                "mscale_all_dim": r.mscale_all_dim,
+                "original_max_position_embeddings": r.original_max_position_embeddings})
+    elif model.attention_bias == "qkv":
+        mc["qkv_has_bias"] = True
     return mc
 
 

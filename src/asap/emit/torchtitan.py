@@ -95,7 +95,11 @@ def emit(job: Job, s) -> str:
     cfg = config(job, s)
     head = f"# {VERSION}\n"
     if not model_args(model, train.seq_len).registered:
-        head += (f"# [model] flavor {cfg['model']['flavor']} is not one of torchtitan's: register it in the trainer "
-                 "process first,\n# asap.emit.torchtitan_model.register_flavor(name, flavor, args) with "
+        head += (f"# [model] custom definition: no torchtitan {cfg['model']['name']} flavor has every architecture "
+                 f"field of {model.name}; register {cfg['model']['flavor']} in the trainer process first,\n"
+                 "# asap.emit.torchtitan_model.register_flavor(name, flavor, args) with "
                  "model_args_json(model, seq_len)'s fields\n")
+    else:
+        head += (f"# [model] torchtitan's own {cfg['model']['name']} flavor {cfg['model']['flavor']}: every architecture "
+                 f"field equals {model.name}'s\n")
     return head + toml_dumps(cfg)

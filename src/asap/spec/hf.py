@@ -13,7 +13,7 @@ from asap.errors import AsapError
 from asap.spec.model import ModelSpec, model_from_dict
 
 SUPPORTED = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-             "deepseek_v2", "deepseek_v3")
+             "deepseek_v2", "deepseek_v3", "gpt_oss")
 
 _ACT = {"silu": "swiglu", "swish": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
         "gelu_pytorch_tanh": "gelu", "relu2": "relu2", "relu": "gelu"}
@@ -77,14 +77,21 @@ def model_from_hf(d: dict) -> ModelSpec:
         native["head_dim"] = d["head_dim"]
     if d.get("rope_theta"):
         native["rope_theta"] = d["rope_theta"]
+    native.update(_arch(d, mt))
 
-    if mt == "mixtral":
+    if mt in ("mixtral", "gpt_oss"):
+        # MixtralSparseMoeBlock: softmax over the top-k logits (= top-k of the softmax, renormalized);
+        # GptOssTopKRouter: a biased router, softmax over the top-k logits
         native["moe"] = dict(num_experts=_get(d, "num_local_experts"), top_k=_get(d, "num_experts_per_tok"),
-                             expert_ffn_hidden_size=_get(d, "intermediate_size"))
+                             expert_ffn_hidden_size=_get(d, "intermediate_size"), norm_topk_prob=True,
+                             router_bias=mt == "gpt_oss", aux_loss_coef=_get(d, "router_aux_loss_coef", 0.01))
+        if mt == "gpt_oss":
+            native["moe"]["aux_loss_coef"] = _get(d, "router_aux_loss_coef", 0.9)
     elif mt in ("qwen2_moe", "qwen3_moe"):
         expert_ffn = _get_int(d, "moe_intermediate_size")
         moe = dict(num_experts=_get(d, "num_experts"), top_k=_get(d, "num_experts_per_tok"),
-                   expert_ffn_hidden_size=expert_ffn)
+                   expert_ffn_hidden_size=expert_ffn, norm_topk_prob=bool(d.get("norm_topk_prob", False)),
+                   aux_loss_coef=_get(d, "router_aux_loss_coef", 0.001))
         shared = _get_int(d, "shared_expert_intermediate_size", 0)
         if shared and expert_ffn > 0:  # Qwen2-MoE has one wide shared expert: count it in units of a routed expert's width
             moe["shared_experts"] = max(1, round(shared / expert_ffn))
@@ -111,7 +118,84 @@ def model_from_hf(d: dict) -> ModelSpec:
             native["moe"] = dict(num_experts=_get(d, "n_routed_experts"), top_k=_get(d, "num_experts_per_tok"),
                                  expert_ffn_hidden_size=_get(d, "moe_intermediate_size"),
                                  shared_experts=d.get("n_shared_experts") or 0,
-                                 first_dense_layers=d.get("first_k_dense_replace") or 0)
+                                 first_dense_layers=d.get("first_k_dense_replace") or 0, **_deepseek_router(d))
         if d.get("num_nextn_predict_layers"):
             native["mtp_layers"] = d["num_nextn_predict_layers"]
     return model_from_dict(native, where="config.json")
+
+
+def _rope_scaling(d: dict) -> dict | None:
+    """``rope_scaling`` (transformers' ``rope_type``, or the older ``type``): llama3, yarn or linear; none for
+    ``default``."""
+    rs = d.get("rope_scaling")
+    if not rs:
+        return None
+    if not isinstance(rs, dict):
+        raise AsapError("config.json.rope_scaling", f"must be a mapping, got {rs!r}")
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind in (None, "default"):
+        return None
+    if kind not in ("llama3", "yarn", "linear"):
+        raise AsapError("config.json.rope_scaling.rope_type", f"unsupported RoPE scaling '{kind}' (llama3, yarn, "
+                                                              "linear)")
+    out: dict[str, Any] = {"type": kind, "factor": rs.get("factor")}
+    for key in ("original_max_position_embeddings", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow",
+                "mscale", "mscale_all_dim", "truncate"):
+        if rs.get(key) is not None:
+            out[key] = rs[key]
+    if kind == "yarn" and "original_max_position_embeddings" not in out:
+        # transformers' YaRN falls back to the config's max_position_embeddings / factor... GPT-OSS gives it
+        out["original_max_position_embeddings"] = _get_int(d, "initial_context_length", 4096)
+    return out
+
+
+def _arch(d: dict, mt: str) -> dict[str, Any]:
+    """Norm epsilon, q/k norms, RoPE scaling, biases and attention variants from the model's own fields."""
+    out: dict[str, Any] = {"norm_eps": _get(d, "rms_norm_eps", 1e-6 if mt.startswith("deepseek") else 1e-5),
+                           "qk_norm": mt in ("qwen3", "qwen3_moe")}  # Qwen3Attention's q_norm / k_norm
+    scaling = _rope_scaling(d)
+    if scaling is not None:
+        out["rope_scaling"] = scaling
+    if mt in ("qwen2", "qwen2_moe"):
+        out["attention_bias"] = "qkv"  # Qwen2Attention: q/k/v projections with bias, o without
+    elif d.get("attention_bias"):
+        out["attention_bias"] = "all"  # LlamaAttention / GptOssAttention: every projection
+    if d.get("mlp_bias") or mt == "gpt_oss":
+        out["mlp_bias"] = True  # GptOssExperts carry gate_up / down biases
+    window = d.get("sliding_window")
+    if window and (mt in ("mistral", "mixtral", "gpt_oss") or d.get("use_sliding_window")):
+        out["sliding_window"] = _get_int(d, "sliding_window")
+        out["sliding_window_cycle"] = _window_cycle(d.get("layer_types"))
+    if mt == "gpt_oss":
+        out.update(attention_sinks=True, swiglu_limit=_get(d, "swiglu_limit", 7.0))
+    return out
+
+
+def _window_cycle(layer_types: Any) -> int:
+    """``layer_types``' period with its full-attention layer last (0: every layer slides)."""
+    if not layer_types:
+        return 0
+    full = [i for i, t in enumerate(layer_types) if t == "full_attention"]
+    if not full:
+        return 0
+    cycle = full[0] + 1
+    if any((t == "full_attention") != ((i + 1) % cycle == 0) for i, t in enumerate(layer_types)):
+        raise AsapError("config.json.layer_types", "only a repeating pattern with its full-attention layer last "
+                                                   "is supported")
+    return cycle
+
+
+def _deepseek_router(d: dict) -> dict[str, Any]:
+    """DeepSeek-V2/V3's router: softmax or sigmoid scores, ``topk_method`` greedy / group_limited_greedy (V2) /
+    noaux_tc (V3: group-limited with the auxiliary-loss-free expert bias), the routed scaling factor, the
+    per-sequence balance loss (``seq_aux``, ``aux_loss_alpha``)."""
+    method = d.get("topk_method", "greedy")
+    if method not in ("greedy", "group_limited_greedy", "noaux_tc"):
+        raise AsapError("config.json.topk_method", f"unsupported '{method}' (greedy, group_limited_greedy, noaux_tc)")
+    grouped = method != "greedy"
+    return {"score_func": _get(d, "scoring_func", "softmax"), "norm_topk_prob": bool(d.get("norm_topk_prob", False)),
+            "expert_bias": method == "noaux_tc", "n_group": _get_int(d, "n_group", 1) if grouped else 1,
+            "topk_group": _get_int(d, "topk_group", 1) if grouped else 1,
+            "routed_scaling_factor": _get(d, "routed_scaling_factor", 1.0),
+            "aux_loss": "sequence" if d.get("seq_aux", True) else "global",
+            "aux_loss_coef": _get(d, "aux_loss_alpha", 0.001)}

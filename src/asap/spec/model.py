@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from asap.errors import AsapError
+from asap.spec.arch import (ARCH_DEFAULTS, NORMS, POSITION_EMBEDDINGS, ROUTER_DEFAULTS, RopeScaling,  # noqa: F401
+                            arch_from_dict, router_from_dict)
 
 ACTIVATIONS = ("gelu", "swiglu", "relu2")
-NORMS = ("rmsnorm", "layernorm")  # the block's normalization (LayerNorm's bias is ignored like every bias)
-POSITION_EMBEDDINGS = ("rope", "learned")  # rotary (base ``rope_theta``) or a learned absolute table (GPT-2/3)
-# the defaults of the fields the architecture adds beyond the shapes (emitted configs carry them; the shape
-# counts do not depend on them, except a learned position table, which like biases is left out of the counts)
-ARCH_DEFAULTS = {"norm": "rmsnorm", "position_embedding": "rope", "rope_theta": 10000.0}
+# the fields the architecture adds beyond the shapes: asap.spec.arch (ARCH_DEFAULTS, ROUTER_DEFAULTS); emitted
+# configs carry them; the shape counts do not depend on them, except a learned position table, biases and
+# attention sinks, which are left out of the counts (< 0.1% of any model here), and the vocabulary padding
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,23 @@ class MoESpec:
     expert_ffn_hidden_size: int
     shared_experts: int = 0
     first_dense_layers: int = 0
+    # the router (asap.spec.arch.ROUTER_DEFAULTS): score function, top-k renormalization, DeepSeek's expert
+    # bias (auxiliary-loss-free balancing) and its update rate, a bias on the router's logits (GPT-OSS),
+    # group-limited routing (n_group groups, the best topk_group of them), the routed experts' output scale,
+    # the load-balancing loss (global or per sequence, its coefficient), the z-loss, capacity (None: dropless)
+    score_func: str = "softmax"
+    norm_topk_prob: bool = True
+    expert_bias: bool = False
+    expert_bias_update_rate: float = 1e-3
+    router_bias: bool = False
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+    aux_loss: str = "global"
+    aux_loss_coef: float = 0.01
+    z_loss_coef: float = 0.0
+    capacity_factor: float | None = None
+    drop_policy: str = "probs"
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,21 @@ class ModelSpec:
     norm: str = "rmsnorm"
     position_embedding: str = "rope"
     rope_theta: float = 10000.0  # the rotary base (Su et al. 2021, RoFormer); unused with learned positions
+    norm_eps: float = 1e-5  # the epsilon of every RMSNorm/LayerNorm
+    qk_norm: bool = False  # RMSNorm on each head's query and key (Qwen3; OLMo 2)
+    rope_scaling: RopeScaling | None = None  # Llama 3.1's, YaRN or linear frequency scaling
+    attention_bias: str = "none"  # none | qkv (Qwen2) | all (q, k, v and o: GPT-OSS)
+    mlp_bias: bool = False  # biases in the feed-forward (and expert) projections (GPT-OSS)
+    sliding_window: int = 0  # tokens a sliding-window layer attends to (0: full attention everywhere)
+    sliding_window_cycle: int = 0  # with a window: the last layer of each cycle of this many is full (0: none)
+    attention_sinks: bool = False  # a learned per-head sink logit in the softmax (GPT-OSS)
+    swiglu_limit: float = 0.0  # GPT-OSS's clamped GLU (gate * sigmoid(1.702 gate) * (up + 1), clamped): 0 off
+    vocab_pad_multiple: int = 1  # the embedding and head hold ceil(vocab / m) * m rows
+
+    @property
+    def padded_vocab_size(self) -> int:
+        m = self.vocab_pad_multiple
+        return -(-self.vocab_size // m) * m
 
     def __post_init__(self):
         if not self.num_kv_heads:
@@ -102,7 +134,8 @@ class ModelSpec:
         q = h * self.num_attention_heads * self.head_dim
         kv = 2 * h * self.num_kv_heads * self.head_dim
         o = self.num_attention_heads * self.head_dim * h
-        return q + kv + o
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0  # one RMSNorm weight per head width, on q and on k
+        return q + kv + o + qk_norm
 
     def mlp_params(self, ffn: int) -> int:
         return (3 if self.gated else 2) * self.hidden_size * ffn
@@ -129,10 +162,10 @@ class ModelSpec:
                 + (m.top_k + m.shared_experts) * self.expert_params() + 2 * self.hidden_size)
 
     def embedding_params(self) -> int:
-        return self.vocab_size * self.hidden_size
+        return self.padded_vocab_size * self.hidden_size
 
     def head_params(self) -> int:
-        return 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+        return 0 if self.tie_embeddings else self.padded_vocab_size * self.hidden_size
 
     def mtp_module_params(self) -> int:
         """DeepSeek-V3 sec. 2.2: per MTP depth a transformer block, a 2h->h projection, two RMSNorms on its inputs
@@ -164,7 +197,14 @@ class ModelSpec:
         return n
 
     def to_dict(self) -> dict[str, Any]:
+        """The native schema (model_from_dict reads it back): architecture keys at their defaults left out."""
         d = asdict(self)
+        if d.get("moe"):
+            auto = ROUTER_DEFAULTS | {"aux_loss_coef": 0.0 if self.moe.expert_bias else 0.01}
+            d["moe"] = {k: v for k, v in d["moe"].items() if not (k in auto and v == auto[k])}
+        if d.get("rope_scaling"):
+            d["rope_scaling"] = {k: v for k, v in d["rope_scaling"].items()
+                                 if k in ("type", "factor") or v != RopeScaling.__dataclass_fields__[k].default}
         return {k: v for k, v in d.items() if v is not None and not (k in ARCH_DEFAULTS and v == ARCH_DEFAULTS[k])}
 
 
@@ -173,10 +213,11 @@ class ModelSpec:
 # ----------------------------------------------------------------------------------------------------------
 
 _REQUIRED = ("name", "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size")
-_OPTIONAL = ("num_kv_heads", "head_dim", "activation", "tie_embeddings", "mla", "moe", "mtp_layers", "norm",
-             "position_embedding", "rope_theta")
+_OPTIONAL = ("num_kv_heads", "head_dim", "activation", "tie_embeddings", "mla", "moe", "mtp_layers",
+             *ARCH_DEFAULTS)
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_MOE_KEYS = ("num_experts", "top_k", "expert_ffn_hidden_size", "shared_experts", "first_dense_layers")
+_MOE_KEYS = ("num_experts", "top_k", "expert_ffn_hidden_size", "shared_experts", "first_dense_layers",
+             *ROUTER_DEFAULTS)
 
 
 # No model dimension (layers, widths, heads, experts, vocabulary) comes near this; the bound keeps a typo such
@@ -255,6 +296,7 @@ def model_from_dict(d: Any, where: str = "model") -> ModelSpec:
             expert_ffn_hidden_size=_int(m, "expert_ffn_hidden_size", f"{where}.moe"),
             shared_experts=_int(m, "shared_experts", f"{where}.moe", minimum=0, default=0),
             first_dense_layers=_int(m, "first_dense_layers", f"{where}.moe", minimum=0, default=0),
+            **router_from_dict(m, f"{where}.moe", _int(m, "num_experts", f"{where}.moe")),
         )
         if moe.top_k > moe.num_experts:
             raise AsapError(f"{where}.moe.top_k", f"{moe.top_k} exceeds num_experts={moe.num_experts}")
@@ -267,15 +309,4 @@ def model_from_dict(d: Any, where: str = "model") -> ModelSpec:
 
 
 def _arch(d: dict, where: str) -> dict[str, Any]:
-    """The normalization, the position embedding and the rotary base (defaults: RMSNorm, RoPE, 10000)."""
-    norm = d.get("norm", ARCH_DEFAULTS["norm"])
-    if norm not in NORMS:
-        raise AsapError(f"{where}.norm", f"must be one of {', '.join(NORMS)}, got {norm!r}")
-    pos = d.get("position_embedding", ARCH_DEFAULTS["position_embedding"])
-    if pos not in POSITION_EMBEDDINGS:
-        raise AsapError(f"{where}.position_embedding",
-                        f"must be one of {', '.join(POSITION_EMBEDDINGS)}, got {pos!r}")
-    theta = d.get("rope_theta", ARCH_DEFAULTS["rope_theta"])
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1.0 < float(theta) < 1e12:
-        raise AsapError(f"{where}.rope_theta", f"must be a number between 1 and 1e12, got {theta!r}")
-    return {"norm": norm, "position_embedding": pos, "rope_theta": float(theta)}
+    return arch_from_dict(d, where)
