@@ -98,12 +98,14 @@ def test_validate_meets_the_accuracy_bar(cli):
 
 
 def test_shipped_cases_equal_the_shared_reference():
-    from asap.validate import load_cases
+    from asap.validate import PACKAGED_FILES, load_cases, load_packaged
 
-    ref = SHARED / "reference" / "calibration_runs.json"
-    if not ref.exists():
-        pytest.skip("shared/reference not present")
-    assert load_cases() == load_cases(ref)
+    for name in PACKAGED_FILES:
+        ref = SHARED / "reference" / name
+        if not ref.exists():
+            pytest.skip("shared/reference not present")
+        assert load_packaged(name) == load_cases(ref), name
+    assert load_cases() == load_packaged(PACKAGED_FILES[0])
 
 
 def test_validate_bad_case_file(cli, tmp_path):
