@@ -33,6 +33,19 @@ class Family:
         (g-1 steps), all-reduce as a tree at scale (2 log2 g steps) (NCCL tuning docs; nccl-tests latencies).
     overlap_tax: fraction of an overlapped collective's duration added to the computation it hides behind:
         NCCL kernels occupy SMs (16-32 channels of 132 SMs on H100) and HBM bandwidth while they run.
+    attention_half_head_dim: the head dimension at which a flash-attention kernel's rate halves: per score
+        element the kernel does 4 d matmul FLOPs and a fixed amount of softmax work (exp, max, rescale on the
+        special-function units), so its rate goes as d / (d + d_half) (FlashAttention-3, Shah et al. 2024,
+        Fig. 5: H100 bf16 forward at 16K, hd 64 / 128 / 256 reach ~0.77 / 1 / 1.17 of hd 128's rate: d_half 54).
+    attention_half_kv_len: the key length per kernel call at which its rate halves: every query block pays a
+        fixed prologue/epilogue and, causally, a partly masked diagonal tile (FlashAttention-3 Fig. 5, causal:
+        seq 512 reaches ~0.45 of the 16K rate, 2K ~0.8; L / (L + 256) with L the mean keys per query).
+        ``attention_efficiency`` is the rate at the reference shape (head dim 128, causal 4096 tokens: L 2048).
+    matrix_unit_dim: the width of the matrix unit a GEMM dimension is padded to (TPU MXUs: 128 on v4/v5e/v5p,
+        256 on v6e Trillium and TPU7x Ironwood; Cloud TPU performance guide, "Matmul shape": dimensions that are
+        multiples of the MXU width); 0: no padding beyond the family's saturating curve (GPU tensor-core tiles
+        are fine-grained enough that the saturating ``gemm_half_dim`` curve covers them). An accelerator's own
+        ``matrix_unit_dim`` wins over its family's.
     host_op_s: host time to dispatch one framework operator (PyTorch eager: the Python frame, the dispatcher,
         the launch; ~3-10 us), priced per operator the stack's host runs (``asap.cost.host``).
     dtensor_op_s: the extra host time of an operator on DTensors (sharding propagation and the subclass's
@@ -61,6 +74,9 @@ class Family:
     overlap_tax: float = 0.15
     tp_overlap: float = 0.0
     host_op_s: float = 6e-6
+    attention_half_head_dim: float = 54.0
+    attention_half_kv_len: float = 256.0
+    matrix_unit_dim: float = 0.0
     dtensor_op_s: float = 20e-6
     dtensor_call_s: float = 0.0
     sync_s: float = 0.0
@@ -116,7 +132,8 @@ _FAMILY_TABLE = (
     # v5p configurations enable).
     Family(name="tpu", gemm_efficiency=0.85, gemm_half_dim=128.0, attention_efficiency=0.50,
            fp8_gemm_efficiency=0.50, hbm_efficiency=0.85, net_efficiency=0.85, collective_latency_s=15e-6,
-           kernel_overhead_s=2e-6, tp_overlap=0.5),
+           kernel_overhead_s=2e-6, tp_overlap=0.5,
+           matrix_unit_dim=256.0),  # the current generations' MXU (v6e, TPU7x); the catalog's v4/v5e/v5p say 128
     # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE. MC2
     # (MindSpeed --use-ascend-mc2, MindFormers' mc2 fusion: matmul fused with the TP all-gather /
     # reduce-scatter, the communication tiled under the matmul's cube work on the 910B) hides TP traffic
@@ -136,5 +153,5 @@ _FAMILY_TABLE = (
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in _FAMILY_TABLE})
 EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k not in ("name", "async_host"))
 # constants that may be 0 (the others are positive)
-ZERO_ALLOWED_KEYS = ("tp_overlap", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
+ZERO_ALLOWED_KEYS = ("tp_overlap", "matrix_unit_dim", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
                      "sync_s")
