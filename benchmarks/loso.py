@@ -156,10 +156,10 @@ def bands_of(rows: list) -> tuple[dict, dict]:
 def write_doc(sections: dict) -> None:
     text = DOC.read_text()
     for name, body in sections.items():
-        pat = re.compile(rf"(<!-- loso:{name} -->\n).*?(\n<!-- /loso:{name} -->)", re.S)
+        pat = re.compile(rf"(<!-- loso:{name} -->\n)(?:.*?\n)?(<!-- /loso:{name} -->)", re.S)
         if not pat.search(text):
             raise SystemExit(f"{DOC} has no <!-- loso:{name} --> ... <!-- /loso:{name} --> markers")
-        text = pat.sub(lambda m: m.group(1) + body + m.group(2), text)
+        text = pat.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text)
     DOC.write_text(text)
     print(f"wrote {DOC}")
 
