@@ -2,6 +2,8 @@
 
     python benchmarks/calibrate.py ampere hopper [--cases FILE] [--holdout 0.3]
 
+The cases are both shipped files (89 runs) unless --cases names one.
+
 Prints the fitted constants, the per-case errors, and (with --holdout) the error on cases left out of the fit,
 so that the accuracy on runs the model never saw is visible. The constants in asap/spec/hardware.py are
 rounded from this fit; nothing here names a model or a case.
@@ -17,7 +19,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from asap.spec import hardware
-from asap.validate import load_cases, validate_case
+from asap.validate import load_all_packaged, load_cases, validate_case
 
 PARAMS = ("gemm_efficiency", "gemm_half_dim", "attention_efficiency", "fp8_gemm_efficiency", "hbm_efficiency",
           "net_efficiency", "kernel_overhead_s", "tp_overlap", "overlap_tax")
@@ -61,6 +63,7 @@ def main():
     ap.add_argument("--cases")
     ap.add_argument("--holdout", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--maxiter", type=int, default=600)
     ap.add_argument("--params", default=",".join(PARAMS), help="the constants to fit; the others keep their values")
     ap.add_argument("--bound", action="append", default=[], help="name=lo:hi to narrow a constant's range")
     args = ap.parse_args()
@@ -68,13 +71,13 @@ def main():
         name, rng = b.split("=")
         lo, hi = rng.split(":")
         BOUNDS[name] = (float(lo), float(hi))
-    cases = load_cases(args.cases)
+    cases = load_cases(args.cases) if args.cases else [c for v in load_all_packaged().values() for c in v]
     for fam in args.families:
         mine = [c for c in cases if family_of(c) == fam]
         random.Random(args.seed).shuffle(mine)
         n_out = int(round(args.holdout * len(mine)))
         held, used = mine[:n_out], mine[n_out:]
-        f = fit(fam, used, [p for p in args.params.split(",") if p])
+        f = fit(fam, used, [p for p in args.params.split(",") if p], maxiter=args.maxiter)
         print(f"{fam}: " + ", ".join(f"{p}={getattr(f, p):.4g}" for p in PARAMS))
         for c, e in zip(used, errors(used, f)):
             print(f"  fit   {c['id']:55s} {e:+.1%}")

@@ -27,9 +27,11 @@ def test_band_follows_the_terms_it_leans_on():
 
 
 def test_extrapolated_precision_and_family_widen_the_band():
-    """Blackwell's calibration runs are fp8: a bf16 run there is extrapolated; CDNA3 has no runs at all."""
-    assert relative_error_scale("blackwell", "bf16") == pytest.approx(1.5 * relative_error_scale("blackwell", "fp8"))
-    assert relative_error_scale("cdna3", "bf16") > relative_error_scale("hopper", "bf16")
+    """Blackwell's calibration runs are bf16 and fp8: an nvfp4 run there is extrapolated; CDNA3's are fp8 (a bf16
+    run is extrapolated), CDNA4 has no runs at all."""
+    assert relative_error_scale("blackwell", "nvfp4") == pytest.approx(1.5 * relative_error_scale("blackwell", "fp8"))
+    assert relative_error_scale("cdna3", "bf16") == pytest.approx(1.5 * relative_error_scale("cdna3", "fp8"))
+    assert relative_error_scale("cdna4", "bf16") > relative_error_scale("hopper", "bf16")
     m, t = load_model("llama3-8b"), TrainSpec(64, 8192)
     h100 = estimate(Job.resolve(m, load_cluster("h100-sxm", nodes=1), t), "tp=2")
     mi300 = estimate(Job.resolve(m, load_cluster("mi300x", nodes=1), t), "tp=2")

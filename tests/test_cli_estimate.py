@@ -85,25 +85,41 @@ def test_presets_lists_models_and_clusters(cli):
 
 
 def test_validate_meets_the_accuracy_bar(cli):
-    """MAPE <= 12% and no case off by more than 36% over the 44 shipped calibration cases (the worst is MaxText's
-    1T run on 2048 TPU v5p, +95% before the topology knew TPU slices; the accuracy issue's bar is 30%)."""
+    """Without --cases both shipped files (89 runs), each reported apart: the calibration file at MAPE <= 8% and no
+    case off by more than 30%; the 2024-2026 file at <= 18% (issue 30's bar is 8%, not met yet: the TPU runs'
+    host offload is not priced, docs/accuracy.md "Known limits"), none off by more than 60%."""
     p = cli("validate", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
-    assert d["n"] == 44
-    assert d["mape"] <= 0.12, d["mape"]
-    assert d["max_abs_error"] <= 0.36, (d["worst_case"], d["max_abs_error"])
+    assert d["n"] == 89
+    files = d["files"]
+    assert [f["n"] for f in files.values()] == [44, 45]
+    cal, pub = files["calibration_runs.json"], files["published_runs_2024_2026.json"]
+    assert cal["mape"] <= 0.08 and cal["max_abs_error"] <= 0.30, cal
+    assert pub["mape"] <= 0.18 and pub["max_abs_error"] <= 0.60, pub
+    assert abs(d["mape"] - (44 * cal["mape"] + 45 * pub["mape"]) / 89) < 1e-12
     for case in d["cases"]:
-        assert {"id", "published_step_time_s", "predicted_step_time_s", "error", "strategy"} <= set(case)
+        assert {"id", "published_step_time_s", "predicted_step_time_s", "error", "strategy", "file"} <= set(case)
+
+
+def test_validate_one_file_reports_it_alone(cli, tmp_path):
+    from asap.validate import load_packaged
+
+    f = tmp_path / "cases.json"
+    f.write_text(json.dumps(load_packaged()[:2]))
+    d = json.loads(cli("validate", "--json", "--cases", str(f)).stdout)
+    assert d["n"] == 2 and list(d["files"]) == [str(f)] and d["files"][str(f)]["n"] == 2
 
 
 def test_shipped_cases_equal_the_shared_reference():
-    from asap.validate import load_cases
+    from asap.validate import PACKAGED_FILES, load_cases, load_packaged
 
-    ref = SHARED / "reference" / "calibration_runs.json"
-    if not ref.exists():
-        pytest.skip("shared/reference not present")
-    assert load_cases() == load_cases(ref)
+    for name in PACKAGED_FILES:
+        ref = SHARED / "reference" / name
+        if not ref.exists():
+            pytest.skip("shared/reference not present")
+        assert load_packaged(name) == load_cases(ref), name
+    assert load_cases() == load_packaged(PACKAGED_FILES[0])
 
 
 def test_validate_bad_case_file(cli, tmp_path):

@@ -1,8 +1,11 @@
 """``asap validate``: predicted against published step times of real training runs.
 
-The calibration cases ship with the package (``asap/data/calibration_runs.json``, the same file as
-``shared/reference/calibration_runs.json``; each case names its source). Knobs a case leaves open are filled by
-the best completion (``asap.search.complete``), as ``plan --fix`` does.
+Two case files ship with the package (``PACKAGED_FILES``), each the same file as in ``shared/reference/``, each
+case naming its source: ``calibration_runs.json`` (44 runs, 2020-2025) and ``published_runs_2024_2026.json``
+(45 runs on 2024-2026 hardware and stacks). ``asap validate`` without ``--cases`` prices both and reports each
+file apart (``files``) and the whole; ``load_cases()`` alone is the calibration file (the planner's test and
+benchmark set). Knobs a case leaves open are filled by the best completion (``asap.search.complete``), as
+``plan --fix`` does.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from asap.cost.bands import CASE_FILES
 from asap.errors import AsapError
 from asap.search.complete import best_completion
 from asap.spec.framework import unstated_defaults
@@ -24,18 +28,35 @@ from asap.spec.strategy import parse_strategy
 from asap.spec.train import TrainSpec
 
 
+PACKAGED_FILES = CASE_FILES  # asap.cost.bands.CASE_FILES: the calibration set, then the 2024-2026 runs
+
+
+def load_packaged(name: str = PACKAGED_FILES[0]) -> list[dict[str, Any]]:
+    """One of the shipped case files (``PACKAGED_FILES``) by its file name."""
+    if name not in PACKAGED_FILES:
+        raise AsapError("cases", f"no packaged case file {name!r} (have {', '.join(PACKAGED_FILES)})")
+    return _parse_cases(resources.files("asap").joinpath(f"data/{name}").read_text(), name)
+
+
+def load_all_packaged() -> dict[str, list[dict[str, Any]]]:
+    """Every shipped case file, by name: what ``asap validate`` prices without ``--cases``."""
+    return {name: load_packaged(name) for name in PACKAGED_FILES}
+
+
 def load_cases(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """The cases of a file; None: the packaged calibration file (``PACKAGED_FILES[0]``)."""
     if path is None:
-        text = resources.files("asap").joinpath("data/calibration_runs.json").read_text()
-        where = "calibration_runs.json"
-    else:
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise AsapError("cases", f"cannot read {path}: {e.strerror}") from None
-        except UnicodeDecodeError as e:
-            raise AsapError("cases", f"{path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
-        where = str(path)
+        return load_packaged()
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise AsapError("cases", f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise AsapError("cases", f"{path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    return _parse_cases(text, str(path))
+
+
+def _parse_cases(text: str, where: str) -> list[dict[str, Any]]:
     try:
         cases = json.loads(text)
     except json.JSONDecodeError as e:
@@ -64,9 +85,14 @@ class CaseResult:
 
 
 def source_of(case: dict[str, Any]) -> str:
-    """The publication a case comes from (its ``source`` up to the first " — "): the unit of leave-one-source-
-    out accuracy."""
-    return str(case.get("source", case.get("id", ""))).split(" — ")[0].strip()
+    """The publication a case comes from: its ``source`` up to the first " — ", and of a series of results
+    (an MLPerf round, a recipe repository) the series itself, up to its first ": " or " results, " (the
+    unit of leave-one-source-out accuracy: one MLPerf round's submissions share its rules and reference code)."""
+    src = str(case.get("source", case.get("id", ""))).split(" — ")[0].strip()
+    for mark, keep in ((" results, ", " results"), (": ", "")):
+        if mark in src:
+            src = src.split(mark)[0] + keep
+    return src.strip()
 
 
 def published_step_time(published: Any, cid: str) -> float:
@@ -110,17 +136,34 @@ def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str,
                       precision_peak_utilization=est.precision_peak_utilization)
 
 
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """MAPE, the worst |error| and its case, and the count, over case results (``CaseResult.to_dict``)."""
+    errors = [abs(r["error"]) for r in results]
+    return {"mape": sum(errors) / len(errors), "max_abs_error": max(errors),
+            "worst_case": results[errors.index(max(errors))]["id"], "n": len(results)}
+
+
 def validate(cases: list[dict[str, Any]], progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     results = []
     for i, case in enumerate(cases):
-        results.append(validate_case(case, i))
+        results.append(validate_case(case, i).to_dict())
         if progress:
             progress(i + 1)
-    errors = [abs(r.error) for r in results]
-    return {
-        "cases": [r.to_dict() for r in results],
-        "mape": sum(errors) / len(errors),
-        "max_abs_error": max(errors),
-        "worst_case": results[errors.index(max(errors))].id,
-        "n": len(results),
-    }
+    return {"cases": results, **summary(results)}
+
+
+def validate_files(files: Mapping[str, list[dict[str, Any]]],
+                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Several case files at once (``asap validate`` without ``--cases``): every case (each with its ``file``),
+    the summary over all of them, and ``files``: the summary of each file apart."""
+    results, per_file, done = [], {}, 0
+    for name, cases in files.items():
+        mine = []
+        for i, case in enumerate(cases):
+            mine.append({**validate_case(case, i).to_dict(), "file": name})
+            done += 1
+            if progress:
+                progress(done)
+        per_file[name] = summary(mine)
+        results += mine
+    return {"cases": results, **summary(results), "files": per_file}

@@ -4,7 +4,8 @@
 
 Three files in tests/golden/, each the figures a user sees, as the commands give them:
 
-* ``validate.json``: ``asap validate --json`` on the packaged cases and on ``../shared/reference/calibration_runs.json``
+* ``validate.json``: ``asap validate --json`` on the packaged cases (both files) and on each of
+  ``../shared/reference/calibration_runs.json`` and ``published_runs_2024_2026.json``
   (every case's predicted step time, peak memory, MFU, bottleneck, completed strategy; the MAPE).
 * ``plan.json``: on every calibration case, the top rows of two plans (``plan --json``'s candidates, as
   ``benchmarks/plan_cases.py`` runs them): *published* (the case's published knobs fixed, ``--fix``; the
@@ -33,6 +34,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SHARED_CASES = REPO.parent / "shared" / "reference" / "calibration_runs.json"
+SHARED_PUBLISHED = REPO.parent / "shared" / "reference" / "published_runs_2024_2026.json"
 PLAN_TOP = 5
 ROW_KEYS = ("strategy", "strategy_string", "step_time_s", "peak_memory_gb", "fits")
 TRAIN_RUNS = {  # name: (strategy, global batch, seq len, steps)
@@ -52,7 +54,8 @@ def cli(*args: str, timeout: float = 600) -> str:
 
 def validate_golden() -> dict[str, Any]:
     return {"packaged": json.loads(cli("validate", "--json")),
-            "shared": json.loads(cli("validate", "--json", "--cases", str(SHARED_CASES)))}
+            "shared": json.loads(cli("validate", "--json", "--cases", str(SHARED_CASES))),
+            "shared_published": json.loads(cli("validate", "--json", "--cases", str(SHARED_PUBLISHED)))}
 
 
 def rows_of(result) -> list[dict[str, Any]]:

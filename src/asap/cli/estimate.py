@@ -267,25 +267,26 @@ def figures_line(figures: dict) -> str:
 
 @app.command()
 def validate(
-    cases: Optional[str] = typer.Option(None, "--cases", help="A calibration-case file (default: the shipped cases)."),
+    cases: Optional[str] = typer.Option(None, "--cases", help="A calibration-case file (default: both shipped "
+                                        "files, calibration_runs.json and published_runs_2024_2026.json)."),
     framework: Optional[str] = typer.Option(None, "--framework",
                                             help="The stack for cases that do not name theirs (train.framework)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown (docs/accuracy.md)."),
     json_out: bool = JsonOpt,
 ):
     """Compare predicted with published step times of real training runs; print each error and the MAPE."""
-    from asap.validate import load_cases, validate as run_validate
+    from asap.validate import load_all_packaged, load_cases, validate_files
 
-    case_list = load_cases(cases)
+    files = load_all_packaged() if cases is None else {str(cases): load_cases(cases)}
     if framework is not None:
         from asap.spec.framework import get_framework
 
         get_framework(framework, "", "framework")  # one clear line for an unknown name
-        case_list = [dict(c, train={"framework": framework, **c["train"]}) if isinstance(c.get("train"), dict) else c
-                     for c in case_list]
+        files = {name: [dict(c, train={"framework": framework, **c["train"]}) if isinstance(c.get("train"), dict)
+                        else c for c in case_list] for name, case_list in files.items()}
     with Progress(console=err_console, transient=True, disable=json_out or not err_console.is_terminal) as progress:
-        task = progress.add_task("validating", total=len(case_list))
-        result = run_validate(case_list, progress=lambda n: progress.update(task, completed=n))
+        task = progress.add_task("validating", total=sum(len(c) for c in files.values()))
+        result = validate_files(files, progress=lambda n: progress.update(task, completed=n))
     if json_out:
         print_json(result)
         return
@@ -293,8 +294,17 @@ def validate(
         print(validation_markdown(result))
         return
     out_console.print(validation_table(result))
-    out_console.print(f"MAPE {result['mape']:.1%} over {result['n']} cases; worst {result['worst_case']} "
-                      f"({result['max_abs_error']:.1%})")
+    for line in summary_lines(result):
+        out_console.print(line)
+
+
+def summary_lines(result) -> list[str]:
+    """One line per case file (where there are several) and one over all cases."""
+    files = result.get("files", {})
+    lines = [f"{name}: MAPE {f['mape']:.1%} over {f['n']} cases; worst {f['worst_case']} ({f['max_abs_error']:.1%})"
+             for name, f in files.items()] if len(files) > 1 else []
+    return lines + [f"MAPE {result['mape']:.1%} over {result['n']} cases; worst {result['worst_case']} "
+                    f"({result['max_abs_error']:.1%})"]
 
 
 def _shape(s) -> str:
@@ -309,8 +319,7 @@ def validation_markdown(result) -> str:
         lines.append(f"| {r['id']} | {r['published_step_time_s']:.3f} | {r['predicted_step_time_s']:.3f} | "
                      f"{r['error']:+.1%} | {_shape(r['strategy'])} |")
     lines.append("")
-    lines.append(f"MAPE {result['mape']:.1%} over {result['n']} cases; worst {result['worst_case']} "
-                 f"({result['max_abs_error']:.1%}).")
+    lines += [f"{line}." for line in summary_lines(result)]
     return "\n".join(lines)
 
 

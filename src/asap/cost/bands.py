@@ -33,6 +33,8 @@ TERM_WEIGHT = {"compute": 1.0, "bubble": 1.0, "optimizer": 1.0, "tp_comm": 1.5, 
                "dp_comm": 1.5, "ep_comm": 2.0, "host": 2.0}
 EXTRAPOLATED = 1.5  # a family without calibration runs, or a precision the family's runs never used
 MAX_RELATIVE = 0.6
+# the shipped case files (asap.validate.PACKAGED_FILES): the calibration set, then the 2024-2026 published runs
+CASE_FILES = ("calibration_runs.json", "published_runs_2024_2026.json")
 MIN_RUNS = 3  # as benchmarks/loso.py: fewer held-out runs than this take the pooled figure
 
 
@@ -44,10 +46,12 @@ def error_bands() -> dict:
 
 @lru_cache(maxsize=1)
 def calibrated_precisions() -> dict[str, frozenset[str]]:
-    """The precisions the shipped calibration runs used, per accelerator family."""
+    """The precisions the shipped calibration runs (both files, ``asap.validate.PACKAGED_FILES``) used, per
+    accelerator family."""
     from asap.spec.hardware import get_accelerator
 
-    runs = json.loads(resources.files("asap").joinpath("data/calibration_runs.json").read_text())
+    runs = [case for name in CASE_FILES
+            for case in json.loads(resources.files("asap").joinpath(f"data/{name}").read_text())]
     out: dict[str, set[str]] = {}
     for case in runs:
         acc = case["cluster"]["accelerator"]

@@ -58,15 +58,16 @@ def _shares_tier(cluster: Cluster, dp_out: np.ndarray, group, stride) -> np.ndar
     return same & (np.asarray(group) > 1)
 
 
-def dp_link_busy_s(cluster: Cluster, S: StrategyBatch, tp_s, cp_total_s, cp_exposed_s) -> np.ndarray:
+def dp_link_busy_s(cluster: Cluster, S: StrategyBatch, tp_s, cp_total_s, cp_exposed_s,
+                   tp_overlap: float | None = None) -> np.ndarray:
     """Seconds per micro-batch that hidden TP and CP traffic keeps the data-parallel group's bottleneck tier
     busy while compute runs (``tp_s``: the critical device's TP traffic per micro-batch, of which the family's
     ``tp_overlap`` hides; ``cp_total_s - cp_exposed_s``: its hidden ring traffic); 0 where they use other
-    links."""
+    links. ``tp_overlap``: the share the stack hides (``Framework.tp_overlap_share``; None: the family's)."""
     fam = cluster.accelerator.family_constants
     place = Placement.of(S)
     dp_out = dp_on_scale_out(cluster, S)
-    tp_hidden = np.asarray(tp_s) * fam.tp_overlap
+    tp_hidden = np.asarray(tp_s) * (fam.tp_overlap if tp_overlap is None else tp_overlap)
     cp_hidden = np.maximum(0.0, np.asarray(cp_total_s) - np.asarray(cp_exposed_s))
     return (np.where(_shares_tier(cluster, dp_out, *place.group("tp")), tp_hidden, 0.0)
             + np.where(_shares_tier(cluster, dp_out, *place.group("cp")), cp_hidden, 0.0))

@@ -294,7 +294,7 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
 
 
 def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes, dp: DataParallelTerms,
-            bubble, m, step_host=0.0) -> tuple[dict, dict]:
+            bubble, m, step_host=0.0, tp_overlap: float | None = None) -> tuple[dict, dict]:
     """(exposed, breakdown) terms of the step. Overlapped communication still slows the computation it hides
     behind (the SMs and HBM bandwidth it occupies): the family's ``overlap_tax`` of every hidden second. The
     host's time (``asap.cost.host``) is its own term: the units' share of every micro-batch and the step's."""
@@ -309,7 +309,7 @@ def compose(cluster: Cluster, S: StrategyBatch, times: StageTimes, ut: UnitTimes
     # a device sends 2 m v messages; the critical path crosses every stage's links in fill and drain, so the
     # messages it waits on can outnumber them (the total is never below what is exposed)
     pp_total = np.maximum(2 * m * vpp * pp_msg, pp_exposed)
-    tp_hidden = m * stage["tp"] * fam.tp_overlap
+    tp_hidden = m * stage["tp"] * (fam.tp_overlap if tp_overlap is None else tp_overlap)
     # the passes without a partner: the warm-up forwards and cool-down backwards, (pp - 1) micro-batches' worth
     unpaired = np.minimum(m, pp - 1)
     ep_hidden = (m - unpaired) * stage["ep_hidden"]
@@ -342,13 +342,14 @@ def estimate_batch(job: Job, S: StrategyBatch, mem: MemoryBreakdown | None = Non
     bubble = pipeline_bubble_s(model, S, f, times, m)
     c = times.critical  # the critical device's parameters set the data-parallel traffic
     tensors = f.at(f.param_tensors, c)
-    busy = dp_link_busy_s(cluster, S, times.parts["tp"], times.parts["cp_total"], times.parts["cp"])
+    tp_overlap = fw.tp_overlap_share(cluster.accelerator.family_constants)
+    busy = dp_link_busy_s(cluster, S, times.parts["tp"], times.parts["cp_total"], times.parts["cp"], tp_overlap)
     dp = data_parallel_terms(cluster, S, fw, f.at(f.dense_params, c), f.at(f.expert_params, c), f.at(f.layers, c),
                              times.parts["compute"], m, train.precision, tensors,
                              model.embedding_params() / S.tp, busy)
     step_host = step_host_s(cluster, S, fw, f.at(f.layers, c), tensors, m, float(model.moe is not None),
                             dp.optimizer_s)
-    exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m, step_host)
+    exposed, breakdown = compose(cluster, S, times, ut, dp, bubble, m, step_host, tp_overlap)
     if mem is None:
         mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
     return BatchEstimate(

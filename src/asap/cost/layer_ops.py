@@ -57,6 +57,12 @@ def attention_head_dims(model: ModelSpec) -> tuple[float, float]:
     return model.head_dim, model.head_dim
 
 
+def attention_kv_len(s, cp):
+    """Keys per query per kernel call, on average: causally s / 2 without CP; a CP rank's kernel calls each take
+    one chunk of s / cp keys (ring attention), half of them the masked diagonal."""
+    return np.where(np.asarray(cp) > 1, s / np.maximum(cp, 1) * 0.75, s / 2.0)
+
+
 def attention_flops_fwd(model: ModelSpec, b, s, cp, tp):
     """Causal attention core FLOPs per device: each device owns s/cp queries against, on average, s/2 keys."""
     d_qk, d_v = attention_head_dims(model)
@@ -149,7 +155,8 @@ def attention_ops(model: ModelSpec, x: Shapes) -> list[Operation]:
     # document-masked packed samples: the slowest dp rank's sum(l^2) over (its samples x seq_len^2)
     core = Operation("core_attn", ATTENTION, A, Axis.TP, (M.CORE_ATTN,),
                      (Saved(T * ab * qkv_width, (M.MLA_UP_PROJ,)),), precision="fp32" if x.p == "fp32" else "bf16",
-                     flops=attention_flops_fwd(model, x.b, x.s, x.cp, tp) * x.attn_work)
+                     flops=attention_flops_fwd(model, x.b, x.s, x.cp, tp) * x.attn_work, head_dims=(d_qk, d_v),
+                     kv_len=attention_kv_len(x.s, x.cp))
     out_width = nh * d_v
     return [x.norm("input_norm", A), *proj, core,
             x.gemm("out_proj", A, Axis.TP, T, x.h, out_width / tp, saves=(Saved(T * x.gemm_in * out_width / tp),)),

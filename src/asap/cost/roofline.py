@@ -46,7 +46,7 @@ def gemm_efficiency(acc: Accelerator, m, n, k, half_dim_scale=1.0):
     fam = acc.family_constants
     d0 = fam.gemm_half_dim * half_dim_scale
     shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
-    return fam.gemm_efficiency * shape
+    return fam.gemm_efficiency * shape * matrix_fill(acc, n) * matrix_fill(acc, k) * matrix_fill(acc, m)
 
 
 def grouped_half_dim_scale(acc: Accelerator, precision: str) -> float:
@@ -79,11 +79,43 @@ def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0, grouped=Fa
     return count * (t + fam.kernel_overhead_s)
 
 
-def attention_time_s(acc: Accelerator, precision: str, flops, count=1.0):
-    """Fused (flash) attention: compute-bound at the family's attention efficiency, in bf16 even for fp8 runs."""
+REFERENCE_HEAD_DIM = 128.0  # the shape ``attention_efficiency`` is the rate of: head dim 128, causal 4096 tokens
+REFERENCE_KV_LEN = 2048.0  # (each query against 2048 keys on average)
+
+
+def matrix_fill(acc: Accelerator, d):
+    """The fraction of a matrix unit a dimension d fills: d over d padded to the unit's width (1 where the
+    accelerator pads nothing: ``matrix_unit_dim`` 0)."""
+    w = acc.matrix_unit_dim or acc.family_constants.matrix_unit_dim
+    if not w:
+        return 1.0
+    d = np.maximum(d, 1.0)
+    return d / (np.ceil(d / w) * w)
+
+
+def attention_shape_factor(acc: Accelerator, d_qk, d_v, kv_len):
+    """A flash-attention kernel's rate at head dims (d_qk, d_v) and ``kv_len`` keys per query on average,
+    relative to the reference shape (families.Family: ``attention_half_head_dim``, ``attention_half_kv_len``):
+    softmax work per score weighs more at small head dims, fixed work per query block more at short keys; on a
+    TPU's 256-wide MXU the head dimension is not padded as a GEMM's would be: Splash attention at hd 128 on TPU7x
+    holds its v5p rate at 8K and 128K (the tpu-recipes runs), so no ``matrix_fill`` here."""
+    fam = acc.family_constants
+    d0, l0 = fam.attention_half_head_dim, fam.attention_half_kv_len
+    d = (np.asarray(d_qk, dtype=float) + d_v) / 2.0
+    head = (d / (d + d0)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + d0))
+    kv = np.maximum(kv_len, 1.0)
+    length = (kv / (kv + l0)) / (REFERENCE_KV_LEN / (REFERENCE_KV_LEN + l0))
+    return head * length
+
+
+def attention_time_s(acc: Accelerator, precision: str, flops, count=1.0, d_qk=REFERENCE_HEAD_DIM,
+                     d_v=REFERENCE_HEAD_DIM, kv_len=REFERENCE_KV_LEN):
+    """Fused (flash) attention: compute-bound at the family's attention efficiency times the shape factor
+    (``attention_shape_factor``), in bf16 even for fp8 runs."""
     fam = acc.family_constants
     p = "fp32" if precision == "fp32" else "bf16"
-    return count * (flops / (acc.peak_flops(p) * fam.attention_efficiency) + fam.kernel_overhead_s)
+    rate = acc.peak_flops(p) * fam.attention_efficiency * attention_shape_factor(acc, d_qk, d_v, kv_len)
+    return count * (flops / rate + fam.kernel_overhead_s)
 
 
 def elementwise_time_s(acc: Accelerator, bytes_moved, kernels=1.0):

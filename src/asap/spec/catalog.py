@@ -38,6 +38,9 @@ class Accelerator:
     host_link_gbps: float = 32.0
     host_mem_gbps: float = 50.0
     host_mem_capacity_gb: float = 128.0  # the device's share of its host's memory (a 1 TB host of 8 devices)
+    # the matrix unit's width a GEMM dimension pads to (a TPU's MXU: 128 before Trillium, 256 from it); 0: the
+    # family's ``matrix_unit_dim``
+    matrix_unit_dim: int = 0
 
     @property
     def usable_hbm_gb(self) -> float:
@@ -167,15 +170,15 @@ CATALOG: dict[str, Accelerator] = {
         # directions (2 links); DCN per chip is the host NIC share.
         _acc(name="tpu-v4", family="tpu", peak_tflops={"bf16": 275, "fp16": 275}, hbm_gb=32, hbm_gbps=1200,
              intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4, scale_up_domain=4096,
-             interconnect="ici", torus_dims=3,
+             matrix_unit_dim=128, interconnect="ici", torus_dims=3,
              source="Google Cloud TPU v4 docs; JAX scaling book (ICI 4.5e10 B/s one-way per link)"),
         _acc(name="tpu-v5e", family="tpu", peak_tflops={"bf16": 197, "fp16": 197}, hbm_gb=16, hbm_gbps=819,
              intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4, scale_up_domain=256,
-             interconnect="ici", torus_dims=2,
+             matrix_unit_dim=128, interconnect="ici", torus_dims=2,
              source="Google Cloud TPU v5e docs; JAX scaling book (ICI 4.5e10 B/s one-way per link)"),
         _acc(name="tpu-v5p", family="tpu", peak_tflops={"bf16": 459, "fp16": 459}, hbm_gb=95, hbm_gbps=2765,
              intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=4, scale_up_domain=8960,
-             interconnect="ici", torus_dims=3,
+             matrix_unit_dim=128, interconnect="ici", torus_dims=3,
              source="Google Cloud TPU v5p docs; JAX scaling book (ICI 9e10 B/s one-way per link)"),
         _acc(name="tpu-v6e", family="tpu", peak_tflops={"bf16": 918, "fp16": 918}, hbm_gb=32, hbm_gbps=1640,
              intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=4, scale_up_domain=256,

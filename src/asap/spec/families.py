@@ -33,6 +33,19 @@ class Family:
         (g-1 steps), all-reduce as a tree at scale (2 log2 g steps) (NCCL tuning docs; nccl-tests latencies).
     overlap_tax: fraction of an overlapped collective's duration added to the computation it hides behind:
         NCCL kernels occupy SMs (16-32 channels of 132 SMs on H100) and HBM bandwidth while they run.
+    attention_half_head_dim: the head dimension at which a flash-attention kernel's rate halves: per score
+        element the kernel does 4 d matmul FLOPs and a fixed amount of softmax work (exp, max, rescale on the
+        special-function units), so its rate goes as d / (d + d_half) (FlashAttention-3, Shah et al. 2024,
+        Fig. 5: H100 bf16 forward at 16K, hd 64 / 128 / 256 reach ~0.77 / 1 / 1.17 of hd 128's rate: d_half 54).
+    attention_half_kv_len: the key length per kernel call at which its rate halves: every query block pays a
+        fixed prologue/epilogue and, causally, a partly masked diagonal tile (FlashAttention-3 Fig. 5, causal:
+        seq 512 reaches ~0.45 of the 16K rate, 2K ~0.8; L / (L + 256) with L the mean keys per query).
+        ``attention_efficiency`` is the rate at the reference shape (head dim 128, causal 4096 tokens: L 2048).
+    matrix_unit_dim: the width of the matrix unit a GEMM dimension is padded to (TPU MXUs: 128 on v4/v5e/v5p,
+        256 on v6e Trillium and TPU7x Ironwood; Cloud TPU performance guide, "Matmul shape": dimensions that are
+        multiples of the MXU width); 0: no padding beyond the family's saturating curve (GPU tensor-core tiles
+        are fine-grained enough that the saturating ``gemm_half_dim`` curve covers them). An accelerator's own
+        ``matrix_unit_dim`` wins over its family's.
     host_op_s: host time to dispatch one framework operator (PyTorch eager: the Python frame, the dispatcher,
         the launch; ~3-10 us), priced per operator the stack's host runs (``asap.cost.host``).
     dtensor_op_s: the extra host time of an operator on DTensors (sharding propagation and the subclass's
@@ -61,6 +74,9 @@ class Family:
     overlap_tax: float = 0.15
     tp_overlap: float = 0.0
     host_op_s: float = 6e-6
+    attention_half_head_dim: float = 54.0
+    attention_half_kv_len: float = 256.0
+    matrix_unit_dim: float = 0.0
     dtensor_op_s: float = 20e-6
     dtensor_call_s: float = 0.0
     sync_s: float = 0.0
@@ -72,20 +88,20 @@ class Family:
 _FAMILY_TABLE = (
     # NVIDIA Ampere (A100). Fitted to the A100 calibration runs (benchmarks/calibrate.py).
     Family(name="ampere",
-           gemm_efficiency=0.69,  # large fp16 GEMMs; cuBLAS on A100 measures 0.7-0.8 of peak
+           gemm_efficiency=0.76,  # large fp16 GEMMs; cuBLAS on A100 measures 0.7-0.8 of peak
            gemm_half_dim=64.0,
-           attention_efficiency=0.10,  # the Megatron/NeoX stacks of 2021-22 ran unfused softmax attention:
+           attention_efficiency=0.09,  # the Megatron/NeoX stacks of 2021-22 ran unfused softmax attention:
            # scores written and re-read in HBM, ~hd/3 FLOP/B against a ridge of 150 FLOP/B
            fp8_gemm_efficiency=0.60,  # (A100 has no fp8; unused)
-           hbm_efficiency=0.60,  # unfused elementwise kernels of that generation
+           hbm_efficiency=0.67,  # unfused elementwise kernels of that generation
            net_efficiency=0.80,  # NCCL bus bandwidth on DGX A100 (nccl-tests)
            collective_latency_s=20e-6, kernel_overhead_s=4e-6),
     # NVIDIA Hopper (H100/H800/H200). Fitted to the H100 calibration runs.
     Family(name="hopper",
-           gemm_efficiency=0.615,  # power/clock limits under sustained load keep H100 below its boost peak
+           gemm_efficiency=0.62,  # power/clock limits under sustained load keep H100 below its boost peak
            gemm_half_dim=64.0,
-           attention_efficiency=0.30,  # FlashAttention-2 on H100 reaches ~0.35 forward and less backward
-           fp8_gemm_efficiency=0.60,  # fp8 tensor cores at 0.6 of the fp8 peak; the input's cast to fp8 is priced
+           attention_efficiency=0.37,  # FlashAttention-2/3 on H100 at hd 128, causal 4K (the reference shape)
+           fp8_gemm_efficiency=0.62,  # fp8 tensor cores at 0.6 of the fp8 peak; the input's cast to fp8 is priced
            # apart (roofline.FP8_CAST_BYTES_PER_ELEMENT), fitted on the H100 fp8 runs
            hbm_efficiency=0.95,  # fused elementwise kernels (Transformer Engine, torch.compile)
            net_efficiency=0.90,  # NCCL over NVLink4 / NDR IB, bounded above at 0.9
@@ -94,20 +110,25 @@ _FAMILY_TABLE = (
     # not every run uses them, so a part, not all
     # NVIDIA Blackwell (B200/GB200/GB300): first estimates from Hopper's (bf16 GEMMs a little higher at 0.63 for
     # the larger tensor cores, fused elementwise at 0.86 of the faster HBM3e), fp8 fitted on the one Blackwell
-    # calibration run (Megatron-Bridge, Llama 3.1 405B on 256 GB200): fp8 GEMMs at 0.65 of the fp8 peak, above
-    # Hopper's 0.60 as the second-generation Transformer Engine scales per block in hardware.
-    Family(name="blackwell", gemm_efficiency=0.63, gemm_half_dim=64.0, attention_efficiency=0.30,
-           fp8_gemm_efficiency=0.65, hbm_efficiency=0.86, net_efficiency=0.90, collective_latency_s=20e-6,
-           kernel_overhead_s=4e-6),
+    # calibration runs (Megatron-Bridge and MLPerf on B200, GB200, GB300; both shipped files): fp8 GEMMs at 0.53
+    # of the fp8 peak, below Hopper's 0.62 of half that peak: the MXFP8 recipes quantise each tensor twice
+    # (row- and column-wise block scales) and the tensor cores outrun the casts and scale loads around them.
+    # Attention and the TP overlap are Hopper's (FlashAttention-3-class kernels at the reference shape; the NeMo
+    # and Megatron-Bridge recipes turn on TE userbuffer TP overlap on Blackwell as on Hopper).
+    Family(name="blackwell", gemm_efficiency=0.63, gemm_half_dim=64.0, attention_efficiency=0.37,
+           fp8_gemm_efficiency=0.53, hbm_efficiency=0.86, net_efficiency=0.90, collective_latency_s=20e-6,
+           kernel_overhead_s=4e-6, tp_overlap=0.3),
     # AMD CDNA3 (MI300X): hipBLASLt reaches ~0.5-0.6 of the (higher) dense peak on large bf16 GEMMs (ROCm
-    # performance guides); CK flash attention ~0.3; RCCL bus bandwidth ~0.75 of the xGMI line rate.
+    # performance guides); CK flash attention ~0.3; RCCL bus bandwidth ~0.75 of the xGMI line rate. fp8 GEMMs at
+    # 0.58 of the fp8 peak, fitted on the three AMD runs of published_runs_2024_2026.json (MLPerf v5.1 Llama 3.1
+    # 8B on MI350X/MI355X, Primus Qwen3-30B-A3B on MI355X).
     Family(name="cdna3", gemm_efficiency=0.55, gemm_half_dim=128.0, attention_efficiency=0.30,
-           fp8_gemm_efficiency=0.45, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
+           fp8_gemm_efficiency=0.58, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
            kernel_overhead_s=5e-6),
     # AMD CDNA4 (MI350X, MI355X): no calibration runs; CDNA3's constants (the same ROCm stack, hipBLASLt and
     # RCCL), so its bands are extrapolated (asap.cost.bands)
     Family(name="cdna4", gemm_efficiency=0.55, gemm_half_dim=128.0, attention_efficiency=0.30,
-           fp8_gemm_efficiency=0.45, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
+           fp8_gemm_efficiency=0.58, hbm_efficiency=0.80, net_efficiency=0.75, collective_latency_s=25e-6,
            kernel_overhead_s=5e-6),
     # TPU (fitted on the two MaxText v5p runs): XLA matmuls on the 128x128 MXUs reach 0.85 of peak at large
     # shapes (MaxText's 32B run is at 68% MFU end to end); splash (flash) attention at 0.5; XLA fuses
@@ -116,7 +137,8 @@ _FAMILY_TABLE = (
     # v5p configurations enable).
     Family(name="tpu", gemm_efficiency=0.85, gemm_half_dim=128.0, attention_efficiency=0.50,
            fp8_gemm_efficiency=0.50, hbm_efficiency=0.85, net_efficiency=0.85, collective_latency_s=15e-6,
-           kernel_overhead_s=2e-6, tp_overlap=0.5),
+           kernel_overhead_s=2e-6, tp_overlap=0.5,
+           matrix_unit_dim=256.0),  # the current generations' MXU (v6e, TPU7x); the catalog's v4/v5e/v5p say 128
     # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE. MC2
     # (MindSpeed --use-ascend-mc2, MindFormers' mc2 fusion: matmul fused with the TP all-gather /
     # reduce-scatter, the communication tiled under the matmul's cube work on the 910B) hides TP traffic
@@ -136,5 +158,5 @@ _FAMILY_TABLE = (
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in _FAMILY_TABLE})
 EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k not in ("name", "async_host"))
 # constants that may be 0 (the others are positive)
-ZERO_ALLOWED_KEYS = ("tp_overlap", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
+ZERO_ALLOWED_KEYS = ("tp_overlap", "matrix_unit_dim", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
                      "sync_s")

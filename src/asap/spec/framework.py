@@ -258,6 +258,18 @@ class Framework:
     # DeepSpeed off, MindFormers ``recompute: False``; torchtitan ``activation_checkpoint.mode = "selective"``;
     # MaxText ``remat_policy: 'full'`` (base.yml)
     recompute_default: str = "none"
+    # the stack overlaps tensor-parallel collectives with the GEMMs they feed (the family's ``tp_overlap``
+    # share): Megatron-Core/NeMo with Transformer Engine userbuffers (``tp_comm_overlap``, on in the NeMo and
+    # Megatron-Bridge recipes), MindSpeed's MC2 (``--use-ascend-mc2``), XLA's collective matmul; not
+    # torchtitan, whose async TP (``parallelism.enable_async_tensor_parallel``, default false, and only under
+    # ``torch.compile``) a run must turn on: its plain TP issues each DTensor all-gather / reduce-scatter
+    # before the matmul that needs it (torchtitan docs/async_tp.md; Wang et al. 2022, "Overlap communication
+    # with dependent computation via decomposition")
+    tp_comm_overlap: bool = True
+
+    def tp_overlap_share(self, fam) -> float:
+        """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
+        return fam.tp_overlap if self.tp_comm_overlap else 0.0
 
     def dp_bucket_elements(self, zero, dp_cp):
         """Elements per data-parallel bucket for each row; 0 where the stack reduces per FSDP unit (a layer)."""
@@ -309,7 +321,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
-              dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2),
+              dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
