@@ -224,9 +224,12 @@ class UnitActivations:
 
 
 def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
-                     selective: SelectivePolicy = SelectivePolicy.KERNELS) -> UnitActivations:
+                     selective: SelectivePolicy = SelectivePolicy.KERNELS,
+                     logits_bytes: float | None = None) -> UnitActivations:
     """Activation bytes per unit; ``selective`` is the stack's policy (recomputing the attention kernel alone
-    stores what no recompute stores: flash attention keeps only its inputs and output)."""
+    stores what no recompute stores: flash attention keeps only its inputs and output); ``logits_bytes`` how
+    the stack holds each logit for the loss (``Framework.logits_bytes``; None: the activation dtype and an fp32
+    copy)."""
     n = len(S)
     ab = act_bytes(train.precision)
     T = S.mbs * train.seq_len / S.cp
@@ -239,7 +242,8 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
                                 S.recompute >= Recompute.MODULES],
                                [table.input_bytes(), sel_kept, table.module_kept_bytes(S.recompute)], full)
         working[kind] = np.where(S.recompute == Recompute.FULL, full, 0.0)
-    logits = T * model.vocab_size / S.tp * (ab + 4.0) * (1 + model.mtp_layers)
+    per_logit = ab + 4.0 if logits_bytes is None else logits_bytes
+    logits = T * model.vocab_size / S.tp * per_logit * (1 + model.mtp_layers)
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
                            working=_columns(n, dense=working["dense"], moe=working["moe"], mtp=working["moe"]),
                            once=_columns(n, head=logits))
@@ -343,13 +347,14 @@ class DeviceFigures:
 
 
 def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
-                   selective: SelectivePolicy = SelectivePolicy.KERNELS) -> DeviceFigures:
+                   selective: SelectivePolicy = SelectivePolicy.KERNELS,
+                   logits_bytes: float | None = None) -> DeviceFigures:
     """Parameters and activations of every representative device, and its times when the units' are given,
     once per distinct combination of DEVICE_KEYS."""
     first, row = unique_index(S, DEVICE_KEYS)
     sub = S.take(first)
     st = stages_of(model, sub)
-    params, acts = unit_params(model, sub), unit_activations(model, train, sub, selective)
+    params, acts = unit_params(model, sub), unit_activations(model, train, sub, selective, logits_bytes)
     kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
     layer_mask = np.isin(np.arange(len(UNITS)), LAYER_UNITS).astype(float)
     dense_p, expert_p, kept, once, tensors = st.per_device(params.dense, params.expert, acts.kept, acts.once,

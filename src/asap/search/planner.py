@@ -222,7 +222,7 @@ class Search:
         job = self.job
         model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
         ut = unit_times(job, part, UNIT_KEYS)
-        f = device_figures(model, train, part, ut, fw.selective)
+        f = device_figures(model, train, part, ut, fw.selective, fw.logits_bytes)
         mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
         fits = fits_memory(mem, cluster.accelerator, train)
         self.fitting += int(fits.sum())
