@@ -201,7 +201,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # full recompute, and the logits of one micro-batch where the head sits
     stored = in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
     # under activation offload: a window of layers (asap.cost.offload)
-    window = offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored)
+    window = offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored, S.offload_layers[:, None])
     stored_on_device = np.where(S.offload_act[:, None] > 0, window, stored)
     # the logits live from the head's forward to the end of its backward, before the last layer's backward
     # re-materialises it: the two are never live at once, the device holds the larger

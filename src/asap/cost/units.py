@@ -136,7 +136,7 @@ def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) 
 def unit_offload_s(job: Job, S: StrategyBatch, parts):
     """[n, len(Unit)] exposed seconds per micro-batch of the activation offload's copies (``asap.cost.offload``):
     each unit's stored bytes down during its forward and up during its backward, beside its computation."""
-    from asap.cost.offload import activation_offload_s
+    from asap.cost.offload import activation_offload_s, offloaded_share
 
     out = np.zeros_like(parts["compute"])
     on = S.offload_act > 0
@@ -144,7 +144,10 @@ def unit_offload_s(job: Job, S: StrategyBatch, parts):
         return out
     stored = unit_activations(job.model, job.train, S, job.framework.selective).kept
     fwd = parts["compute"] / (1.0 + BWD_GEMM)
-    copy = activation_offload_s(job.cluster.accelerator, stored, fwd, parts["compute"] - fwd)
+    # a partial offload copies the stored bytes of its share of the stage's layers (``offloaded_share``)
+    stage_layers = (job.model.num_layers + job.model.mtp_layers) / S.pp
+    share = offloaded_share(S.offload_layers, stage_layers)[:, None]
+    copy = activation_offload_s(job.cluster.accelerator, share * stored, fwd, parts["compute"] - fwd)
     return np.where(on[:, None], copy, out)
 
 
@@ -310,7 +313,7 @@ def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
 # ------------------------------------------------------------------------------------------------------------
 
 DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp", "vpp", "split",
-               "offload_act")
+               "offload_act", "offload_layers")
 
 
 @dataclass
