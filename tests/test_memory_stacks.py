@@ -147,4 +147,5 @@ def test_a_device_bound_refusal_names_the_pinned_knobs():
     with pytest.raises(NoFitError) as e:
         plan(job, {"dp": 256, "mbs": 1, "zero": 0, "recompute": "none"}, top=1, ilp_candidates=0)
     msg = str(e.value)
-    assert "GiB per device" in msg and "zero=0" in msg
+    assert "GiB per device" in msg and "host" not in msg
+    assert "one would fit with the pinned" in msg and "dp=256" in msg and "\n" not in msg

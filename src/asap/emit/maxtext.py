@@ -93,9 +93,12 @@ CUSTOM_REMAT_TENSORS = ("context", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo", "quer
 
 
 def offloaded_remat(s) -> dict:
-    """Activation offload as MaxText's ``remat_policy: custom``: under full recompute the layer inputs go to
-    host memory and every other named tensor is recomputed; without recompute every named tensor (and the
-    layer input) goes to host memory."""
+    """Activation offload as MaxText's offloading remat policies (base.yml): under full recompute ``custom``
+    with the layer inputs in host memory and every other named tensor recomputed; under selective
+    ``minimal_offloaded``; without recompute ``custom`` with every named tensor (and the layer input) in host
+    memory."""
+    if s.recompute.label == "selective":  # 'minimal' with its saved matmul outputs on the host
+        return {"remat_policy": "minimal_offloaded"}
     other = "remat" if s.recompute.label == "full" else "offload"
     return {"remat_policy": "custom", "decoder_layer_input": "offload", **{t: other for t in CUSTOM_REMAT_TENSORS}}
 

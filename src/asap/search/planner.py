@@ -310,7 +310,7 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
          ilp_candidates: int = 1, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
          time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES,
-         oom_by_memory: bool = True, blame: bool = True) -> PlanResult:
+         oom_by_memory: bool = True, blame: bool = True, partial_offload: bool = False) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
     split (``search.stages``, ``ilp_work_limit_nodes`` branch-and-bound nodes each, and ``ilp_time_limit_s``
     seconds if given), adopted as their layout when the estimate says it is
@@ -325,20 +325,27 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
     fixed = dict(fixed or {})
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     check_offered(fixed, fw)
-    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, partial_offload)
     # a few spare rows, since an adopted ILP split may reorder the first ones
     top_k = top + (ilp_candidates if "layer_split" not in fixed else 0)
     search = search_space(Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory),
                           space, progress, deadline)
     if search.space == 0:
         raise explain_empty_space(job, fixed)
+    if (search.fitting == 0 and not include_oom and not partial_offload and "offload_layers" not in fixed
+            and fw.offers.get("offload_act", (1,)) != (0,)):
+        # a partial activation offload (some layers to the host) only where nothing fits without it: its copies
+        # cost link time every step, and an expert's shape beats it where one fits
+        with contextlib.suppress(AsapError):
+            return plan(job, fixed, top, include_oom, progress, ilp_candidates, ilp_time_limit_s, distinct,
+                        time_limit_s, ilp_work_limit_nodes, oom_by_memory, blame=False, partial_offload=True)
     if search.fitting == 0 and not include_oom and "offload_opt" not in fixed and offload_offered(fw):
         # optimizer offload only ever makes a step slower: tried when nothing fits without it; where nothing
         # fits (or can be built) with it either, the no-fit below says why
         with contextlib.suppress(AsapError):
             return plan(job, {**fixed, "offload_opt": 1}, top, include_oom, progress,
                         ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory,
-                        blame=False)
+                        blame=False, partial_offload=partial_offload)
     if search.fitting == 0 and not include_oom:
         raise no_fit_error(job, fixed, search, blame)
     kept = search.kept
