@@ -17,8 +17,9 @@ from asap.spec.framework import DISPATCHERS, Dispatcher
 from asap.spec.strategy import RecomputePolicy, Schedule, Strategy
 
 COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "dispatcher",
-           "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param")
-OPTIONAL = ("dispatcher", "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param")  # default 0
+           "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param", "offload_layers")
+OPTIONAL = ("dispatcher", "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param",
+            "offload_layers")  # default 0
 
 
 @dataclass
@@ -41,6 +42,7 @@ class StrategyBatch:
     offload_act: np.ndarray | None = None
     offload_opt: np.ndarray | None = None
     fp8_param: np.ndarray | None = None
+    offload_layers: np.ndarray | None = None
     layer_splits: tuple[tuple[int, ...], ...] = field(default=((),))
 
     def __post_init__(self):

@@ -50,7 +50,7 @@ from asap.spec.words import Bottleneck
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
 UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp",
-             "offload_act")  # what unit_times reads
+             "offload_act", "offload_layers")  # what unit_times reads
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 
 
@@ -336,7 +336,7 @@ def estimate_batch(job: Job, S: StrategyBatch, mem: MemoryBreakdown | None = Non
     planner prices memory first and prunes by it)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     ut = unit if unit is not None else unit_times(job, S, UNIT_KEYS)
-    f = figures if figures is not None else device_figures(model, train, S, ut, fw.selective)
+    f = figures if figures is not None else device_figures(model, train, S, ut, fw.selective, fw.logits_bytes)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     times = stage_times(model, S, f, m)
     bubble = pipeline_bubble_s(model, S, f, times, m)

@@ -181,7 +181,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     from asap.spec.framework import SelectivePolicy
 
     f = figures if figures is not None else device_figures(
-        model, train, S, selective=framework.selective if framework is not None else SelectivePolicy.KERNELS)
+        model, train, S, selective=framework.selective if framework is not None else SelectivePolicy.KERNELS,
+        logits_bytes=framework.logits_bytes if framework is not None else None)
     dense_shard, edp = dense_and_expert_shards(S)
     kept = (S.zero >= Zero.PARAMETERS) & (S.pp > 1) & bool(framework and framework.fsdp_keeps_params_under_pp)
     # kept: the weights stay unsharded through the step, and the gradients accumulate unsharded until the one
@@ -200,9 +201,11 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # full recompute, and the logits of one micro-batch where the head sits
     stored = in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
     # under activation offload: a window of layers (asap.cost.offload)
-    window = offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored)
+    window = offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored, S.offload_layers[:, None])
     stored_on_device = np.where(S.offload_act[:, None] > 0, window, stored)
-    a = stored_on_device + f.rows(f.working_bytes)[:, None] + f.rows(f.once_bytes)
+    # the logits live from the head's forward to the end of its backward, before the last layer's backward
+    # re-materialises it: the two are never live at once, the device holds the larger
+    a = stored_on_device + np.maximum(f.rows(f.working_bytes)[:, None], f.rows(f.once_bytes))
     body = states + gathered[:, None] + a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)

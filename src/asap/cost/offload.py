@@ -21,7 +21,11 @@ Two strategy keys (``asap.spec.strategy``), each as its stacks document it:
 ``link`` is the device's host link (``Accelerator.host_link_gbps`` per direction: PCIe Gen4/Gen5 x16, or NVLink-C2C
 on Grace superchips, 450 GB/s per direction on GH200) at ``HOST_LINK_EFFICIENCY`` (DMA over PCIe reaches about 80%
 of the link); ``host_memory`` the device's share of its host's DRAM bandwidth (``Accelerator.host_mem_gbps``).
-Host memory capacity is not checked (a DGX host has 2 TB for 8 GPUs; a Grace 480 GB for one or two).
+``offload_layers`` = n > 0 offloads n of a device's layers only (Megatron-Core ``cpu_offloading_num_layers``;
+Megatron-Bridge recipes offload some layers, not all): the others keep their activations on the device, and
+only the n layers' bytes cross the link. What offload keeps in host memory is checked against the device's
+share of its host's DRAM (``Accelerator.host_mem_capacity_gb`` at ``asap.cost.memory.HOST_MEM_USABLE``): a DGX
+host has 2 TB for 8 GPUs, a Grace 480 GB for two Blackwells, a TPU v6e host 1536 GiB for 8 chips.
 """
 
 from __future__ import annotations
@@ -54,8 +58,19 @@ def offloaded_optimizer_s(acc: Accelerator, params_stepped):
     return np.maximum(link, cpu)
 
 
-def offloaded_activations(kept_bytes, layers, in_flight_kept):
-    """Stored activations on the device under activation offload: ``OFFLOAD_WINDOW_LAYERS`` of its layers'
-    worth for one micro-batch (``kept_bytes``: all its layers', one micro-batch), never more than without."""
+def offloaded_share(offload_layers, layers):
+    """The share of a device's layers that offload their activations: ``offload_layers`` of its ``layers``
+    (Megatron-Core ``cpu_offloading_num_layers``), every one for 0 (arrays broadcast)."""
+    n, layers = np.asarray(offload_layers, dtype=float), np.maximum(np.asarray(layers, dtype=float), 1.0)
+    return np.where(n > 0, np.minimum(n, layers) / layers, 1.0)
+
+
+def offloaded_activations(kept_bytes, layers, in_flight_kept, offload_layers=0):
+    """Stored activations on the device under activation offload: the layers that do not offload keep theirs
+    for every micro-batch in flight (``in_flight_kept``: all its layers'), the offloading ones
+    ``OFFLOAD_WINDOW_LAYERS`` layers' worth of one micro-batch (``kept_bytes``: all its layers', one
+    micro-batch); never more than without offload."""
+    share = offloaded_share(offload_layers, layers)
     window = np.asarray(kept_bytes, dtype=float) * OFFLOAD_WINDOW_LAYERS / np.maximum(layers, 1.0)
-    return np.minimum(window, in_flight_kept)
+    offloaded = share * np.asarray(in_flight_kept, dtype=float)
+    return in_flight_kept - offloaded + np.minimum(window, offloaded)

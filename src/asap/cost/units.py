@@ -136,7 +136,7 @@ def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) 
 def unit_offload_s(job: Job, S: StrategyBatch, parts):
     """[n, len(Unit)] exposed seconds per micro-batch of the activation offload's copies (``asap.cost.offload``):
     each unit's stored bytes down during its forward and up during its backward, beside its computation."""
-    from asap.cost.offload import activation_offload_s
+    from asap.cost.offload import activation_offload_s, offloaded_share
 
     out = np.zeros_like(parts["compute"])
     on = S.offload_act > 0
@@ -144,7 +144,10 @@ def unit_offload_s(job: Job, S: StrategyBatch, parts):
         return out
     stored = unit_activations(job.model, job.train, S, job.framework.selective).kept
     fwd = parts["compute"] / (1.0 + BWD_GEMM)
-    copy = activation_offload_s(job.cluster.accelerator, stored, fwd, parts["compute"] - fwd)
+    # a partial offload copies the stored bytes of its share of the stage's layers (``offloaded_share``)
+    stage_layers = (job.model.num_layers + job.model.mtp_layers) / S.pp
+    share = offloaded_share(S.offload_layers, stage_layers)[:, None]
+    copy = activation_offload_s(job.cluster.accelerator, share * stored, fwd, parts["compute"] - fwd)
     return np.where(on[:, None], copy, out)
 
 
@@ -224,9 +227,12 @@ class UnitActivations:
 
 
 def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
-                     selective: SelectivePolicy = SelectivePolicy.KERNELS) -> UnitActivations:
+                     selective: SelectivePolicy = SelectivePolicy.KERNELS,
+                     logits_bytes: float | None = None) -> UnitActivations:
     """Activation bytes per unit; ``selective`` is the stack's policy (recomputing the attention kernel alone
-    stores what no recompute stores: flash attention keeps only its inputs and output)."""
+    stores what no recompute stores: flash attention keeps only its inputs and output); ``logits_bytes`` how
+    the stack holds each logit for the loss (``Framework.logits_bytes``; None: the activation dtype and an fp32
+    copy)."""
     n = len(S)
     ab = act_bytes(train.precision)
     T = S.mbs * train.seq_len / S.cp
@@ -239,7 +245,8 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
                                 S.recompute >= Recompute.MODULES],
                                [table.input_bytes(), sel_kept, table.module_kept_bytes(S.recompute)], full)
         working[kind] = np.where(S.recompute == Recompute.FULL, full, 0.0)
-    logits = T * model.vocab_size / S.tp * (ab + 4.0) * (1 + model.mtp_layers)
+    per_logit = ab + 4.0 if logits_bytes is None else logits_bytes
+    logits = T * model.vocab_size / S.tp * per_logit * (1 + model.mtp_layers)
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
                            working=_columns(n, dense=working["dense"], moe=working["moe"], mtp=working["moe"]),
                            once=_columns(n, head=logits))
@@ -306,7 +313,7 @@ def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
 # ------------------------------------------------------------------------------------------------------------
 
 DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp", "vpp", "split",
-               "offload_act")
+               "offload_act", "offload_layers")
 
 
 @dataclass
@@ -343,13 +350,14 @@ class DeviceFigures:
 
 
 def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
-                   selective: SelectivePolicy = SelectivePolicy.KERNELS) -> DeviceFigures:
+                   selective: SelectivePolicy = SelectivePolicy.KERNELS,
+                   logits_bytes: float | None = None) -> DeviceFigures:
     """Parameters and activations of every representative device, and its times when the units' are given,
     once per distinct combination of DEVICE_KEYS."""
     first, row = unique_index(S, DEVICE_KEYS)
     sub = S.take(first)
     st = stages_of(model, sub)
-    params, acts = unit_params(model, sub), unit_activations(model, train, sub, selective)
+    params, acts = unit_params(model, sub), unit_activations(model, train, sub, selective, logits_bytes)
     kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
     layer_mask = np.isin(np.arange(len(UNITS)), LAYER_UNITS).astype(float)
     dense_p, expert_p, kept, once, tensors = st.per_device(params.dense, params.expert, acts.kept, acts.once,

@@ -5,7 +5,8 @@ Option names follow MaxText's ``configs/base.yml`` (main branch, 2025): the mesh
 context, tensor, expert and pipeline; ``per_device_batch_size`` (global batch over all devices, fractional
 allowed), ``gradient_accumulation_steps``, ``num_pipeline_microbatches``, ``num_layers_per_pipeline_stage``
 (pp * vpp stages: the circular pipeline's repeats), ``max_target_length``, ``remat_policy`` (none |
-minimal | full), ``dtype`` / ``quantization``, and the model's ``base_*`` shape keys.
+minimal | full; ``custom`` with ``decoder_layer_input: offload`` for offload_act=1), ``optimizer_memory_host_offload``
+(offload_opt=1), ``dtype`` / ``quantization``, and the model's ``base_*`` shape keys.
 Axes (the strategy's ``asap.spec.placement.Placement``, as ``asap.search.mesh``): pp -> pipeline, dp -> data
 (zero 0) or fsdp (zero 3), cp -> context, tp -> tensor, ep -> expert (carved out of dp); pipeline and
 data/fsdp cross DCN, the others stay on ICI.
@@ -75,11 +76,31 @@ def config(job: Job, s) -> dict:
     cfg["gradient_accumulation_steps"] = ga
     cfg["max_target_length"] = train.seq_len
     cfg["remat_policy"] = REMAT[s.recompute.label]
+    if s.offload_act:
+        cfg.update(offloaded_remat(s))
+    if s.offload_opt:
+        cfg["optimizer_memory_host_offload"] = True
     cfg["dtype"] = {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16")
     if train.precision == "fp8":
         cfg["quantization"] = "fp8"
     cfg.update(model_keys(model))
     return cfg
+
+
+# base.yml's named tensors of the 'custom' remat policy (each 'remat', 'device' or 'offload')
+CUSTOM_REMAT_TENSORS = ("context", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo", "query_proj", "key_proj", "value_proj",
+                        "qkv_proj", "out_proj")
+
+
+def offloaded_remat(s) -> dict:
+    """Activation offload as MaxText's offloading remat policies (base.yml): under full recompute ``custom``
+    with the layer inputs in host memory and every other named tensor recomputed; under selective
+    ``minimal_offloaded``; without recompute ``custom`` with every named tensor (and the layer input) in host
+    memory."""
+    if s.recompute.label == "selective":  # 'minimal' with its saved matmul outputs on the host
+        return {"remat_policy": "minimal_offloaded"}
+    other = "remat" if s.recompute.label == "full" else "offload"
+    return {"remat_policy": "custom", "decoder_layer_input": "offload", **{t: other for t in CUSTOM_REMAT_TENSORS}}
 
 
 def model_keys(model) -> dict:

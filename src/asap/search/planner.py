@@ -25,7 +25,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
-from asap.cost.memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
+from asap.cost.memory import HOST_MEM_USABLE, MemoryBreakdown, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
@@ -215,6 +215,9 @@ class Search:
     priced: int = 0
     fitting: int = 0
     smallest: tuple = (np.inf, -1, None)  # (peak GiB, place, strategy)
+    # rows that fit the device but keep more in host memory than the host's share: the least host use of them
+    device_fitting: int = 0
+    least_host: tuple = (np.inf, -1, None)  # (host GiB, place, strategy)
 
     def price(self, part: StrategyBatch, place: np.ndarray) -> None:
         """Peak memory of every row of ``part``, then the step times of the rows that fit (all of them with
@@ -222,7 +225,7 @@ class Search:
         job = self.job
         model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
         ut = unit_times(job, part, UNIT_KEYS)
-        f = device_figures(model, train, part, ut, fw.selective)
+        f = device_figures(model, train, part, ut, fw.selective, fw.logits_bytes)
         mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
         fits = fits_memory(mem, cluster.accelerator, train)
         self.fitting += int(fits.sum())
@@ -230,6 +233,13 @@ class Search:
         j = int(np.argmin(mem.peak_gb))
         if (float(mem.peak_gb[j]), int(place[j])) < self.smallest[:2]:
             self.smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
+        on_device = np.nonzero(mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train))[0]
+        self.device_fitting += len(on_device)
+        if len(on_device):
+            host = np.broadcast_to(mem.host_gb, mem.peak_gb.shape)[on_device]
+            k = int(np.argmin(host))
+            if (float(host[k]), int(place[on_device[k]])) < self.least_host[:2]:
+                self.least_host = (float(host[k]), int(place[on_device[k]]), part.strategy(int(on_device[k])))
         rows = np.arange(len(part)) if self.include_oom else np.nonzero(fits)[0]
         if not len(rows):
             return
@@ -300,7 +310,7 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
          ilp_candidates: int = 1, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
          time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES,
-         oom_by_memory: bool = True) -> PlanResult:
+         oom_by_memory: bool = True, blame: bool = True, partial_offload: bool = False) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
     split (``search.stages``, ``ilp_work_limit_nodes`` branch-and-bound nodes each, and ``ilp_time_limit_s``
     seconds if given), adopted as their layout when the estimate says it is
@@ -315,25 +325,29 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
     fixed = dict(fixed or {})
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     check_offered(fixed, fw)
-    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, partial_offload)
     # a few spare rows, since an adopted ILP split may reorder the first ones
     top_k = top + (ilp_candidates if "layer_split" not in fixed else 0)
     search = search_space(Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory),
                           space, progress, deadline)
     if search.space == 0:
         raise explain_empty_space(job, fixed)
+    if (search.fitting == 0 and not include_oom and not partial_offload and "offload_layers" not in fixed
+            and fw.offers.get("offload_act", (1,)) != (0,)):
+        # a partial activation offload (some layers to the host) only where nothing fits without it: its copies
+        # cost link time every step, and an expert's shape beats it where one fits
+        with contextlib.suppress(AsapError):
+            return plan(job, fixed, top, include_oom, progress, ilp_candidates, ilp_time_limit_s, distinct,
+                        time_limit_s, ilp_work_limit_nodes, oom_by_memory, blame=False, partial_offload=True)
     if search.fitting == 0 and not include_oom and "offload_opt" not in fixed and offload_offered(fw):
         # optimizer offload only ever makes a step slower: tried when nothing fits without it; where nothing
         # fits (or can be built) with it either, the no-fit below says why
         with contextlib.suppress(AsapError):
             return plan(job, {**fixed, "offload_opt": 1}, top, include_oom, progress,
-                        ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory)
+                        ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory,
+                        blame=False, partial_offload=partial_offload)
     if search.fitting == 0 and not include_oom:
-        cut = " before the time limit" if search.priced < search.space else ""
-        raise NoFitError("fix" if fixed else "cluster",
-                         f"no strategy fits in {usable_hbm_gb(cluster.accelerator, train):.4g} GiB per device "
-                         f"(searched {search.priced}{cut}); the smallest needs {search.smallest[0]:.1f} GiB reserved "
-                         f"({format_compact(search.smallest[2], cluster.num_devices, model.moe is not None, fw)})")
+        raise no_fit_error(job, fixed, search, blame)
     kept = search.kept
     S, mem_kept, step = kept.S, kept.mem, kept.step
     front = pareto_front(step, mem_kept.peak_gb, kept.by_step())
@@ -362,6 +376,49 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
                       distinct=distinct, space=search.space, time_limit_s=time_limit_s,
                       stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None)
+
+
+def no_fit_error(job: Job, fixed: dict[str, Any], search: Search, blame: bool) -> NoFitError:
+    """The one line that says what refused every strategy: the host's memory where some fit the device but
+    keep more than the host's share in host memory (``asap.cost.memory.fits_memory``), else the device's, and
+    with ``blame`` the pinned knobs without which one would fit (``pinned_culprits``)."""
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
+    acc = cluster.accelerator
+    cut = " before the time limit" if search.priced < search.space else ""
+
+    def spelled(s) -> str:
+        return format_compact(s, cluster.num_devices, model.moe is not None, fw)
+
+    if search.device_fitting:
+        host_gb, _, s = search.least_host
+        what = (f"no strategy fits the host memory: {search.device_fitting} fit in "
+                f"{usable_hbm_gb(acc, train):.4g} GiB per device only by offloading, and the least keeps "
+                f"{host_gb:.1f} GiB per device in host memory, over the host's {HOST_MEM_USABLE * acc.host_mem_capacity_gb:.4g} "
+                f"GiB ({HOST_MEM_USABLE:.0%} of host_mem_capacity_gb={acc.host_mem_capacity_gb:g}) ({spelled(s)})")
+    else:
+        what = (f"no strategy fits in {usable_hbm_gb(acc, train):.4g} GiB per device (searched {search.priced}{cut}); "
+                f"the smallest needs {search.smallest[0]:.1f} GiB reserved ({spelled(search.smallest[2])})")
+    culprits = pinned_culprits(job, fixed) if blame and fixed else []
+    if culprits:
+        which = culprits[0] if len(culprits) == 1 else f"any one of {', '.join(culprits)}"
+        what += f"; one would fit with the pinned {which} left open"
+    return NoFitError("fix" if fixed else "cluster", what)
+
+
+BLAME_TIME_LIMIT_S = 10.0  # the planner's search per released knob when a no-fit names the pinned culprits
+
+
+def pinned_culprits(job: Job, fixed: dict[str, Any]) -> list[str]:
+    """The pinned knobs (``key=value``) each of which, left open alone, lets some strategy fit."""
+    out = []
+    for key in sorted(fixed):
+        rest = {k: v for k, v in fixed.items() if k != key}
+        try:
+            plan(job, rest, top=1, ilp_candidates=0, time_limit_s=BLAME_TIME_LIMIT_S, blame=False)
+        except AsapError:
+            continue
+        out.append(f"{key}={fixed[key]}")
+    return out
 
 
 def offload_offered(fw) -> bool:

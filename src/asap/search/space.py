@@ -35,7 +35,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
-                     fixed: dict[str, Any], framework: Framework = FRAMEWORKS["megatron"]) -> dict[str, list]:
+                     fixed: dict[str, Any], framework: Framework = FRAMEWORKS["megatron"],
+                     partial_offload: bool = False) -> dict[str, list]:
     """Per-key candidates, as far as the framework offers them. Free TP stays inside the scale-up domain (TP
     across the network is never faster on any catalog part: it moves 2 activations per layer and pass on the
     slowest link). A dense model has no MoE switches: they keep the framework's defaults."""
@@ -58,12 +59,17 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         # nothing fits without it (planner.plan); fp8 weights are never slower nor larger, so an fp8 run takes
         # them where the stack offers them
         offload_act=[0, 1], offload_opt=[0], fp8_param=[0, 1] if train.precision == "fp8" else [0],
+        # a partial activation offload (``partial_offload``: the planner's second pass, when nothing fits
+        # without it): every layer (0), or a quarter, half or three quarters of them
+        offload_layers=[0] + (sorted({model.num_layers * k // 4 for k in (1, 2, 3)} - {0}) if partial_offload else []),
     )
     labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}
     for key, allowed in framework.offers.items():
         names = labels.get(key)
         cands[key] = [v for v in cands[key] if (_label(key, v, names)) in allowed] or cands[key][:1]
     cands["fp8_param"] = cands["fp8_param"][-1:]  # on where offered (never slower nor larger)
+    if cands["offload_act"] == [0]:  # no activation offload in this stack: no partial one either
+        cands["offload_layers"] = [0]
     if moe and len(cands["dispatcher"]) == len(DISPATCHERS):  # every dispatcher offered: price the fastest
         cands["dispatcher"] = [BEST_DISPATCHER]
     for k, v in fixed.items():
@@ -187,12 +193,13 @@ class Space:
 
     @classmethod
     def of(cls, model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
-           fixed: dict[str, Any] | None = None, framework: Framework = FRAMEWORKS["megatron"]) -> "Space":
+           fixed: dict[str, Any] | None = None, framework: Framework = FRAMEWORKS["megatron"],
+           partial_offload: bool = False) -> "Space":
         fixed = dict(fixed or {})
         for k in fixed:
             if k not in KEYS:
                 raise AsapError(f"fix.{k}", f"unknown key (known: {', '.join(KEYS)})")
-        c = candidate_values(model, devices, scale_up_domain, train, fixed, framework)
+        c = candidate_values(model, devices, scale_up_domain, train, fixed, framework, partial_offload)
         free_overlap = "a2a_overlap" not in fixed and len(c["a2a_overlap"]) > 1
         if free_overlap:
             c["a2a_overlap"] = [0]  # decided per row once schedule and recompute are known (overlap_pays)
@@ -218,7 +225,7 @@ class Space:
         joins = (dict(sp=c["sp"]), dict(mbs=c["mbs"]), dict(vpp=c["vpp"], schedule=c["schedule"]),
                  dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
                  dict(recompute=c["recompute"], zero=c["zero"], offload_act=c["offload_act"],
-                      offload_opt=c["offload_opt"], fp8_param=c["fp8_param"]))
+                      offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"]))
         peak = len(rows)
         for values in joins:
             cols = _cross(cols, _grid(**values))

@@ -135,7 +135,7 @@ def build_problem(job: Job, s: Strategy) -> StageProblem:
         return (t["compute"] + t["tp"] + ep + t["cp"] + t["host"])[0]
 
     time_base, time_full = unit_time(t_base), unit_time(t_full)
-    a_base, a_full = (unit_activations(model, train, b, fw.selective) for b in (base, full))
+    a_base, a_full = (unit_activations(model, train, b, fw.selective, fw.logits_bytes) for b in (base, full))
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero)

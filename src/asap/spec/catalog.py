@@ -170,20 +170,24 @@ CATALOG: dict[str, Accelerator] = {
         # directions (2 links); DCN per chip is the host NIC share.
         _acc(name="tpu-v4", family="tpu", peak_tflops={"bf16": 275, "fp16": 275}, hbm_gb=32, hbm_gbps=1200,
              intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4, scale_up_domain=4096,
-             matrix_unit_dim=128, interconnect="ici", torus_dims=3,
-             source="Google Cloud TPU v4 docs; JAX scaling book (ICI 4.5e10 B/s one-way per link)"),
+             matrix_unit_dim=128, interconnect="ici", torus_dims=3, host_mem_capacity_gb=100,
+             source="Google Cloud TPU v4 docs (a VM of 4 chips: 407 GB RAM); JAX scaling book (ICI 4.5e10 B/s "
+                    "one-way per link)"),
         _acc(name="tpu-v5e", family="tpu", peak_tflops={"bf16": 197, "fp16": 197}, hbm_gb=16, hbm_gbps=819,
              intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4, scale_up_domain=256,
-             matrix_unit_dim=128, interconnect="ici", torus_dims=2,
-             source="Google Cloud TPU v5e docs; JAX scaling book (ICI 4.5e10 B/s one-way per link)"),
+             matrix_unit_dim=128, interconnect="ici", torus_dims=2, host_mem_capacity_gb=64,
+             source="Google Cloud TPU v5e docs (DRAM per host 512 GiB, 8 chips per host); JAX scaling book (ICI "
+                    "4.5e10 B/s one-way per link)"),
         _acc(name="tpu-v5p", family="tpu", peak_tflops={"bf16": 459, "fp16": 459}, hbm_gb=95, hbm_gbps=2765,
              intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=4, scale_up_domain=8960,
-             matrix_unit_dim=128, interconnect="ici", torus_dims=3,
-             source="Google Cloud TPU v5p docs; JAX scaling book (ICI 9e10 B/s one-way per link)"),
+             matrix_unit_dim=128, interconnect="ici", torus_dims=3, host_mem_capacity_gb=112,
+             source="Google Cloud TPU v5p docs (a VM of 4 chips: 448 GB RAM); JAX scaling book (ICI 9e10 B/s "
+                    "one-way per link)"),
         _acc(name="tpu-v6e", family="tpu", peak_tflops={"bf16": 918, "fp16": 918}, hbm_gb=32, hbm_gbps=1640,
              intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=4, scale_up_domain=256,
-             interconnect="ici", torus_dims=2,
-             source="Google Cloud TPU v6e (Trillium) docs; JAX scaling book (ICI 9e10 B/s one-way per link)"),
+             interconnect="ici", torus_dims=2, host_mem_capacity_gb=192,
+             source="Google Cloud TPU v6e (Trillium) docs (DRAM per host 1536 GiB, 8 chips per host); JAX scaling "
+                    "book (ICI 9e10 B/s one-way per link)"),
         # TPU7x (Ironwood; Google Cloud TPU7x docs): 4614 TF fp8 and 2307 TF bf16, 192 GB HBM3E at 7.37 TB/s per chip,
         # and two TensorCore dies per chip that JAX addresses as two devices: per device half of each (bf16 1153,
         # fp8 2307, 96 GB at 3.69 TB/s); 1.2 TB/s ICI per chip over a 3D torus (~100 GB/s one-way per link, an

@@ -77,9 +77,18 @@ EAGER_ELEMENTWISE_TRAFFIC = 2.0
 # 5% where one contiguous gradient buffer and fused kernels keep block sizes few (Megatron-Core, its
 # distributed optimizer's buffers); twice that where FSDP2 / DeepSpeed allocate and free per-parameter
 # gathers and reduce buckets every layer and eager kernels leave many sizes (the PyTorch memory docs'
-# "reserved but unallocated" gap; expandable segments narrow it). XLA plans TPU memory statically: 2%.
+# "reserved but unallocated" gap; expandable segments narrow it). XLA has no caching allocator: its buffer
+# assignment plans every buffer of the compiled step at compile time (the peak it reports for the program,
+# ``compiled.memory_analysis()``, is what the step holds), so there is no reserve beyond the live tensors: 0.
 EAGER_FRAGMENTATION = 0.10
-STATIC_FRAGMENTATION = 0.02
+STATIC_FRAGMENTATION = 0.0
+# How the LM head's logits are held for the loss, bytes per logit (``asap.cost.units``): PyTorch stacks keep
+# the head's output in the activation dtype and the loss's fp32 copy, whose softmax buffer becomes the
+# gradient in place (Megatron-Core's vocab_parallel_cross_entropy casts ``vocab_parallel_logits.float()``;
+# torchtitan's cross_entropy_loss ``pred.float()``): act_bytes + 4 (``None``). MaxText casts the logits to fp32
+# (base.yml ``cast_logits_to_fp32: true``, ``logits_dot_in_fp32: false``) and XLA fuses the cast into the head's
+# dot and reuses the buffer for the logits' gradient: 4 B.
+XLA_LOGITS_BYTES = 4.0
 
 
 class Dispatcher(str, Enum):
@@ -266,6 +275,8 @@ class Framework:
     # before the matmul that needs it (torchtitan docs/async_tp.md; Wang et al. 2022, "Overlap communication
     # with dependent computation via decomposition")
     tp_comm_overlap: bool = True
+    # bytes per logit the loss holds (None: the activation dtype plus an fp32 copy; ``XLA_LOGITS_BYTES``)
+    logits_bytes: float | None = None
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -328,7 +339,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,)}, zero_default=3,
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
-              moe_host_sync=False, recompute_default="full",
+              moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
               dp_bucket=(0.0, 0.0), fsdp_zero=0),  # XLA reduces per scanned layer
     Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,

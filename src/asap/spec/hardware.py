@@ -157,7 +157,8 @@ _CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "scale_up_domain", 
 # More devices than any machine built (a bound that keeps a typo such as nodes: 1e308 from a search that never ends)
 MAX_DEVICES = 1 << 20
 _CUSTOM_ACC_KEYS = {"name", "family", "peak_tflops", "hbm_gb", "hbm_gbps", "intra_node_gbps", "inter_node_gbps",
-                    "devices_per_node", "scale_up_domain", "interconnect", "matrix_unit_dim"}
+                    "devices_per_node", "scale_up_domain", "interconnect", "matrix_unit_dim", "host_mem_capacity_gb",
+                    "host_link_gbps", "host_mem_gbps"}
 
 
 def cluster_from_dict(d: Any, name: str = "") -> Cluster:
@@ -389,7 +390,8 @@ def _custom_accelerator(d: dict) -> Accelerator:
         devices_per_node=_positive_int(d.get("devices_per_node", 8), "cluster.accelerator.devices_per_node"),
         scale_up_domain=_scale_up_domain(d, "cluster.accelerator.scale_up_domain"),
         interconnect=str(d.get("interconnect", "nvlink")), source="user-supplied",
-        matrix_unit_dim=_optional_count(d, "matrix_unit_dim"))
+        matrix_unit_dim=_optional_count(d, "matrix_unit_dim"),
+        **{k: _positive_number(d[k], f"cluster.accelerator.{k}") for k in _HOST_KEYS if k in d})
 
 
 def _optional_count(d: Mapping[str, Any], key: str) -> int:
@@ -398,6 +400,9 @@ def _optional_count(d: Mapping[str, Any], key: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise AsapError(f"cluster.accelerator.{key}", f"must be a whole number >= 0, got {v!r}")
     return v
+
+
+_HOST_KEYS = ("host_mem_capacity_gb", "host_link_gbps", "host_mem_gbps")  # the host side (asap.cost.offload)
 
 
 def cpu_share(acc: Accelerator, measured: Mapping[str, Any], devices: int) -> Accelerator:

@@ -93,11 +93,12 @@ RULES: tuple[Rule, ...] = (
          lambda s, m, t, n: f"etp={s.etp} does not divide expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size}"),
     Rule("fp8_param", ("fp8_param",), lambda c, m, t, n: (c["fp8_param"] == 0) | (t.precision == "fp8"),
          lambda s, m, t, n: f"fp8_param=1 keeps the weights in fp8, which needs --precision fp8 (got {t.precision})"),
-    Rule("offload_act", ("offload_act", "recompute"),
-         lambda c, m, t, n: (c["offload_act"] == 0) | (c["recompute"] == 0),
-         lambda s, m, t, n: f"offload_act=1 with recompute={s.recompute}: activation offload replaces recomputation "
-                            "(Megatron-Core refuses --cpu-offloading with --recompute-granularity; MaxText's offload "
-                            "is itself a remat policy)"),
+    Rule("offload_layers", ("offload_layers", "offload_act"),
+         lambda c, m, t, n: (c["offload_layers"] == 0) | (c["offload_act"] == 1),
+         lambda s, m, t, n: f"offload_layers={s.offload_layers} without offload_act=1 (the count of layers that "
+                            "offload their activations)"),
+    Rule("offload_layers", ("offload_layers",), lambda c, m, t, n: c["offload_layers"] <= m.num_layers,
+         lambda s, m, t, n: f"offload_layers={s.offload_layers} is more than the model's {m.num_layers} layers"),
     Rule("offload_opt", ("offload_opt", "zero"), lambda c, m, t, n: (c["offload_opt"] == 0) | (c["zero"] >= 1),
          lambda s, m, t, n: "offload_opt=1 steps each rank's optimizer shard on its host, which needs zero >= 1 "
                             "(Megatron-Core's --optimizer-cpu-offload runs under the distributed optimizer)"),

@@ -8,7 +8,8 @@ and the problem it reports for one strategy. ``estimate`` does not apply them: i
 a combination no stack offers.
 
 Sources, per stack:
-- megatron: Megatron-Core core_r0.14.0 ``TransformerConfig.__post_init__`` on
+- megatron: Megatron-Core core_r0.14.0 ``TransformerConfig.__post_init__`` on ``cpu_offloading`` (no
+  recompute granularity with it) and on
   ``overlap_moe_expert_parallel_comm`` (expert parallelism, virtual stages under a pipeline, the alltoall or
   flex dispatcher, no full recomputation, bf16/fp16 weights, at most one MTP layer).
 - torchtitan v0.2.2: tensor parallelism is always sequence-parallel (``parallelize_llama``: SequenceParallel
@@ -71,6 +72,10 @@ def _overlap(c: Cols, j: RuleJob) -> np.ndarray:
 
 
 MEGATRON = (
+    StackRule("offload_act", ("offload_act", "recompute"),
+              lambda c, j: (c["offload_act"] == 0) | (c["recompute"] == Recompute.NONE),
+              lambda s, j: f"offload_act=1 with recompute={s.recompute} (TransformerConfig refuses cpu_offloading "
+                           "with recompute_granularity: offload replaces recomputation)"),
     StackRule("a2a_overlap", ("a2a_overlap", "ep"), lambda c, j: ~_overlap(c, j) | (c["ep"] > 1),
               lambda s, j: "a2a_overlap=1 with ep=1 (the overlap needs expert parallelism)"),
     StackRule("a2a_overlap", ("a2a_overlap", "pp", "vpp"),

@@ -4,6 +4,7 @@ Keys (docs/design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|select
 recompute modules joined by ``+``, e.g. ``layernorm+moe_act``), zero (0|1|2|3),
 sp (0|1), schedule (1f1b|interleaved|zb|gpipe), dispatcher (alltoall|allgather|dedup), a2a_overlap (0|1),
 layer_split (layers per pipeline chunk, ``5/4/4/3``), offload_act (0|1: stored activations to host memory),
+offload_layers (under offload_act=1, how many of a device's layers offload; 0, the default: every layer),
 offload_opt (0|1: optimizer states to host memory, the step on the CPU), fp8_param (0|1: fp8 runs keep the
 compute weights in fp8 only).
 
@@ -36,7 +37,7 @@ from typing import Any
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS, Dispatcher
 from asap.spec.knobs import (INT_KEYS, KEYS, OFF_BY_DEFAULT, RECOMPUTE, RECOMPUTE_MODULES,  # noqa: F401
-                             SCHEDULES, SWITCH_KEYS, Recompute, RecomputeModule, RecomputePolicy, Schedule, Zero,
+                             SCHEDULES, SWITCH_KEYS, ZERO_ALLOWED, Recompute, RecomputeModule, RecomputePolicy, Schedule, Zero,
                              module_recomputed, plain_value, recompute_code, recompute_label)
 from asap.spec.layout import format_layer_split, parse_layer_split
 
@@ -66,6 +67,9 @@ class Strategy:
     offload_act: bool = False
     offload_opt: bool = False
     fp8_param: bool = False  # fp8 runs: the compute weights exist only in fp8 (Megatron-Core --fp8-param-gather)
+    # under offload_act=1: how many of a device's layers offload their activations (Megatron-Core
+    # cpu_offloading_num_layers, Megatron-Bridge's activation offload of some layers); 0: every layer
+    offload_layers: int = 0
 
     def __post_init__(self) -> None:
         """Hold every knob as its type: values given in their printed spelling (``zero=1``, ``sp=0``,
@@ -91,7 +95,7 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         """Every key in its printed spelling (``sp`` 0/1, ``zero`` 0..3, the schedule, dispatcher and recompute
         as text); ``layer_split`` is ``None`` for the default split."""
-        d = {k: plain_value(getattr(self, k)) for k in KEYS}
+        d = {k: plain_value(getattr(self, k)) for k in KEYS if not (k == "offload_layers" and not self.offload_layers)}
         d["layer_split"] = format_layer_split(self.layer_split) if self.layer_split else None
         return d
 
@@ -130,11 +134,13 @@ def _parse_int(k: str, v: Any, field: str) -> int:
             raise ValueError
     except (TypeError, ValueError, OverflowError):
         raise AsapError(f"{field}.{k}", f"must be an integer, got {v!r}") from None
+    if k == "offload_layers" and iv < 0:
+        raise AsapError(f"{field}.{k}", f"must be >= 0 (0: every layer), got {iv}")
     if k == "zero" and iv not in tuple(Zero):
         raise AsapError(f"{field}.zero", f"must be 0, 1, 2 or 3, got {iv}")
     if k in SWITCH_KEYS and iv not in (0, 1):
         raise AsapError(f"{field}.{k}", f"must be 0 or 1, got {iv}")
-    if k != "zero" and k not in SWITCH_KEYS and iv < 1:
+    if k not in ZERO_ALLOWED and k not in SWITCH_KEYS and iv < 1:
         raise AsapError(f"{field}.{k}", f"must be >= 1, got {iv}")
     if iv > 1 << 40:
         raise AsapError(f"{field}.{k}", f"is absurdly large ({iv})")
@@ -263,7 +269,7 @@ def resolve_strategy(text: str | dict | None, model, train, devices: int, field:
 # An integer key is its name and value run together (``tp8``, ``zero1``, ``a2a1``); any other key is
 # ``name:value`` (``rc:sel``, ``split:5/4x30/3``: a run of three or more equal chunks as ``count x times``), or its bare value where that value names one key alone
 # (``dedup``, ``zb``). A field added to Strategy later takes part as its own name with no table entry.
-COMPACT_NAMES = {"recompute": "rc", "a2a_overlap": "a2a", "layer_split": "split", "offload_act": "offact",
+COMPACT_NAMES = {"recompute": "rc", "a2a_overlap": "a2a", "layer_split": "split", "offload_act": "offact", "offload_layers": "offl",
                  "offload_opt": "offopt", "fp8_param": "fp8p"}
 COMPACT_VALUES = {"recompute": {"selective": "sel"}}
 BARE_CHOICES = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}  # value sets that share no value
