@@ -25,7 +25,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
-from asap.cost.memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
+from asap.cost.memory import MemoryBreakdown, default_headroom_gb, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
@@ -87,6 +87,13 @@ class PlanResult:
     time_limit_s: float | None = None
     stopped_early: bool = False
     stop_reason: str | None = None
+    device_memory_gb: float = math.inf  # the device memory the driver reports (GiB)
+    headroom_gb: float = 0.0  # kept free below it (``--memory-margin``; ``plan_headroom``)
+
+    @property
+    def memory_limit_gb(self) -> float:
+        """The peak a candidate may reach: the device memory less the headroom."""
+        return self.device_memory_gb - self.headroom_gb
 
     def ties(self) -> list[bool]:
         """Whether each candidate's margin over the best is within the uncertainty of the terms in which they
@@ -103,6 +110,8 @@ class PlanResult:
                                          self.ties()):
             d = est.to_dict()
             d["tie_with_best"] = tie
+            d["memory_limit_gb"], d["headroom_gb"] = self.memory_limit_gb, self.headroom_gb
+            d["free_memory_gb"] = self.device_memory_gb - est.peak_memory_gb
             if mesh is not None:
                 d["mesh"] = mesh
             if split is not None:
@@ -120,6 +129,9 @@ class PlanResult:
             "time_limit_s": self.time_limit_s,
             "stopped_early": self.stopped_early,
             "stop_reason": self.stop_reason,
+            "device_memory_gb": self.device_memory_gb,
+            "headroom_gb": self.headroom_gb,
+            "memory_limit_gb": self.memory_limit_gb,
         }
 
 
@@ -365,7 +377,16 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
                       fitting=search.fitting, search_time_s=time.perf_counter() - t0,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
                       distinct=distinct, space=search.space, time_limit_s=time_limit_s,
-                      stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None)
+                      stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None,
+                      device_memory_gb=cluster.accelerator.usable_hbm_gb, headroom_gb=train.memory_margin_gb)
+
+
+def plan_headroom(job: Job, margin_gb: float | None = None) -> Job:
+    """The job a plan recommends for: ``margin_gb`` GiB kept free per device, or by default the headroom the
+    stacks' users keep (``asap.cost.memory.default_headroom_gb``: 8% of the device for allocator
+    fragmentation and NCCL buffers); ``margin_gb=0`` plans to the edge of the device memory."""
+    margin = default_headroom_gb(job.cluster.accelerator) if margin_gb is None else float(margin_gb)
+    return replace(job, train=replace(job.train, memory_margin_gb=margin))
 
 
 def candidate_pool(kept: Kept, top_k: int, distinct: bool) -> np.ndarray:
