@@ -174,6 +174,9 @@ class Deadline:
         return self.limit_s is not None and time.perf_counter() - self.t0 > self.limit_s
 
 
+# rows (not shapes: a shape's slower, leaner variant may take a split its fastest one cannot fit) kept by their
+# split bound, per candidate shown
+BOUND_ROWS = 2
 PLACE_BITS = 32  # a row's place in the space: its mesh row, then (these low bits) its place in its block
 
 
@@ -219,10 +222,8 @@ class Kept:
         ``top_k`` by their split bound: a row out of all three here is out of them among any superset of these
         rows (a row or shape that beats it stays)."""
         front = pareto_front(self.step, self.mem.peak_gb, self.by_step())
-        keep = [front]
-        for order in (self.by_rank(), self.by_rank(self.bound)):
-            shown = first_per_shape(self.S, order) if distinct else order
-            keep.append(shown[:top_k])
+        shown = first_per_shape(self.S, self.by_rank()) if distinct else self.by_rank()
+        keep = [front, shown[:top_k], self.by_rank(self.bound)[:BOUND_ROWS * top_k]]
         return self.take(np.unique(np.concatenate(keep)))
 
 
@@ -357,7 +358,8 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
     if search.fitting == 0 and not include_oom:
         cut = " before the time limit" if search.priced < search.space else ""
         raise NoFitError("fix" if fixed else "cluster",
-                         f"no strategy fits in {usable_hbm_gb(cluster.accelerator, train):.4g} GiB per device "
+                         f"no strategy fits in {usable_hbm_gb(cluster.accelerator, train):.4g} GiB per device"
+                         f"{headroom_note(cluster.accelerator, train)} "
                          f"(searched {search.priced}{cut}); the smallest needs {search.smallest[0]:.1f} GiB reserved "
                          f"({format_compact(search.smallest[2], cluster.num_devices, model.moe is not None, fw)})")
     kept = search.kept
@@ -381,6 +383,14 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
                       device_memory_gb=cluster.accelerator.usable_hbm_gb, headroom_gb=train.memory_margin_gb)
 
 
+def headroom_note(acc, train) -> str:
+    """What a limit below the device memory is, for a message (empty without a margin)."""
+    if not train.memory_margin_gb:
+        return ""
+    return (f" (the device's {acc.usable_hbm_gb:.4g} less {train.memory_margin_gb:.3g} GiB of headroom; "
+            "--memory-margin sets it)")
+
+
 def plan_headroom(job: Job, margin_gb: float | None = None) -> Job:
     """The job a plan recommends for: ``margin_gb`` GiB kept free per device, or by default the headroom the
     stacks' users keep (``asap.cost.memory.default_headroom_gb``: 8% of the device for allocator
@@ -390,12 +400,10 @@ def plan_headroom(job: Job, margin_gb: float | None = None) -> Job:
 
 
 def candidate_pool(kept: Kept, top_k: int, distinct: bool) -> np.ndarray:
-    """The kept rows a candidate may come from: the first ``top_k`` (shapes) by step time and by split bound."""
-    out = []
-    for order in (kept.by_rank(), kept.by_rank(kept.bound)):
-        shown = first_per_shape(kept.S, order) if distinct else order
-        out.append(shown[:top_k])
-    both = np.concatenate(out)
+    """The kept rows a candidate may come from: the first ``top_k`` (shapes) by step time and the first
+    ``BOUND_ROWS * top_k`` rows by split bound."""
+    shown = first_per_shape(kept.S, kept.by_rank()) if distinct else kept.by_rank()
+    both = np.concatenate([shown[:top_k], kept.by_rank(kept.bound)[:BOUND_ROWS * top_k]])
     _, first = np.unique(both, return_index=True)
     return both[np.sort(first)]
 

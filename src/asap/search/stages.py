@@ -74,7 +74,10 @@ class StageProblem:
 
     def in_flight(self, device: int) -> float:
         """Micro-batches' worth of activations device ``device`` holds at its peak (the memory model's count)."""
-        return float(micro_batches_in_flight(self.micro_batches, self.pp, self.vpp, self.schedule, device))
+        if not hasattr(self, "_flight"):  # every device's at once (asked per stage and unit)
+            self._flight = [float(x) for x in micro_batches_in_flight(
+                self.micro_batches, self.pp, self.vpp, self.schedule, np.arange(self.pp))]
+        return self._flight[device]
 
 
 @dataclass
