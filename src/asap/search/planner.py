@@ -177,6 +177,7 @@ class Deadline:
 # rows (not shapes: a shape's slower, leaner variant may take a split its fastest one cannot fit) kept by their
 # split bound, per candidate shown
 BOUND_ROWS = 2
+PRESELECT_ROWS = 64  # rows per wanted one sorted first (``Kept.first``: more only where shapes repeat)
 PLACE_BITS = 32  # a row's place in the space: its mesh row, then (these low bits) its place in its block
 
 
@@ -221,10 +222,27 @@ class Kept:
         """Only the Pareto front, the first ``top_k`` rows (of distinct shapes with ``distinct``) and the first
         ``top_k`` by their split bound: a row out of all three here is out of them among any superset of these
         rows (a row or shape that beats it stays)."""
-        front = pareto_front(self.step, self.mem.peak_gb, self.by_step())
-        shown = first_per_shape(self.S, self.by_rank()) if distinct else self.by_rank()
-        keep = [front, shown[:top_k], self.by_rank(self.bound)[:BOUND_ROWS * top_k]]
+        front = pareto_front(self.step, self.mem.peak_gb, np.argsort(self.step, kind="stable"))
+        keep = [front, self.first(self.step, top_k, distinct), self.first(self.bound, BOUND_ROWS * top_k, False)]
         return self.take(np.unique(np.concatenate(keep)))
+
+    def first(self, key: np.ndarray, k: int, distinct: bool) -> np.ndarray:
+        """``by_rank(key)``'s first ``k`` rows (of distinct shapes with ``distinct``), sorting only the rows that
+        can be among them: those whose key is at most the n-th smallest, n doubling until they hold k shapes
+        (all rows with include_oom's capacity ranking, whose first key is the distance over it)."""
+        n = len(key)
+        take = min(n, PRESELECT_ROWS * k)
+        while True:
+            if take >= n or math.isfinite(self.hbm_gb):
+                rows = np.arange(n)
+            else:
+                rows = np.nonzero(key <= np.partition(key, take - 1)[take - 1])[0]
+            sub = self.take(rows)
+            order = sub.by_rank(key[rows])
+            shown = first_per_shape(sub.S, order) if distinct else order
+            if len(shown) >= k or len(rows) == n:
+                return rows[shown[:k]]
+            take *= 4
 
 
 @dataclass
@@ -486,7 +504,7 @@ def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str,
         s = e.strategy
         default = layout(job.model, s.pp, s.vpp).chunk_layers
         splits = [] if job.framework.name in UNIFORM_SPLIT_ONLY else \
-            [sp for sp in planner_splits(build_problem(job, s)) if tuple(sp.layers_per_stage) != tuple(default)]
+            [sp for sp in planner_splits(build_problem(job, s, recompute_choice=False)) if tuple(sp.layers_per_stage) != tuple(default)]
         tried.append(splits)
         infos.append({"layers_per_stage": list(s.layer_split or default), "default_layers_per_stage": list(default),
                       "default_split_step_time_s": e.step_time_s, "adopted": False,

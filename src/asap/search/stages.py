@@ -117,16 +117,19 @@ class StageSplit:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def build_problem(job: Job, s: Strategy) -> StageProblem:
+def build_problem(job: Job, s: Strategy, recompute_choice: bool = True) -> StageProblem:
     """The chain of units with the cost model's own unit figures (``asap.cost.units``): time per micro-batch
     under the strategy's recompute and under full recompute, activations kept and what full recompute saves,
-    model states per device."""
+    model states per device. ``recompute_choice`` False: the strategy's recompute on every stage (the
+    planner's split), so full recompute is not priced (its extra time and savings are 0)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     if s.pp < 2:
         raise AsapError("strategy.pp", "the stage split needs pp > 1")
     base = StrategyBatch.from_strategies([replace(s, layer_split=())])
-    full = StrategyBatch.from_strategies([replace(s, recompute=RecomputePolicy(Recompute.FULL), layer_split=())])
-    t_base, t_full = (unit_times(job, S).parts for S in (base, full))
+    full = (StrategyBatch.from_strategies([replace(s, recompute=RecomputePolicy(Recompute.FULL), layer_split=())])
+            if recompute_choice else base)
+    t_base = unit_times(job, base).parts
+    t_full = unit_times(job, full).parts if recompute_choice else t_base
     # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's computation
     # (cost/estimate.py, stage_times); unit by unit only what exceeds the unit's own computation stays
     paired = (s.a2a_overlap and s.schedule != Schedule.GPIPE and model.moe is not None
@@ -138,7 +141,8 @@ def build_problem(job: Job, s: Strategy) -> StageProblem:
         return (t["compute"] + t["tp"] + ep + t["cp"] + t["host"])[0]
 
     time_base, time_full = unit_time(t_base), unit_time(t_full)
-    a_base, a_full = (unit_activations(model, train, b, fw.selective) for b in (base, full))
+    a_base = unit_activations(model, train, base, fw.selective)
+    a_full = unit_activations(model, train, full, fw.selective) if recompute_choice else a_base
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero)
