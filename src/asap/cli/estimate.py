@@ -115,7 +115,10 @@ def headline(est, devices: int, capacity_gb: float, precision: str = "bf16", mfu
     low, high = est.step_time_range_s
     own = (f", {est.precision_peak_utilization:.1%} of the {precision} peak"
            if est.precision_peak_utilization is not None else "")
-    fit = "fits" if est.fits else "[bold red]DOES NOT FIT[/]"
+    from asap.cost.memory import HEADROOM_SHARE
+
+    fit = ("fits" if est.fits_with_headroom else f"fits the device, not under the {HEADROOM_SHARE:.0%} headroom a plan "
+           "keeps (fits_with_headroom false)") if est.fits else "[bold red]DOES NOT FIT[/]"
     allocated = est.memory_gb.get("allocated")
     alloc = f" ({allocated:.1f} GiB allocated)" if allocated is not None else ""
     return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
