@@ -30,7 +30,7 @@ def plan(
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
     all_rows: bool = typer.Option(False, "--all", help="Every ranked row, not only the fastest of each (tp, pp, cp, ep) "
                                                        "shape."),
-    ilp_candidates: int = typer.Option(16, "--ilp-candidates", min=0,
+    ilp_candidates: int = typer.Option(32, "--ilp-candidates", min=0,
                                        help="At most this many pipelined rows get the layer-split search, in the "
                                             "order of the least step a split could give them (0: none)."),
     ilp_time_limit: Optional[float] = typer.Option(None, "--ilp-time-limit", min=0.05,

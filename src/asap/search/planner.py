@@ -31,7 +31,7 @@ from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import Space, chunk_order  # noqa: F401 (chunk_order: the order blocks are priced in)
 from asap.search.split_dp import TIE_REL, planner_splits
-from asap.search.stages import ILP_WORK_LIMIT_NODES, build_problem
+from asap.search.stages import ILP_WORK_LIMIT_NODES, build_problems
 from asap.spec.legality import check_offered
 from asap.spec.job import Job
 from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, RuleJob, first_unrunnable
@@ -49,6 +49,9 @@ ILP_TIME_LIMIT_S: float | None = None
 # The whole search's budget (``plan --time-limit``): past it no further chunk is priced and no ILP is started,
 # and the result says so (``stopped_early``, ``stop_reason``). The calibration cases take under 5 s on 2 cores.
 PLAN_TIME_LIMIT_S = 60.0
+# at most this many rows get the layer-split search (``plan --ilp-candidates``); the branch and bound stops
+# sooner where the bound allows (DeepSeek-V3 on 2048 H800: 24 rows)
+SPLIT_ROWS = 32
 
 
 # glibc's malloc returns freed memory to the system early: a planner that prices chunk after chunk of
@@ -176,7 +179,8 @@ class Deadline:
 
 # rows (not shapes: a shape's slower, leaner variant may take a split its fastest one cannot fit) kept by their
 # split bound, per candidate shown
-BOUND_ROWS = 2
+BOUND_ROWS = 4
+BOUND_PER_SHAPE = 2  # of which at most this many of one layout (its variants would crowd out the others)
 PRESELECT_ROWS = 64  # rows per wanted one sorted first (``Kept.first``: more only where shapes repeat)
 PLACE_BITS = 32  # a row's place in the space: its mesh row, then (these low bits) its place in its block
 
@@ -223,12 +227,13 @@ class Kept:
         ``top_k`` by their split bound: a row out of all three here is out of them among any superset of these
         rows (a row or shape that beats it stays)."""
         front = pareto_front(self.step, self.mem.peak_gb, np.argsort(self.step, kind="stable"))
-        keep = [front, self.first(self.step, top_k, distinct), self.first(self.bound, BOUND_ROWS * top_k, False)]
+        keep = [front, self.first(self.step, top_k, 1 if distinct else None),
+                self.first(self.bound, BOUND_ROWS * top_k, BOUND_PER_SHAPE)]
         return self.take(np.unique(np.concatenate(keep)))
 
-    def first(self, key: np.ndarray, k: int, distinct: bool) -> np.ndarray:
-        """``by_rank(key)``'s first ``k`` rows (of distinct shapes with ``distinct``), sorting only the rows that
-        can be among them: those whose key is at most the n-th smallest, n doubling until they hold k shapes
+    def first(self, key: np.ndarray, k: int, per_shape: int | None) -> np.ndarray:
+        """``by_rank(key)``'s first ``k`` rows (at most ``per_shape`` of each shape; None: any), sorting only the
+        rows that can be among them: those whose key is at most the n-th smallest, n growing until they hold k
         (all rows with include_oom's capacity ranking, whose first key is the distance over it)."""
         n = len(key)
         take = min(n, PRESELECT_ROWS * k)
@@ -239,7 +244,7 @@ class Kept:
                 rows = np.nonzero(key <= np.partition(key, take - 1)[take - 1])[0]
             sub = self.take(rows)
             order = sub.by_rank(key[rows])
-            shown = first_per_shape(sub.S, order) if distinct else order
+            shown = order if per_shape is None else first_n_per_shape(sub.S, order, per_shape)
             if len(shown) >= k or len(rows) == n:
                 return rows[shown[:k]]
             take *= 4
@@ -333,6 +338,19 @@ def search_space(search: Search, space: Space, progress: Callable[[int, int], No
     return search
 
 
+def first_n_per_shape(S: StrategyBatch, order: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` rows of each pipeline layout (tp, pp, vpp, cp, ep: what a layer split acts on) in
+    ``order``, in that order."""
+    key = (((S.tp.astype(np.int64) * 8192 + S.pp) * 8192 + S.cp) * 65536 + S.ep) * 256 + S.vpp
+    _, inv = np.unique(key[order], return_inverse=True)
+    inv = np.ravel(inv)
+    counts = np.bincount(inv)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    occurrence = np.empty(len(order), dtype=np.int64)
+    occurrence[np.argsort(inv, kind="stable")] = np.arange(len(order)) - np.repeat(starts, counts)
+    return order[occurrence < n]
+
+
 def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
     """The fastest row of each parallel shape (tp, pp, cp, ep), in step-time order: what differs between the
     rows ``plan`` shows by default (rows differing only in vpp, mbs or ZeRO stage are variations of one shape)."""
@@ -343,7 +361,7 @@ def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
 
 def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = 16, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
+         ilp_candidates: int = SPLIT_ROWS, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
          time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES,
          oom_by_memory: bool = True) -> PlanResult:
     """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
@@ -419,9 +437,10 @@ def plan_headroom(job: Job, margin_gb: float | None = None) -> Job:
 
 def candidate_pool(kept: Kept, top_k: int, distinct: bool) -> np.ndarray:
     """The kept rows a candidate may come from: the first ``top_k`` (shapes) by step time and the first
-    ``BOUND_ROWS * top_k`` rows by split bound."""
+    ``BOUND_ROWS * top_k`` rows by split bound (``BOUND_PER_SHAPE`` of a shape at most)."""
     shown = first_per_shape(kept.S, kept.by_rank()) if distinct else kept.by_rank()
-    both = np.concatenate([shown[:top_k], kept.by_rank(kept.bound)[:BOUND_ROWS * top_k]])
+    both = np.concatenate([shown[:top_k],
+                           first_n_per_shape(kept.S, kept.by_rank(kept.bound), BOUND_PER_SHAPE)[:BOUND_ROWS * top_k]])
     _, first = np.unique(both, return_index=True)
     return both[np.sort(first)]
 
@@ -480,10 +499,16 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
     while order and tried < max_tries:
         ranked = rank_rows(rows, hbm_rank, distinct)[:top]
         cutoff = ranked[-1][0].step_time_s * (1 - TIE_REL) if len(ranked) >= top else math.inf
+        shape_best = {}  # with ``distinct``: a row cannot lift its shape above that shape's fastest row
+        for e, _ in rows:
+            shape_best[_shape(e)] = min(shape_best.get(_shape(e), math.inf), e.step_time_s)
         batch = []
         while order and len(batch) < min(SPLIT_ROUND, max_tries - tried) and bounds[order[0]] < cutoff:
             i = order.pop(0)
             e = rows[i][0]
+            if distinct and bounds[i] >= shape_best[_shape(e)] * (1 - TIE_REL) and rows[i][0].step_time_s > \
+                    shape_best[_shape(e)] * (1 + TIE_REL):
+                continue
             if e.strategy.pp > 1 and e.fits and e.imbalance_s > ILP_MIN_IMBALANCE * e.step_time_s:
                 batch.append(i)
         if not batch:
@@ -500,11 +525,14 @@ def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str,
     memory); else as it was. The dict says which (``stage_split`` in the plan's JSON): its figures are
     ``estimate``'s."""
     tried, infos, alts = [], [], []
-    for e in rows:
+    uniform_only = job.framework.name in UNIFORM_SPLIT_ONLY
+    problems = [None] * len(rows) if uniform_only else \
+        build_problems(job, [e.strategy for e in rows], recompute_choice=False)
+    for e, prob in zip(rows, problems):
         s = e.strategy
         default = layout(job.model, s.pp, s.vpp).chunk_layers
-        splits = [] if job.framework.name in UNIFORM_SPLIT_ONLY else \
-            [sp for sp in planner_splits(build_problem(job, s, recompute_choice=False)) if tuple(sp.layers_per_stage) != tuple(default)]
+        splits = [] if prob is None else \
+            [sp for sp in planner_splits(prob) if tuple(sp.layers_per_stage) != tuple(default)]
         tried.append(splits)
         infos.append({"layers_per_stage": list(s.layer_split or default), "default_layers_per_stage": list(default),
                       "default_split_step_time_s": e.step_time_s, "adopted": False,
