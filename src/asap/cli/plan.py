@@ -34,10 +34,10 @@ def plan(
                                        help="At most this many pipelined rows get the layer-split search, in the "
                                             "order of the least step a split could give them (0: none)."),
     ilp_time_limit: Optional[float] = typer.Option(None, "--ilp-time-limit", min=0.05,
-                                                   help="A wall-clock limit per ILP (s); default none, since it "
-                                                        "makes the plan depend on machine load."),
+                                                   help="Accepted for compatibility: the layer-split search no "
+                                                        "longer runs HiGHS (it counts moves, not seconds)."),
     ilp_work_limit: int = typer.Option(500, "--ilp-work-limit", min=1,
-                                       help="Branch-and-bound nodes per ILP (a deterministic work limit)."),
+                                       help="Accepted for compatibility (the former HiGHS ILP's node limit)."),
     time_limit: float = typer.Option(60.0, "--time-limit", help="The whole search's budget (s): past it the plan "
                                                                   "ranks what it priced and says it stopped early."),
     precision=JOB,

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
-from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch
+from asap.cost.estimate import UNIT_KEYS, Estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
 from asap.cost.memory import MemoryBreakdown, default_headroom_gb, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
@@ -43,8 +43,8 @@ CHUNK = 131072
 # estimate puts it under this share of the step, no split gains more than the model resolves, and the ILP is
 # not run.
 ILP_MIN_IMBALANCE = 0.01
-# HiGHS per candidate: no wall-clock limit by default (the plan is the same on any machine load); the search is
-# bounded by ``search.stages.ILP_WORK_LIMIT_NODES`` instead.
+# The former per-candidate HiGHS limit (``plan --ilp-time-limit``), kept in the signature; the planner's split
+# (``search.split_dp``) counts moves, not seconds, so the plan is the same on any machine load.
 ILP_TIME_LIMIT_S: float | None = None
 # The whole search's budget (``plan --time-limit``): past it no further chunk is priced and no ILP is started,
 # and the result says so (``stopped_early``, ``stop_reason``). The calibration cases take under 5 s on 2 cores.
@@ -364,10 +364,10 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
          ilp_candidates: int = SPLIT_ROWS, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
          time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES,
          oom_by_memory: bool = True) -> PlanResult:
-    """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
-    split (``search.stages``, ``ilp_work_limit_nodes`` branch-and-bound nodes each, and ``ilp_time_limit_s``
-    seconds if given), adopted as their layout when the estimate says it is
-    faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
+    """Rank the space; then up to ``ilp_candidates`` pipelined rows, in the order of the least step a layer split
+    could give them, get the planner's split (``adopt_stage_splits``, ``search.split_dp``), adopted as their
+    layout when the estimate prices it faster (``ilp_time_limit_s`` and ``ilp_work_limit_nodes`` are accepted
+    for compatibility: they bounded the HiGHS ILP the planner no longer runs). Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
     only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row).
     ``time_limit_s`` (None: none): past it no more of the space is priced and no ILP started; the result's
     ``stopped_early`` and ``stop_reason`` say so. With ``include_oom`` the rows that fit come first, then the
