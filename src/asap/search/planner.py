@@ -232,7 +232,8 @@ class Kept:
         return self.take(np.unique(np.concatenate(keep)))
 
     def first(self, key: np.ndarray, k: int, per_shape: int | None) -> np.ndarray:
-        """``by_rank(key)``'s first ``k`` rows (at most ``per_shape`` of each shape; None: any), sorting only the
+        """``by_rank(key)``'s first ``k`` rows (1: of distinct shapes; n > 1: at most n of each pipeline layout,
+        ``first_n_per_shape``; None: any), sorting only the
         rows that can be among them: those whose key is at most the n-th smallest, n growing until they hold k
         (all rows with include_oom's capacity ranking, whose first key is the distance over it)."""
         n = len(key)
@@ -244,7 +245,8 @@ class Kept:
                 rows = np.nonzero(key <= np.partition(key, take - 1)[take - 1])[0]
             sub = self.take(rows)
             order = sub.by_rank(key[rows])
-            shown = order if per_shape is None else first_n_per_shape(sub.S, order, per_shape)
+            shown = (order if per_shape is None else first_per_shape(sub.S, order) if per_shape == 1
+                     else first_n_per_shape(sub.S, order, per_shape))
             if len(shown) >= k or len(rows) == n:
                 return rows[shown[:k]]
             take *= 4
