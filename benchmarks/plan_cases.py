@@ -1,6 +1,6 @@
 """How long ``plan`` takes on every calibration case shipped with the package (a benchmark, not a test).
 
-    python benchmarks/plan_cases.py [--repeat 3] [--only SUBSTRING]
+    python benchmarks/plan_cases.py [--repeat 3] [--only SUBSTRING] [--cases FILE]
 
 For each case of ``asap.validate.load_cases()`` two plans are timed, ``--repeat`` times each:
 
@@ -91,8 +91,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=3, help="plans per case and kind (default 3)")
     ap.add_argument("--only", default="", metavar="SUBSTRING", help="only the cases whose id contains this")
+    ap.add_argument("--cases", default=None, metavar="FILE",
+                    help="a file of published runs (default: the packaged calibration runs), e.g. "
+                         "../shared/reference/published_runs_2024_2026.json")
     args = ap.parse_args()
-    cases = [(i, c) for i, c in enumerate(load_cases()) if args.only in str(c.get("id", ""))]
+    cases = [(i, c) for i, c in enumerate(load_cases(args.cases)) if args.only in str(c.get("id", ""))]
     if not cases:
         raise SystemExit(f"no case id contains {args.only!r}")
     rows: list[tuple[str, Timing, Timing]] = []
