@@ -65,7 +65,11 @@ def test_plan_json_contract(cli):
     assert all(c["fits"] and c["strategy"]["pp"] == 4 for c in d["candidates"])
     split = d["candidates"][0]["stage_split"]
     assert sum(split["layers_per_stage"]) == 80
-    assert split["pipeline_time_s"] <= split["uniform"]["pipeline_time_s"] + 1e-9
+    assert d["candidates"][0]["step_time_s"] <= split["default_split_step_time_s"] * (1 + 1e-9)
+    assert split["adopted"] == (split["layers_per_stage"] != split["default_layers_per_stage"])
+    assert all(c["memory_limit_gb"] == d["memory_limit_gb"] and c["peak_memory_gb"] <= c["memory_limit_gb"]
+               for c in d["candidates"])
+    assert d["headroom_gb"] == pytest.approx(0.08 * d["device_memory_gb"])  # the default headroom
     assert d["pareto"]
 
 
@@ -87,7 +91,9 @@ def test_plan_bad_inputs(cli):
     assert_one_line_error(cli("plan", *mixtral, "--fix", "tp=6"), "fix.tp", "num_kv_heads")
     # (a 70B fits one node with its optimizer on the host: tests/test_offload.py; a 405B's weights and gradients do not)
     small = ["--model", "llama3.1-405b", "--cluster", "dgx-h100-1", "--global-batch", "256", "--seq-len", "8192"]
-    assert_one_line_error(cli("plan", *small), "no strategy fits in 79.65 GiB", "smallest needs")
+    assert_one_line_error(cli("plan", *small), "no strategy fits in 73.28 GiB", "79.65 less 6.37 GiB of headroom",
+                          "smallest needs")
+    assert_one_line_error(cli("plan", *small, "--memory-margin", "0"), "no strategy fits in 79.65 GiB per device (")
     assert_one_line_error(cli("plan", *job, "--fix", "recompute=none,tp=1,pp=1,cp=1,zero=0"),
                           "no strategy fits", "smallest needs")
 

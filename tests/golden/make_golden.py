@@ -10,11 +10,12 @@ Three files in tests/golden/, each the figures a user sees, as the commands give
 * ``plan.json``: on every calibration case, the top rows of two plans (``plan --json``'s candidates, as
   ``benchmarks/plan_cases.py`` runs them): *published* (the case's published knobs fixed, ``--fix``; the
   ``--include-oom`` fallback when nothing fits, as ``asap validate`` completes a case) and *free* (nothing fixed),
-  each with the stage-split ILP (the default) and without it (``--ilp-candidates 0``, the ``_no_ilp`` plans).
-  Each row: ``strategy`` (the dict), ``strategy_string``, ``step_time_s``, ``peak_memory_gb``, ``fits``. The stage-split ILP has a wall-clock
-  limit (HiGHS, 0.2 s per candidate) and the whole search one (60 s), so a row with an ILP split may differ run to
-  run on a loaded machine: the generator plans every case twice and lists the rows that differed in ``unstable``;
-  the comparison (``plan_differences``) says how such rows are compared.
+  each with the layer-split search (the default) and without it (``--ilp-candidates 0``, the ``_no_ilp`` plans);
+  the free plans with ``asap plan``'s default headroom (``search.planner.plan_headroom``), the published ones
+  against the whole device memory as ``validate`` judges them. Each row: ``strategy`` (the dict),
+  ``strategy_string``, ``step_time_s``, ``peak_memory_gb``, ``fits``. The split search is deterministic, but
+  the whole search has a wall-clock limit (60 s), so the generator plans every case twice and lists the rows
+  that differed in ``unstable``; the comparison (``plan_differences``) says how such rows are compared.
 * ``train.json``: the reference trainer's losses over the first steps (``asap run -m tiny-dense --device cpu``,
   gloo, fp32, seed 0) under dp, pp and tp.
 
@@ -36,6 +37,7 @@ REPO = HERE.parents[1]
 SHARED_CASES = REPO.parent / "shared" / "reference" / "calibration_runs.json"
 SHARED_PUBLISHED = REPO.parent / "shared" / "reference" / "published_runs_2024_2026.json"
 PLAN_TOP = 5
+PLANNER_SPLITS = 32  # plan's default --ilp-candidates: rows the layer-split search may try
 ROW_KEYS = ("strategy", "strategy_string", "step_time_s", "peak_memory_gb", "fits")
 TRAIN_RUNS = {  # name: (strategy, global batch, seq len, steps)
     "dp2": ("dp=2", 4, 32, 3),
@@ -82,14 +84,16 @@ def plan_case(case: dict[str, Any], index: int) -> dict[str, Any]:
     t = TrainSpec.from_dict(case["train"])
     fixed = parse_strategy(case.get("strategy") or {}, field=f"{cid}.strategy")
     out: dict[str, Any] = {"id": cid}
-    for ilp, suffix in ((1, ""), (0, "_no_ilp")):
+    from asap.search.planner import plan_headroom
+
+    for ilp, suffix in ((PLANNER_SPLITS, ""), (0, "_no_ilp")):
         try:
             r, oom = plan(Job.resolve(m, c, t), fixed, top=PLAN_TOP, ilp_candidates=ilp), False
         except NoFitError:
             r, oom = plan(Job.resolve(m, c, t), fixed, top=PLAN_TOP, include_oom=True, ilp_candidates=ilp), True
         out["published" + suffix] = {"oom": oom, "stopped_early": r.stopped_early, "rows": rows_of(r)}
         try:
-            r = plan(Job.resolve(m, c, t), {}, top=PLAN_TOP, ilp_candidates=ilp)
+            r = plan(plan_headroom(Job.resolve(m, c, t)), {}, top=PLAN_TOP, ilp_candidates=ilp)  # as asap plan
             out["free" + suffix] = {"stopped_early": r.stopped_early, "rows": rows_of(r)}
         except AsapError as e:
             out["free" + suffix] = {"error": str(e)}

@@ -78,9 +78,11 @@ FusedOpt = typer.Option(None, "--fused-kernels/--eager-kernels",
 TokensOpt = typer.Option(None, "--tokens", help="A training budget in tokens (15T, 300B, 2e12): adds the time to "
                                                 "train and the device-hours.")
 PriceOpt = typer.Option(None, "--price-per-device-hour", help="With --tokens: the cost at this price per device-hour.")
-MemoryMarginOpt = typer.Option(0.0, "--memory-margin", min=0.0,
+MemoryMarginOpt = typer.Option(None, "--memory-margin", min=0.0,
                                help="GiB per device to keep free: a strategy fits when its peak (the stack's runtime "
-                                    "share included) is at most the device's reported memory less this.")
+                                    "share included) is at most the device's reported memory less this. Default: "
+                                    "plan keeps 8% of the device free (the headroom for allocator fragmentation "
+                                    "and NCCL buffers; 0 plans to the edge), estimate and validate none.")
 MoEImbalanceOpt = typer.Option(1.0, "--moe-imbalance", min=1.0,
                                help="Tokens on the busiest expert rank over the mean (1.0: force-balanced routing).")
 
@@ -100,7 +102,7 @@ class JobOptions:
     devices: Optional[int] = None
     lengths: Optional[str] = None
     fused_kernels: Optional[bool] = None
-    memory_margin: float = 0.0
+    memory_margin: Optional[float] = None  # None: the command's default (plan: the headroom; else 0)
 
     def load(self) -> "Job":
         """The job (without ``--lengths``: ``asap.cli.estimate.with_lengths`` adds them), validated with
@@ -113,7 +115,7 @@ class JobOptions:
         m = load_model(self.model)
         c = load_cluster(self.cluster, nodes=self.nodes, devices=self.devices)
         t = TrainSpec(self.global_batch, self.seq_len, self.precision, self.framework, self.moe_imbalance,
-                      fused_elementwise=self.fused_kernels, memory_margin_gb=self.memory_margin)
+                      fused_elementwise=self.fused_kernels, memory_margin_gb=self.memory_margin or 0.0)
         c.accelerator.peak_flops("bf16" if self.precision in LOW_PRECISIONS else self.precision)
         if self.precision in LOW_PRECISIONS:  # the quantised GEMMs need the part's own peak (fp4: Blackwell, CDNA4)
             c.accelerator.peak_flops(self.precision)
@@ -142,7 +144,7 @@ JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
     "precision": (str, PrecisionOpt), "framework": (Optional[str], FrameworkOpt),
     "moe_imbalance": (float, MoEImbalanceOpt), "nodes": (Optional[int], NodesOpt),
     "devices": (Optional[int], DevicesOpt), "lengths": (Optional[str], LengthsOpt),
-    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (float, MemoryMarginOpt)}
+    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (Optional[float], MemoryMarginOpt)}
 assert set(JOB_OPTIONS) == {f.name for f in fields(JobOptions)}
 
 

@@ -115,7 +115,10 @@ def headline(est, devices: int, capacity_gb: float, precision: str = "bf16", mfu
     low, high = est.step_time_range_s
     own = (f", {est.precision_peak_utilization:.1%} of the {precision} peak"
            if est.precision_peak_utilization is not None else "")
-    fit = "fits" if est.fits else "[bold red]DOES NOT FIT[/]"
+    from asap.cost.memory import HEADROOM_SHARE
+
+    fit = ("fits" if est.fits_with_headroom else f"fits the device, not under the {HEADROOM_SHARE:.0%} headroom a plan "
+           "keeps (fits_with_headroom false)") if est.fits else "[bold red]DOES NOT FIT[/]"
     allocated = est.memory_gb.get("allocated")
     alloc = f" ({allocated:.1f} GiB allocated)" if allocated is not None else ""
     return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
@@ -156,6 +159,9 @@ def estimate(
     price_per_device_hour: Optional[float] = PriceOpt,
     memory_margin=JOB,
     explain: bool = typer.Option(False, "--explain", help="Show memory terms and the evidence for the bottleneck."),
+    any_stack: bool = typer.Option(False, "--any-stack",
+                                   help="Price a what-if the chosen stack cannot run (its rules, docs/cost_model.md "
+                                        "'What each stack can run', are otherwise refused in one line)."),
     json_out: bool = JsonOpt,
     options: JobOptions = None,  # the job options above, together (``job_options``)
 ):
@@ -167,7 +173,7 @@ def estimate(
     job = options.load()
     budget, price = budget_of(tokens, price_per_device_hour)
     job, aw, data = with_lengths(job, options.lengths)
-    est = run_estimate(job, strategy)
+    est = run_estimate(job, runnable_strategy(job, strategy, any_stack))
     figures = figures_provenance(job.cluster)
     extra = {"lengths": lengths_report(job, est, aw, data, options.lengths)} if aw is not None else {}
     out = with_budget(est.to_dict(), job.devices, budget, price)
@@ -190,6 +196,19 @@ def estimate(
         out_console.print(mem)
         for line in est.evidence:
             out_console.print(f"  · {line}")
+
+
+def runnable_strategy(job, text: str, any_stack: bool = False):
+    """The completed strategy, refused in one line (``asap.spec.stack_rules``, the table the planner and
+    ``emit`` use) where the job's stack cannot run it, unless ``any_stack``."""
+    from asap.spec.stack_rules import RuleJob, first_unrunnable
+    from asap.spec.strategy import resolve_strategy
+
+    s = resolve_strategy(text, job.model, job.train, job.devices, framework=job.framework)
+    err = None if any_stack else first_unrunnable(s, job.framework.name, RuleJob.of(job))
+    if err is not None:
+        raise AsapError(err.field, f"{err.problem}; --any-stack prices it as a what-if")
+    return s
 
 
 def print_estimate(job, est, strategy_text: str, options: JobOptions) -> None:

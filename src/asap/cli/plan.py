@@ -30,13 +30,14 @@ def plan(
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
     all_rows: bool = typer.Option(False, "--all", help="Every ranked row, not only the fastest of each (tp, pp, cp, ep) "
                                                        "shape."),
-    ilp_candidates: int = typer.Option(1, "--ilp-candidates", min=0,
-                                       help="How many of the best pipelined candidates get the stage-split ILP."),
+    ilp_candidates: int = typer.Option(32, "--ilp-candidates", min=0,
+                                       help="At most this many pipelined rows get the layer-split search, in the "
+                                            "order of the least step a split could give them (0: none)."),
     ilp_time_limit: Optional[float] = typer.Option(None, "--ilp-time-limit", min=0.05,
-                                                   help="A wall-clock limit per ILP (s); default none, since it "
-                                                        "makes the plan depend on machine load."),
+                                                   help="Accepted for compatibility: the layer-split search no "
+                                                        "longer runs HiGHS (it counts moves, not seconds)."),
     ilp_work_limit: int = typer.Option(500, "--ilp-work-limit", min=1,
-                                       help="Branch-and-bound nodes per ILP (a deterministic work limit)."),
+                                       help="Accepted for compatibility (the former HiGHS ILP's node limit)."),
     time_limit: float = typer.Option(60.0, "--time-limit", help="The whole search's budget (s): past it the plan "
                                                                   "ranks what it priced and says it stopped early."),
     precision=JOB,
@@ -64,7 +65,9 @@ def plan(
         check_format(emit)  # an unknown format: one line before the search
         # plan with the options the format's stack has
         options = replace(options, framework=options.framework or FRAMEWORK_OF[emit])
-    job = options.load()
+    from asap.search.planner import plan_headroom
+
+    job = plan_headroom(options.load(), options.memory_margin)  # unset: the default headroom
     budget, price = budget_of(tokens, price_per_device_hour)
     job, aw, _ = with_lengths(job, options.lengths)
     fixed = parse_strategy(fix, field="fix")
@@ -124,9 +127,12 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
                   caption="asap estimate ... -S '<strategy>' gives each row (the job's options as here). ≈: its "
                           "margin over the best is within the model's error on the terms in which they differ "
                           "(tie_with_best), a tie the model cannot break: measure to decide. GiB: peak reserved per "
-                          f"device. MFU: of the {mfu_peak} peak.")
+                          f"device, at most {result.memory_limit_gb:.1f} GiB: the device's "
+                          f"{result.device_memory_gb:.1f} less {result.headroom_gb:.1f} GiB of headroom "
+                          "(--memory-margin; by default 8% for allocator fragmentation and NCCL buffers, 0: the "
+                          f"edge); free: what the peak leaves of the device. MFU: of the {mfu_peak} peak.")
     names = [format_compact(e.strategy, devices, moe, framework) for e in result.candidates]
-    cols = ["#", "strategy", "step", "likely range", "tokens/s", "MFU", "GiB", "bottleneck"]
+    cols = ["#", "strategy", "step", "likely range", "tokens/s", "MFU", "GiB", "free", "bottleneck"]
     cols += ["fits"] if include_oom else []
     for col in cols:
         if col == "strategy":
@@ -137,7 +143,7 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
         low, high = e.step_time_range_s
         row = [f"{i}{' ≈' if tie and i > 1 else ''}", name,
                seconds(e.step_time_s), f"{seconds(low)}-{seconds(high)}", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}",
-               f"{e.peak_memory_gb:.1f}", e.bottleneck]
+               f"{e.peak_memory_gb:.1f}", f"{result.device_memory_gb - e.peak_memory_gb:.1f}", e.bottleneck]
         row += (["yes" if e.fits else "[red]no[/]"] if include_oom else [])
         table.add_row(*row)
     return table

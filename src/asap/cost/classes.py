@@ -21,11 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from asap.cost.memory import HEADROOM_SHARE
 from asap.spec.words import BottleneckClass as C
 
-# the share of HBM a step may use and still leave room for a larger micro-batch, the allocator's fragmentation
-# and a checkpoint's buffers (PyTorch's caching allocator typically holds 5-10% above the live tensors)
-USABLE_HBM = 0.92
+# the share of HBM a step may use and still leave room for the allocator's fragmentation and NCCL's buffers:
+# what a plan admits by default (``asap.cost.memory.HEADROOM_SHARE``, with its sources)
+USABLE_HBM = 1.0 - HEADROOM_SHARE
 # "compute-bound" means nothing large is left to remove: the published large runs sit at 38-55% MFU (Megatron-LM
 # 3D parallelism, arXiv:2104.04473 Table 1: 44-52% of A100 peak; Llama 3, arXiv:2407.21783 Table 4: 38-43% on
 # H100; MaxText's published TPU v5p runs 55-65%), so below 0.35 a step still wastes a third of what it could do
@@ -96,7 +97,8 @@ def memory_class(peak_gb: float, hbm_gb: float, fits: bool) -> Opportunity | Non
     """Memory capacity when it binds: does not fit, or above the usable share of HBM."""
     if fits and peak_gb <= USABLE_HBM * hbm_gb:
         return None
-    what = "does not fit" if not fits else f"above the usable {USABLE_HBM:.0%}"
+    what = "does not fit" if not fits else (f"fits the device but not its {USABLE_HBM:.0%} under the default "
+                                            f"headroom a plan keeps (fits_with_headroom false)")
     return Opportunity(C.MEMORY_CAPACITY, 0.0, f"peak memory {peak_gb:.1f} GiB reserved of {hbm_gb:g} GiB per device "
                                                f"({peak_gb / hbm_gb:.0%}): {what}")
 

@@ -33,7 +33,8 @@ from asap.cost.dp_overlap import bucketed_exposed_s, dp_buckets, dp_link_busy_s
 from asap.cost.host import step_host_s
 from asap.cost.compute import BWD_GEMM
 from asap.cost.bands import error_bands, prediction_band, relative_error_scale
-from asap.cost.memory import MemoryBreakdown, dense_and_expert_shards, fits_memory, memory, usable_hbm_gb
+from asap.cost.memory import (MemoryBreakdown, dense_and_expert_shards, fits_memory, fits_with_headroom, memory,
+                              usable_hbm_gb)
 from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.pipeline import (bubble_s, exposed_p2p_messages, overlapped_p2p_excess_s,
                                 uneven_chunk_excess_s, zb_small_batch_excess_s)
@@ -388,6 +389,9 @@ class Estimate:
     memory_bound_s: float = 0.0  # time in memory-bound kernels over the step (inside compute)
     # what can be won (asap.cost.classes), verdict first; bottleneck is classes[0]'s coarse word
     classes: list[dict[str, Any]] = field(default_factory=list)
+    # within the device memory less the default headroom a plan keeps (``asap.cost.memory.HEADROOM_SHARE``);
+    # ``fits`` is within the device memory (less any --memory-margin), what a published run that trained met
+    fits_with_headroom: bool = True
 
     @property
     def bottleneck_class(self) -> str:
@@ -409,6 +413,7 @@ class Estimate:
             "peak_memory_gb": self.peak_memory_gb,
             **({"host_memory_gb": self.host_memory_gb} if self.host_memory_gb else {}),
             "fits": self.fits,
+            "fits_with_headroom": self.fits_with_headroom,
             "breakdown_s": self.breakdown_s,
             "exposed_s": self.exposed_s,
             "memory_gb": self.memory_gb,
@@ -420,10 +425,12 @@ class Estimate:
         }
 
 
-def name_bottleneck(est: "Estimate", hbm_gb: float, cf: Counterfactuals = Counterfactuals()) -> "Estimate":
+def name_bottleneck(est: "Estimate", hbm_gb: float, device_gb: float | None = None,
+                    cf: Counterfactuals = Counterfactuals()) -> "Estimate":
     """``est`` with its classes (``asap.cost.classes``, verdict first), its bottleneck (the verdict's coarse
     word) and evidence (each class's figure, largest first)."""
-    classes = classify(est.exposed_s, est.step_time_s, est.mfu, est.peak_memory_gb, hbm_gb, est.fits,
+    classes = classify(est.exposed_s, est.step_time_s, est.mfu, est.peak_memory_gb,
+                       hbm_gb if device_gb is None else device_gb, est.fits,
                        est.memory_bound_s, est.imbalance_s, cf)
     est.classes = [o.to_dict() for o in classes]
     est.bottleneck = classes[0].cls.bottleneck
@@ -467,8 +474,9 @@ def estimate_from_batch(job: Job, S: StrategyBatch, be: BatchEstimate, i: int) -
         bottleneck=None, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
         step_time_range_s=prediction_band(step, exposed, scale), error_scale=scale,
         host_memory_gb=float(np.broadcast_to(be.host_memory_gb, be.step_time_s.shape)[i]),
-        memory_bound_s=float(be.memory_bound_s[i]))
-    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train))
+        memory_bound_s=float(be.memory_bound_s[i]),
+        fits_with_headroom=bool(be.fits[i] and fits_with_headroom(be.peak_memory_gb[i], cluster.accelerator)))
+    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train), cluster.accelerator.usable_hbm_gb)
 
 
 def mfu_peak_flops(acc) -> float:
@@ -506,7 +514,7 @@ def estimate(job: Job, strategy: Strategy, classes: bool = True) -> Estimate:
     est = estimate_from_batch(job, S, be, 0)
     if not classes:
         return est
-    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train),
+    return name_bottleneck(est, usable_hbm_gb(cluster.accelerator, train), cluster.accelerator.usable_hbm_gb,
                            counterfactuals(job, est.strategy, est.step_time_s))
 
 

@@ -75,6 +75,30 @@ def usable_hbm_gb(acc: Accelerator, train: TrainSpec | None = None) -> float:
     return acc.usable_hbm_gb - margin
 
 
+# The headroom a plan keeps below the device memory by default (``asap plan`` without --memory-margin): the
+# share of the device the stacks' users leave free for what no static count sees, on top of the allocator
+# reserve and the runtime's 1 GiB already in the peak: the PyTorch caching allocator's "reserved but
+# unallocated" blocks grow with the step's churn (PyTorch's own OOM report, e.g. 1.83 GiB reserved but
+# unallocated beside 75.3 GiB allocated on a 79.2 GiB H100, vllm-project/compressed-tensors#587, which then
+# reserves 5% of the model's memory), NCCL grows its buffers per communicator and channel as new groups form
+# (nccl-tests keeps 1 GiB and found it too small, NVIDIA/nccl-tests#220), and vLLM caps its own use at
+# gpu_memory_utilization = 0.9 by default for the same allocator fragmentation (vllm-project/vllm#153). 8%
+# (6.4 GiB of an 80 GB part) is the "usable 92%" that ``asap.cost.classes`` names: a plan stays under it.
+# ``estimate`` and ``validate`` judge ``fits`` against the whole device memory (the published runs trained
+# there) and report ``fits_with_headroom`` beside it.
+HEADROOM_SHARE = 0.08
+
+
+def default_headroom_gb(acc: Accelerator) -> float:
+    """GiB per device a plan keeps free by default (``HEADROOM_SHARE`` of the reported device memory)."""
+    return HEADROOM_SHARE * acc.usable_hbm_gb
+
+
+def fits_with_headroom(peak_gb, acc: Accelerator):
+    """Whether a peak stays under the device memory less the default headroom (what a plan admits)."""
+    return np.asarray(peak_gb) <= acc.usable_hbm_gb - default_headroom_gb(acc)
+
+
 HOST_MEM_USABLE = 0.8  # the share of a device's host memory offload may pin (the OS, data loaders keep the rest)
 
 

@@ -23,15 +23,15 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
-from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch
+from asap.cost.estimate import UNIT_KEYS, Estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
-from asap.cost.memory import HOST_MEM_USABLE, MemoryBreakdown, fits_memory, memory, usable_hbm_gb
+from asap.cost.memory import HOST_MEM_USABLE, MemoryBreakdown, default_headroom_gb, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.space import Space, chunk_order  # noqa: F401 (chunk_order: the order blocks are priced in)
-from asap.search.stages import (ILP_WORK_LIMIT_NODES, build_problem, simulate_split, solve_split,
-                               uniform_split_or_none)
+from asap.search.split_dp import TIE_REL, planner_splits
+from asap.search.stages import ILP_WORK_LIMIT_NODES, build_problems
 from asap.spec.legality import check_offered
 from asap.spec.job import Job
 from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, RuleJob, first_unrunnable
@@ -43,12 +43,15 @@ CHUNK = 131072
 # estimate puts it under this share of the step, no split gains more than the model resolves, and the ILP is
 # not run.
 ILP_MIN_IMBALANCE = 0.01
-# HiGHS per candidate: no wall-clock limit by default (the plan is the same on any machine load); the search is
-# bounded by ``search.stages.ILP_WORK_LIMIT_NODES`` instead.
+# The former per-candidate HiGHS limit (``plan --ilp-time-limit``), kept in the signature; the planner's split
+# (``search.split_dp``) counts moves, not seconds, so the plan is the same on any machine load.
 ILP_TIME_LIMIT_S: float | None = None
 # The whole search's budget (``plan --time-limit``): past it no further chunk is priced and no ILP is started,
 # and the result says so (``stopped_early``, ``stop_reason``). The calibration cases take under 5 s on 2 cores.
 PLAN_TIME_LIMIT_S = 60.0
+# at most this many rows get the layer-split search (``plan --ilp-candidates``); the branch and bound stops
+# sooner where the bound allows (DeepSeek-V3 on 2048 H800: 24 rows)
+SPLIT_ROWS = 32
 
 
 # glibc's malloc returns freed memory to the system early: a planner that prices chunk after chunk of
@@ -87,6 +90,13 @@ class PlanResult:
     time_limit_s: float | None = None
     stopped_early: bool = False
     stop_reason: str | None = None
+    device_memory_gb: float = math.inf  # the device memory the driver reports (GiB)
+    headroom_gb: float = 0.0  # kept free below it (``--memory-margin``; ``plan_headroom``)
+
+    @property
+    def memory_limit_gb(self) -> float:
+        """The peak a candidate may reach: the device memory less the headroom."""
+        return self.device_memory_gb - self.headroom_gb
 
     def ties(self) -> list[bool]:
         """Whether each candidate's margin over the best is within the uncertainty of the terms in which they
@@ -103,6 +113,8 @@ class PlanResult:
                                          self.ties()):
             d = est.to_dict()
             d["tie_with_best"] = tie
+            d["memory_limit_gb"], d["headroom_gb"] = self.memory_limit_gb, self.headroom_gb
+            d["free_memory_gb"] = self.device_memory_gb - est.peak_memory_gb
             if mesh is not None:
                 d["mesh"] = mesh
             if split is not None:
@@ -120,6 +132,9 @@ class PlanResult:
             "time_limit_s": self.time_limit_s,
             "stopped_early": self.stopped_early,
             "stop_reason": self.stop_reason,
+            "device_memory_gb": self.device_memory_gb,
+            "headroom_gb": self.headroom_gb,
+            "memory_limit_gb": self.memory_limit_gb,
         }
 
 
@@ -162,6 +177,11 @@ class Deadline:
         return self.limit_s is not None and time.perf_counter() - self.t0 > self.limit_s
 
 
+# rows (not shapes: a shape's slower, leaner variant may take a split its fastest one cannot fit) kept by their
+# split bound, per candidate shown
+BOUND_ROWS = 4
+BOUND_PER_SHAPE = 2  # of which at most this many of one layout (its variants would crowd out the others)
+PRESELECT_ROWS = 64  # rows per wanted one sorted first (``Kept.first``: more only where shapes repeat)
 PLACE_BITS = 32  # a row's place in the space: its mesh row, then (these low bits) its place in its block
 
 
@@ -174,31 +194,62 @@ class Kept:
     step: np.ndarray
     place: np.ndarray
     hbm_gb: float = math.inf  # with ``include_oom``: the capacity, so rows that do not fit rank after those that do
+    # the least step time a layer split could give each row: its step less its stage imbalance (what a split
+    # removes at most, ``search.split_dp``); ranks the rows the stage split is tried on
+    bound: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.bound is None:
+            self.bound = self.step
 
     def take(self, idx: np.ndarray) -> "Kept":
-        return Kept(self.S.take(idx), expand(self.mem, idx), self.step[idx], self.place[idx], self.hbm_gb)
+        return Kept(self.S.take(idx), expand(self.mem, idx), self.step[idx], self.place[idx], self.hbm_gb,
+                    self.bound[idx])
 
     @staticmethod
     def concatenate(parts: list["Kept"]) -> "Kept":
         return Kept(StrategyBatch.concatenate([p.S for p in parts]), MemoryBreakdown.concatenate([p.mem for p in parts]),
-                    np.concatenate([p.step for p in parts]), np.concatenate([p.place for p in parts]), parts[0].hbm_gb)
+                    np.concatenate([p.step for p in parts]), np.concatenate([p.place for p in parts]), parts[0].hbm_gb,
+                    np.concatenate([p.bound for p in parts]))
 
     def by_step(self) -> np.ndarray:
-        """Row indices fastest first, ties in the space's order."""
-        return np.lexsort((self.place, self.step))
+        """Row indices fastest first, equal times by less memory, then in the space's order."""
+        return np.lexsort((self.place, self.mem.peak_gb, self.step))
 
-    def by_rank(self) -> np.ndarray:
-        """The candidates' order: rows that fit fastest first, then (``include_oom``) the rest by how far over
-        the capacity they are, least first."""
-        return np.lexsort((self.place, self.step, over_capacity_gb(self.mem.peak_gb, self.hbm_gb)))
+    def by_rank(self, key: np.ndarray | None = None) -> np.ndarray:
+        """The candidates' order: rows that fit fastest first (``key``: by it instead of the step), equal times
+        by less memory, then (``include_oom``) the rest by how far over the capacity they are, least first."""
+        key = self.step if key is None else key
+        return np.lexsort((self.place, self.mem.peak_gb, key, over_capacity_gb(self.mem.peak_gb, self.hbm_gb)))
 
     def needed(self, top_k: int, distinct: bool) -> "Kept":
-        """Only the Pareto front and the first ``top_k`` rows (of distinct shapes with ``distinct``): a row out
-        of both here is out of both among any superset of these rows (a row or shape that beats it stays)."""
-        front = pareto_front(self.step, self.mem.peak_gb, self.by_step())
-        order = self.by_rank()
-        shown = first_per_shape(self.S, order) if distinct else order
-        return self.take(np.union1d(front, shown[:top_k]))
+        """Only the Pareto front, the first ``top_k`` rows (of distinct shapes with ``distinct``) and the first
+        ``top_k`` by their split bound: a row out of all three here is out of them among any superset of these
+        rows (a row or shape that beats it stays)."""
+        front = pareto_front(self.step, self.mem.peak_gb, np.argsort(self.step, kind="stable"))
+        keep = [front, self.first(self.step, top_k, 1 if distinct else None),
+                self.first(self.bound, BOUND_ROWS * top_k, BOUND_PER_SHAPE)]
+        return self.take(np.unique(np.concatenate(keep)))
+
+    def first(self, key: np.ndarray, k: int, per_shape: int | None) -> np.ndarray:
+        """``by_rank(key)``'s first ``k`` rows (1: of distinct shapes; n > 1: at most n of each pipeline layout,
+        ``first_n_per_shape``; None: any), sorting only the
+        rows that can be among them: those whose key is at most the n-th smallest, n growing until they hold k
+        (all rows with include_oom's capacity ranking, whose first key is the distance over it)."""
+        n = len(key)
+        take = min(n, PRESELECT_ROWS * k)
+        while True:
+            if take >= n or math.isfinite(self.hbm_gb):
+                rows = np.arange(n)
+            else:
+                rows = np.nonzero(key <= np.partition(key, take - 1)[take - 1])[0]
+            sub = self.take(rows)
+            order = sub.by_rank(key[rows])
+            shown = (order if per_shape is None else first_per_shape(sub.S, order) if per_shape == 1
+                     else first_n_per_shape(sub.S, order, per_shape))
+            if len(shown) >= k or len(rows) == n:
+                return rows[shown[:k]]
+            take *= 4
 
 
 @dataclass
@@ -244,9 +295,10 @@ class Search:
         if not len(rows):
             return
         m = expand(mem, rows)
-        step = estimate_batch(job, part.take(rows), mem=m, figures=f.subset(rows), unit=ut.subset(rows)).step_time_s
+        be = estimate_batch(job, part.take(rows), mem=m, figures=f.subset(rows), unit=ut.subset(rows))
         hbm = usable_hbm_gb(cluster.accelerator, train) if self.include_oom and self.oom_by_memory else math.inf
-        new = Kept(part.take(rows), m, step, place[rows], hbm).needed(self.top_k, self.distinct)
+        bound = be.step_time_s - np.where(part.pp[rows] > 1, be.imbalance_s, 0.0)
+        new = Kept(part.take(rows), m, be.step_time_s, place[rows], hbm, bound).needed(self.top_k, self.distinct)
         both = new if self.kept is None else Kept.concatenate([self.kept, new])
         self.kept = both.needed(self.top_k, self.distinct)
 
@@ -298,6 +350,19 @@ def search_space(search: Search, space: Space, progress: Callable[[int, int], No
     return search
 
 
+def first_n_per_shape(S: StrategyBatch, order: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` rows of each pipeline layout (tp, pp, vpp, cp, ep: what a layer split acts on) in
+    ``order``, in that order."""
+    key = (((S.tp.astype(np.int64) * 8192 + S.pp) * 8192 + S.cp) * 65536 + S.ep) * 256 + S.vpp
+    _, inv = np.unique(key[order], return_inverse=True)
+    inv = np.ravel(inv)
+    counts = np.bincount(inv)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    occurrence = np.empty(len(order), dtype=np.int64)
+    occurrence[np.argsort(inv, kind="stable")] = np.arange(len(order)) - np.repeat(starts, counts)
+    return order[occurrence < n]
+
+
 def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
     """The fastest row of each parallel shape (tp, pp, cp, ep), in step-time order: what differs between the
     rows ``plan`` shows by default (rows differing only in vpp, mbs or ZeRO stage are variations of one shape)."""
@@ -308,13 +373,13 @@ def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
 
 def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
          include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = 1, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
+         ilp_candidates: int = SPLIT_ROWS, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
          time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES,
          oom_by_memory: bool = True, blame: bool = True, partial_offload: bool = False) -> PlanResult:
-    """Rank the space; the first ``ilp_candidates`` candidates with pp > 1 get the pipeline-stage ILP's layer
-    split (``search.stages``, ``ilp_work_limit_nodes`` branch-and-bound nodes each, and ``ilp_time_limit_s``
-    seconds if given), adopted as their layout when the estimate says it is
-    faster. Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
+    """Rank the space; then up to ``ilp_candidates`` pipelined rows, in the order of the least step a layer split
+    could give them, get the planner's split (``adopt_stage_splits``, ``search.split_dp``), adopted as their
+    layout when the estimate prices it faster (``ilp_time_limit_s`` and ``ilp_work_limit_nodes`` are accepted
+    for compatibility: they bounded the HiGHS ILP the planner no longer runs). Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
     only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row).
     ``time_limit_s`` (None: none): past it no more of the space is priced and no ILP started; the result's
     ``stopped_early`` and ``stop_reason`` say so. With ``include_oom`` the rows that fit come first, then the
@@ -327,7 +392,7 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
     check_offered(fixed, fw)
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, partial_offload)
     # a few spare rows, since an adopted ILP split may reorder the first ones
-    top_k = top + (ilp_candidates if "layer_split" not in fixed else 0)
+    top_k = top + (min(ilp_candidates, top) if "layer_split" not in fixed else 0)
     search = search_space(Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory),
                           space, progress, deadline)
     if search.space == 0:
@@ -349,33 +414,82 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
     if search.fitting == 0 and not include_oom:
         raise no_fit_error(job, fixed, search, blame)
     kept = search.kept
-    S, mem_kept, step = kept.S, kept.mem, kept.step
-    front = pareto_front(step, mem_kept.peak_gb, kept.by_step())
-    by_rank = kept.by_rank()
-    shown = first_per_shape(S, by_rank) if distinct else by_rank
-    order = shown[:top_k]
-
-    def full(idx: np.ndarray) -> list[Estimate]:
-        sub = S.take(idx)
-        be = estimate_batch(job, sub, mem=expand(mem_kept, idx))
-        return [estimate_from_batch(job, sub, be, j) for j in range(len(sub))]
-
-    candidates, splits = full(order), [None] * len(order)
+    front = pareto_front(kept.step, kept.mem.peak_gb, kept.by_step())
     hbm_rank = usable_hbm_gb(cluster.accelerator, train) if include_oom and oom_by_memory else math.inf
+    pool = candidate_pool(kept, top_k, distinct)
+    rows = priced_rows(job, kept, pool)
     if "layer_split" not in fixed and ilp_candidates and deadline.passed():
-        deadline.notes.append("time limit reached before the pipeline-stage ILP: candidates keep the default "
+        deadline.notes.append("time limit reached before the pipeline-stage split: candidates keep the default "
                               "layer split")
-    elif "layer_split" not in fixed:
-        candidates, splits = adopt_stage_splits(job, candidates, ilp_candidates, ilp_time_limit_s,
-                                               ilp_work_limit_nodes)
-    ranked = sorted(range(len(candidates)), key=lambda i: (float(over_capacity_gb(candidates[i].peak_memory_gb, hbm_rank)),
-                                                          candidates[i].step_time_s))[:top]
-    candidates, splits = [candidates[i] for i in ranked], [splits[i] for i in ranked]
-    return PlanResult(candidates=candidates, pareto=full(front), searched=search.priced, fitting=search.fitting,
-                      search_time_s=time.perf_counter() - t0,
+    elif "layer_split" not in fixed and ilp_candidates:
+        rows = adopt_stage_splits(job, rows, [float(kept.bound[i]) for i in pool], ilp_candidates, top, distinct,
+                                  hbm_rank)
+    ranked = rank_rows(rows, hbm_rank, distinct)[:top]
+    candidates, splits = [r[0] for r in ranked], [r[1] for r in ranked]
+    return PlanResult(candidates=candidates, pareto=priced_estimates(job, kept, front), searched=search.priced,
+                      fitting=search.fitting, search_time_s=time.perf_counter() - t0,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
                       distinct=distinct, space=search.space, time_limit_s=time_limit_s,
-                      stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None)
+                      stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None,
+                      device_memory_gb=cluster.accelerator.usable_hbm_gb, headroom_gb=train.memory_margin_gb)
+
+
+def headroom_note(acc, train) -> str:
+    """What a limit below the device memory is, for a message (empty without a margin)."""
+    if not train.memory_margin_gb:
+        return ""
+    return (f" (the device's {acc.usable_hbm_gb:.4g} less {train.memory_margin_gb:.3g} GiB of headroom; "
+            "--memory-margin sets it)")
+
+
+def plan_headroom(job: Job, margin_gb: float | None = None) -> Job:
+    """The job a plan recommends for: ``margin_gb`` GiB kept free per device, or by default the headroom the
+    stacks' users keep (``asap.cost.memory.default_headroom_gb``: 8% of the device for allocator
+    fragmentation and NCCL buffers); ``margin_gb=0`` plans to the edge of the device memory."""
+    margin = default_headroom_gb(job.cluster.accelerator) if margin_gb is None else float(margin_gb)
+    return replace(job, train=replace(job.train, memory_margin_gb=margin))
+
+
+def candidate_pool(kept: Kept, top_k: int, distinct: bool) -> np.ndarray:
+    """The kept rows a candidate may come from: the first ``top_k`` (shapes) by step time and the first
+    ``BOUND_ROWS * top_k`` rows by split bound (``BOUND_PER_SHAPE`` of a shape at most)."""
+    shown = first_per_shape(kept.S, kept.by_rank()) if distinct else kept.by_rank()
+    both = np.concatenate([shown[:top_k],
+                           first_n_per_shape(kept.S, kept.by_rank(kept.bound), BOUND_PER_SHAPE)[:BOUND_ROWS * top_k]])
+    _, first = np.unique(both, return_index=True)
+    return both[np.sort(first)]
+
+
+def priced_estimates(job: Job, kept: Kept, idx: np.ndarray) -> list[Estimate]:
+    sub = kept.S.take(idx)
+    be = estimate_batch(job, sub, mem=expand(kept.mem, idx))
+    return [estimate_from_batch(job, sub, be, j) for j in range(len(sub))]
+
+
+def priced_rows(job: Job, kept: Kept, idx: np.ndarray) -> list[tuple[Estimate, dict | None]]:
+    return [(e, None) for e in priced_estimates(job, kept, idx)]
+
+
+def _rank_key(e: Estimate, hbm_rank: float) -> tuple:
+    """Rows that fit first; then the step time (to float noise: ``split_dp.TIE_REL``), then less memory."""
+    step = float(f"{e.step_time_s:.9g}")
+    return (float(over_capacity_gb(e.peak_memory_gb, hbm_rank)), step, e.peak_memory_gb)
+
+
+def _shape(e: Estimate) -> tuple[int, int, int, int]:
+    s = e.strategy
+    return (s.tp, s.pp, s.cp, s.ep)
+
+
+def rank_rows(rows: list, hbm_rank: float, distinct: bool) -> list:
+    """Rows in the candidates' order, the fastest of each (tp, pp, cp, ep) shape only with ``distinct``."""
+    out, seen = [], set()
+    for r in sorted(rows, key=lambda r: _rank_key(r[0], hbm_rank)):
+        if distinct and _shape(r[0]) in seen:
+            continue
+        seen.add(_shape(r[0]))
+        out.append(r)
+    return out
 
 
 def no_fit_error(job: Job, fixed: dict[str, Any], search: Search, blame: bool) -> NoFitError:
@@ -396,7 +510,8 @@ def no_fit_error(job: Job, fixed: dict[str, Any], search: Search, blame: bool) -
                 f"{host_gb:.1f} GiB per device in host memory, over the host's {HOST_MEM_USABLE * acc.host_mem_capacity_gb:.4g} "
                 f"GiB ({HOST_MEM_USABLE:.0%} of host_mem_capacity_gb={acc.host_mem_capacity_gb:g}) ({spelled(s)})")
     else:
-        what = (f"no strategy fits in {usable_hbm_gb(acc, train):.4g} GiB per device (searched {search.priced}{cut}); "
+        what = (f"no strategy fits in {usable_hbm_gb(acc, train):.4g} GiB per device{headroom_note(acc, train)} "
+                f"(searched {search.priced}{cut}); "
                 f"the smallest needs {search.smallest[0]:.1f} GiB reserved ({spelled(search.smallest[2])})")
     culprits = pinned_culprits(job, fixed) if blame and fixed else []
     if culprits:
@@ -426,47 +541,80 @@ def offload_offered(fw) -> bool:
     return allowed is None or 1 in allowed
 
 
-def adopt_stage_splits(job: Job, candidates: list[Estimate],
-                       ilp_candidates: int, time_limit_s: float | None,
-                       work_limit_nodes: int = ILP_WORK_LIMIT_NODES):
-    """Run the stage ILP on the first ``ilp_candidates`` pipelined candidates; where its layer split differs
-    from the default and ``estimate`` prices it faster, the candidate becomes that strategy."""
-    out, splits, tried = [], [], 0
-    for e in candidates:
-        split = None
-        if e.strategy.pp > 1 and tried < ilp_candidates and e.imbalance_s > ILP_MIN_IMBALANCE * e.step_time_s:
-            tried += 1
-            split = stage_split(job, e.strategy, time_limit_s, work_limit_nodes)
-            layers = tuple(split.get("layers_per_stage") or ())
-            if layers and layers != layout(job.model, e.strategy.pp, e.strategy.vpp).chunk_layers:
-                alt = estimate(job, replace(e.strategy, layer_split=layers))
-                split["default_split_step_time_s"] = e.step_time_s
-                # a stack whose stages hold equal layers cannot run it (asap.spec.stack_rules)
-                split["adopted"] = (alt.fits and alt.step_time_s < e.step_time_s
-                                    and job.framework.name not in UNIFORM_SPLIT_ONLY)
-                if split["adopted"]:
-                    e = alt
-        out.append(e)
-        splits.append(split)
-    return out, splits
+SPLIT_ROUND = 6  # rows whose splits are priced together (one ``estimate_batch``)
 
 
-def stage_split(job: Job, strategy, time_limit_s: float | None = None,
-                work_limit_nodes: int = ILP_WORK_LIMIT_NODES) -> dict[str, Any]:
-    """The ILP's layer placement for one strategy (the strategy's recompute on every stage, so a layer split
-    expresses it), with the default split it is measured against."""
-    prob = build_problem(job, strategy)
-    uniform = uniform_split_or_none(prob)
-    try:
-        best = solve_split(prob, time_limit_s=time_limit_s, allow_recompute_choice=False,
-                           work_limit_nodes=work_limit_nodes)
-    except AsapError as e:
-        return {"error": str(e), "uniform": uniform.to_dict() if uniform else None}
-    for split in (best, uniform):
-        if split is not None:
-            split.simulated_pipeline_time_s = simulate_split(prob, split, strategy.schedule)
-    out = best.to_dict()
-    out["uniform"] = uniform.to_dict() if uniform else None
-    if uniform is not None:
-        out["speedup_over_uniform"] = uniform.pipeline_time_s / best.pipeline_time_s
+def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int, top: int, distinct: bool,
+                       hbm_rank: float = math.inf) -> list:
+    """Branch and bound over the candidate rows: in the order of their bound (the step less the stage
+    imbalance, the least a split can give), each pipelined row gets the planner's splits
+    (``search.split_dp.planner_splits``: exact for one stage per device), priced by ``estimate`` and adopted
+    where faster and fitting; it stops once the next bound cannot beat the ``top``-th shape found (or after
+    ``max_tries`` rows). So the best row is the minimum over every shape that could win, and a looser memory
+    limit never gives a slower #1."""
+    rows = list(rows)
+    order = sorted(range(len(rows)), key=lambda i: (bounds[i], i))
+    tried = 0
+    while order and tried < max_tries:
+        ranked = rank_rows(rows, hbm_rank, distinct)[:top]
+        cutoff = ranked[-1][0].step_time_s * (1 - TIE_REL) if len(ranked) >= top else math.inf
+        shape_best = {}  # with ``distinct``: a row cannot lift its shape above that shape's fastest row
+        for e, _ in rows:
+            shape_best[_shape(e)] = min(shape_best.get(_shape(e), math.inf), e.step_time_s)
+        batch = []
+        while order and len(batch) < min(SPLIT_ROUND, max_tries - tried) and bounds[order[0]] < cutoff:
+            i = order.pop(0)
+            e = rows[i][0]
+            if distinct and bounds[i] >= shape_best[_shape(e)] * (1 - TIE_REL) and rows[i][0].step_time_s > \
+                    shape_best[_shape(e)] * (1 + TIE_REL):
+                continue
+            if e.strategy.pp > 1 and e.fits and e.imbalance_s > ILP_MIN_IMBALANCE * e.step_time_s:
+                batch.append(i)
+        if not batch:
+            break
+        tried += len(batch)
+        for i, row in zip(batch, split_rows(job, [rows[i][0] for i in batch])):
+            rows[i] = row
+    return rows
+
+
+def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str, Any]]]:
+    """Each row with the fastest of the planner's splits (``search.split_dp.planner_splits``) as ``estimate``
+    prices them (all rows' splits in one batch), where it fits and beats the row's own split (equal time: less
+    memory); else as it was. The dict says which (``stage_split`` in the plan's JSON): its figures are
+    ``estimate``'s."""
+    tried, infos, alts = [], [], []
+    uniform_only = job.framework.name in UNIFORM_SPLIT_ONLY
+    problems = [None] * len(rows) if uniform_only else \
+        build_problems(job, [e.strategy for e in rows], recompute_choice=False)
+    for e, prob in zip(rows, problems):
+        s = e.strategy
+        default = layout(job.model, s.pp, s.vpp).chunk_layers
+        splits = [] if prob is None else \
+            [sp for sp in planner_splits(prob) if tuple(sp.layers_per_stage) != tuple(default)]
+        tried.append(splits)
+        infos.append({"layers_per_stage": list(s.layer_split or default), "default_layers_per_stage": list(default),
+                      "default_split_step_time_s": e.step_time_s, "adopted": False,
+                      "solver": "; ".join(sp.solver for sp in splits) or "no other split fits", "tried": []})
+        alts += [replace(s, layer_split=tuple(sp.layers_per_stage)) for sp in splits]
+    priced = []
+    if alts:
+        S = StrategyBatch.from_strategies(alts)
+        be = estimate_batch(job, S)
+        priced = [estimate_from_batch(job, S, be, j) for j in range(len(alts))]
+    out, at = [], 0
+    for e, splits, info in zip(rows, tried, infos):
+        best = e
+        for sp, alt in zip(splits, priced[at:at + len(splits)]):
+            info["tried"].append({"layers_per_stage": list(sp.layers_per_stage), "solver": sp.solver,
+                                  "step_time_s": alt.step_time_s, "peak_memory_gb": alt.peak_memory_gb,
+                                  "fits": alt.fits})
+            faster = alt.step_time_s < best.step_time_s * (1 - TIE_REL)
+            tie_less_memory = (alt.step_time_s <= best.step_time_s * (1 + TIE_REL)
+                               and alt.peak_memory_gb < best.peak_memory_gb)
+            if alt.fits and (faster or tie_less_memory):
+                best = alt
+                info.update(adopted=True, layers_per_stage=list(sp.layers_per_stage), solver=sp.solver)
+        at += len(splits)
+        out.append((best, info))
     return out

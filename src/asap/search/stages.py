@@ -74,7 +74,10 @@ class StageProblem:
 
     def in_flight(self, device: int) -> float:
         """Micro-batches' worth of activations device ``device`` holds at its peak (the memory model's count)."""
-        return float(micro_batches_in_flight(self.micro_batches, self.pp, self.vpp, self.schedule, device))
+        if not hasattr(self, "_flight"):  # every device's at once (asked per stage and unit)
+            self._flight = [float(x) for x in micro_batches_in_flight(
+                self.micro_batches, self.pp, self.vpp, self.schedule, np.arange(self.pp))]
+        return self._flight[device]
 
 
 @dataclass
@@ -114,51 +117,63 @@ class StageSplit:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def build_problem(job: Job, s: Strategy) -> StageProblem:
+def build_problem(job: Job, s: Strategy, recompute_choice: bool = True) -> StageProblem:
     """The chain of units with the cost model's own unit figures (``asap.cost.units``): time per micro-batch
     under the strategy's recompute and under full recompute, activations kept and what full recompute saves,
-    model states per device."""
+    model states per device. ``recompute_choice`` False: the strategy's recompute on every stage (the
+    planner's split), so full recompute is not priced (its extra time and savings are 0)."""
+    return build_problems(job, [s], recompute_choice)[0]
+
+
+def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool = True) -> list[StageProblem]:
+    """``build_problem`` for several strategies, their unit figures priced as one batch."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
-    if s.pp < 2:
+    if any(s.pp < 2 for s in strategies):
         raise AsapError("strategy.pp", "the stage split needs pp > 1")
-    base = StrategyBatch.from_strategies([replace(s, layer_split=())])
-    full = StrategyBatch.from_strategies([replace(s, recompute=RecomputePolicy(Recompute.FULL), layer_split=())])
-    t_base, t_full = (unit_times(job, S).parts for S in (base, full))
-    # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's computation
-    # (cost/estimate.py, stage_times); unit by unit only what exceeds the unit's own computation stays
-    paired = (s.a2a_overlap and s.schedule != Schedule.GPIPE and model.moe is not None
-              and s.recompute.kind != Recompute.FULL
-              and s.micro_batches(train.global_batch) >= 2)  # cost.estimate.expert_overlap
-
-    def unit_time(t):
-        ep = t["ep"] - paired_hidden_s(t["ep"], t["compute"]) if paired else t["ep"]
-        return (t["compute"] + t["tp"] + ep + t["cp"] + t["host"])[0]
-
-    time_base, time_full = unit_time(t_base), unit_time(t_full)
-    a_base, a_full = (unit_activations(model, train, b, fw.selective, fw.logits_bytes) for b in (base, full))
+    base = StrategyBatch.from_strategies([replace(s, layer_split=()) for s in strategies])
+    full = (StrategyBatch.from_strategies([replace(s, recompute=RecomputePolicy(Recompute.FULL), layer_split=())
+                                           for s in strategies]) if recompute_choice else base)
+    t_base = unit_times(job, base).parts
+    t_full = unit_times(job, full).parts if recompute_choice else t_base
+    a_base = unit_activations(model, train, base, fw.selective, fw.logits_bytes)
+    a_full = unit_activations(model, train, full, fw.selective, fw.logits_bytes) if recompute_choice else a_base
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero)
     dense_state, expert_state = (sum(state_bytes_per_param(train.precision, base.zero, shard, g, base.fp8_param,
-                                                          base.offload_opt))[0] for shard in (dense_shard, edp))
-    states = params.dense[0] * dense_state + params.expert[0] * expert_state
-
+                                                          base.offload_opt)) for shard in (dense_shard, edp))
+    states = params.dense * np.reshape(dense_state, (-1, 1)) + params.expert * np.reshape(expert_state, (-1, 1))
+    hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
     # activations carry the allocator's reserve (cost/memory.py: a share of what the step allocates and frees)
     reserve = 1.0 + fw.fragmentation
+    out = []
+    for r, s in enumerate(strategies):
+        # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's
+        # computation (cost/estimate.py, stage_times); unit by unit only what exceeds its own computation stays
+        paired = (s.a2a_overlap and s.schedule != Schedule.GPIPE and model.moe is not None
+                  and s.recompute.kind != Recompute.FULL
+                  and s.micro_batches(train.global_batch) >= 2)  # cost.estimate.expert_overlap
 
-    def unit(kind: Unit) -> StageUnit:
-        kept = reserve * (a_base.kept[0, kind] + a_base.once[0, kind])
-        saved = reserve * max(float(a_base.kept[0, kind] - a_full.kept[0, kind]), 0.0)
-        return StageUnit(kind.name.lower(), float(time_base[kind]), max(float(time_full[kind] - time_base[kind]), 0.0),
-                         float(kept), saved, float(states[kind]), once=kind == Unit.HEAD)
+        def unit_time(t):
+            ep = t["ep"][r] - paired_hidden_s(t["ep"][r], t["compute"][r]) if paired else t["ep"][r]
+            return t["compute"][r] + t["tp"][r] + ep + t["cp"][r] + t["host"][r]
 
-    units = [unit(Unit.EMBEDDING)]
-    units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
-    units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
-    hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
-    return StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
-                        hbm_bytes=hbm, base_recompute=s.recompute,
-                        default_layers=layout(model, s.pp, s.vpp).chunk_layers, schedule=s.schedule)
+        time_base, time_full = unit_time(t_base), unit_time(t_full)
+
+        def unit(kind: Unit) -> StageUnit:
+            kept = reserve * (a_base.kept[r, kind] + a_base.once[r, kind])
+            saved = reserve * max(float(a_base.kept[r, kind] - a_full.kept[r, kind]), 0.0)
+            return StageUnit(kind.name.lower(), float(time_base[kind]),
+                             max(float(time_full[kind] - time_base[kind]), 0.0), float(kept), saved,
+                             float(states[r, kind]), once=kind == Unit.HEAD)
+
+        units = [unit(Unit.EMBEDDING)]
+        units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
+        units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
+        out.append(StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
+                                hbm_bytes=hbm, base_recompute=s.recompute,
+                                default_layers=layout(model, s.pp, s.vpp).chunk_layers, schedule=s.schedule))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------------
