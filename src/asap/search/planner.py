@@ -25,10 +25,11 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, Estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
-from asap.cost.memory import HOST_MEM_USABLE, MemoryBreakdown, default_headroom_gb, fits_memory, memory, usable_hbm_gb
+from asap.cost.memory import MemoryBreakdown, default_headroom_gb, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
+from asap.search.nofit import NoFitError, no_fit_error  # noqa: F401 (NoFitError: plan raises it)
 from asap.search.space import Space, chunk_order  # noqa: F401 (chunk_order: the order blocks are priced in)
 from asap.search.split_dp import TIE_REL, planner_splits
 from asap.search.stages import ILP_WORK_LIMIT_NODES, build_problems
@@ -36,7 +37,7 @@ from asap.spec.legality import check_offered
 from asap.spec.job import Job
 from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, RuleJob, first_unrunnable
 from asap.spec.layout import layout
-from asap.spec.strategy import check_strategy, complete_strategy, format_compact
+from asap.spec.strategy import check_strategy, complete_strategy
 
 CHUNK = 131072
 # A layer split can only remove the stages' imbalance (the heaviest stage's excess over the mean): when the
@@ -70,10 +71,6 @@ def reuse_freed_memory() -> bool:
                     and libc.mallopt(_M_MMAP_THRESHOLD, MALLOC_KEEP_BYTES // 4))
     except (OSError, AttributeError):
         return False
-
-
-class NoFitError(AsapError):
-    """Legal strategies exist, but none fits in device memory."""
 
 
 @dataclass
@@ -412,7 +409,7 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
                         ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory,
                         blame=False, partial_offload=partial_offload)
     if search.fitting == 0 and not include_oom:
-        raise no_fit_error(job, fixed, search, blame)
+        raise no_fit_error(job, fixed, search, plan if blame else None)
     kept = search.kept
     front = pareto_front(kept.step, kept.mem.peak_gb, kept.by_step())
     hbm_rank = usable_hbm_gb(cluster.accelerator, train) if include_oom and oom_by_memory else math.inf
@@ -432,14 +429,6 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
                       distinct=distinct, space=search.space, time_limit_s=time_limit_s,
                       stopped_early=bool(deadline.notes), stop_reason="; ".join(deadline.notes) or None,
                       device_memory_gb=cluster.accelerator.usable_hbm_gb, headroom_gb=train.memory_margin_gb)
-
-
-def headroom_note(acc, train) -> str:
-    """What a limit below the device memory is, for a message (empty without a margin)."""
-    if not train.memory_margin_gb:
-        return ""
-    return (f" (the device's {acc.usable_hbm_gb:.4g} less {train.memory_margin_gb:.3g} GiB of headroom; "
-            "--memory-margin sets it)")
 
 
 def plan_headroom(job: Job, margin_gb: float | None = None) -> Job:
@@ -489,50 +478,6 @@ def rank_rows(rows: list, hbm_rank: float, distinct: bool) -> list:
             continue
         seen.add(_shape(r[0]))
         out.append(r)
-    return out
-
-
-def no_fit_error(job: Job, fixed: dict[str, Any], search: Search, blame: bool) -> NoFitError:
-    """The one line that says what refused every strategy: the host's memory where some fit the device but
-    keep more than the host's share in host memory (``asap.cost.memory.fits_memory``), else the device's, and
-    with ``blame`` the pinned knobs without which one would fit (``pinned_culprits``)."""
-    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
-    acc = cluster.accelerator
-    cut = " before the time limit" if search.priced < search.space else ""
-
-    def spelled(s) -> str:
-        return format_compact(s, cluster.num_devices, model.moe is not None, fw)
-
-    if search.device_fitting:
-        host_gb, _, s = search.least_host
-        what = (f"no strategy fits the host memory: {search.device_fitting} fit in "
-                f"{usable_hbm_gb(acc, train):.4g} GiB per device only by offloading, and the least keeps "
-                f"{host_gb:.1f} GiB per device in host memory, over the host's {HOST_MEM_USABLE * acc.host_mem_capacity_gb:.4g} "
-                f"GiB ({HOST_MEM_USABLE:.0%} of host_mem_capacity_gb={acc.host_mem_capacity_gb:g}) ({spelled(s)})")
-    else:
-        what = (f"no strategy fits in {usable_hbm_gb(acc, train):.4g} GiB per device{headroom_note(acc, train)} "
-                f"(searched {search.priced}{cut}); "
-                f"the smallest needs {search.smallest[0]:.1f} GiB reserved ({spelled(search.smallest[2])})")
-    culprits = pinned_culprits(job, fixed) if blame and fixed else []
-    if culprits:
-        which = culprits[0] if len(culprits) == 1 else f"any one of {', '.join(culprits)}"
-        what += f"; one would fit with the pinned {which} left open"
-    return NoFitError("fix" if fixed else "cluster", what)
-
-
-BLAME_TIME_LIMIT_S = 10.0  # the planner's search per released knob when a no-fit names the pinned culprits
-
-
-def pinned_culprits(job: Job, fixed: dict[str, Any]) -> list[str]:
-    """The pinned knobs (``key=value``) each of which, left open alone, lets some strategy fit."""
-    out = []
-    for key in sorted(fixed):
-        rest = {k: v for k, v in fixed.items() if k != key}
-        try:
-            plan(job, rest, top=1, ilp_candidates=0, time_limit_s=BLAME_TIME_LIMIT_S, blame=False)
-        except AsapError:
-            continue
-        out.append(f"{key}={fixed[key]}")
     return out
 
 
