@@ -15,6 +15,7 @@ this machine only, neither changing the model: ``--no-rope-fusion`` and ``--no-g
 import dataclasses
 import json
 import os
+import re
 import shlex
 import sys
 import types
@@ -147,7 +148,11 @@ def jsonable(v):
 
 def load(arguments, world_size, text):
     os.environ["WORLD_SIZE"] = str(world_size)
-    os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"  # what the emitted header tells the launcher
+    conn = re.search(r"CUDA_DEVICE_MAX_CONNECTIONS=(\d+)", text)  # what the emitted header tells the launcher
+    if conn:
+        os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = conn.group(1)
+    else:
+        os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     sys.argv = ["pretrain_gpt.py", *shlex.split(text.replace("\\\n", " "), comments=True), *HERE_ONLY]
     args = arguments.parse_args()
     arguments.validate_args(args)

@@ -139,5 +139,14 @@ def emit(job: Job, s) -> str:
     import shlex
 
     lines = [" ".join(shlex.quote(x) for x in group) for group in args(job, s)]
-    return (f"# {VERSION}: arguments for pretrain_gpt.py (launch with CUDA_DEVICE_MAX_CONNECTIONS=1)\n"
-            + " \\\n".join(lines) + "\n")
+    conn = max_connections(s)
+    env = f" (launch with CUDA_DEVICE_MAX_CONNECTIONS={conn})" if conn else ""
+    return f"# {VERSION}: arguments for pretrain_gpt.py{env}\n" + " \\\n".join(lines) + "\n"
+
+
+def max_connections(s) -> str | None:
+    """What validate_args requires of CUDA_DEVICE_MAX_CONNECTIONS before Blackwell: not 1 with Megatron-FSDP,
+    1 with tensor or context parallelism (except beside the expert all-to-all overlap, which wants more)."""
+    if s.zero >= 2 or s.a2a_overlap:
+        return "32"
+    return "1" if s.tp > 1 or s.cp > 1 else None
