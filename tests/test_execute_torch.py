@@ -24,7 +24,7 @@ def test_torch_executor_measures_a_real_run(tmp_path):
     assert isinstance(res, Measurement) and res.status == "ok", res
     # 2 asked: a warm-up, 3 timed and the profiled last step (asap.measure.run_steps)
     assert not res.predicted and res.step_time_s > 0 and len(res.losses) == 5
-    assert res.stats.dropped_profiled == (4,) and len(res.stats.timed_steps_s) == 3 * res.stats.repeats
+    assert set(res.stats.dropped_profiled) == {4} and len(res.stats.timed_steps_s) == 3 * res.stats.repeats
     assert res.strategy.dp == 2 and res.strategy.zero == 0
     assert len(res.traces) == 2 and all("trial1" in t for t in res.traces)
     assert res.to_dict()["measured_step_time_s"] == res.step_time_s

@@ -385,8 +385,6 @@ def tune(
     advisor = _llm(llm, llm_base_url, llm_model, llm_key)
     live = Live(table, console=err_console, transient=True, refresh_per_second=4)
     files = {"memory": _tune_memory_path(memory, report)}
-    _announce("memory", files["memory"], "the shared Sharding Memory (--memory)" if memory else
-              "this run's own Sharding Memory, made fresh (--memory DB to share trials across runs)")
     with _open_memory(files["memory"]) as mem, (live if err_console.is_terminal and not json_out else nullcontext()):
         coord = Coordinator(job, ex, mem, budget, start=strategy or None, on_trial=on_trial, llm=advisor,
                             verify=verify)
@@ -395,6 +393,8 @@ def tune(
             files.update(_write_report(report, coord, result, mem, write_cluster, options.model))
     if write_cluster:
         files["cluster"] = _write_cluster_announced(write_cluster, coord)
+    _announce("memory", files["memory"], "the shared Sharding Memory (--memory)" if memory else
+              "this run's own Sharding Memory, made fresh (--memory DB to share trials across runs)")
     if json_out:
         print_json({**result, "files": files})
         return

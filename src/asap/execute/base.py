@@ -102,6 +102,11 @@ class Executor(ABC):
 
     name = "executor"
     max_repeats = DEFAULT_MAX_REPEATS  # more runs of a trial whose spread is wide (``asap.measure``)
+    repeat_index = 0  # 0 for a trial's first run, k for its k-th repeat (``trialN/repeatK+1``)
+
+    def repeat_folder(self) -> str:
+        """The sub-folder of a repeat inside its trial's folder ("" for the first run)."""
+        return f"repeat{self.repeat_index + 1}" if self.repeat_index else ""
 
     def run_precision(self) -> str | None:
         """The precision this executor's runs train in (None: the job's)."""
@@ -120,7 +125,11 @@ class Executor(ABC):
         runs = [res]
         while (res.ok and runs[-1].ok and res.stats is not None and res.stats.wide
                and len(runs) <= self.max_repeats):
-            runs.append(self._once(strategy))
+            self.repeat_index = len(runs)  # the same trial again: its number, a folder of its own below it
+            try:
+                runs.append(self._once(strategy))
+            finally:
+                self.repeat_index = 0
             good = [r for r in runs if r.ok and r.stats is not None]
             res = replace_stats(runs[0], pooled([r.stats for r in good]))
         res.wall_time_s = time.perf_counter() - t0 if len(runs) > 1 else res.wall_time_s

@@ -159,8 +159,8 @@ class CommandExecutor(Executor):
 
     # -- running ------------------------------------------------------------------------------------------
     def _run(self, s: Strategy) -> Result:
-        self.trials += 1
-        trial_dir = self.workdir / f"trial{self.trials}"
+        self.trials += 0 if self.repeat_index else 1  # a repeat is the same trial ({trial} unchanged)
+        trial_dir = self.workdir / f"trial{self.trials}" / self.repeat_folder()
         trial_dir.mkdir(parents=True, exist_ok=True)
         values = self._values(s, trial_dir)
         values.update(self.prepare(s, trial_dir, values))

@@ -86,8 +86,9 @@ class TorchExecutor(Executor):
         from asap.runners.torch.launch import RunFailed
 
         train = TrainSpec(self.train.global_batch, self.train.seq_len, self.precision)
-        self.trials += 1
-        prof = str(Path(self.profile_dir) / f"trial{self.trials}") if self.profile_dir else None
+        self.trials += 0 if self.repeat_index else 1  # a repeat is the same trial
+        prof = (str(Path(self.profile_dir) / f"trial{self.trials}" / self.repeat_folder()).rstrip("/")
+                if self.profile_dir else None)
         try:
             r = self._train(s, train, prof)
         except RunFailed as e:
