@@ -23,11 +23,7 @@ from conftest import SHARED
 REFERENCE = SHARED / "reference"
 FILES = ("calibration_runs.json", "published_runs_2024_2026.json")
 # a trained run asap still predicts not to fit, and why (the report says so; strict: a fix must remove it)
-KNOWN_OVER = {
-    "mbridge_gptoss_120b_b200_64gpu_bf16": "203 GiB of 179 with its pinned recompute=layernorm+moe_act, ep8 mbs4: "
-                                           "fp32 main grads of 15B expert parameters per GPU plus 86 GiB of "
-                                           "activations; its recipe's unstated loss/grad knobs are not modelled",
-}
+KNOWN_OVER: dict[str, str] = {}
 
 
 def _cases():
