@@ -293,7 +293,7 @@ class Framework:
         and XLA keep fp32 master gradients), except the stack's ZeRO-3 where its documented setting reduces
         in 16 bits (Megatron-FSDP's user guide: ``--grad-reduce-in-bf16``), or where the strategy's ``grad_bf16``
         asks for it (Megatron-Core ``DistributedDataParallelConfig.grad_reduce_in_fp32=False``: the grad buffer
-        in the params' dtype, megatron/core/distributed/distributed_data_parallel.py)."""
+        in the params' dtype, megatron/core/distributed/distributed_data_parallel.py ``grad_dtype``, core 0.16)."""
         wide = 4.0 if precision == "fp32" else np.where(np.asarray(zero) >= 3, self.fsdp_grad_bytes, 4.0)
         narrow = (np.asarray(grad_bf16) > 0) & (precision != "fp32")
         return np.asarray(np.where(narrow, 2.0, wide), dtype=float)

@@ -277,7 +277,7 @@ def resolve_strategy(text: str | dict | None, model, train, devices: int, field:
 # ``name:value`` (``rc:sel``, ``split:5/4x30/3``: a run of three or more equal chunks as ``count x times``), or its bare value where that value names one key alone
 # (``dedup``, ``zb``). A field added to Strategy later takes part as its own name with no table entry.
 COMPACT_NAMES = {"recompute": "rc", "a2a_overlap": "a2a", "layer_split": "split", "offload_act": "offact", "offload_layers": "offl",
-                 "offload_opt": "offopt", "fp8_param": "fp8p", "grad_bf16": "g16"}
+                 "offload_opt": "offopt", "fp8_param": "fp8p", "grad_bf16": "gradbf"}
 COMPACT_VALUES = {"recompute": {"selective": "sel"}}
 BARE_CHOICES = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}  # value sets that share no value
 COMPACT_DEFAULTS = "defaults"  # what a strategy with every key at its default prints as
