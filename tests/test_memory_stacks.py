@@ -23,11 +23,7 @@ from conftest import SHARED
 REFERENCE = SHARED / "reference"
 FILES = ("calibration_runs.json", "published_runs_2024_2026.json")
 # a trained run asap still predicts not to fit, and why (the report says so; strict: a fix must remove it)
-KNOWN_OVER = {
-    "mbridge_gptoss_120b_b200_64gpu_bf16": "203 GiB of 179 with its pinned recompute=layernorm+moe_act, ep8 mbs4: "
-                                           "fp32 main grads of 15B expert parameters per GPU plus 86 GiB of "
-                                           "activations; its recipe's unstated loss/grad knobs are not modelled",
-}
+KNOWN_OVER: dict[str, str] = {}
 
 
 def _cases():
@@ -151,3 +147,44 @@ def test_a_device_bound_refusal_names_the_pinned_knobs():
     msg = str(e.value)
     assert "GiB per device" in msg and "host" not in msg
     assert "one would fit with the pinned" in msg and "dp=256" in msg and "\n" not in msg
+
+
+def test_grad_bf16_halves_the_gradients_in_memory_and_on_the_wire():
+    """Megatron-Core grad_reduce_in_fp32=False: the gradient buffer in bf16 (2 B, not 4 B) and the data-parallel
+    reduction in bf16; the weights, optimizer states and activations do not move."""
+    job = _job("h100-sxm", 8, "megatron", model="llama3-8b", seq=8192, gbs=128)
+    wide, narrow = (estimate(job, "dp=64,mbs=1,zero=1,recompute=selective" + extra) for extra in ("", ",grad_bf16=1"))
+    assert narrow.memory_gb["grads"] == pytest.approx(wide.memory_gb["grads"] / 2)
+    for term in ("weights", "optimizer", "activations"):
+        assert narrow.memory_gb[term] == pytest.approx(wide.memory_gb[term])
+    assert narrow.step_time_s <= wide.step_time_s
+    s = resolve_strategy("dp=64,grad_bf16=1", job.model, job.train, job.devices, framework=job.framework)
+    compact = format_compact(s, job.devices, False, job.framework)
+    assert "grad_bf16=1" in str(s) and "gradbf1" in compact.split()
+    assert resolve_strategy(compact, job.model, job.train, job.devices, framework=job.framework) == s
+    assert "grad_bf16" not in resolve_strategy("dp=64", job.model, job.train, job.devices,
+                                               framework=job.framework).to_dict()  # off: outputs as they were
+    assert "--grad-reduce-in-bf16" in emit("megatron", job, s)
+
+
+def test_grad_bf16_is_refused_where_it_means_nothing_or_the_stack_has_no_such_setting():
+    fp32 = Job.resolve(load_model("llama3-8b"), load_cluster("h100-sxm", nodes=8),
+                       TrainSpec(global_batch=128, seq_len=8192, framework="megatron", precision="fp32"))
+    with pytest.raises(AsapError, match="grad_bf16=1 reduces the gradients in 16 bits"):
+        estimate(fp32, "dp=64,grad_bf16=1")
+    with pytest.raises(AsapError, match="grad_bf16"):
+        estimate(_job("h100-sxm", 8, "torchtitan"), "dp=64,zero=3,grad_bf16=1")
+
+
+def test_the_planner_takes_16_bit_gradients_only_where_nothing_fits_with_fp32():
+    """GPT-OSS 120B on 64 B200 with its published ep8 mbs4 and Megatron-Bridge's recompute does not fit with
+    fp32 gradients (203 GiB of 179); its performance config reduces in bf16 and it fits. A run that fits with
+    fp32 gradients keeps them."""
+    job, stated = _case("mbridge_gptoss_120b_b200_64gpu_bf16")
+    best = plan(job, {**stated, "offload_act": 0, "offload_opt": 0}, top=1, ilp_candidates=0).candidates[0]
+    assert best.fits and best.strategy.grad_bf16
+    with pytest.raises(NoFitError):
+        plan(job, {**stated, "offload_act": 0, "offload_opt": 0, "grad_bf16": 0}, top=1, ilp_candidates=0)
+    roomy = plan(_job("h100-sxm", 8, "megatron", model="llama3-8b", gbs=128), {"tp": 1, "mbs": 1}, top=1,
+                 ilp_candidates=0).candidates[0]
+    assert roomy.fits and not roomy.strategy.grad_bf16

@@ -17,9 +17,10 @@ from asap.spec.framework import DISPATCHERS, Dispatcher
 from asap.spec.strategy import RecomputePolicy, Schedule, Strategy
 
 COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "dispatcher",
-           "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param", "offload_layers")
+           "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param", "offload_layers",
+           "grad_bf16")
 OPTIONAL = ("dispatcher", "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param",
-            "offload_layers")  # default 0
+            "offload_layers", "grad_bf16")  # default 0
 
 
 @dataclass
@@ -43,6 +44,7 @@ class StrategyBatch:
     offload_opt: np.ndarray | None = None
     fp8_param: np.ndarray | None = None
     offload_layers: np.ndarray | None = None
+    grad_bf16: np.ndarray | None = None
     layer_splits: tuple[tuple[int, ...], ...] = field(default=((),))
 
     def __post_init__(self):

@@ -237,7 +237,7 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     step boundary, where reduce-scatter, optimizer and all-gather serialize."""
     zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
-                             fw.grad_bytes(precision, S.zero), zero1_gathers,
+                             fw.grad_bytes(precision, S.zero, S.grad_bf16), zero1_gathers,
                              4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0))
     dpc.param_gather_s = per_parameter_gathers_s(cluster, S, fw, dense_params, expert_params, layers_on_stage,
                                                  dpc.param_gather_s)

@@ -212,7 +212,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # kept: the weights stay unsharded through the step, and the gradients accumulate unsharded until the one
     # reduce-scatter (FSDP2 with gradient sync off for all but the last micro-batch: unsharded_accumulated_grad)
     zero = np.where(kept, Zero.OPTIMIZER, S.zero)
-    g = framework.grad_bytes(train.precision, S.zero) if framework is not None else 4.0
+    g = (framework.grad_bytes(train.precision, S.zero, S.grad_bf16) if framework is not None
+         else np.where((S.grad_bf16 > 0) & (train.precision != "fp32"), 2.0, 4.0))
     (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt)
                                   for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over

@@ -73,11 +73,12 @@ def data_parallel_args(train, s) -> list[tuple[str, ...]]:
     (docs/discussions/megatron-fsdp-user-guide: --use-distributed-optimizer, --no-gradient-accumulation-fusion,
     --ckpt-format fsdp_dtensor), reducing in bf16 under zero 3 as asap prices it (Framework.fsdp_grad_bytes).
     The data-parallel collectives overlap compute (asap's megatron semantics): --overlap-grad-reduce, and
-    --overlap-param-gather with the distributed optimizer."""
+    --overlap-param-gather with the distributed optimizer. ``grad_bf16`` (16-bit gradients): --grad-reduce-in-bf16."""
+    narrow = [("--grad-reduce-in-bf16",)] if s.grad_bf16 and s.zero < 3 and train.precision != "fp32" else []
     if s.zero == 0:
-        return [("--overlap-grad-reduce",)]
+        return [("--overlap-grad-reduce",)] + narrow
     if s.zero == 1:
-        return [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)]
+        return [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)] + narrow
     a = [("--use-megatron-fsdp",),
          ("--data-parallel-sharding-strategy", "optim_grads_params" if s.zero == 3 else "optim_grads"),
          ("--use-distributed-optimizer",), ("--no-gradient-accumulation-fusion",), ("--ckpt-format", "fsdp_dtensor")]

@@ -394,6 +394,13 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
                           space, progress, deadline)
     if search.space == 0:
         raise explain_empty_space(job, fixed)
+    if search.fitting == 0 and not include_oom and grad_bf16_offered(fw, train, fixed):
+        # 16-bit gradients (Megatron-Core grad_reduce_in_fp32=False) only where nothing fits with fp32 ones: they
+        # trade the reduction's precision for memory (Megatron-Bridge's performance configs make that trade)
+        with contextlib.suppress(AsapError):
+            return plan(job, {**fixed, "grad_bf16": 1}, top, include_oom, progress, ilp_candidates, ilp_time_limit_s,
+                        distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory, blame=False,
+                        partial_offload=partial_offload)
     if (search.fitting == 0 and not include_oom and not partial_offload and "offload_layers" not in fixed
             and fw.offers.get("offload_act", (1,)) != (0,)):
         # a partial activation offload (some layers to the host) only where nothing fits without it: its copies
@@ -479,6 +486,12 @@ def rank_rows(rows: list, hbm_rank: float, distinct: bool) -> list:
         seen.add(_shape(r[0]))
         out.append(r)
     return out
+
+
+def grad_bf16_offered(fw, train, fixed) -> bool:
+    """Whether the planner may fall back to 16-bit gradients: a 16-bit run, the stack offers them, unpinned."""
+    allowed = fw.offers.get("grad_bf16")
+    return train.precision != "fp32" and "grad_bf16" not in fixed and (allowed is None or 1 in allowed)
 
 
 def offload_offered(fw) -> bool:

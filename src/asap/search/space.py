@@ -62,6 +62,9 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         # a partial activation offload (``partial_offload``: the planner's second pass, when nothing fits
         # without it): every layer (0), or a quarter, half or three quarters of them
         offload_layers=[0] + (sorted({model.num_layers * k // 4 for k in (1, 2, 3)} - {0}) if partial_offload else []),
+        # 16-bit gradients trade the fp32 reduction's precision for memory: the planner takes them only when
+        # nothing fits without them (planner.plan), as Megatron-Bridge's performance configs do
+        grad_bf16=[0],
     )
     labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}
     for key, allowed in framework.offers.items():
@@ -225,7 +228,8 @@ class Space:
         joins = (dict(sp=c["sp"]), dict(mbs=c["mbs"]), dict(vpp=c["vpp"], schedule=c["schedule"]),
                  dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
                  dict(recompute=c["recompute"], zero=c["zero"], offload_act=c["offload_act"],
-                      offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"]))
+                      offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"],
+                      grad_bf16=c["grad_bf16"]))
         peak = len(rows)
         for values in joins:
             cols = _cross(cols, _grid(**values))

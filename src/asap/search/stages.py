@@ -139,7 +139,7 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
     a_full = unit_activations(model, train, full, fw.selective, fw.logits_bytes) if recompute_choice else a_base
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
-    g = fw.grad_bytes(train.precision, base.zero)
+    g = fw.grad_bytes(train.precision, base.zero, base.grad_bf16)
     dense_state, expert_state = (sum(state_bytes_per_param(train.precision, base.zero, shard, g, base.fp8_param,
                                                           base.offload_opt)) for shard in (dense_shard, edp))
     states = params.dense * np.reshape(dense_state, (-1, 1)) + params.expert * np.reshape(expert_state, (-1, 1))

@@ -287,13 +287,16 @@ class Framework:
         first, per_rank = self.dp_bucket
         return np.where(np.asarray(zero) >= self.fsdp_zero, 0.0, np.maximum(first, per_rank * np.asarray(dp_cp)))
 
-    def grad_bytes(self, precision: str, zero):
+    def grad_bytes(self, precision: str, zero, grad_bf16=0):
         """Bytes per gradient element in the buffer and on the wire: fp32 (Megatron turns
         ``accumulate_allreduce_grads_in_fp32`` on for bf16; FSDP2's ``reduce_dtype`` float32 in torchtitan; ZeRO
         and XLA keep fp32 master gradients), except the stack's ZeRO-3 where its documented setting reduces
-        in 16 bits (Megatron-FSDP's user guide: ``--grad-reduce-in-bf16``)."""
+        in 16 bits (Megatron-FSDP's user guide: ``--grad-reduce-in-bf16``), or where the strategy's ``grad_bf16``
+        asks for it (Megatron-Core ``DistributedDataParallelConfig.grad_reduce_in_fp32=False``: the grad buffer
+        in the params' dtype, megatron/core/distributed/distributed_data_parallel.py ``grad_dtype``, core 0.16)."""
         wide = 4.0 if precision == "fp32" else np.where(np.asarray(zero) >= 3, self.fsdp_grad_bytes, 4.0)
-        return np.asarray(wide, dtype=float)
+        narrow = (np.asarray(grad_bf16) > 0) & (precision != "fp32")
+        return np.asarray(np.where(narrow, 2.0, wide), dtype=float)
 
     def elementwise_traffic_for(self, fused: bool | None = None) -> float:
         """The elementwise term's traffic over fused kernels: 1 fused, the stack's eager factor (at least
@@ -317,7 +320,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,)},
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,),
+                      "grad_bf16": (0,)},
               max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
               # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it);
@@ -327,7 +331,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=True, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"),
-                      "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,)}, zero_default=3,
+                      "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,), "grad_bf16": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
@@ -337,7 +341,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,)}, zero_default=3,
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "grad_bf16": (0,)},
+              zero_default=3,
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
               dp_bucket=(0.0, 0.0), fsdp_zero=0),  # XLA reduces per scanned layer
@@ -346,7 +351,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.DEDUP, a2a_overlap=1,
               # MindFormers' moe_config: all-to-all, or deduplicated (enable_deredundency); no all-gather dispatcher
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": ("alltoall", "dedup"),
-                      "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,)},
+                      "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,), "grad_bf16": (0,)},
               # MindSpore's comm_fusion "auto" mode fuses gradient all-reduces up to 64 MB (fp32 elements)
               dp_bucket=(64 * 2 ** 20 / 4, 0.0)),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
@@ -356,7 +361,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,), "offload_act": (0,), "offload_opt": (0,),
-                      "fp8_param": (0,)},
+                      "fp8_param": (0,), "grad_bf16": (0,)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2),

@@ -93,6 +93,9 @@ RULES: tuple[Rule, ...] = (
          lambda s, m, t, n: f"etp={s.etp} does not divide expert_ffn_hidden_size={m.moe.expert_ffn_hidden_size}"),
     Rule("fp8_param", ("fp8_param",), lambda c, m, t, n: (c["fp8_param"] == 0) | (t.precision == "fp8"),
          lambda s, m, t, n: f"fp8_param=1 keeps the weights in fp8, which needs --precision fp8 (got {t.precision})"),
+    Rule("grad_bf16", ("grad_bf16",), lambda c, m, t, n: (c["grad_bf16"] == 0) | (t.precision != "fp32"),
+         lambda s, m, t, n: "grad_bf16=1 reduces the gradients in 16 bits, which needs a 16-bit --precision "
+                            f"(got {t.precision})"),
     Rule("offload_layers", ("offload_layers", "offload_act"),
          lambda c, m, t, n: (c["offload_layers"] == 0) | (c["offload_act"] == 1),
          lambda s, m, t, n: f"offload_layers={s.offload_layers} without offload_act=1 (the count of layers that "

@@ -6,7 +6,8 @@ sp (0|1), schedule (1f1b|interleaved|zb|gpipe), dispatcher (alltoall|allgather|d
 layer_split (layers per pipeline chunk, ``5/4/4/3``), offload_act (0|1: stored activations to host memory),
 offload_layers (under offload_act=1, how many of a device's layers offload; 0, the default: every layer),
 offload_opt (0|1: optimizer states to host memory, the step on the CPU), fp8_param (0|1: fp8 runs keep the
-compute weights in fp8 only).
+compute weights in fp8 only), grad_bf16 (0|1: the gradient buffer and its data-parallel reduction in 16 bits,
+Megatron-Core DDP ``grad_reduce_in_fp32=False``).
 
 Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   tp=pp=vpp=cp=ep=1, dp = devices / (tp*pp*cp), mbs=1, recompute=none, zero=1 (distributed optimizer, the
@@ -70,6 +71,10 @@ class Strategy:
     # under offload_act=1: how many of a device's layers offload their activations (Megatron-Core
     # cpu_offloading_num_layers, Megatron-Bridge's activation offload of some layers); 0: every layer
     offload_layers: int = 0
+    # 16-bit runs: gradients accumulate and reduce in the compute dtype, 2 B, instead of fp32 main grads, 4 B
+    # (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32=False, Megatron-LM --grad-reduce-in-bf16;
+    # Megatron-Bridge's performance configs set it, e.g. scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py)
+    grad_bf16: bool = False
 
     def __post_init__(self) -> None:
         """Hold every knob as its type: values given in their printed spelling (``zero=1``, ``sp=0``,
@@ -95,7 +100,8 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         """Every key in its printed spelling (``sp`` 0/1, ``zero`` 0..3, the schedule, dispatcher and recompute
         as text); ``layer_split`` is ``None`` for the default split."""
-        d = {k: plain_value(getattr(self, k)) for k in KEYS if not (k == "offload_layers" and not self.offload_layers)}
+        d = {k: plain_value(getattr(self, k)) for k in KEYS
+             if not (k in ("offload_layers", "grad_bf16") and not getattr(self, k))}
         d["layer_split"] = format_layer_split(self.layer_split) if self.layer_split else None
         return d
 
@@ -111,7 +117,8 @@ class Strategy:
 
 
 _TYPED = {"recompute": RecomputePolicy, "zero": Zero, "sp": bool, "schedule": Schedule, "dispatcher": Dispatcher,
-          "a2a_overlap": bool, "offload_act": bool, "offload_opt": bool, "fp8_param": bool}
+          "a2a_overlap": bool, "offload_act": bool, "offload_opt": bool, "fp8_param": bool,
+          "grad_bf16": bool}
 
 
 def _typed_value(k: str, v: Any, field: str = "strategy") -> Any:
@@ -270,7 +277,7 @@ def resolve_strategy(text: str | dict | None, model, train, devices: int, field:
 # ``name:value`` (``rc:sel``, ``split:5/4x30/3``: a run of three or more equal chunks as ``count x times``), or its bare value where that value names one key alone
 # (``dedup``, ``zb``). A field added to Strategy later takes part as its own name with no table entry.
 COMPACT_NAMES = {"recompute": "rc", "a2a_overlap": "a2a", "layer_split": "split", "offload_act": "offact", "offload_layers": "offl",
-                 "offload_opt": "offopt", "fp8_param": "fp8p"}
+                 "offload_opt": "offopt", "fp8_param": "fp8p", "grad_bf16": "gradbf"}
 COMPACT_VALUES = {"recompute": {"selective": "sel"}}
 BARE_CHOICES = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}  # value sets that share no value
 COMPACT_DEFAULTS = "defaults"  # what a strategy with every key at its default prints as
