@@ -215,7 +215,7 @@ class Proposer:
 
     def _layer_split(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:
         """Stage imbalance's own move, always considered where it is named: the layer split the planner's stage
-        ILP finds for the current strategy (``asap.search.planner.stage_split``), priced like every candidate,
+        split finds for the current strategy (``asap.search.planner.stage_split``), priced like every candidate,
         following the stage-balancing entry when the knowledge base has it."""
         target = next((t for t in targets if t["class"] == BottleneckClass.STAGE_IMBALANCE), None)
         if target is None or current.pp < 2:
@@ -224,16 +224,17 @@ class Proposer:
         from asap.search.planner import stage_split
 
         try:
-            layers = tuple(stage_split(self.job, current).get("layers_per_stage") or ())
+            split = stage_split(self.job, current)
+            layers = tuple(split["layers_per_stage"]) if split.get("adopted") else ()
         except AsapError as e:
-            considered.append({"strategy": "", "source": "knowledge", "kept": False, "why": f"stage ILP: {e}"})
+            considered.append({"strategy": "", "source": "knowledge", "kept": False, "why": f"stage split: {e}"})
             return
         if not layers or layers == tuple(current.layer_split or ()):
             return
         entry = next((e for e in load_knowledge() if e.id == STAGE_BALANCE_ENTRY), None)
         split = "/".join(map(str, layers))
         self._add(out, considered, {**current.to_dict(), "layer_split": split}, "knowledge",
-                  f"the stage ILP's layer split {split} (asap plan's stage ILP on this strategy)",
+                  f"the planner's layer split {split} (asap plan's stage split on this strategy)",
                   [f"knowledge:{entry.id}"] if entry else ["planner:stage-ilp"], entry=entry, target=target)
 
     def _memory_combinations(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:

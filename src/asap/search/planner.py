@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
-from asap.cost.estimate import UNIT_KEYS, Estimate, estimate_batch, estimate_from_batch
+from asap.cost.estimate import UNIT_KEYS, Estimate, estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
 from asap.cost.memory import MemoryBreakdown, default_headroom_gb, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
@@ -534,6 +534,12 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
         for i, row in zip(batch, split_rows(job, [rows[i][0] for i in batch])):
             rows[i] = row
     return rows
+
+
+def stage_split(job: Job, strategy) -> dict[str, Any]:
+    """The planner's layer split for one strategy (``split_rows`` on its estimate): ``layers_per_stage`` and
+    ``adopted`` (True where a split other than the strategy's own is faster and fits)."""
+    return split_rows(job, [estimate(job, strategy)])[0][1]
 
 
 def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str, Any]]]:
