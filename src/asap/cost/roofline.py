@@ -22,14 +22,15 @@ That fixed cost per output tile is amortised over the tile's reduction loop, so 
 K (an expert's hidden size in fc1, its width in fc2) that sets it, not m or n (those set the number of tiles):
 a tile takes K / k_rate + c, efficiency K / (K + K_half). DeepGEMM's published H800 fp8 tables
 (deepseek-ai/DeepGEMM README, "Normal GEMMs for dense models" at M = 4096, N = 7168: 1358 TFLOPS at K = 16384,
-1025 at K = 2048, and 590 at K = 512, N = 32768) give K_half ~ 800 at fp8 (r = 2), i.e. ``GROUPED_HALF_K`` =
-400 in bf16 terms, scaled by r as above; its grouped contiguous table agrees within 5% (N 7168 / K 2048 at
-1099 TFLOPS against N 4096 / K 7168 at 1297, M = 8192 per group: 0.85 measured, 0.81 here). The m curve needs
-no new constant: the masked-layout table (M per group 512 / 1024 / 4096-8192: 1040 / 1233 / 1297 TFLOPS,
-0.80 / 0.95 / 1.0) is what ``gemm_half_dim`` x r already gives (0.81 / 0.90 / 0.99 on Hopper fp8). The K
-curve is applied to grouped GEMMs only: the dense GEMMs' small-K loss sits inside their fitted
-``gemm_efficiency`` (their K is h or ffn/tp, mostly >= 4K), and no published figure separates cuBLAS's bf16
-small-K cost per family, so one bf16-equivalent ``GROUPED_HALF_K`` serves every family.
+1025 at K = 2048, and 590 at K = 512, N = 32768) give K_half ~ 800 at fp8 (r = 2), i.e. 400 in bf16 terms (the
+family's ``grouped_half_k``), scaled by r as above; its grouped contiguous table agrees
+within 5% (N 7168 / K 2048 at 1099 TFLOPS against N 4096 / K 7168 at 1297, M = 8192 per group: 0.85 measured,
+0.81 here). The m curve needs no new constant: the masked-layout table (M per group 512 / 1024 / 4096-8192:
+1040 / 1233 / 1297 TFLOPS, 0.80 / 0.95 / 1.0) is what ``gemm_half_dim`` x r already gives (0.81 / 0.90 / 0.99
+on Hopper fp8). The K curve is applied where it was measured, low-precision grouped GEMMs on NVIDIA tensor
+cores (Hopper; Blackwell takes Hopper's figure as its other first estimates do): a bf16 grouped GEMM, a dense
+GEMM (whose small-K loss sits inside its fitted ``gemm_efficiency``; K is h or ffn/tp, mostly >= 4K) and the
+families with no published grouped K sweep (TPU megablox GMM, CDNA, Ascend) keep ``gemm_half_dim`` on K.
 """
 
 from __future__ import annotations
@@ -55,18 +56,14 @@ def act_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-# the reduction depth at which a grouped GEMM's per-tile fixed cost halves its efficiency, in bf16 terms (scaled
-# by ``grouped_half_dim_scale`` in low precision): DeepGEMM's H800 fp8 tables give ~800 at fp8 (module docstring)
-GROUPED_HALF_K = 400.0
-
-
 def gemm_efficiency(acc: Accelerator, m, n, k, half_dim_scale=1.0, grouped=False):
     """The fraction of peak a GEMM reaches: the family's large-GEMM efficiency times a saturating curve per
-    dimension and the matrix unit's padding; ``grouped`` (an expert GEMM): K's curve halves at
-    ``GROUPED_HALF_K`` x ``half_dim_scale`` instead (the module docstring)."""
+    dimension and the matrix unit's padding; a low-precision ``grouped`` GEMM (an expert GEMM, ``half_dim_scale``
+    r > 1): K's curve halves at the family's ``grouped_half_k`` x r where it has one (the module docstring)."""
     fam = acc.family_constants
     d0 = fam.gemm_half_dim * half_dim_scale
-    k0 = max(GROUPED_HALF_K, fam.gemm_half_dim) * half_dim_scale if grouped else d0
+    k_measured = grouped and half_dim_scale > 1.0 and fam.grouped_half_k > 0
+    k0 = max(fam.grouped_half_k, fam.gemm_half_dim) * half_dim_scale if k_measured else d0
     shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + k0))
     return fam.gemm_efficiency * shape * matrix_fill(acc, n) * matrix_fill(acc, k) * matrix_fill(acc, m)
 
