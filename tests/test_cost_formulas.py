@@ -247,3 +247,25 @@ def test_one_stage_holds_every_parameter():
     assert est.memory_gb["weights"] == pytest.approx(params / 8 * 2 / 2**30, rel=1e-9)
     assert est.memory_gb["grads"] == pytest.approx(params / 8 * 4 / 2**30, rel=1e-9)  # fp32 main gradients
     assert est.memory_gb["optimizer"] == pytest.approx(params / 8 * 12 / 2**30, rel=1e-9)  # dp = 1: unsharded
+
+
+def test_low_precision_grouped_gemm_follows_deepgemm_k_sweep():
+    """DeepGEMM's H800 fp8 tables (deepseek-ai/DeepGEMM README): at M 4096, N 7168 a K of 2048 runs at 1025
+    TFLOPS against 1358 at K 16384 (0.755); the family's ``grouped_half_k`` x r reproduces it on Hopper fp8
+    grouped GEMMs, while bf16 grouped GEMMs and a family without the figure (TPU) keep ``gemm_half_dim`` on K."""
+    from asap.cost.roofline import gemm_efficiency, grouped_half_dim_scale
+    from asap.spec.catalog import get_accelerator
+
+    h100, tpu = get_accelerator("h100-sxm"), get_accelerator("tpu-v5p")
+    r = grouped_half_dim_scale(h100, "fp8")
+
+    def ratio(acc, scale, grouped):
+        return (gemm_efficiency(acc, 4096, 7168, 2048, scale, grouped)
+                / gemm_efficiency(acc, 4096, 7168, 16384, scale, grouped))
+
+    assert ratio(h100, r, True) == pytest.approx(1025 / 1358, abs=0.03)
+    assert ratio(h100, 1.0, True) == pytest.approx(ratio(h100, 1.0, False))  # bf16 grouped: unchanged
+    assert ratio(tpu, 1.0, True) == pytest.approx(ratio(tpu, 1.0, False))
+    # rows per expert: the masked-layout table (512 vs 8192 rows: 1040 / 1297 = 0.80) needs no new constant
+    m_ratio = gemm_efficiency(h100, 512, 4096, 7168, r, True) / gemm_efficiency(h100, 8192, 4096, 7168, r, True)
+    assert m_ratio == pytest.approx(1040 / 1297, abs=0.03)

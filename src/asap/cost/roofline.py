@@ -17,6 +17,20 @@ boundaries and, in low precision, every expert's GEMM loads its own scaling fact
 in 1/r of the bf16 time (r = the precision's peak over bf16's: 2 for fp8 on Hopper), so the same fixed cost
 weighs r times more: the dimension at which a grouped GEMM's efficiency halves is r times the family's
 (``grouped_half_dim_scale``). Small experts (thin n, k) therefore lose the most, and more so in fp8.
+
+That fixed cost per output tile is amortised over the tile's reduction loop, so it is the reduction dimension
+K (an expert's hidden size in fc1, its width in fc2) that sets it, not m or n (those set the number of tiles):
+a tile takes K / k_rate + c, efficiency K / (K + K_half). DeepGEMM's published H800 fp8 tables
+(deepseek-ai/DeepGEMM README, "Normal GEMMs for dense models" at M = 4096, N = 7168: 1358 TFLOPS at K = 16384,
+1025 at K = 2048, and 590 at K = 512, N = 32768) give K_half ~ 800 at fp8 (r = 2), i.e. 400 in bf16 terms (the
+family's ``grouped_half_k``), scaled by r as above; its grouped contiguous table agrees
+within 5% (N 7168 / K 2048 at 1099 TFLOPS against N 4096 / K 7168 at 1297, M = 8192 per group: 0.85 measured,
+0.81 here). The m curve needs no new constant: the masked-layout table (M per group 512 / 1024 / 4096-8192:
+1040 / 1233 / 1297 TFLOPS, 0.80 / 0.95 / 1.0) is what ``gemm_half_dim`` x r already gives (0.81 / 0.90 / 0.99
+on Hopper fp8). The K curve is applied where it was measured, low-precision grouped GEMMs on NVIDIA tensor
+cores (Hopper; Blackwell takes Hopper's figure as its other first estimates do): a bf16 grouped GEMM, a dense
+GEMM (whose small-K loss sits inside its fitted ``gemm_efficiency``; K is h or ffn/tp, mostly >= 4K) and the
+families with no published grouped K sweep (TPU megablox GMM, CDNA, Ascend) keep ``gemm_half_dim`` on K.
 """
 
 from __future__ import annotations
@@ -42,10 +56,15 @@ def act_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def gemm_efficiency(acc: Accelerator, m, n, k, half_dim_scale=1.0):
+def gemm_efficiency(acc: Accelerator, m, n, k, half_dim_scale=1.0, grouped=False):
+    """The fraction of peak a GEMM reaches: the family's large-GEMM efficiency times a saturating curve per
+    dimension and the matrix unit's padding; a low-precision ``grouped`` GEMM (an expert GEMM, ``half_dim_scale``
+    r > 1): K's curve halves at the family's ``grouped_half_k`` x r where it has one (the module docstring)."""
     fam = acc.family_constants
     d0 = fam.gemm_half_dim * half_dim_scale
-    shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + d0))
+    k_measured = grouped and half_dim_scale > 1.0 and fam.grouped_half_k > 0
+    k0 = max(fam.grouped_half_k, fam.gemm_half_dim) * half_dim_scale if k_measured else d0
+    shape = (m / (m + d0)) * (n / (n + d0)) * (k / (k + k0))
     return fam.gemm_efficiency * shape * matrix_fill(acc, n) * matrix_fill(acc, k) * matrix_fill(acc, m)
 
 
@@ -71,7 +90,8 @@ def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0, grouped=Fa
     else:
         peak = acc.peak_flops(precision)
         elem = BYTES[precision]
-    rate = peak * gemm_efficiency(acc, m, n, k, grouped_half_dim_scale(acc, precision) if grouped else 1.0)
+    rate = peak * gemm_efficiency(acc, m, n, k, grouped_half_dim_scale(acc, precision) if grouped else 1.0,
+                                 grouped)
     bytes_moved = elem * (m * k + k * n) + act_bytes(precision) * m * n
     t = np.maximum(flops / rate, bytes_moved / (acc.hbm_gbps * 1e9 * fam.hbm_efficiency))
     if precision in LOW_PRECISIONS:  # the input is quantised first: read bf16, write fp8/fp4 (TE, torchao)

@@ -46,6 +46,11 @@ class Family:
         multiples of the MXU width); 0: no padding beyond the family's saturating curve (GPU tensor-core tiles
         are fine-grained enough that the saturating ``gemm_half_dim`` curve covers them). An accelerator's own
         ``matrix_unit_dim`` wins over its family's.
+    grouped_half_k: the reduction depth K at which a low-precision grouped (MoE expert) GEMM's per-tile fixed
+        cost halves its efficiency, in bf16 terms (times r = the precision's peak over bf16's;
+        ``roofline.gemm_efficiency``); 0: K takes ``gemm_half_dim`` like the other dimensions. Set where a
+        published sweep measures it: DeepGEMM's H800 fp8 tables (deepseek-ai/DeepGEMM README) give ~800 at
+        fp8, 400 in bf16 terms, on Hopper and (its Hopper-derived first estimate) Blackwell.
     host_op_s: host time to dispatch one framework operator (PyTorch eager: the Python frame, the dispatcher,
         the launch; ~3-10 us), priced per operator the stack's host runs (``asap.cost.host``).
     dtensor_op_s: the extra host time of an operator on DTensors (sharding propagation and the subclass's
@@ -77,6 +82,7 @@ class Family:
     attention_half_head_dim: float = 54.0
     attention_half_kv_len: float = 256.0
     matrix_unit_dim: float = 0.0
+    grouped_half_k: float = 0.0
     dtensor_op_s: float = 20e-6
     dtensor_call_s: float = 0.0
     sync_s: float = 0.0
@@ -106,6 +112,7 @@ _FAMILY_TABLE = (
            hbm_efficiency=0.95,  # fused elementwise kernels (Transformer Engine, torch.compile)
            net_efficiency=0.90,  # NCCL over NVLink4 / NDR IB, bounded above at 0.9
            collective_latency_s=20e-6, kernel_overhead_s=4e-6,
+           grouped_half_k=400.0,  # DeepGEMM's H800 fp8 K sweep (the field's docstring)
            tp_overlap=0.3),  # Megatron-Core/NeMo recipes enable TE userbuffer TP overlap, torchtitan async TP;
     # not every run uses them, so a part, not all
     # NVIDIA Blackwell (B200/GB200/GB300): first estimates from Hopper's (bf16 GEMMs a little higher at 0.63 for
@@ -117,7 +124,7 @@ _FAMILY_TABLE = (
     # and Megatron-Bridge recipes turn on TE userbuffer TP overlap on Blackwell as on Hopper).
     Family(name="blackwell", gemm_efficiency=0.63, gemm_half_dim=64.0, attention_efficiency=0.37,
            fp8_gemm_efficiency=0.53, hbm_efficiency=0.86, net_efficiency=0.90, collective_latency_s=20e-6,
-           kernel_overhead_s=4e-6, tp_overlap=0.3),
+           kernel_overhead_s=4e-6, tp_overlap=0.3, grouped_half_k=400.0),  # Hopper's DeepGEMM figure
     # AMD CDNA3 (MI300X): hipBLASLt reaches ~0.5-0.6 of the (higher) dense peak on large bf16 GEMMs (ROCm
     # performance guides); CK flash attention ~0.3; RCCL bus bandwidth ~0.75 of the xGMI line rate. fp8 GEMMs at
     # 0.58 of the fp8 peak, fitted on the three AMD runs of published_runs_2024_2026.json (MLPerf v5.1 Llama 3.1
@@ -158,5 +165,5 @@ _FAMILY_TABLE = (
 FAMILIES: Mapping[str, Family] = MappingProxyType({f.name: f for f in _FAMILY_TABLE})
 EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k not in ("name", "async_host"))
 # constants that may be 0 (the others are positive)
-ZERO_ALLOWED_KEYS = ("tp_overlap", "matrix_unit_dim", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
+ZERO_ALLOWED_KEYS = ("tp_overlap", "matrix_unit_dim", "grouped_half_k", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
                      "sync_s")
