@@ -357,8 +357,8 @@ class Proposer:
 
         if self._planned is None:
             try:
-                self._planned = [c.strategy for c in plan(self.job, {}, top=30,
-                                                          ilp_candidates=0).candidates]
+                # with the planner's layer split search, as ``asap plan`` ranks: its best often needs a split
+                self._planned = [c.strategy for c in plan(self.job, {}, top=30).candidates]
             except NoFitError:
                 self._planned = []
         return self._planned[:top]
