@@ -104,7 +104,7 @@ class UnitTimes:
 
     def subset(self, rows: np.ndarray) -> "UnitTimes":
         """The same figures for the strategies ``rows`` of the batch."""
-        return replace(self, row=self.row[rows])
+        return replace(self, row=gather(self.row, rows))
 
 
 def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) -> UnitTimes:
@@ -355,7 +355,7 @@ class DeviceFigures:
 
     def subset(self, rows: np.ndarray) -> "DeviceFigures":
         """The same figures for the strategies ``rows`` of the batch."""
-        return replace(self, row=self.row[rows])
+        return replace(self, row=gather(self.row, rows))
 
 
 def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
@@ -377,7 +377,7 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
         largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
         working_bytes=np.max(acts.working[:, kinds], axis=1))
     if ut is not None:
-        parts = {k: v[ut.row[first]] for k, v in ut.parts.items()}
+        parts = {k: gather(v, ut.row.take(first)) for k, v in ut.parts.items()}
         figures.time = dict(zip(TIME_PARTS, st.per_device(*(parts[k] for k in TIME_PARTS))))
         figures.whole_time = {k: parts[k] @ st.whole for k in TIME_PARTS}
     return figures
