@@ -335,8 +335,8 @@ class Proposer:
 
     def _fill(self, chosen: list[Candidate], skip: set[str], considered: list) -> list[Candidate]:
         """Where fewer than three targeted moves fit or help: the planner's next best that are faster, of other
-        knob sets, fill in as re-plans, the one case with more than one (fewer than three when nothing else
-        helps: the note says so)."""
+        knob sets, fill in as re-plans, the one case with more than one; where fewer help, the fastest other
+        fitting re-plans close the three, each saying it is predicted no faster (the note says how many help)."""
         extra: list[Candidate] = []
         for s in self._planner_best(top=30)[1:]:
             self._add(extra, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
@@ -348,6 +348,13 @@ class Proposer:
         filled: list[Candidate] = []
         for c in helps:
             if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
+                filled.append(c)
+        # the contract's three (design.md): where fewer help, the fastest other fitting re-plans close the list,
+        # last, each saying that it is predicted no faster
+        rest = [c for c in sorted(extra, key=lambda c: c.step_s) if c not in helps]
+        for c in rest:
+            if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
+                c.why += " - predicted no faster than the current strategy: listed to keep three"
                 filled.append(c)
         return chosen + sorted(filled, key=lambda c: c.step_s)
 
