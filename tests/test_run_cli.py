@@ -56,7 +56,7 @@ def test_profiled_run_writes_a_trace_per_rank(tmp_path):
     for t in traces:
         events = json.loads(open(t).read())["traceEvents"]
         steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
-        assert steps == {"ProfilerStep#1", "ProfilerStep#2"}  # step 0 is the profiler's warm-up
+        assert steps == {"ProfilerStep#2"}  # only the last step is profiled, and it is never timed (asap.measure)
         assert any("Input Dims" in e.get("args", {}) for e in events)  # record_shapes=True
 
     d = _cli("diagnose", *traces, "--json", timeout=300)
