@@ -346,15 +346,11 @@ class Proposer:
         # one that beat the targeted moves by more than the model's error
         chosen = sorted(chosen, key=lambda c: c.step_s)
         filled: list[Candidate] = []
-        for c in helps:
-            if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
-                filled.append(c)
-        # the contract's three (design.md): where fewer help, the fastest other fitting re-plans close the list,
-        # last, each saying that it is predicted no faster
+        # where fewer help, the fastest other fitting re-plans keep the contract's three (design.md), saying so
         rest = [c for c in sorted(extra, key=lambda c: c.step_s) if c not in helps]
-        for c in rest:
+        for c in helps + rest:
             if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
-                c.why += " - predicted no faster than the current strategy: listed to keep three"
+                c.why += "" if c in helps else " - predicted no faster than the current strategy: listed to keep three"
                 filled.append(c)
         return chosen + sorted(filled, key=lambda c: c.step_s)
 
