@@ -455,7 +455,8 @@ class Proposer:
             entries = [{k: v for k, v in d.items() if k != "cited_once"} for _, d in cited if d["cited_once"]]
             if cited:
                 rationale += "; " + ", ".join(f"{k} per knowledge:{d['id']}" for k, d in cited)
-        evidence = list(c.evidence) + [f"diagnosis:{target['class']}={target.get('saving_s', 0.0):.3g}s"]
+        evidence = list(c.evidence) + [f"knowledge:{d['id']}" for d in entries if f"knowledge:{d['id']}" not in
+                                       c.evidence] + [f"diagnosis:{target['class']}={target.get('saving_s', 0.0):.3g}s"]
         trials = self._similar_trials(c.strategy)
         evidence += [f"memory:trial{t['id']}" for t in trials]
         return Proposal(c.strategy, rationale, speedup, (base.step_time_s / hi, base.step_time_s / lo), c.step_s,
