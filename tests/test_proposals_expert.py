@@ -127,21 +127,9 @@ def _run(name, model, cluster, gb, seq, current, options):
     return m, c, t, s, d, Proposer(job, job_args=flags).propose(s, d)
 
 
-# Open defects found when issues 32 and 33 met on main (2026-12-02), left for the next session: propose fills
-# with more than one re-plan (issue 33's fill-in) and offers a2a_overlap with vpp=1, which estimate's stack rules
-# (issue 32) now refuse
-MERGE_DEFECTS = {
-    "fsdp-tpu-v5p": "more than one re-plan fills the three (issue 33's fill-in vs this test's <= 1)",
-    "host-bound-tiny": "more than one re-plan fills the three (issue 33's fill-in vs this test's <= 1)",
-    "hot-experts": "a proposal with a2a_overlap=1 at vpp=1 that estimate's megatron rules refuse",
-}
-
-
 @pytest.mark.parametrize("name,model,cluster,gb,seq,current,options,named,expected", SCENARIOS,
                          ids=[x[0] for x in SCENARIOS])
-def test_scenario(name, model, cluster, gb, seq, current, options, named, expected, request):
-    if name in MERGE_DEFECTS:  # known, open: see MERGE_DEFECTS; runs and reports XFAIL/XPASS
-        request.applymarker(pytest.mark.xfail(reason=MERGE_DEFECTS[name], strict=False))
+def test_scenario(name, model, cluster, gb, seq, current, options, named, expected):
     m, c, t, s, d, ps = _run(name, model, cluster, gb, seq, current, options)
     assert d.bottleneck_class == named, d.classes[:3]
     assert estimate(Job.resolve(m, c, t), s).bottleneck_class == named  # estimate's bottleneck line says the same

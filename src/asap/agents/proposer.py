@@ -26,6 +26,7 @@ from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.strategy import Strategy, resolve_strategy
+from asap.spec.stack_rules import RuleJob, first_unrunnable
 from asap.spec.words import BottleneckClass
 
 N_PROPOSALS = 3
@@ -168,13 +169,13 @@ class Proposer:
 
     def resolve(self, spelled: str | dict) -> Strategy:
         """A candidate as written (a move's keys, the LLM's text, a similar job's trial): the edge where it is
-        parsed, completed with this job's defaults and checked (once per spelling; a broken one raises its
-        AsapError each time it is asked for)."""
+        parsed, completed with this job's defaults and checked, the stack's rules included (what ``estimate``
+        and ``emit`` refuse is never proposed; once per spelling; a broken one raises its AsapError each time)."""
         key = spelled if isinstance(spelled, str) else repr(sorted(spelled.items()))
         if key not in self._resolved:
             try:
-                self._resolved[key] = resolve_strategy(spelled, self.model, self.train, self.job.devices,
-                                                       framework=self.job.framework)
+                s = resolve_strategy(spelled, self.model, self.train, self.job.devices, framework=self.job.framework)
+                self._resolved[key] = first_unrunnable(s, self.job.framework.name, RuleJob.of(self.job)) or s
             except AsapError as e:
                 self._resolved[key] = e
         found = self._resolved[key]
@@ -333,26 +334,24 @@ class Proposer:
             self._add(out, considered, strategy, "llm", f"LLM: {rationale}", ["llm"], target=None)
         self.narrative = advice.narrative
 
-    def _fill(self, chosen: list[Candidate], skip: set[str], considered: list) -> list[Candidate]:
-        """Where fewer than three targeted moves fit or help: the planner's next best that are faster, of other
-        knob sets, fill in as re-plans, the one case with more than one; where fewer help, the fastest other
-        fitting re-plans close the three, each saying it is predicted no faster (the note says how many help)."""
-        extra: list[Candidate] = []
+    def _fill(self, chosen: list[Candidate], skip: set[str], targeted: list[Candidate], considered: list) -> list:
+        """Where fewer than three targeted moves fit and help, in this order: one of the planner's next best that
+        is faster, of other knob sets (a re-plan), where none is chosen yet; then the least slow other targeted
+        moves, then the other re-plans (one re-plan unless nothing else is left): what is predicted no faster
+        says so (design.md's three)."""
+        replans: list[Candidate] = []
         for s in self._planner_best(top=30)[1:]:
-            self._add(extra, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
-                                                                  "targeted moves fit)", ["planner:top"])
-        helps = [c for c in extra if c.step_s < self.base.step_time_s or not self.base.fits]
-        # the targeted moves first (fastest first), then the re-plans that fill in: a filled-in re-plan is not
-        # one that beat the targeted moves by more than the model's error
-        chosen = sorted(chosen, key=lambda c: c.step_s)
+            self._add(replans, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
+                                                                    "targeted moves fit)", ["planner:top"])
+        helps = lambda c: c.step_s < self.base.step_time_s or not self.base.fits  # noqa: E731
+        replans, targeted = (sorted(cs, key=lambda c: c.step_s) for cs in (replans, targeted))
+        first = replans[:1] if replans and helps(replans[0]) and all(c.source != "planner" for c in chosen) else []
         filled: list[Candidate] = []
-        # where fewer help, the fastest other fitting re-plans keep the contract's three (design.md), saying so
-        rest = [c for c in sorted(extra, key=lambda c: c.step_s) if c not in helps]
-        for c in helps + rest:
+        for c in first + [c for c in targeted if c not in chosen and not helps(c)] + replans:
             if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
-                c.why += "" if c in helps else " - predicted no faster than the current strategy: listed to keep three"
+                c.why += "" if helps(c) else " - predicted no faster than the current strategy: listed to keep three"
                 filled.append(c)
-        return chosen + sorted(filled, key=lambda c: c.step_s)
+        return sorted(chosen, key=lambda c: c.step_s) + sorted(filled, key=lambda c: c.step_s)
 
     def _planner_best(self, top: int = 1) -> list[Strategy]:
         """The planner's ``top`` best (its 30 best computed once per proposer: the re-plan and the fill)."""
@@ -418,7 +417,7 @@ class Proposer:
         err = model_error(self.cluster.accelerator.family)
         chosen = choose(list(unique.values()), base, err, diagnosis.bottleneck_class)
         if len(chosen) < N_PROPOSALS:  # too few targeted moves fit: more of the planner's (re-plans) fill in
-            chosen = self._fill(chosen, skip, considered)
+            chosen = self._fill(chosen, skip, [c for c in unique.values() if c.source != "planner"], considered)
         best = min((c.step_s for c in chosen), default=base.step_time_s)
         within = base.fits and best >= base.step_time_s * (1 - err)
         if within:
@@ -427,9 +426,10 @@ class Proposer:
                     f"would tell")
         else:
             note = f"{len(unique)} candidates fit; three targeted moves of different knobs, fastest first"
-        if len(chosen) < N_PROPOSALS:
-            note += (f" | only {len(chosen)} move(s) the cost model predicts faster than the current strategy: "
-                     "no slower move fills a slot")
+        faster = sum(c.step_s < base.step_time_s or not base.fits for c in chosen)
+        if faster < N_PROPOSALS:
+            note += (f" | {faster} of the {len(chosen)} predicted faster than the current strategy; the others are "
+                     "listed to keep three")
         for c in unique.values():
             considered.append({"strategy": str(c.strategy), "source": c.source, "kept": c in chosen,
                                "why": "proposed" if c in chosen else "a faster candidate moves the same knobs "

@@ -223,7 +223,10 @@ def _trial_table(job, executor: str):
     def on_trial(rec, coord):
         first = next((r.measured_step_time_s for r in coord.trials if r.measured_step_time_s), None)
         vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
-        table.add_row(str(len(coord.trials)), compact_strategy(rec.strategy, job),
+        name = compact_strategy(rec.strategy, job)
+        column = table.columns[1]  # a token longer than the placeholder's widens the column, never folds
+        column.min_width = max(column.min_width or 0, *(len(tok) for tok in name.split()))
+        table.add_row(str(len(coord.trials)), name,
                       rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
                       seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,
                       coord.correction.short(),
