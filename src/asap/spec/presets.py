@@ -10,31 +10,28 @@ LLAMA31_ROPE = dict(type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_fa
 QWEN3_ARCH = dict(rope_theta=1e6, norm_eps=1e-6, qk_norm=True)  # Qwen3Attention's q_norm/k_norm, rms_norm_eps
 QWEN3_ROUTER = dict(norm_topk_prob=True, aux_loss_coef=0.001)  # Qwen3MoeConfig as the checkpoints set it
 
+
+def _llama3(name: str, layers: int, hidden: int, ffn: int, heads: int, **extra: Any) -> dict[str, Any]:
+    """The Llama 3 shape (GQA with 8 KV heads, 128256 vocabulary, SwiGLU, RoPE base 500000) at one size."""
+    return dict(name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_attention_heads=heads,
+                num_kv_heads=8, vocab_size=128256, activation="swiglu", rope_theta=500000.0, **extra)
+
+
 # name -> (native schema mapping, published total parameters, whether that total includes MTP, source)
 MODEL_PRESETS: dict[str, tuple[dict[str, Any], float, bool, str]] = {
     "gpt3-175b": (dict(name="gpt3-175b", num_layers=96, hidden_size=12288, ffn_hidden_size=49152,
                        num_attention_heads=96, vocab_size=50257, activation="gelu", tie_embeddings=True,
                        norm="layernorm", position_embedding="learned"),
                   175e9, False, "Brown et al. 2020 (arXiv:2005.14165) Table 2.1"),
-    "llama3-8b": (dict(name="llama3-8b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
-                       num_attention_heads=32, num_kv_heads=8, vocab_size=128256, activation="swiglu",
-                       rope_theta=500000.0),
+    "llama3-8b": (_llama3("llama3-8b", 32, 4096, 14336, 32),
                   8.03e9, False, "Meta Llama 3 model card; HF meta-llama/Meta-Llama-3-8B config.json"),
-    "llama3-70b": (dict(name="llama3-70b", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
-                        num_attention_heads=64, num_kv_heads=8, vocab_size=128256, activation="swiglu",
-                        rope_theta=500000.0),
+    "llama3-70b": (_llama3("llama3-70b", 80, 8192, 28672, 64),
                    70.6e9, False, "Meta Llama 3 model card; HF meta-llama/Meta-Llama-3-70B config.json"),
-    "llama3.1-8b": (dict(name="llama3.1-8b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
-                         num_attention_heads=32, num_kv_heads=8, vocab_size=128256, activation="swiglu",
-                         rope_theta=500000.0, rope_scaling=LLAMA31_ROPE),
+    "llama3.1-8b": (_llama3("llama3.1-8b", 32, 4096, 14336, 32, rope_scaling=LLAMA31_ROPE),
                     8.03e9, False, "HF meta-llama/Llama-3.1-8B config.json"),
-    "llama3.1-70b": (dict(name="llama3.1-70b", num_layers=80, hidden_size=8192, ffn_hidden_size=28672,
-                          num_attention_heads=64, num_kv_heads=8, vocab_size=128256, activation="swiglu",
-                          rope_theta=500000.0, rope_scaling=LLAMA31_ROPE),
+    "llama3.1-70b": (_llama3("llama3.1-70b", 80, 8192, 28672, 64, rope_scaling=LLAMA31_ROPE),
                      70.6e9, False, "HF meta-llama/Llama-3.1-70B config.json"),
-    "llama3.1-405b": (dict(name="llama3.1-405b", num_layers=126, hidden_size=16384, ffn_hidden_size=53248,
-                           num_attention_heads=128, num_kv_heads=8, vocab_size=128256, activation="swiglu",
-                           rope_theta=500000.0, rope_scaling=LLAMA31_ROPE),
+    "llama3.1-405b": (_llama3("llama3.1-405b", 126, 16384, 53248, 128, rope_scaling=LLAMA31_ROPE),
                       405.9e9, False, "Llama 3 Herd of Models (arXiv:2407.21783) Table 3"),
     "mixtral-8x7b": (dict(name="mixtral-8x7b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
                           num_attention_heads=32, num_kv_heads=8, vocab_size=32000, activation="swiglu",
