@@ -1,9 +1,15 @@
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# asap's user folder (Memory's memory.sqlite, calibrations) is the session's own, never the user's: a test sees
+# only what the tests wrote, whichever process (or pytest-xdist worker) runs it
+os.environ.setdefault("ASAP_DATA_DIR", tempfile.mkdtemp(prefix="asap-tests-"))
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

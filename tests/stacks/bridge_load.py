@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -120,8 +121,10 @@ if __name__ == "__main__":
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     # validate() takes the world size from WORLD_SIZE while torch.distributed is not up: every file first
     loaded = [load(int(world), path) for world, path in (spec.split(":", 1) for spec in sys.argv[1:])]
-    os.environ.update(WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(20000 + os.getpid() % 20000))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    os.environ.update(WORLD_SIZE="1")
+    # a one-process group over a file store: no port to collide with another test's (pytest-xdist)
+    store = dist.FileStore(tempfile.mkstemp(prefix="asap-gloo-")[1], 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     from megatron.core import parallel_state
 
     parallel_state.initialize_model_parallel()

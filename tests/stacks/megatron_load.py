@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 import types
 import warnings
 from pathlib import Path
@@ -169,9 +170,9 @@ def load(arguments, world_size, text):
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(20000 + os.getpid() % 20000))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    # a one-process group over a file store: no port to collide with another test's (pytest-xdist)
+    store = dist.FileStore(tempfile.mkstemp(prefix="asap-gloo-")[1], 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     from megatron.core import parallel_state
 
     parallel_state.initialize_model_parallel()

@@ -247,7 +247,7 @@ def fitting_next(job, pins: dict, options: JobOptions) -> str:
     from dataclasses import replace
     from shlex import quote
 
-    from asap.search.planner import NoFitError, plan as run_plan
+    from asap.search.planner import NoFitError, plan as run_plan, plan_headroom
     from asap.spec.hardware import load_cluster
     from asap.spec.strategy import format_compact_keys
 
@@ -256,6 +256,7 @@ def fitting_next(job, pins: dict, options: JobOptions) -> str:
              for fixed in ([pins, {}] if pins else [{}])]
     for fixed, n in tries:
         on = job if n == c.num_devices else replace(job, cluster=load_cluster(options.cluster, devices=n))
+        on = plan_headroom(on, options.memory_margin)  # the headroom the printed plan command keeps
         try:
             best = run_plan(on, dict(fixed)).candidates[0]
         except NoFitError:
