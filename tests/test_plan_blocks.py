@@ -10,8 +10,8 @@ from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch
 from asap.cost.batch import expand
 from asap.cost.memory import fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
-from asap.search.planner import (BOUND_POOL_MIN_TOP_K, BOUND_ROWS, Deadline, Kept, NoFitError, Search, first_per_shape, pareto_front, plan,
-                                 search_space)
+from asap.search.planner import (Deadline, Kept, NoFitError, Search, first_per_shape, pareto_front, plan,
+                                 bound_pool_rows, search_space)
 from asap.search.space import Space, chunk_order, enumerate_space
 from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.loader import load_model
@@ -86,7 +86,7 @@ def test_small_blocks_rank_like_the_whole_space(cid, free):
         got = blockwise(model, cluster, train, fixed, 8, distinct)
         assert got[:4] == want
         # only what the result can show is kept: the ranked rows, the front, the rows the split search may try
-        assert len(got[4].kept.step) <= 8 + len(want[1]) + BOUND_ROWS * max(8, BOUND_POOL_MIN_TOP_K)
+        assert len(got[4].kept.step) <= 8 + len(want[1]) + bound_pool_rows(8)
 
 
 def test_include_oom_blocks_rank_every_row():

@@ -139,10 +139,10 @@ class Proposer:
         self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
         self.base: Estimate | None = None  # the current strategy's estimate while proposing
         self._planned: list[Strategy] | None = None
-        # the moves, the similar jobs and the planner often name the same strategy: each is resolved and priced
-        # once per proposer (its job never changes)
+        # resolved and priced once per proposer: the moves, similar jobs and the planner often name one strategy
         self._resolved: dict[str, Strategy | AsapError] = {}
         self._estimates: dict[Strategy, Estimate] = {}
+        self._rule_job = RuleJob.of(job)  # what the stack's rules read besides the strategy
 
     @property
     def moe(self) -> bool:
@@ -175,7 +175,7 @@ class Proposer:
         if key not in self._resolved:
             try:
                 s = resolve_strategy(spelled, self.model, self.train, self.job.devices, framework=self.job.framework)
-                self._resolved[key] = first_unrunnable(s, self.job.framework.name, RuleJob.of(self.job)) or s
+                self._resolved[key] = first_unrunnable(s, self.job.framework.name, self._rule_job) or s
             except AsapError as e:
                 self._resolved[key] = e
         found = self._resolved[key]
@@ -335,21 +335,19 @@ class Proposer:
         self.narrative = advice.narrative
 
     def _fill(self, chosen: list[Candidate], skip: set[str], targeted: list[Candidate], considered: list) -> list:
-        """Where fewer than three targeted moves fit and help, in this order: one of the planner's next best that
-        is faster, of other knob sets (a re-plan), where none is chosen yet; then the least slow other targeted
-        moves, then the other re-plans (one re-plan unless nothing else is left): what is predicted no faster
-        says so (design.md's three)."""
+        """Fewer than three targeted moves fit and help: one faster re-plan (the planner's next best, other knobs)
+        if none is chosen, then the least slow other targeted moves, then more re-plans (design.md's three); what
+        is predicted no faster says so."""
         replans: list[Candidate] = []
         for s in self._planner_best(top=30)[1:]:
             self._add(replans, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
                                                                     "targeted moves fit)", ["planner:top"])
-        helps = lambda c: c.step_s < self.base.step_time_s or not self.base.fits  # noqa: E731
         replans, targeted = (sorted(cs, key=lambda c: c.step_s) for cs in (replans, targeted))
-        first = replans[:1] if replans and helps(replans[0]) and all(c.source != "planner" for c in chosen) else []
+        first = [r for r in replans[:1] if _helps(r, self.base) and all(c.source != "planner" for c in chosen)]
         filled: list[Candidate] = []
-        for c in first + [c for c in targeted if c not in chosen and not helps(c)] + replans:
+        for c in first + [c for c in targeted if c not in chosen and not _helps(c, self.base)] + replans:
             if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
-                c.why += "" if helps(c) else " - predicted no faster than the current strategy: listed to keep three"
+                c.why += "" if _helps(c, self.base) else " - predicted no faster than the current strategy: listed to keep three"
                 filled.append(c)
         return sorted(chosen, key=lambda c: c.step_s) + sorted(filled, key=lambda c: c.step_s)
 
@@ -426,10 +424,9 @@ class Proposer:
                     f"would tell")
         else:
             note = f"{len(unique)} candidates fit; three targeted moves of different knobs, fastest first"
-        faster = sum(c.step_s < base.step_time_s or not base.fits for c in chosen)
+        faster = sum(_helps(c, base) for c in chosen)
         if faster < N_PROPOSALS:
-            note += (f" | {faster} of the {len(chosen)} predicted faster than the current strategy; the others are "
-                     "listed to keep three")
+            note += f" | {faster} of the {len(chosen)} predicted faster than the current strategy; the others are listed to keep three"
         for c in unique.values():
             considered.append({"strategy": str(c.strategy), "source": c.source, "kept": c in chosen,
                                "why": "proposed" if c in chosen else "a faster candidate moves the same knobs "
@@ -545,6 +542,10 @@ def _rank(c: Candidate) -> tuple[int, int]:
     return SOURCE_ORDER[c.source], 0 if primary else 1
 
 
+def _helps(c: Candidate, base: Estimate) -> bool:
+    return c.step_s < base.step_time_s or not base.fits  # what helps: faster, or fits where base does not
+
+
 def _distinct(c: Candidate, chosen: list[Candidate]) -> bool:
     """Another kind of move: its own knob set and entry (or term), and not one knob's value from a chosen one
     (tp 4->2 and tp 4->2 with pp 1->2 are one experiment and a variant of it)."""
@@ -559,13 +560,12 @@ def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = ""
     best targeted move by more than the model's error. Too few faster moves: the least slow others fill in."""
     ranked = sorted(cands, key=lambda c: (c.step_s, SOURCE_ORDER[c.source], str(c.strategy)))
     targeted = [c for c in ranked if c.source != "planner"]
-    useful = [c for c in targeted if c.step_s < base.step_time_s or not base.fits]
+    useful = [c for c in targeted if _helps(c, base)]
     known = [c for c in targeted if c.source == "knowledge"]
     # the named class is attacked first: its best knowledge move, where one helps
     chosen = [c for c in useful if c in known and (c.target or {}).get("class") == verdict][:1]
     named_first = sorted(known, key=lambda c: (c.target or {}).get("class") != verdict)  # stable: then by step
-    # only moves the cost model says help (faster than the current strategy, or fitting where it does not):
-    # a slower move is never offered to fill a slot
+    # only moves that help (``_helps``): a slower move is never offered to fill a slot
     named_first = [c for c in named_first if c in useful]
     for pool, n in (([c for c in useful if c in known], 2), (named_first, 2), (useful, 3)):
         for c in pool:

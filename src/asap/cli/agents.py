@@ -15,7 +15,7 @@ from rich.table import Table
 
 from asap.cli.root import app
 from asap.cli.common import (JOB, JobOptions, JsonOpt, err_console, job_options, out_console, print_json,
-                             strategy_column)
+                             strategy_column, widest_token)
 from asap.cli.estimate import seconds, with_lengths
 from asap.errors import AsapError
 
@@ -225,7 +225,7 @@ def _trial_table(job, executor: str):
         vs = (f"{first / rec.measured_step_time_s:.2f}x" if first and rec.measured_step_time_s else "-")
         name = compact_strategy(rec.strategy, job)
         column = table.columns[1]  # a token longer than the placeholder's widens the column, never folds
-        column.min_width = max(column.min_width or 0, *(len(tok) for tok in name.split()))
+        column.min_width = max(column.min_width or 0, widest_token([name]))
         table.add_row(str(len(coord.trials)), name,
                       rec.status, seconds(rec.measured_step_time_s) if rec.measured_step_time_s else "-",
                       seconds(rec.predicted_step_time_s) if rec.predicted_step_time_s else "-", vs,

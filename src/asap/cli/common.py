@@ -33,8 +33,12 @@ out_console = Console() if sys.stdout.isatty() else Console(width=160)
 def strategy_column(table, names: list[str], header: str = "strategy") -> None:
     """A strategy column that wraps between the compact notation's tokens and never cuts one off: at least as
     wide as the longest token (Rich folds, rather than truncates, anything longer)."""
-    widest = max((len(tok) for name in names for tok in name.split()), default=8)
-    table.add_column(header, justify="left", overflow="fold", min_width=max(widest, len(header)))
+    table.add_column(header, justify="left", overflow="fold", min_width=max(widest_token(names, 8), len(header)))
+
+
+def widest_token(names: list[str], default: int = 0) -> int:
+    """The longest token of the compact notation among ``names`` (the least a strategy column may be)."""
+    return max((len(tok) for name in names for tok in name.split()), default=default)
 
 
 def _clean(obj: Any) -> Any:

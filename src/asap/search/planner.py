@@ -180,6 +180,11 @@ BOUND_ROWS = 4
 BOUND_PER_SHAPE = 2  # of which at most this many of one layout (its variants would crowd out the others)
 # the split pool's size does not shrink with --top: #1 is searched over the same rows whatever the rows shown
 BOUND_POOL_MIN_TOP_K = 60
+
+
+def bound_pool_rows(top_k: int) -> int:
+    """How many rows by split bound the candidate pool keeps for ``top_k`` (at least the floor's)."""
+    return BOUND_ROWS * max(top_k, BOUND_POOL_MIN_TOP_K)
 PRESELECT_ROWS = 64  # rows per wanted one sorted first (``Kept.first``: more only where shapes repeat)
 PLACE_BITS = 32  # a row's place in the space: its mesh row, then (these low bits) its place in its block
 
@@ -227,7 +232,7 @@ class Kept:
         rows (a row or shape that beats it stays)."""
         front = pareto_front(self.step, self.mem.peak_gb, np.argsort(self.step, kind="stable"))
         keep = [front, self.first(self.step, top_k, 1 if distinct else None),
-                self.first(self.bound, BOUND_ROWS * max(top_k, BOUND_POOL_MIN_TOP_K), BOUND_PER_SHAPE)]
+                self.first(self.bound, bound_pool_rows(top_k), BOUND_PER_SHAPE)]
         return self.take(np.unique(np.concatenate(keep)))
 
     def first(self, key: np.ndarray, k: int, per_shape: int | None) -> np.ndarray:
@@ -450,11 +455,11 @@ def plan_headroom(job: Job, margin_gb: float | None = None) -> Job:
 
 def candidate_pool(kept: Kept, top_k: int, distinct: bool) -> np.ndarray:
     """The kept rows a candidate may come from: the first ``top_k`` (shapes) by step time and the first
-    ``BOUND_ROWS * top_k`` rows by split bound (``BOUND_PER_SHAPE`` of a shape at most)."""
+    ``bound_pool_rows(top_k)`` rows by split bound (``BOUND_PER_SHAPE`` of a shape at most)."""
     shown = first_per_shape(kept.S, kept.by_rank()) if distinct else kept.by_rank()
     both = np.concatenate([shown[:top_k],
                            first_n_per_shape(kept.S, kept.by_rank(kept.bound), BOUND_PER_SHAPE)
-                           [:BOUND_ROWS * max(top_k, BOUND_POOL_MIN_TOP_K)]])
+                           [:bound_pool_rows(top_k)]])
     _, first = np.unique(both, return_index=True)
     return both[np.sort(first)]
 
