@@ -56,8 +56,14 @@ def cli(*args: str, timeout: float = 600) -> str:
 
 def validate_golden() -> dict[str, Any]:
     return {"packaged": json.loads(cli("validate", "--json")),
-            "shared": json.loads(cli("validate", "--json", "--cases", str(SHARED_CASES))),
-            "shared_published": json.loads(cli("validate", "--json", "--cases", str(SHARED_PUBLISHED)))}
+            "shared": json.loads(cli("validate", "--json", "--cases", repo_relative(SHARED_CASES))),
+            "shared_published": json.loads(cli("validate", "--json", "--cases", repo_relative(SHARED_PUBLISHED)))}
+
+
+def repo_relative(path: Path) -> str:
+    """``path`` as the commands (run in the repo) are given it: relative, so each case's ``file`` is the same
+    string on any checkout (a fresh clone elsewhere, CI's own directory)."""
+    return str(Path("..") / path.relative_to(REPO.parent))
 
 
 def rows_of(result) -> list[dict[str, Any]]:

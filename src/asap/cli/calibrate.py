@@ -85,7 +85,8 @@ def calibrate_command(
         return
     out_console.print(summary_table(result))
     out_console.print(f"wrote {result['cluster_file']} in {result['time_s']:.1f} s; use it as --cluster "
-                      f"{result['cluster_file']} (kept as this machine's calibration for the torch executor too)")
+                      f"{result['cluster_file']} (kept as this machine's calibration for the torch executor too)",
+                      soft_wrap=True)
 
 
 def summary_table(result) -> Table:

@@ -23,7 +23,8 @@ from rich.console import Console
 if TYPE_CHECKING:
     from asap.spec.job import Job
 
-err_console = Console(stderr=True)
+# messages, never wrapped: one line each, and a path a user copies stays whole
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 # wide enough for the tables when stdout is a file or a pipe (Rich would otherwise wrap at 80 columns)

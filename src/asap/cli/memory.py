@@ -62,7 +62,7 @@ def memory_command(
             out_console.print(trials_table(trials, {e["id"]: e["workload"] for e in experiments}))
     if full is not None:
         out_console.print(f"wrote {export}: {len(full['experiments'])} experiments, {len(full['trials'])} trials, "
-                          f"{len(full['audit'])} audit rows", highlight=False)
+                          f"{len(full['audit'])} audit rows", highlight=False, soft_wrap=True)
 
 
 def _s(v) -> str:
