@@ -42,7 +42,7 @@ def errors(cases, constants: hardware.Family | None = None) -> np.ndarray:
 def constants_at(x, family, params) -> hardware.Family:
     lo = np.array([BOUNDS[p][0] for p in params])
     hi = np.array([BOUNDS[p][1] for p in params])
-    return replace(hardware.FAMILIES[family], **dict(zip(params, np.clip(x, lo, hi))))
+    return replace(hardware.FAMILIES[family], **dict(zip(params, np.clip(x, lo, hi), strict=True)))
 
 
 def objective(x, family, cases, params):
@@ -79,11 +79,11 @@ def main():
         held, used = mine[:n_out], mine[n_out:]
         f = fit(fam, used, [p for p in args.params.split(",") if p], maxiter=args.maxiter)
         print(f"{fam}: " + ", ".join(f"{p}={getattr(f, p):.4g}" for p in PARAMS))
-        for c, e in zip(used, errors(used, f)):
+        for c, e in zip(used, errors(used, f), strict=True):
             print(f"  fit   {c['id']:55s} {e:+.1%}")
         if held:
             eh = errors(held, f)
-            for c, e in zip(held, eh):
+            for c, e in zip(held, eh, strict=True):
                 print(f"  held  {c['id']:55s} {e:+.1%}")
             print(f"  held-out MAPE {np.abs(eh).mean():.1%}")
         print(f"  fit MAPE {np.abs(errors(used, f)).mean():.1%}")

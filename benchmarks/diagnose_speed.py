@@ -29,7 +29,7 @@ def _events_for_step(step: int, t0: float, rng: random.Random, next_id: list[int
     step_start = t
     body: list[str] = []
     gpu_t = t0 + 50.0
-    for layer in range(40):
+    for _layer in range(40):
         for kind in ("linear", "add", "allreduce"):
             ext = next_id[0]
             next_id[0] += 1

@@ -66,7 +66,7 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=8)
     args = ap.parse_args(argv)
     rows = measure_and_predict(args.cluster, args.steps)
-    print(f"| model | strategy | procs | measured s/step | predicted s/step | of which host | ratio |")
+    print("| model | strategy | procs | measured s/step | predicted s/step | of which host | ratio |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['strategy']} | {r['nproc']} | {r['measured_s']:.4f} | {r['predicted_s']:.4f} | "

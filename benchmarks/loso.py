@@ -159,7 +159,7 @@ def write_doc(sections: dict) -> None:
         pat = re.compile(rf"(<!-- loso:{name} -->\n)(?:.*?\n)?(<!-- /loso:{name} -->)", re.S)
         if not pat.search(text):
             raise SystemExit(f"{DOC} has no <!-- loso:{name} --> ... <!-- /loso:{name} --> markers")
-        text = pat.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text)
+        text = pat.sub(lambda m, body=body: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), text)
     DOC.write_text(text)
     print(f"wrote {DOC}")
 

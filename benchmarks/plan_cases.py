@@ -109,8 +109,9 @@ def main() -> None:
         except (AsapError, KeyError) as e:
             print(f"{str(case.get('id', i)):<{width}}  cannot load: {e}")
             continue
-        pub = time_plan(lambda: published_plan(model, cluster, train, fixed), args.repeat)
-        free = time_plan(lambda: (plan(plan_headroom(Job.resolve(model, cluster, train)), {}, top=5), False),
+        pub = time_plan(lambda model=model, cluster=cluster, train=train, fixed=fixed:
+                        published_plan(model, cluster, train, fixed), args.repeat)
+        free = time_plan(lambda model=model, cluster=cluster, train=train: (plan(plan_headroom(Job.resolve(model, cluster, train)), {}, top=5), False),
                          args.repeat)
         rows.append((cid, pub, free))
         line = f"{cid:<{width}}  {cell(pub)}  {cell(free)}"

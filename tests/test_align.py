@@ -125,7 +125,7 @@ def test_tolerance_is_the_stricter_precisions():
 ])
 def test_bad_input_is_one_line(args, needle):
     base = {"--a": "dp=2", "--b": "tp=2", "--steps": "2"}
-    extra = dict(zip(args[::2], args[1::2]))
+    extra = dict(zip(args[::2], args[1::2], strict=True))
     flat = [x for k, v in {**base, **extra}.items() for x in (k, v)]
     p = run_cli("align", "-m", "tiny-dense", "-b", "8", "-s", "32", "--device", "cpu", *flat, "--json", timeout=120)
     assert_one_line_error(p, needle)

@@ -90,7 +90,9 @@ def test_plan_prints_no_solver_banner_and_no_blank_first_line():
 
 def test_plan_rows_are_distinct_shapes_unless_all():
     base = ["plan", "-m", "llama3-8b", "-c", "dgx-h100-1node", "-b", "32", "-s", "4096", "--top", "8", "--json"]
-    shapes = lambda out: [tuple(c["strategy"][k] for k in ("tp", "pp", "cp", "ep")) for c in out["candidates"]]
+
+    def shapes(out):
+        return [tuple(c["strategy"][k] for k in ("tp", "pp", "cp", "ep")) for c in out["candidates"]]
     distinct = json.loads(run_cli(*base).stdout)
     every = json.loads(run_cli(*base, "--all").stdout)
     assert len(set(shapes(distinct))) == len(shapes(distinct))

@@ -147,7 +147,7 @@ def test_plan_table_at_100_columns():
     cands = json.loads(asap("plan", *job, "--json").stdout)["candidates"]
     cells = strategy_cells(text, "fastest configurations")
     assert len(cells) == len(cands)
-    for cell, cand in zip(cells, cands):
+    for cell, cand in zip(cells, cands, strict=True):
         assert cell == cand["strategy_compact"]
         same(cell, cand["strategy"], 72, moe=True)
     assert strategy_cells(text, "Pareto front")
@@ -160,7 +160,7 @@ def test_propose_table_at_100_columns():
     props = json.loads(asap("propose", *job, "--json").stdout)["proposals"]
     cells = strategy_cells(text, "three proposals")
     assert len(cells) == 3
-    for cell, p in zip(cells, props):
+    for cell, p in zip(cells, props, strict=True):
         same(cell, p["strategy"], 64)
 
 
@@ -173,9 +173,9 @@ def test_tune_and_memory_tables_at_100_columns(tmp_path):
     cells = strategy_cells(text, "tune llama3-70b")
     trials = json.loads(asap("memory", "--memory", db, "--json").stdout)["trials"]
     assert len(cells) == len(trials) >= 2
-    for cell, t in zip(cells, trials):
+    for cell, t in zip(cells, trials, strict=True):
         same(cell, t["strategy"], 64)
     mem = on_terminal("memory", "--memory", db)
     assert_width(mem)
-    for cell, t in zip(strategy_cells(mem, "trials"), trials):
+    for cell, t in zip(strategy_cells(mem, "trials"), trials, strict=True):
         same(cell, t["strategy"], 64)

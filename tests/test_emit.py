@@ -2,11 +2,8 @@
 
 import json
 import shlex
-import subprocess
-import sys
 import tomllib
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import yaml

@@ -129,7 +129,7 @@ def test_megatron_lm_parses_validates_and_configures_every_model(tmp_path):
         path.write_text(emit_strategy("megatron", j, plan))
         specs.append(f"{64}:{path}")
     got = run_json([sys.executable, str(STACKS / "megatron_load.py"), *specs])
-    for (name, _), c in zip(MEGATRON_PLANS.items(), got):
+    for (name, _), c in zip(MEGATRON_PLANS.items(), got, strict=True):
         assert megatron_view(c) == expected(hf(name)), name
         assert c["params"] == model_from_hf(hf(name)).num_params(include_mtp=True), name
         assert c["padded_vocab"] == hf(name)["vocab_size"], name  # no padding beyond the checkpoint's
@@ -187,7 +187,7 @@ def test_megatron_bridge_validates_and_builds_every_model(tmp_path):
         specs.append(f"64:{path}")
     got = run_json([sys.executable, str(STACKS / "bridge_load.py"), *specs], timeout=1200,
                    env={**os.environ, "ASAP_BRIDGE_SITE": site})
-    for (name, _), c in zip(BRIDGE_PLANS.items(), got):
+    for (name, _), c in zip(BRIDGE_PLANS.items(), got, strict=True):
         assert c["provider"] == BRIDGE_STOCK[name], name
         assert bridge_view(c) == expected(hf(name)), name
         assert c["padded_vocab"] == hf(name)["vocab_size"] and c["mixed_precision"] == "bf16_mixed"
@@ -328,7 +328,7 @@ def test_maxtext_pyconfig_reads_every_model():
     keys = [*ARCH_KEYS, "model_name"]
     got = run_json([python, str(STACKS / "maxtext_load.py"), "8", *map(str, paths)], timeout=1800,
                    env={**os.environ, "ASAP_MAXTEXT_KEYS": json.dumps(keys)})
-    for name, g in zip(MAXTEXT_STOCK, got):
+    for name, g in zip(MAXTEXT_STOCK, got, strict=True):
         assert g["keys"]["model_name"] == MAXTEXT_STOCK[name], name
         view, want = maxtext_view(g["keys"], g["keys"]["model_name"]), expected(hf(name))
         if want.get("experts") and not want["dense_layers"] and want["expert_ffn"] != want["ffn"]:

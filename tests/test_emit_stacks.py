@@ -57,7 +57,7 @@ def test_megatron_lm_parser_takes_the_emitted_strategy(tmp_path):
         path.write_text(emit_strategy("megatron", j, strategy))
         specs.append(f"{j.cluster.num_devices}:{path}")
     dense, moe, mla, fp8 = run_loader("megatron_load.py", *specs)
-    for (name, _, _), got in zip(MEGATRON_CASES, (dense, moe, mla, fp8)):
+    for (name, _, _), got in zip(MEGATRON_CASES, (dense, moe, mla, fp8), strict=True):
         assert got["params"] == job(name).model.num_params(include_mtp=True), name
     assert dense["class"] == "TransformerConfig" and dense["num_query_groups"] == 8
     assert dense["layout"] == [16, 18] and dense["recompute_modules"] == ["layernorm"]  # E+15t | 17t+L
@@ -156,7 +156,7 @@ def test_maxtext_pyconfig_builds_the_emitted_model(tmp_path):
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    for (name, _, _), g in zip(cases, got):
+    for (name, _, _), g in zip(cases, got, strict=True):
         m = job(name).model
         assert g["params"] == m.num_params(include_mtp=True), name
         assert (g["layers"], g["emb"], g["rope"], g["batch"], g["seq"]) == (m.num_layers, m.hidden_size,

@@ -31,7 +31,7 @@ def test_torchtitan_run_here_fsdp():
 def test_torchtitan_pipeline_first_stage_loss_is_ignored():
     parsed = parse_log("torchtitan", (LOGS / "torchtitan-0.2.2-cpu-pp2.log").read_text(), tokens_per_step=512,
                        devices=2)
-    assert all(l > 0 for l in parsed.losses) and parsed.losses[0] == pytest.approx(6.65778)
+    assert all(loss > 0 for loss in parsed.losses) and parsed.losses[0] == pytest.approx(6.65778)
     # "tps: 1,130": torchtitan groups thousands
     assert parsed.step_times_s[1] == pytest.approx(512 / (2 * 1072))
 

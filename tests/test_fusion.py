@@ -61,7 +61,7 @@ def traffic(event):
         n = sum(numel(s) for s in listed)
         size = 4 if not any(t in ELEM_BYTES for t in types) else ELEM_BYTES[next(t for t in types if t in ELEM_BYTES)]
         return tuple(numel(s) for s in listed), n, n * size, 2 * n * size
-    ts = [(numel(d), ELEM_BYTES[t]) for d, t in zip(dims, types)
+    ts = [(numel(d), ELEM_BYTES[t]) for d, t in zip(dims, types, strict=True)
           if t in ELEM_BYTES and isinstance(d, list) and d and not isinstance(d[0], list)]
     if not ts:
         return None
@@ -75,7 +75,7 @@ def traffic(event):
         if len(ts) > 1 and ts[-1][0] < ts[0][0]:  # the out= tensor
             read -= ts[-1][0] * ts[-1][1]
             return counts[:-1], ts[-1][0], ts[-1][0] * ts[-1][1], read + ts[-1][0] * ts[-1][1]
-        first = [d for d, t in zip(dims, types) if t in ELEM_BYTES][0]
+        first = [d for d, t in zip(dims, types, strict=True) if t in ELEM_BYTES][0]
         out = ts[0][0] // first[-1]
         return counts, out, out * ts[0][1], read + out * ts[0][1]
     big = max(ts, key=lambda x: x[0] * x[1])

@@ -31,7 +31,7 @@ def test_plan_top_rows_unchanged():
     stored = json.loads((GOLDEN / "plan.json").read_text())
     for u in sorted(golden.unstable_pairs(stored)):
         warnings.warn(f"{u[0]} {u[1]} plan: its stage-ILP rows differed run to run when written (wall-clock "
-                      "limit); compared on its rows without an ILP split")
+                      "limit); compared on its rows without an ILP split", stacklevel=1)
     diffs = golden.check("plan")
     assert not diffs, "\n".join(diffs[:40])
 

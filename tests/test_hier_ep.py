@@ -43,7 +43,7 @@ def runs(tmp_path_factory):
     configs = [RunConfig(spec, resolve_run_strategy(s, spec, train), GB, SEQ, steps=STEPS, devices_per_node=d)
                for s, d in JOBS]
     results = launch(configs, device="cpu", timeout_s=600, workdir=str(tmp_path_factory.mktemp("hier")))
-    return dict(zip(JOBS, results))
+    return dict(zip(JOBS, results, strict=True))
 
 
 def _rel(a: float, b: float) -> float:
@@ -106,6 +106,6 @@ def test_bad_devices_per_node_is_refused_in_one_line(k, strategy, batch):
     p = _cli("run", "--model", "tiny-moe", "--strategy", strategy, "--global-batch", batch, "--seq-len", "32",
              "--steps", "1", "--device", "cpu", "--devices-per-node", k, "--json")
     assert p.returncode == 2, p.stderr
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "devices-per-node" in lines[0] and "Traceback" not in p.stderr, p.stderr
     assert p.stdout == ""

@@ -24,7 +24,6 @@ from asap.spec.train import TrainSpec  # noqa: E402
 from asap.profile.diagnose import diagnose  # noqa: E402
 from asap.spec.hardware import load_cluster  # noqa: E402
 from asap.spec.model import model_from_dict  # noqa: E402
-from asap.spec.train import TrainSpec  # noqa: E402
 from asap.spec.job import Job
 
 pytestmark = pytest.mark.jax

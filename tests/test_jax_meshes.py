@@ -40,7 +40,7 @@ def runs():
     configs = [_config("tiny-dense", t) for t in DENSE] + [_config("tiny-moe", t) for t in MOE]
     results = launch(configs, timeout_s=900)
     keys = [("tiny-dense", t) for t in DENSE] + [("tiny-moe", t) for t in MOE]
-    return dict(zip(keys, results))
+    return dict(zip(keys, results, strict=True))
 
 
 def test_each_strategy_runs_on_its_named_mesh_axis(runs):

@@ -212,7 +212,7 @@ def test_ranking_is_deterministic_and_ordered(entries):
     a = retrieve("memory", workload, query="activations", k=10)
     b = retrieve("memory", workload, query="activations", k=10, entries=list(reversed(entries)))
     assert [(r.entry.id, r.score) for r in a] == [(r.entry.id, r.score) for r in b]
-    assert all(x.score > y.score or (x.score == y.score and x.entry.id < y.entry.id) for x, y in zip(a, a[1:]))
+    assert all(x.score > y.score or (x.score == y.score and x.entry.id < y.entry.id) for x, y in zip(a, a[1:], strict=False))
     assert all(r.why for r in a)
 
 

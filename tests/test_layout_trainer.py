@@ -79,7 +79,7 @@ def test_a_real_run_builds_the_layout(tmp_path):
     strategies = ["pp=3", "pp=3,layer_split=0/2/2"]
     configs = [RunConfig(spec, resolve_run_strategy(s, spec, train), 4, 16, steps=2) for s in strategies]
     results = launch(configs, device="cpu", timeout_s=300, workdir=str(tmp_path))
-    for c, r in zip(configs, results):
+    for c, r in zip(configs, results, strict=True):
         assert r.layers_per_chunk == list(layout(spec, 3, 1, c.strategy.layer_split).chunk_layers)
         assert len(r.losses) == 2 and all(math.isfinite(x) for x in r.losses)
     assert [r.layers_per_chunk for r in results] == [[1, 2, 1], [0, 2, 2]]

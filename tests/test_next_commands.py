@@ -85,7 +85,7 @@ def test_propose_reproduce_lines_give_each_prediction():
     commands = printed(asap("propose", *job), "reproduce #")
     proposals = json.loads(asap("propose", *job, "--json").stdout)["proposals"]
     assert len(commands) == len(proposals) == 3
-    for line, p in zip(commands, proposals):
+    for line, p in zip(commands, proposals, strict=True):
         command = line.split(": ", 1)[1]
         assert command == p["command"]
         est = json.loads(run_printed(command, "--json").stdout)

@@ -45,7 +45,7 @@ def test_tensor_parallel_operations_split_by_tp():
     """Operations on the tp axis do 1/tp of the work; those on the sp axis move 1/tp of the bytes with SP."""
     _, _, one = table("llama3-70b", "tp=1", 1, moe=False)
     _, _, eight = table("llama3-70b", "tp=8,sp=1", 8, moe=False)
-    for a, b in zip(one.operations, eight.operations):
+    for a, b in zip(one.operations, eight.operations, strict=True):
         assert a.name == b.name
         if a.axis == Axis.TP and a.kind != OpKind.ELEMENTWISE:
             assert first(b.flops_fwd) == pytest.approx(first(a.flops_fwd) / 8)

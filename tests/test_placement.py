@@ -43,7 +43,7 @@ def test_megatron_order_and_batches():
     batch = Placement(**{k: np.array([d.get(k, 1) for d in DEGREES]) for k in ("dp", "tp", "pp", "cp", "ep", "etp")})
     for axis in ("tp", "cp", "dp", "pp", "dp_cp", "etp", "ep", "edp"):
         sizes, strides = (np.broadcast_to(x, (len(DEGREES),)) for x in batch.group(axis))
-        assert [tuple(Placement(**d).group(axis)) for d in DEGREES] == list(zip(sizes, strides))
+        assert [tuple(Placement(**d).group(axis)) for d in DEGREES] == list(zip(sizes, strides, strict=True))
 
 
 def test_named_mesh():

@@ -31,7 +31,7 @@ def best(name, acc, nodes, gb, seq, margin):
 @pytest.mark.parametrize("name,acc,nodes,gb,seq", CASES, ids=[f"{c[0]}-{c[2]}n" for c in CASES])
 def test_no_margin_is_never_slower_than_a_margin(name, acc, nodes, gb, seq):
     firsts = [best(name, acc, nodes, gb, seq, m) for m in MARGINS_GB]
-    for looser, tighter, m in zip(firsts, firsts[1:], MARGINS_GB[1:]):
+    for looser, tighter, m in zip(firsts, firsts[1:], MARGINS_GB[1:], strict=False):
         if tighter is None:
             continue
         assert looser is not None

@@ -68,8 +68,8 @@ def tune_page(tmp_path: Path) -> Path:
                   "expected_speedup_range": [0.8, 1.3], "predicted_step_time_s": 22.9, "fits": True,
                   "tradeoffs": ["peak memory 65.3 -> 71.0 GiB reserved per device"],
                   "evidence": ["diagnosis:compute_share=0.92", "planner:top"], "source": "planner",
-                  "command": f"asap estimate -m llama3.1-405b -c tune-cluster.yaml --devices 2048 -b 2048 "
-                             f"-s 8192 -S 'tp8 pp16 vpp8 cp2 rc:sel split:1x126/0/0'"}] * 3
+                  "command": "asap estimate -m llama3.1-405b -c tune-cluster.yaml --devices 2048 -b 2048 "
+                             "-s 8192 -S 'tp8 pp16 vpp8 cp2 rc:sel split:1x126/0/0'"}] * 3
     result = {"trials": trials, "best": {"strategy": {}, "strategy_string": LONG, "measured_step_time_s": 23.4},
               "correction": {"compute": 1.1, "scale_up": 1.0, "scale_out": 1.9, "trials": 3}}
     page = write_report(tmp_path / "tune.html", result, None, proposals, title="asap tune: llama3.1-405b")

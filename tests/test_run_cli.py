@@ -26,7 +26,7 @@ def test_impossible_strategy_fails_before_launching(strategy, field):
              "--steps", "2", "--device", "cpu", "--json", timeout=120)
     assert p.returncode != 0
     assert p.stdout == ""
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], p.stderr
     assert "Traceback" not in p.stderr
 

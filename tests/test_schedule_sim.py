@@ -6,9 +6,9 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from asap.spec.strategy import SCHEDULES, Schedule
+from asap.spec.knobs import SCHEDULES, Schedule
 from asap.cost.pipeline import pipeline_time_s
-from asap.cost.schedule_sim import (SCHEDULES, closed_form_step_time_s, interleaved_chunk_and_micro_batch,
+from asap.cost.schedule_sim import (closed_form_step_time_s, interleaved_chunk_and_micro_batch,
                                     schedule_order, simulate_schedule)
 from asap.errors import AsapError
 
@@ -99,7 +99,7 @@ def test_zb_h1_keeps_1f1b_peak_memory(pp, m):
 def test_activation_bytes_follow_the_stage():
     act = [4.0, 3.0, 2.0, 1.0]
     sim = simulate_schedule(4, 1, 8, "1f1b", activation_bytes=act)
-    assert list(sim.peak_activation_bytes) == [a * n for a, n in zip(act, sim.peak_in_flight)]
+    assert list(sim.peak_activation_bytes) == [a * n for a, n in zip(act, sim.peak_in_flight, strict=True)]
 
 
 # --- uneven stages and transfers --------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def test_activation_bytes_follow_the_stage():
 def test_heavy_last_stage_sets_the_pace(schedule):
     pp, m = 4, 8
     fwd, bwd = [1.0, 1.0, 1.0, 1.5], [2.0, 2.0, 2.0, 3.0]  # the last stage carries the LM head
-    stage_s = [f + b for f, b in zip(fwd, bwd)]
+    stage_s = [f + b for f, b in zip(fwd, bwd, strict=True)]
     sim = simulate_schedule(pp, 1, m, schedule, forward_s=fwd, backward_s=bwd)
     mean_closed_s = (m + pp - 1) * sum(stage_s) / pp
     assert sim.step_time_s > mean_closed_s
@@ -158,7 +158,7 @@ def assert_timeline_is_consistent(sim, fwd, bwd, share, p2p):
             assert op.start_s >= ops["B", mb, s].end_s - 1e-9
     for d in range(pp):
         mine = sorted((op for op in sim.timeline if op.device == d), key=lambda op: op.start_s)
-        for a, b in zip(mine, mine[1:]):
+        for a, b in zip(mine, mine[1:], strict=False):
             assert b.start_s >= a.end_s - 1e-9
     assert [op.start_s for op in sim.timeline] == sorted(op.start_s for op in sim.timeline)
     assert sim.step_time_s == pytest.approx(max(op.end_s for op in sim.timeline))

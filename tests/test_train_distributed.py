@@ -39,13 +39,13 @@ def _launch(model: str | list[str], strategies: list[str], tmp_path_factory) -> 
     models = model if isinstance(model, list) else [model] * len(strategies)
     train = TrainSpec(GB, SEQ, "fp32")
     configs = []
-    for m, s in zip(models, strategies):
+    for m, s in zip(models, strategies, strict=True):
         spec = load_model(m)
         configs.append(RunConfig(spec, resolve_run_strategy(s, spec, train), GB, SEQ, steps=STEPS))
     t0 = time.perf_counter()
     results = launch(configs, device="cpu", timeout_s=600, workdir=str(tmp_path_factory.mktemp("run")))
-    WALL[", ".join(f"{m}: {s}" for m, s in zip(models, strategies))] = time.perf_counter() - t0
-    return dict(zip(strategies, results))
+    WALL[", ".join(f"{m}: {s}" for m, s in zip(models, strategies, strict=True))] = time.perf_counter() - t0
+    return dict(zip(strategies, results, strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_dense_strategies_train_and_agree(dense):
     ref = dense["dp=4"].losses
     for name, r in dense.items():
         assert _rel(r.losses[0], ref[0]) < 1e-3, f"{name}: first-step loss {r.losses[0]} vs dp=4 {ref[0]}"
-        for a, b in zip(r.losses, ref):
+        for a, b in zip(r.losses, ref, strict=True):
             assert _rel(a, b) < 1e-3, f"{name}: losses {r.losses} vs dp=4 {ref}"
     assert dense["dp=2,tp=2"].strategy["sp"] == 1  # sequence parallelism is the default with tp
     assert dense["pp=2,vpp=2,tp=2"].strategy["schedule"] == "interleaved"
@@ -98,7 +98,7 @@ def test_moe_strategies_train_and_agree(moe):
         assert _rel(r.losses[0], ref[0]) < 1e-3, f"{name}: first-step loss {r.losses[0]} vs dp=4 {ref[0]}"
         # the load-balancing loss of each rank sees the same tokens under ep, so later steps agree too
         if name in MOE4:
-            for a, b in zip(r.losses, ref):
+            for a, b in zip(r.losses, ref, strict=True):
                 assert _rel(a, b) < 1e-3, f"{name}: losses {r.losses} vs dp=4 {ref}"
         assert all(a is not None and a > 0 for a in r.aux_losses), name
     print("\nfirst-step losses:", {k: v.losses[0] for k, v in moe.items()})
@@ -113,7 +113,7 @@ def test_more_combinations_agree(extra, dense, moe):
     _check_runs(extra)
     for model, name in EXTRA:
         ref = (dense if model == "tiny-dense" else moe)["dp=4"].losses
-        for a, b in zip(extra[name].losses, ref):
+        for a, b in zip(extra[name].losses, ref, strict=True):
             assert _rel(a, b) < 1e-3, f"{model} {name}: losses {extra[name].losses} vs dp=4 {ref}"
 
 

@@ -40,7 +40,7 @@ def test_model_matches_spec_parameter_count(name):
 def test_init_is_independent_of_layout_and_deterministic():
     spec = load_model("tiny-moe")
     a, b = build_model(spec, 16, seed=3), build_model(spec, 16, seed=3)
-    for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters()):
+    for (na, pa), (nb, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
         assert na == nb and torch.equal(pa, pb)
     c = build_model(spec, 16, seed=4)
     assert not torch.equal(a.output.weight, c.output.weight)

@@ -35,7 +35,7 @@ def test_tune_torchtitan_budget_3(cli, tmp_path):
     assert len(out["trials"]) >= 2 and len(ok) >= 2, out["trials"]
     trials, results = _memory(db)
     assert [t[0] for t in trials] == [t["status"] for t in out["trials"] if t["status"] != "skipped"]
-    for (status, measured, reason, traces), res in zip(trials, results):
+    for (status, measured, reason, traces), res in zip(trials, results, strict=True):
         if status == "ok":  # a measured step time, torchtitan's log, its rank traces
             assert measured > 0 and res["step_time_s"] == measured
             assert "step:" in res["details"]["log_tail"] and "tps:" in res["details"]["log_tail"]

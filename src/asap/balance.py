@@ -162,25 +162,25 @@ def pack(lengths: Sequence[int], seq_len: int) -> list[list[int]]:
         if r:
             pieces.append(r)
     pieces.sort(reverse=True)
-    # a max segment tree over the bins' remaining room: the first bin with room >= l in O(log n)
+    # a max segment tree over the bins' remaining room: the first bin with room >= piece in O(log n)
     size = 1
     while size < max(len(pieces), 1):
         size *= 2
     tree = [0] * (2 * size)
     bins: list[list[int]] = []
-    for l in pieces:
-        if tree[1] >= l:
+    for piece in pieces:
+        if tree[1] >= piece:
             i = 1
             while i < size:
-                i = 2 * i if tree[2 * i] >= l else 2 * i + 1
+                i = 2 * i if tree[2 * i] >= piece else 2 * i + 1
             k = i - size
-            bins[k].append(l)
-            tree[i] -= l
+            bins[k].append(piece)
+            tree[i] -= piece
         else:
             k = len(bins)
-            bins.append([l])
+            bins.append([piece])
             i = k + size
-            tree[i] = seq_len - l
+            tree[i] = seq_len - piece
         i //= 2
         while i:
             left, right = tree[2 * i], tree[2 * i + 1]
@@ -190,7 +190,7 @@ def pack(lengths: Sequence[int], seq_len: int) -> list[list[int]]:
 
 
 def sample_costs(samples: Sequence[Sequence[int]], coef: Coefficients) -> np.ndarray:
-    sq = np.fromiter((sum(l * l for l in s) for s in samples), dtype=float, count=len(samples))
+    sq = np.fromiter((sum(n * n for n in s) for s in samples), dtype=float, count=len(samples))
     tok = np.fromiter((sum(s) for s in samples), dtype=float, count=len(samples))
     return coef.a * sq + coef.b * tok
 
@@ -376,7 +376,7 @@ class AttentionWork:
 
 def attention_factors(samples: Sequence[Sequence[int]], seq_len: int) -> np.ndarray:
     """q_i = sum(l^2) / seq_len^2 of each packed sample."""
-    return np.fromiter((sum(l * l for l in s) for s in samples), dtype=float, count=len(samples)) / float(seq_len) ** 2
+    return np.fromiter((sum(n * n for n in s) for s in samples), dtype=float, count=len(samples)) / float(seq_len) ** 2
 
 
 def attention_work(data: Any, global_batch: int, seq_len: int, dps: Sequence[int]) -> AttentionWork:

@@ -111,7 +111,7 @@ def plan_golden(passes: int = 2) -> dict[str, Any]:
 
     runs = [[plan_case(case, i) for i, case in enumerate(load_cases())] for _ in range(passes)]
     unstable = []
-    for first, *others in zip(*runs):
+    for first, *others in zip(*runs, strict=True):
         for other in others:
             for kind in PLAN_KINDS:
                 a, b = first[kind].get("rows", []), other[kind].get("rows", [])
@@ -155,7 +155,7 @@ def differences(want: Any, got: Any, rel: float, where: str = "") -> list[str]:
     if isinstance(want, list) and isinstance(got, list):
         if len(want) != len(got):
             return [f"{where}: {len(want)} items, now {len(got)}"]
-        return [d for i, (a, b) in enumerate(zip(want, got)) for d in differences(a, b, rel, f"{where}[{i}]")]
+        return [d for i, (a, b) in enumerate(zip(want, got, strict=True)) for d in differences(a, b, rel, f"{where}[{i}]")]
     if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
         return [] if close(want, float(got), rel) else [f"{where}: {want!r}, now {got!r}"]
     return [] if want == got and type(want) is type(got) else [f"{where}: {want!r}, now {got!r}"]
@@ -185,7 +185,7 @@ def plan_differences(golden: dict[str, Any], got: list[dict[str, Any]], rel: flo
                 ra, rb = ra[:min(len(ra), len(rb))], rb[:min(len(ra), len(rb))]
             elif len(ra) != len(rb):
                 out.append(f"{want['id']}.{kind}: {len(ra)} rows, now {len(rb)}")
-            for i, (x, y) in enumerate(zip(ra, rb)):
+            for i, (x, y) in enumerate(zip(ra, rb, strict=True)):
                 if not rows_equal(x, y, rel):
                     out.append(f"{want['id']}.{kind}[{i}]: {x['strategy_string']} {x['step_time_s']!r} s "
                                f"{x['peak_memory_gb']!r} GB, now {y['strategy_string']} {y['step_time_s']!r} s "

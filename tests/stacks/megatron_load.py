@@ -39,7 +39,7 @@ def _utils_module():
         print(message, file=sys.stderr, flush=True)  # (stderr: stdout carries the JSON)
 
     def warn_rank_0(message, rank=None):
-        warnings.warn(message)
+        warnings.warn(message, stacklevel=2)
 
     def update_use_dist_ckpt(args):
         args.use_dist_ckpt = args.ckpt_format != "torch"

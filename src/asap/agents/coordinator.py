@@ -203,7 +203,7 @@ class Coordinator:
         close = ranked[:N_CLOSE] if ps.within_error else ranked[:1]
         if len(close) > 1:
             gains = self._information_gains(close)
-            close = [s for _, s in sorted(zip(gains, close), key=lambda gs: -gs[0])]
+            close = [s for _, s in sorted(zip(gains, close, strict=True), key=lambda gs: -gs[0])]
         return close[0], diagnosis, ps.considered
 
     def _information_gains(self, candidates: list[Strategy]) -> list[float]:

@@ -68,7 +68,7 @@ class Correction:
 
     def to_dict(self) -> dict[str, Any]:
         return {"compute": self.compute, "scale_up": self.scale_up, "scale_out": self.scale_out,
-                "trials": self.trials, "uncertainty": dict(zip(FACTORS, self.uncertainty))}
+                "trials": self.trials, "uncertainty": dict(zip(FACTORS, self.uncertainty, strict=True))}
 
     def short(self) -> str:
         return f"{self.compute:.2f} / {self.scale_up:.2f} / {self.scale_out:.2f}"

@@ -195,7 +195,7 @@ def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int 
     terms = _query_words(bottleneck, workload, query)
     text_scores = _bm25(entries, terms)
     ranked = []
-    for e, text in zip(entries, text_scores):
+    for e, text in zip(entries, text_scores, strict=True):
         delta, notes = _applicability(e, workload)
         hit = answers(e, bottleneck)
         score = round(float(text) + (BOTTLENECK_BOOST if hit else 0.0) + delta, 6)

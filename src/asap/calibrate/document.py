@@ -146,7 +146,7 @@ def model_errors(written, prec: str, gemm: list[dict], memory: dict[str, dict], 
     from asap.cost import roofline
 
     m, n, k = (np.array([g[d] for g in gemm], dtype=float) for d in "mnk")
-    for g, t in zip(gemm, roofline.gemm_time_s(written, prec, m, n, k)):
+    for g, t in zip(gemm, roofline.gemm_time_s(written, prec, m, n, k), strict=True):
         g["model_s"] = float(t)
     for mem in memory.values():
         mem["gbps"] = mem["bytes"] / mem["time_s"] / 1e9

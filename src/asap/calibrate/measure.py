@@ -123,15 +123,19 @@ def _measure(cfg: dict, rank: int) -> dict[str, Any]:
 
 
 def _measure_gemms(b: _Bench, ms: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
-    torch, out = b.torch, []
+    out = []
     for (m, n, k) in ms:
-        x = torch.randn(m, k, device=b.dev, dtype=b.dtype)
-        y = torch.randn(k, n, device=b.dev, dtype=b.dtype)
-        z = torch.empty(m, n, device=b.dev, dtype=b.dtype)
-        out.append({"m": m, "n": n, "k": k, **b.timed(lambda: torch.matmul(x, y, out=z), b.repeats, b.target)})
-        del x, y, z
+        out.append({"m": m, "n": n, "k": k, **_time_gemm(b, m, n, k)})
         b.tick(f"GEMM {m}x{n}x{k}")
     return out
+
+
+def _time_gemm(b: _Bench, m: int, n: int, k: int) -> dict[str, Any]:
+    """One (m x k) @ (k x n) GEMM into a preallocated output; its operands are freed on return."""
+    x = b.torch.randn(m, k, device=b.dev, dtype=b.dtype)
+    y = b.torch.randn(k, n, device=b.dev, dtype=b.dtype)
+    z = b.torch.empty(m, n, device=b.dev, dtype=b.dtype)
+    return b.timed(lambda: b.torch.matmul(x, y, out=z), b.repeats, b.target)
 
 
 def _measure_memory(b: _Bench) -> list[dict[str, Any]]:
@@ -147,7 +151,6 @@ def _measure_memory(b: _Bench) -> list[dict[str, Any]]:
     out.append({"name": "copy", "bytes": 2 * numel * 4, **b.timed(lambda: z.copy_(x), b.repeats, b.target,
                                                                   warmup=1)})
     b.tick("memory copy")
-    del x, y, z
     return out
 
 
@@ -226,7 +229,7 @@ def _measure_collectives(b: _Bench, g: int, partition: list) -> list[dict[str, A
                           per_call=b.dev_kind == "cpu", min_calls=COLL_MIN_CALLS, member=member,
                           on_round=lambda i, g=g: b.tick(f"collectives g={g}: round {i + 1} of {coll_reps}"))
     dist.barrier()
-    return [{"op": op, "group": g, "bytes": size, **t} for (op, size), t in zip(points, timings)]
+    return [{"op": op, "group": g, "bytes": size, **t} for (op, size), t in zip(points, timings, strict=True)]
 
 
 # Compute between two blocking calls in the synchronised-call measurement: about what a small step's layer
@@ -321,7 +324,7 @@ def _functional_call_extra(torch, dist, dev, group, timed, plan) -> dict[str, An
     reps, tgt = int(plan["coll_repeats"]), float(plan["coll_target_s"])
     d, f = timed(direct, reps, tgt, min_calls=COLL_MIN_CALLS), timed(functional, reps, tgt, min_calls=COLL_MIN_CALLS)
     return {"name": "functional_call_extra", "ops": 1, "calls": f["calls"],
-            "times_s": [max(0.0, b - a) for a, b in zip(d["times_s"], f["times_s"])]}
+            "times_s": [max(0.0, b - a) for a, b in zip(d["times_s"], f["times_s"], strict=True)]}
 
 
 def _dtensor_add(torch, dist, dev, dev_kind: str, world: int, timed, repeats: int, target: float) -> dict[str, Any]:
@@ -347,7 +350,7 @@ def _dtensor_add(torch, dist, dev, dev_kind: str, world: int, timed, repeats: in
     n_dt = max(_count_ops(on_dtensors, of_type=DTensor), 1)
     plain = timed(on_tensors, repeats, target)
     dt = timed(on_dtensors, repeats, target)
-    extra = [max(0.0, d - p) / n_dt for d, p in zip(dt["times_s"], plain["times_s"])]
+    extra = [max(0.0, d - p) / n_dt for d, p in zip(dt["times_s"], plain["times_s"], strict=True)]
     return {"name": "dtensor_op_extra", "ops": n_dt, "times_s": extra, "calls": dt["calls"]}
 
 

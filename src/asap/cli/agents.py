@@ -93,7 +93,7 @@ def propose(
                                                          "strategy_compact": compact_strategy(current, job)},
            "within_error": result.within_error, "note": result.note,
            "proposals": [{**p.to_dict(), "strategy_compact": n, "command": cmd}
-                         for p, n, cmd in zip(result.proposals, names, commands)]}
+                         for p, n, cmd in zip(result.proposals, names, commands, strict=True)]}
     if llm:  # what the model added: its kept candidates (priced like the rest), or why the proposals fell back
         out["llm"] = {"fallback": proposer.llm_fallback, "narrative": proposer.narrative,
                       "considered": [c for c in result.considered if c.get("source") == "llm"]}
@@ -104,7 +104,7 @@ def propose(
                       + "; ".join(c["figure"] for c in diagnosis.classes[:4]), highlight=False, markup=False,
                       soft_wrap=True)
     _print_proposals(result, names, compact_strategy(current, job))
-    for i, (p, cmd) in enumerate(zip(result.proposals, commands), 1):
+    for i, (p, cmd) in enumerate(zip(result.proposals, commands, strict=True), 1):
         _print_proposal(i, p, cmd)
     out_console.print(result.note, highlight=False, markup=False, soft_wrap=True)
 
@@ -125,7 +125,7 @@ def _print_proposals(result, names: list[str], current: str) -> None:
     for col in ("speedup", "range", "predicted"):
         table.add_column(col, justify="right")
     table.add_column("attacks", ratio=1)
-    for i, (p, name) in enumerate(zip(result.proposals, names), 1):
+    for i, (p, name) in enumerate(zip(result.proposals, names, strict=True), 1):
         lo, hi = p.expected_speedup_range
         table.add_row(str(i), f"{p.kind} ({p.source})", name, f"{p.expected_speedup:.2f}x", f"{lo:.2f}-{hi:.2f}x",
                       seconds(p.predicted_step_time_s), p.attacks)

@@ -46,7 +46,7 @@ def align_command(
                        timeout_s=timeout, echo=sys.stderr if verbose else None)
     except RunFailed as e:
         print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     if json_out:
         print_json(result)
         return

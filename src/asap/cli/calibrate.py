@@ -77,7 +77,7 @@ def calibrate_command(
                                timeout_s=timeout, remember=True)
     except CalibrationFailed as e:
         print(f"error: calibration failed ({e.kind}): {e.reason}", file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     for w in result["measured"].get("warnings", []):
         err_console.print(f"warning: {w}", highlight=False, soft_wrap=True)
     if json_out:

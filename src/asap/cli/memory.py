@@ -118,7 +118,7 @@ def trials_table(trials: list[dict], workloads: dict | None = None) -> Table:
             table.add_column(col, justify=just)
     colours = {TrialStatus.OK: "green", TrialStatus.FAILED: "red", TrialStatus.KILLED: "red",
                TrialStatus.SKIPPED: "yellow", TrialStatus.RUNNING: "cyan"}
-    for t, name in zip(trials, names):
+    for t, name in zip(trials, names, strict=True):
         reason = t.get("reason") or ""
         if len(reason) > 60:
             reason = reason[:57] + "..."

@@ -87,7 +87,7 @@ def plan(
         out = result.to_dict()
         out["candidates"] = [{**readable_keys(with_budget(d, job.devices, budget, price), e, job),
                               "command": f"asap estimate {args} -S {quote(compact_of(e, job))}"}
-                             for d, e in zip(out["candidates"], result.candidates)]
+                             for d, e in zip(out["candidates"], result.candidates, strict=True)]
         print_json({**out, "limits": limits, **({"emit": emitted} if emitted else {}),
                     **({"lengths": {**aw.to_dict(), "file": options.lengths}} if aw is not None else {})})
         return
@@ -139,7 +139,7 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
             strategy_column(table, names)
             continue
         table.add_column(col, justify="left" if col in ("bottleneck", "fits") else "right")
-    for i, (e, tie, name) in enumerate(zip(result.candidates, result.ties(), names), 1):
+    for i, (e, tie, name) in enumerate(zip(result.candidates, result.ties(), names, strict=True), 1):
         low, high = e.step_time_range_s
         row = [f"{i}{' ≈' if tie and i > 1 else ''}", name,
                seconds(e.step_time_s), f"{seconds(low)}-{seconds(high)}", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}",
@@ -190,7 +190,7 @@ def pareto_table(result, devices: int, moe: bool, framework=None) -> Table:
     strategy_column(table, names)
     for col in ("step", "GiB reserved"):
         table.add_column(col, justify="right")
-    for e, name in zip(shown, names):
+    for e, name in zip(shown, names, strict=True):
         table.add_row(name, seconds(e.step_time_s), f"{e.peak_memory_gb:.1f}")
     return table
 
@@ -264,10 +264,10 @@ def _print_plan(job, result, limits: list[str], args: str, include_oom: bool, bu
         out_console.print(f"reproduce #1: asap estimate {args} -S {quote(best)}", highlight=False, soft_wrap=True)
     if len(result.pareto) > 1:
         out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
-    for e, mesh in zip(result.candidates, result.meshes):
+    for mesh in result.meshes:
         if mesh:
             out_console.print("MaxText mesh: " + " ".join(f"{k}={v}" for k, v in mesh.items() if v != 1 or "ici" in k))
             break
-    for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits), 1):
+    for i, (e, split) in enumerate(zip(result.candidates, result.stage_splits, strict=True), 1):
         if split and split.get("layers_per_stage"):
             out_console.print(stage_split_line(i, e, split))

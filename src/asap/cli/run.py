@@ -103,7 +103,7 @@ def _report(launch, verbose: bool, json_out: bool, mesh: dict | None = None) -> 
         print(f"error: run failed ({e.kind}): {e.reason}", file=sys.stderr)
         if verbose and e.log_tail:
             print(e.log_tail, file=sys.stderr)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     if json_out:
         print_json({**res.to_dict(), **({"mesh": res.mesh} if mesh is not None else {})})
         return
@@ -111,7 +111,7 @@ def _report(launch, verbose: bool, json_out: bool, mesh: dict | None = None) -> 
           f"peak memory {res.peak_memory_gb:.2f} GiB allocated (CUDA max_memory_allocated; CPU: peak resident set)" + (f", mesh {mesh}" if mesh is not None else ""))
     print("losses: " + " ".join(f"{x:.5f}" for x in res.losses))
     if res.attention_max_over_mean is not None:
-        print(f"attention work per dp rank (sum l^2 / rows x S^2): "
+        print("attention work per dp rank (sum l^2 / rows x S^2): "
               + " ".join(f"{w:.3f}" for w in res.attention_work_per_dp_rank)
               + f"; slowest {res.attention_max_over_mean:.3f}x the mean")
     for t in res.traces:

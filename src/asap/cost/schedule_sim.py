@@ -39,8 +39,8 @@ from operator import attrgetter
 from typing import Sequence, Union
 
 from asap.errors import AsapError
+from asap.spec.knobs import SCHEDULES
 
-SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 
 F, B, W = 0, 1, 2
 KIND_NAMES = ("F", "B", "W")
@@ -193,7 +193,7 @@ def zb_h1_order(pp: int, m: int) -> list[OrderedOps]:
         pending: deque[int] = deque()
         order = [(F, i, 0) for i in range(warmup)]
 
-        def backward(i: int) -> None:
+        def backward(i: int, order=order, pending=pending, lag: int = lag) -> None:  # this rank's
             order.append((B, i, 0))
             pending.append(i)
             if len(pending) > lag:

@@ -378,6 +378,6 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
         working_bytes=np.max(acts.working[:, kinds], axis=1))
     if ut is not None:
         parts = {k: gather(v, ut.row.take(first)) for k, v in ut.parts.items()}
-        figures.time = dict(zip(TIME_PARTS, st.per_device(*(parts[k] for k in TIME_PARTS))))
+        figures.time = dict(zip(TIME_PARTS, st.per_device(*(parts[k] for k in TIME_PARTS)), strict=True))
         figures.whole_time = {k: parts[k] @ st.whole for k in TIME_PARTS}
     return figures

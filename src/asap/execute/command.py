@@ -285,13 +285,13 @@ class CommandExecutor(Executor):
 def _last_error_line(text: str) -> str:
     """The root cause a log says: the last exception line of a Python traceback (``ValueError: ...``), not the
     launcher's report about its failed child; else the last line saying error; else the last line."""
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     noise = re.compile(r"ChildFailedError|elastic|torch\.distributed\.run|exitcode|error_file|To enable traceback")
     exc = re.compile(r"^(\[[^\]]*\]:?\s*)?([\w.]+(Error|Exception|Exit)|KeyboardInterrupt)\b(:|$)")
-    for l in reversed(lines):
-        if exc.search(l) and not noise.search(l):
-            return l
-    for l in reversed(lines):  # anything saying error
-        if re.search(r"(?i)(error|exception|fatal|failed|abort)", l) and not noise.search(l):
-            return l
+    for line in reversed(lines):
+        if exc.search(line) and not noise.search(line):
+            return line
+    for line in reversed(lines):  # anything saying error
+        if re.search(r"(?i)(error|exception|fatal|failed|abort)", line) and not noise.search(line):
+            return line
     return lines[-1] if lines else ""

@@ -41,7 +41,7 @@ def launcher(name: str) -> Launcher:
     try:
         return Launcher(name)
     except ValueError:
-        raise AsapError("launcher", f"must be one of {', '.join(l.value for l in Launcher)}, got {name!r}") from None
+        raise AsapError("launcher", f"must be one of {', '.join(option.value for option in Launcher)}, got {name!r}") from None
 
 
 def launch_argv(name: str, template: str) -> list[str]:

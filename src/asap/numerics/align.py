@@ -55,7 +55,7 @@ def rel_error(x, y) -> float:
 
 def loss_rel_diff(loss_a: list[float], loss_b: list[float]) -> float:
     """The largest per-step |a - b| / max(|a|, |b|, tiny)."""
-    return max((abs(x - y) / max(abs(x), abs(y), TINY) for x, y in zip(loss_a, loss_b)), default=0.0)
+    return max((abs(x - y) / max(abs(x), abs(y), TINY) for x, y in zip(loss_a, loss_b, strict=True)), default=0.0)
 
 
 @dataclass
@@ -118,7 +118,7 @@ def compare(a: Captured, b: Captured, tol: float) -> tuple[int, dict[str, Any] |
 
 
 def _first_loss_divergence(loss_a: list[float], loss_b: list[float], tol: float) -> dict[str, Any] | None:
-    for step, (x, y) in enumerate(zip(loss_a, loss_b)):
+    for step, (x, y) in enumerate(zip(loss_a, loss_b, strict=True)):
         err = abs(x - y) / max(abs(x), abs(y), TINY)
         if not err <= tol:
             return {"op": f"loss[step {step}]", "rel_error": err, "tolerance": tol}

@@ -20,7 +20,7 @@ from asap.profile.fusion import fusion_table
 from asap.profile.load import load_timelines
 from asap.profile.trace import HookRole, Timeline, expand_paths, hook_role, is_matrix, is_p2p
 from asap.profile.windows import US, Intervals, window_figures, window_index
-from asap.spec.words import BOTTLENECKS, Bottleneck, BottleneckClass, duration_text
+from asap.spec.words import Bottleneck, BottleneckClass, duration_text
 
 # An operator under this fraction of both its peak FLOP/s and the memory bandwidth is bound by neither roof:
 # its time is kernel launch latency and fixed overhead (a 64x64 matmul on an A100 runs ~5 us of launch for
@@ -206,7 +206,7 @@ def _calls_in_windows(tl: Timeline):
     """The timeline's operator calls that start inside a step window."""
     starts = np.array([op.start_us for op in tl.ops], dtype=np.float64)
     inside = window_index(starts, tl.windows_us) >= 0
-    return (op for op, ok in zip(tl.ops, inside.tolist()) if ok and (op.time_us > 0 or op.flops))
+    return (op for op, ok in zip(tl.ops, inside.tolist(), strict=True) if ok and (op.time_us > 0 or op.flops))
 
 
 def fastest_calls_us(timelines: list[Timeline]) -> dict[tuple, float]:

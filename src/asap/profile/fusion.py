@@ -131,7 +131,7 @@ def fusion_table(timelines: list[Timeline], roofline: Roofline) -> list[FusionRo
         if not chains:
             continue
         inside = window_index(np.array([c[0].start_us for c in chains], dtype=np.float64), tl.windows_us) >= 0
-        for chain, ok in zip(chains, inside.tolist()):
+        for chain, ok in zip(chains, inside.tolist(), strict=True):
             if ok:
                 row = sums[tuple(op.name for op in chain)]
                 row[0] += weight

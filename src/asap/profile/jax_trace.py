@@ -129,8 +129,8 @@ def _device_timeline(source, pid, process_name, events, windows, notes, n_device
     ends = starts + np.array([float(e.get("dur", 0.0) or 0.0) for e in events], dtype=np.float64)
     names = [_op_name(e) for e in events]
     hlo = [str((e.get("args") or {}).get("hlo_op", "")) for e in events]
-    comm = np.array([is_comm_kernel(n) or is_comm_kernel(h) for n, h in zip(names, hlo)], dtype=bool)
-    pp = comm & np.array([is_p2p(n) or is_p2p(h) for n, h in zip(names, hlo)], dtype=bool)
+    comm = np.array([is_comm_kernel(n) or is_comm_kernel(h) for n, h in zip(names, hlo, strict=True)], dtype=bool)
+    pp = comm & np.array([is_p2p(n) or is_p2p(h) for n, h in zip(names, hlo, strict=True)], dtype=bool)
     compute = Intervals.union_of(starts[~comm], ends[~comm])
     comm_set = Intervals.union_of(starts[comm], ends[comm])
     p2p = Intervals.union_of(starts[pp], ends[pp])

@@ -425,9 +425,12 @@ def _cpu_timeline(source, rank, label, thread_rows, windows, notes) -> Timeline:
         work = Intervals.union_of(th.starts[~(comm_mask | hook_mask)], th.ends[~(comm_mask | hook_mask)])
         talk = Intervals.union_of(th.starts[comm_mask], th.ends[comm_mask]) | _hooks_own_time(th, hook_mask)
         compute_parts.append(work.minus(talk))
-        comm_s.append(talk.starts); comm_e.append(talk.ends)
-        p2p_s.append(th.starts[pp_mask]); p2p_e.append(th.ends[pp_mask])
-        all_s.append(th.starts); all_e.append(th.ends)
+        comm_s.append(talk.starts)
+        comm_e.append(talk.ends)
+        p2p_s.append(th.starts[pp_mask])
+        p2p_e.append(th.ends[pp_mask])
+        all_s.append(th.starts)
+        all_e.append(th.ends)
         ops.extend(_cpu_instances(th, comm_mask | hook_mask, pp_mask, lane))
     compute = Intervals.empty()
     for part in compute_parts:
@@ -474,7 +477,7 @@ def _cpu_instances(th: _Thread, comm_mask: np.ndarray, pp_mask: np.ndarray, lane
     product but not the bias copy it delegates.
     """
     costs = [op_cost(n, a) if not c else (None, comm_bytes(a), None)
-             for n, a, c in zip(th.names, th.args, comm_mask.tolist())]
+             for n, a, c in zip(th.names, th.args, comm_mask.tolist(), strict=True)]
     child_flops = np.zeros(len(costs))
     child_bytes = np.zeros(len(costs))
     for i, p in enumerate(th.parent.tolist()):
@@ -497,7 +500,7 @@ def _io_leaves(th: _Thread) -> tuple[list, list[bool]]:
     """Each op's tensor I/O (ops.io_bytes) and whether it does memory traffic of its own: it moves bytes, and
     more than all the ops it calls together (a composite such as rms_norm, linear or repeat_interleave hands
     its work to the ops below it, so only those count)."""
-    ios = [io_bytes(n, a) for n, a in zip(th.names, th.args)]
+    ios = [io_bytes(n, a) for n, a in zip(th.names, th.args, strict=True)]
     moved = [io.in_bytes + io.out_bytes if io is not None else 0.0 for io in ios]
     below = [0.0] * len(ios)
     parent = th.parent.tolist()

@@ -86,7 +86,7 @@ def _metadata(buf: bytes) -> tuple[int, str]:
 
 def _stat(buf: bytes, stat_names: dict[int, str]) -> tuple[str, object]:
     mid, value = 0, None
-    for num, wt, v in fields(buf):
+    for num, _wire_type, v in fields(buf):
         if num == 1:
             mid = v
         elif num == 2:

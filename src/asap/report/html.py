@@ -218,7 +218,7 @@ def table(headers: list[str], rows: list[list[str]], row_classes: list[str] | No
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     classes = row_classes or [""] * len(rows)
     body = "".join(f'<tr class="{esc(c)}">' + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>"
-                   for row, c in zip(rows, classes))
+                   for row, c in zip(rows, classes, strict=True))
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -290,7 +290,7 @@ def report_html(tune_result: dict, best_estimate: dict | None = None, proposals:
     trials = list(tune_result.get("trials") or [])
     figures = [history_figure(trials), prediction_figure(trials),
                breakdown_figure(best_estimate, tune_result.get("best"))]
-    plots = [figure_html(f, div_id, i == 0) for i, (f, div_id) in enumerate(zip(figures, FIGURE_IDS))]
+    plots = [figure_html(f, div_id, i == 0) for i, (f, div_id) in enumerate(zip(figures, FIGURE_IDS, strict=True))]
     return page_html(title, [summary_html(tune_result),
                              "<h2>Trial history</h2>", plots[0],
                              "<h2>Predicted vs measured</h2>", plots[1],

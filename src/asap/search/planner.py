@@ -107,7 +107,7 @@ class PlanResult:
         cands = []
         n = len(self.candidates)
         for est, mesh, split, tie in zip(self.candidates, self.meshes or [None] * n, self.stage_splits or [None] * n,
-                                         self.ties()):
+                                         self.ties(), strict=True):
             d = est.to_dict()
             d["tie_with_best"] = tie
             d["memory_limit_gb"], d["headroom_gb"] = self.memory_limit_gb, self.headroom_gb
@@ -539,7 +539,7 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
         if not batch:
             break
         tried += len(batch)
-        for i, row in zip(batch, split_rows(job, [rows[i][0] for i in batch])):
+        for i, row in zip(batch, split_rows(job, [rows[i][0] for i in batch]), strict=True):
             rows[i] = row
     return rows
 
@@ -559,7 +559,7 @@ def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str,
     uniform_only = job.framework.name in UNIFORM_SPLIT_ONLY
     problems = [None] * len(rows) if uniform_only else \
         build_problems(job, [e.strategy for e in rows], recompute_choice=False)
-    for e, prob in zip(rows, problems):
+    for e, prob in zip(rows, problems, strict=True):
         s = e.strategy
         default = layout(job.model, s.pp, s.vpp).chunk_layers
         splits = [] if prob is None else \
@@ -575,9 +575,9 @@ def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str,
         be = estimate_batch(job, S)
         priced = [estimate_from_batch(job, S, be, j) for j in range(len(alts))]
     out, at = [], 0
-    for e, splits, info in zip(rows, tried, infos):
+    for e, splits, info in zip(rows, tried, infos, strict=True):
         best = e
-        for sp, alt in zip(splits, priced[at:at + len(splits)]):
+        for sp, alt in zip(splits, priced[at:at + len(splits)], strict=True):
             info["tried"].append({"layers_per_stage": list(sp.layers_per_stage), "solver": sp.solver,
                                   "step_time_s": alt.step_time_s, "peak_memory_gb": alt.peak_memory_gb,
                                   "fits": alt.fits})

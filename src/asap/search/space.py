@@ -121,7 +121,7 @@ def _cross(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.n
 
 def _grid(**values) -> dict[str, np.ndarray]:
     grids = np.meshgrid(*[np.asarray(v, dtype=np.int64) for v in values.values()], indexing="ij")
-    return {k: g.ravel() for k, g in zip(values, grids)}
+    return {k: g.ravel() for k, g in zip(values, grids, strict=True)}
 
 
 def _where(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:

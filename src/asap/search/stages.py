@@ -154,13 +154,13 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                   and s.recompute.kind != Recompute.FULL
                   and s.micro_batches(train.global_batch) >= 2)  # cost.estimate.expert_overlap
 
-        def unit_time(t):
+        def unit_time(t, r: int = r, paired: bool = paired):  # bound now: called within this row
             ep = t["ep"][r] - paired_hidden_s(t["ep"][r], t["compute"][r]) if paired else t["ep"][r]
             return t["compute"][r] + t["tp"][r] + ep + t["cp"][r] + t["host"][r]
 
         time_base, time_full = unit_time(t_base), unit_time(t_full)
 
-        def unit(kind: Unit) -> StageUnit:
+        def unit(kind: Unit, r: int = r, time_base=time_base, time_full=time_full) -> StageUnit:
             kept = reserve * (a_base.kept[r, kind] + a_base.once[r, kind])
             saved = reserve * max(float(a_base.kept[r, kind] - a_full.kept[r, kind]), 0.0)
             return StageUnit(kind.name.lower(), float(time_base[kind]),
@@ -271,7 +271,7 @@ class _Rows:
         shape = np.broadcast_shapes(*[np.shape(c) for c in cols], *[np.shape(v) for v in vals])
         k = int(np.prod(shape))
         rows = self.count + np.arange(k)
-        for col, val in zip(cols, vals):
+        for col, val in zip(cols, vals, strict=True):
             self.r.append(rows)
             self.c.append(np.broadcast_to(np.asarray(col), shape).ravel())
             self.v.append(np.broadcast_to(np.asarray(val, dtype=float), shape).ravel())

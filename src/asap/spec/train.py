@@ -82,7 +82,7 @@ class TrainSpec:
         if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float)):
             raise AsapError("train.moe_imbalance", f"must be a number from 1 to 1000, got {imbalance!r}")
         sizes = [d[key] for key in ("global_batch", "seq_len")]
-        for key, v in zip(("global_batch", "seq_len"), sizes):
+        for key, v in zip(("global_batch", "seq_len"), sizes, strict=True):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v):
                 raise AsapError(f"train.{key}", f"must be a positive integer, got {v!r}")
         margin = d.get("memory_margin_gb", 0.0)

@@ -69,7 +69,7 @@ def _failure(out: Path, log_path: Path, rc: int) -> RunFailed:
         return RunFailed(failure_kind(kind), reason, tail)
     if rc in (-9, 137):
         return RunFailed(FailureKind.OOM, f"the JAX process was killed (signal 9), most likely out of memory (exit {rc})", tail)
-    last = next((l.strip() for l in reversed(tail.splitlines()) if l.strip()), "")
+    last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
     return RunFailed(FailureKind.CRASH, f"the JAX process exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)
 
 

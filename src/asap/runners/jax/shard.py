@@ -67,7 +67,7 @@ def param_spec(name: str, shape: tuple[int, ...], mesh_sizes: dict[str, int], fs
 
     axis_of = {"T": "tensor", "E": "expert", "F": "fsdp" if fsdp else None, None: None}
     out = []
-    for dim, role in zip(shape, _layout(name, len(shape))):
+    for dim, role in zip(shape, _layout(name, len(shape)), strict=True):
         axis = axis_of[role]
         out.append(axis if axis is not None and dim % mesh_sizes[axis] == 0 else None)
     return P(*out)

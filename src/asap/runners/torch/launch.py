@@ -326,7 +326,7 @@ def _failure_from_files(out: Path, log_path: Path, rc: int) -> RunFailed:
         return RunFailed(failure_kind(kind), f"rank {rank}: {reason or first}", tail)
     if rc in (-9, 137) or "Signal 9" in tail or "SIGKILL" in tail:
         return RunFailed(FailureKind.OOM, f"a worker was killed (signal 9), most likely out of memory (exit {rc})", tail)
-    last = next((l.strip() for l in reversed(tail.splitlines()) if l.strip()), "")
+    last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
     return RunFailed(FailureKind.CRASH, f"torchrun exited with code {rc}" + (f": {last[:300]}" if last else ""), tail)
 
 

@@ -370,14 +370,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self.owner.append(r)
             loads[r] += p.numel()
         self.all_params = params
-        mine = [p for p, r in zip(params, self.owner) if r == self.rank]
+        mine = [p for p, r in zip(params, self.owner, strict=True) if r == self.rank]
         self.local = optimizer_class(mine or [torch.nn.Parameter(torch.zeros(0))], **defaults)
         super().__init__(params, defaults)
 
     @torch.no_grad()
     def step(self, closure=None):
         self.local.step()
-        for p, r in zip(self.all_params, self.owner):
+        for p, r in zip(self.all_params, self.owner, strict=True):
             dist.broadcast(_local(p.data), src=dist.get_global_rank(self.group, r), group=self.group)
 
     def zero_grad(self, set_to_none: bool = True):
@@ -440,7 +440,7 @@ def _all_reduce_flat(grads: list[torch.Tensor], group, op, scale: float | None) 
         dist.all_reduce(flat, op=op, group=group)
         if scale is not None:
             flat.mul_(scale)
-        for g, f in zip(gs, _unflatten_dense_tensors(flat, gs)):
+        for g, f in zip(gs, _unflatten_dense_tensors(flat, gs), strict=True):
             g.copy_(f)
 
 

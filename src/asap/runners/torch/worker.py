@@ -112,7 +112,7 @@ def _pipeline(stage_parts, wrapped, s: Strategy, dims: ParallelDims, device: tor
 
     n_stages = s.pp * s.vpp
     stages = [PipelineStage(w, sid, n_stages, device, group=dims.pp_mesh.get_group())
-              for (sid, _), w in zip(stage_parts, wrapped)]
+              for (sid, _), w in zip(stage_parts, wrapped, strict=True)]
     sids = [sid for sid, _ in stage_parts]
     return build_schedule(stages, s.schedule, n_micro), 0 in sids, (n_stages - 1) in sids
 
@@ -258,7 +258,7 @@ def _pipelined_step(schedule, has_first: bool, has_last: bool, inputs, labels, a
             schedule.step(inputs, target=labels, losses=mb_losses)
         else:
             schedule.step(target=labels, losses=mb_losses)
-    return torch.stack([l.detach().float() for l in mb_losses]).mean() if has_last else None
+    return torch.stack([loss.detach().float() for loss in mb_losses]).mean() if has_last else None
 
 
 def _global_loss(local_loss, counted: bool, device: torch.device) -> float:
@@ -289,7 +289,7 @@ def _reason(e: BaseException) -> str:
     seen = e
     while (seen.__cause__ or seen.__context__) is not None and len(str(seen).strip().splitlines()) != 1:
         seen = seen.__cause__ or seen.__context__
-    lines = [l.strip() for l in str(seen).strip().splitlines() if l.strip()]
+    lines = [line.strip() for line in str(seen).strip().splitlines() if line.strip()]
     return f"{type(seen).__name__}: {lines[0][:300] if lines else ''}".strip().rstrip(":")
 
 
