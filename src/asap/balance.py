@@ -404,7 +404,7 @@ def balanced_attention_work(data: Any, global_batch: int, seq_len: int, dp: int,
     for k in range(min(len(samples) // B, max_steps)):
         step = samples[k * B:(k + 1) * B]
         out = balance(step, dp, micro_batches, coefficients, time_budget_s=time_budget_s)
-        ranks = [sum((out["assignment"][r * micro_batches + j] for j in range(micro_batches)), [])
+        ranks: list[list[int]] = [sum((out["assignment"][r * micro_batches + j] for j in range(micro_batches)), [])
                  for r in range(dp)]
         worst.append(max(float(q[k * B + np.array(r)].mean()) for r in ranks))
     return float(np.mean(worst))

@@ -146,8 +146,8 @@ def model_errors(written, prec: str, gemm: list[dict], memory: dict[str, dict], 
     from asap.cost import roofline
 
     m, n, k = (np.array([g[d] for g in gemm], dtype=float) for d in "mnk")
-    for g, t in zip(gemm, roofline.gemm_time_s(written, prec, m, n, k), strict=True):
-        g["model_s"] = float(t)
+    for point, t in zip(gemm, roofline.gemm_time_s(written, prec, m, n, k), strict=True):
+        point["model_s"] = float(t)
     for mem in memory.values():
         mem["gbps"] = mem["bytes"] / mem["time_s"] / 1e9
         mem["model_s"] = float(roofline.elementwise_time_s(written, mem["bytes"]))
@@ -192,7 +192,7 @@ NOISE_METHOD = ("a timing is the median over ranks of each rank's median over it
 
 def noise_figures(gemm: list[dict], memory: dict[str, dict], host: dict[str, dict], collectives: list[dict],
                   sync_points: list[dict], fitted: dict[str, Any]) -> dict[str, Any]:
-    noise = {"method": NOISE_METHOD,
+    noise: dict[str, Any] = {"method": NOISE_METHOD,
              "median_rel_spread": {
                  "gemm": statistics.median(g["rel_spread"] for g in gemm),
                  "memory": statistics.median(d["rel_spread"] for d in memory.values()),

@@ -203,7 +203,7 @@ def _host_op_from_blocks(blocks: list[dict], accelerator: dict, constants_so_far
     cluster = cluster_from_dict({"accelerator": dict(accelerator, devices_per_node=1), "devices_per_node": 1,
                                  "nodes": 1, "efficiency": dict(constants_so_far, host_op_s=0.0, sync_s=0.0)})
     S = StrategyBatch.from_strategies([complete_strategy({"dp": 1}, 1)])
-    per_op = {"value": [], "low": [], "high": []}
+    per_op: dict[str, list[float]] = {"value": [], "low": [], "high": []}
     for b in blocks:
         train = TrainSpec(1, int(b["seq"]), precision, framework="asap")
         ut = unit_times(Job.resolve(block_spec(int(b["hidden"]), int(b["seq"])), cluster, train), S)

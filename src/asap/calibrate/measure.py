@@ -14,7 +14,7 @@ import os
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 KIB, MIB = 1024, 1024 * 1024
 # Calls per repeat of a collective (when shorter than 5 ms) at least: a median over enough calls to see past the
@@ -184,28 +184,31 @@ def _collective_calls(b: _Bench, g: int, sub) -> tuple[list[tuple[str, int]], li
     """Every (op, size) point of one group size and the call that times it."""
     torch, dist, dev = b.torch, b.dist, b.dev
     ag_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    points, fns = [], []
+    points: list[tuple[str, int]] = []
+    fns: list[Callable[[], Any]] = []  # each call's arguments bound as defaults
     for op in ("all_reduce", "all_gather", "broadcast"):
         for size in b.plan["coll_bytes"]:
             size = int(size) // (4 * g) * (4 * g)
             if op == "all_reduce":
                 buf = torch.ones(size // 4, device=dev, dtype=torch.float32)
 
-                def fn(buf=buf, sub=sub):
+                def all_reduce(buf=buf, sub=sub):
                     dist.all_reduce(buf, group=sub)
+                fns.append(all_reduce)
             elif op == "broadcast":  # from the group's first rank (torch's ZeRO-1 broadcasts each tensor)
                 buf = torch.ones(size // 4, device=dev, dtype=torch.float32)
 
-                def fn(buf=buf, sub=sub, src=b.rank // g * g):
+                def broadcast(buf=buf, sub=sub, src=b.rank // g * g):
                     dist.broadcast(buf, src=src, group=sub)
+                fns.append(broadcast)
             else:
                 full = torch.empty(size // 4, device=dev, dtype=torch.float32)
                 part = torch.ones(size // 4 // g, device=dev, dtype=torch.float32)
 
-                def fn(full=full, part=part, sub=sub):
+                def all_gather(full=full, part=part, sub=sub):
                     ag_single(full, part, group=sub)
+                fns.append(all_gather)
             points.append((op, size))
-            fns.append(fn)
     return points, fns
 
 

@@ -13,12 +13,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from asap.calibrate.document import build_cluster_document, write_cluster_file
 from asap.calibrate.measure import KIB, MIB
 from asap.spec.words import FailureKind
 from asap.subprocs import kill_group, log_tail
+
+if TYPE_CHECKING:
+    from asap.spec.hardware import Cluster
 
 # What each mode measures. GEMM dimensions: m (tokens of a micro-batch), n and k (hidden or FFN sizes divided by
 # tp), the roll-off from thin to large shapes that gemm_half_dim describes. target_s: each repeat loops a call
@@ -119,7 +122,8 @@ def calibrate(cluster: Any, devices: int | None = None, out: str | Path | None =
             "time_s": time.perf_counter() - t0}
 
 
-def check_inputs(cluster: Any, devices: int | None, out: str | Path | None, device: str = "auto"):
+def check_inputs(cluster: Any, devices: int | None, out: str | Path | None,
+                 device: str = "auto") -> tuple[Cluster, str, Path | None]:
     """(the cluster with ``devices`` applied, cpu or cuda, the output path): one AsapError line for bad input,
     before anything is started."""
     from asap.errors import AsapError
@@ -271,9 +275,9 @@ def _failure(work: Path, bad: list[tuple[int, int]]) -> CalibrationFailed:
     primary = [p for p in errs if not any(k in p.read_text(errors="replace") for k in secondary)]
     errs = primary or errs
     if errs:
-        rank = errs[0].stem.rsplit("rank", 1)[-1]
+        who = errs[0].stem.rsplit("rank", 1)[-1]
         line = (errs[0].read_text(errors="replace").splitlines() or ["?"])[0]
-        return CalibrationFailed(FailureKind.CRASH, f"rank {rank}: {line}", log_tail(work / f"rank{rank}.log", 30))
+        return CalibrationFailed(FailureKind.CRASH, f"rank {who}: {line}", log_tail(work / f"rank{who}.log", 30))
     rank, rc = bad[0]
     tail = log_tail(work / f"rank{rank}.log", 30)
     if rc in (-9, 137):

@@ -8,11 +8,15 @@ to stderr. Bad input exits 2 with one line on stderr naming the field and the pr
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from asap.cli.root import app
 from asap.errors import AsapError
+
+if TYPE_CHECKING:
+    import click
 
 
 def _flags_without_type() -> None:
@@ -24,11 +28,14 @@ def _flags_without_type() -> None:
     if shown is None or getattr(shown, "_asap_flags", False):
         return
 
-    def display_type_rich(self, ctx):
+    def display_type_rich(self: TyperOption, ctx: click.Context) -> str | None:
         return None if self.is_flag else shown(self, ctx)
 
-    display_type_rich._asap_flags = True
-    TyperOption.display_type_rich = display_type_rich
+    # a monkeypatch, done through Any: mypy types neither a marker set on a function nor a method reassigned
+    marked: Any = display_type_rich
+    marked._asap_flags = True
+    patched: Any = TyperOption
+    patched.display_type_rich = display_type_rich
 
 
 def _register_commands() -> None:

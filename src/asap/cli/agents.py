@@ -72,9 +72,10 @@ def propose(
     llm_model: Optional[str] = LlmModelOpt,
     llm_key: Optional[str] = LlmKeyOpt,
     json_out: bool = JsonOpt,
-    options: JobOptions = None,  # the job options above, together (``job_options``)
+    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
 ):
     """Diagnose the current strategy (its traces, or the cost model) and propose exactly three checked moves."""
+    assert options is not None  # job_options always passes them
     from asap.agents.analyzer import Analyzer
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
@@ -372,9 +373,10 @@ def tune(
     llm_model: Optional[str] = LlmModelOpt,
     llm_key: Optional[str] = LlmKeyOpt,
     json_out: bool = JsonOpt,
-    options: JobOptions = None,  # the job options above, together (``job_options``)
+    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
 ):
     """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
+    assert options is not None  # job_options always passes them
     from asap.agents.coordinator import Coordinator
     from asap.execute.factory import tune_framework
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from asap.cli.root import app
@@ -36,6 +37,7 @@ def balance_command(
     for name, v in (("lengths", lengths), ("dp", dp), ("micro-batches", micro_batches), ("seq-len", seq_len)):
         if v is None:
             raise AsapError(name, f"missing: --{name}")
+    assert lengths is not None and dp is not None and micro_batches is not None and seq_len is not None  # as above
     for name, v in (("dp", dp), ("micro-batches", micro_batches), ("seq-len", seq_len)):
         if v <= 0:
             raise AsapError(name, f"must be a positive integer, got {v}")
@@ -59,8 +61,10 @@ def balance_command(
 
 def summary_table(result) -> Table:
     table = Table(title=f"balance over {result['dp']} ranks x {result['micro_batches']} micro-batches")
-    for col, just in (("", "left"), ("rank max/mean", "right"), ("rank max (s)", "right"), ("rank mean (s)", "right"),
-                      ("micro-batch max/mean", "right"), ("micro-batch max (s)", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("", "left"), ("rank max/mean", "right"), ("rank max (s)", "right"), ("rank mean (s)", "right"),
+        ("micro-batch max/mean", "right"), ("micro-batch max (s)", "right"))
+    for col, just in columns:
         table.add_column(col, justify=just)
     for label in ("before", "after"):
         f = result[label]

@@ -6,6 +6,7 @@ import sys
 from typing import Optional
 
 import typer
+from rich.console import JustifyMethod
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -42,6 +43,7 @@ def calibrate_command(
         t0 = time.perf_counter()
         c = load_cluster(check)
         verdict = check_calibration_file(c, this_machine=True)
+        assert c.measured is not None  # check_calibration_file refuses a cluster without a measured block
         if json_out:
             print_json({"cluster_file": check, "measured": dict(c.measured), "time_s": time.perf_counter() - t0,
                         "check": verdict})
@@ -94,7 +96,9 @@ def summary_table(result) -> Table:
     f = m["fitted"]
     table = Table(title=f"calibration of {m['machine'].get('hostname')} ({m['device']}, {m['processes']} processes, "
                         f"{m['precision']})")
-    for col, just in (("figure", "left"), ("value", "right"), ("low", "right"), ("high", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("figure", "left"), ("value", "right"), ("low", "right"),
+                                                      ("high", "right"))
+    for col, just in columns:
         table.add_column(col, justify=just)
     rows = (("GEMM asymptote TFLOP/s per device", "gemm_tflops", 1.0), ("gemm_half_dim", "gemm_half_dim", 1.0),
             ("memory GB/s per device", "hbm_gbps", 1.0), ("bare operator (us)", "kernel_overhead_s", 1e6),

@@ -41,10 +41,11 @@ def emit_command(
     nodes=JOB,
     devices=JOB,
     json_out: bool = JsonOpt,
-    options: JobOptions = None,  # the job options above, together (``job_options``)
+    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
 ):
     """Write a strategy in a framework's own option names: Megatron-LM arguments, torchtitan TOML, MaxText YAML,
     MindFormers YAML or DeepSpeed JSON."""
+    assert options is not None  # job_options always passes them
     from asap.emit import check_format
 
     from dataclasses import replace

@@ -163,9 +163,10 @@ def estimate(
                                    help="Price a what-if the chosen stack cannot run (its rules, docs/cost_model.md "
                                         "'What each stack can run', are otherwise refused in one line)."),
     json_out: bool = JsonOpt,
-    options: JobOptions = None,  # the job options above, together (``job_options``)
+    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
 ):
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
+    assert options is not None  # job_options always passes them
     from asap.budget import budget_line
     from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
     from asap.spec.hardware import figures_provenance

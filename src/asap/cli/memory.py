@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from asap.cli.root import app
@@ -43,6 +44,7 @@ def memory_command(
             err_console.print(f"note: trial {tid} was left running by a process that ended; marked killed",
                               highlight=False)
     if full is not None:
+        assert export is not None  # full is only exported when there is a file to write it to
         out = Path(export)
         try:
             if out.parent and not out.parent.exists():
@@ -71,9 +73,11 @@ def _s(v) -> str:
 
 def experiments_table(experiments: list[dict], trials: list[dict]) -> Table:
     table = Table(title="experiments")
-    for col, just in (("id", "right"), ("model", "left"), ("accelerator", "left"), ("devices", "right"),
-                      ("batch", "right"), ("seq", "right"), ("precision", "left"), ("framework", "left"),
-                      ("trials", "right"), ("best measured (s)", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("id", "right"), ("model", "left"), ("accelerator", "left"), ("devices", "right"), ("batch", "right"),
+        ("seq", "right"), ("precision", "left"), ("framework", "left"), ("trials", "right"),
+        ("best measured (s)", "right"))
+    for col, just in columns:
         table.add_column(col, justify=just)
     for e in experiments:
         w = e["workload"]
@@ -109,9 +113,10 @@ def trials_table(trials: list[dict], workloads: dict | None = None) -> Table:
 
     names = [trial_compact(t, workloads or {}) for t in trials]
     table = Table(title="trials")
-    for col, just in (("id", "right"), ("exp", "right"), ("strategy", "left"), ("status", "left"),
-                      ("predicted (s)", "right"), ("measured (s)", "right"), ("executor", "left"),
-                      ("reason", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("id", "right"), ("exp", "right"), ("strategy", "left"), ("status", "left"), ("predicted (s)", "right"),
+        ("measured (s)", "right"), ("executor", "left"), ("reason", "left"))
+    for col, just in columns:
         if col == "strategy":
             strategy_column(table, names)
         else:

@@ -53,9 +53,10 @@ def plan(
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
                                                              "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
     json_out: bool = JsonOpt,
-    options: JobOptions = None,  # the job options above, together (``job_options``)
+    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
 ):
     """Search every legal parallel configuration and rank the fitting ones, fastest first."""
+    assert options is not None  # job_options always passes them
     from asap.search.planner import plan as run_plan
     from asap.spec.strategy import parse_strategy
 

@@ -74,11 +74,13 @@ def data_parallel_args(train, s) -> list[tuple[str, ...]]:
     --ckpt-format fsdp_dtensor), reducing in bf16 under zero 3 as asap prices it (Framework.fsdp_grad_bytes).
     The data-parallel collectives overlap compute (asap's megatron semantics): --overlap-grad-reduce, and
     --overlap-param-gather with the distributed optimizer. ``grad_bf16`` (16-bit gradients): --grad-reduce-in-bf16."""
+    narrow: list[tuple[str, ...]]
     narrow = [("--grad-reduce-in-bf16",)] if s.grad_bf16 and s.zero < 3 and train.precision != "fp32" else []
     if s.zero == 0:
         return [("--overlap-grad-reduce",)] + narrow
     if s.zero == 1:
         return [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)] + narrow
+    a: list[tuple[str, ...]]
     a = [("--use-megatron-fsdp",),
          ("--data-parallel-sharding-strategy", "optim_grads_params" if s.zero == 3 else "optim_grads"),
          ("--use-distributed-optimizer",), ("--no-gradient-accumulation-fusion",), ("--ckpt-format", "fsdp_dtensor")]
@@ -103,7 +105,7 @@ def precision_args(train) -> list[tuple[str, ...]]:
     current scaling: TransformerConfig refuses the default delayed scaling with the layernorm / moe_act
     recomputation asap's selective recompute is); fp16; fp32 has no flag."""
     p = train.precision
-    a = [("--bf16",)] if p in ("bf16", "fp8") else [("--fp16",)] if p == "fp16" else []
+    a: list[tuple[str, ...]] = [("--bf16",)] if p in ("bf16", "fp8") else [("--fp16",)] if p == "fp16" else []
     if p == "fp8":
         a += [("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise")]
     return a
@@ -113,6 +115,7 @@ def moe_args(model, s) -> list[tuple[str, ...]]:
     if model.moe is None:
         return []
     e = model.moe
+    a: list[tuple[str, ...]]
     a = [("--moe-token-dispatcher-type", "flex"), ("--moe-enable-deepep",)] if s.dispatcher == Dispatcher.DEDUP else \
         [("--moe-token-dispatcher-type", s.dispatcher.value)]
     if s.a2a_overlap:

@@ -85,7 +85,7 @@ def vocab_divisor(model, tp: int, stack: str = NAME) -> int:
 def rope_args(model) -> list[tuple[str, ...]]:
     if model.position_embedding != "rope":
         return [("--position-embedding-type", "learned_absolute")]
-    a = [("--position-embedding-type", "rope"), ("--rotary-base", str(int(model.rope_theta)))]
+    a: list[tuple[str, ...]] = [("--position-embedding-type", "rope"), ("--rotary-base", str(int(model.rope_theta)))]
     r = model.rope_scaling
     if model.mla is not None:
         if r is not None and r.type == "yarn":
@@ -104,7 +104,7 @@ def router_args(model) -> list[tuple[str, ...]]:
     """The router: score function, where the softmax is taken, expert bias, groups, scale, balancing loss,
     z-loss and capacity."""
     e = model.moe
-    a = [("--moe-router-score-function", e.score_func)]
+    a: list[tuple[str, ...]] = [("--moe-router-score-function", e.score_func)]
     if e.score_func == "softmax" and not e.norm_topk_prob and e.top_k > 1:
         a.append(("--moe-router-pre-softmax",))  # the softmax over all experts, top-k kept unnormalized
     if e.expert_bias:
@@ -128,6 +128,7 @@ def router_args(model) -> list[tuple[str, ...]]:
 def model_args(model, tp: int) -> list[tuple[str, ...]]:
     """The architecture: Megatron's defaults are LayerNorm, learned absolute positions and GeLU, so each is said."""
     check_model(model)
+    a: list[tuple[str, ...]]
     a = [("--num-layers", str(model.num_layers)), ("--hidden-size", str(model.hidden_size)),
          ("--ffn-hidden-size", str(model.ffn_hidden_size)), ("--num-attention-heads", str(model.num_attention_heads)),
          ("--vocab-size", str(model.vocab_size)), ("--make-vocab-size-divisible-by", str(vocab_divisor(model, tp))),

@@ -38,6 +38,7 @@ def config(job: Job, s) -> dict:
     chunks = chunk_layers(model, s)
     base = model.num_layers // (s.pp * s.vpp)
     offsets = [n - base for n in chunks]
+    offset: int | list[int] | list[list[int]]
     if s.vpp > 1:
         offset = [offsets[v * s.pp:(v + 1) * s.pp] for v in range(s.vpp)]
     elif s.pp > 1:

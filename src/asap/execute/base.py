@@ -14,7 +14,7 @@ import time
 import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from asap.errors import AsapError
 from asap.measure import DEFAULT_MAX_REPEATS, StepStats, pooled
@@ -44,7 +44,7 @@ class Measurement:
     precision: str | None = None  # the precision the run trained in (fp32 on CPU processes), not the job's
 
     status = TrialStatus.OK
-    ok = True
+    ok: ClassVar[Literal[True]] = True
     reason = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,7 +71,7 @@ class Failure:
     details: dict[str, Any] = field(default_factory=dict)
 
     status = TrialStatus.FAILED
-    ok = False
+    ok: ClassVar[Literal[False]] = False
     step_time_s = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,8 +130,10 @@ class Executor(ABC):
                 runs.append(self._once(strategy))
             finally:
                 self.repeat_index = 0
-            good = [r for r in runs if r.ok and r.stats is not None]
-            res = replace_stats(runs[0], pooled([r.stats for r in good]))
+            good = [r.stats for r in runs if r.ok and r.stats is not None]
+            first = runs[0]
+            assert first.ok  # the repeats follow a first run that measured
+            res = replace_stats(first, pooled(good))
         res.wall_time_s = time.perf_counter() - t0 if len(runs) > 1 else res.wall_time_s
         if res.wall_time_s is None:
             res.wall_time_s = time.perf_counter() - t0

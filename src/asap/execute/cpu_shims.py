@@ -77,7 +77,7 @@ def patch_fsdp_sum_reduction() -> None:
             args = args[:5]
         return original(*args, **kwargs)
 
-    sum_only._asap_cpu_shim = True
+    vars(sum_only)["_asap_cpu_shim"] = True  # a function attribute: the mark that the shim is installed
     coll._get_gradient_divide_factors = sum_only
 
 
@@ -89,7 +89,7 @@ def patch_profiler_activities() -> None:
     if getattr(base, "_asap_cpu_shim", False):
         return
 
-    class profile(base):  # noqa: N801 - the name torchtitan calls
+    class profile(tp.profile):  # noqa: N801 - the name torchtitan calls
         _asap_cpu_shim = True
 
         def __init__(self, *args, activities=None, **kwargs):
@@ -97,7 +97,7 @@ def patch_profiler_activities() -> None:
                 activities = [a for a in activities if a is not None]
             super().__init__(*args, activities=activities, **kwargs)
 
-    tp.profile = profile
+    tp.profile = profile  # type: ignore[misc]  # monkeypatching torch's class: mypy forbids assigning to a type
 
 
 def patch_gloo_barrier() -> None:
@@ -111,7 +111,7 @@ def patch_gloo_barrier() -> None:
     def barrier(*args, device_ids=None, **kwargs):
         return base(*args, **kwargs)
 
-    barrier._asap_cpu_shim = True
+    vars(barrier)["_asap_cpu_shim"] = True
     dist.barrier = barrier
 
 

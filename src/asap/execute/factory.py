@@ -28,6 +28,7 @@ def make_executor(kind: str, **kwargs) -> Executor:
         k = ExecutorKind(kind)
     except ValueError:
         raise AsapError("executor", f"must be one of {', '.join(e.value for e in ExecutorKind)}, got {kind!r}") from None
+    cls: type[Executor]
     if k is ExecutorKind.SIM:
         from asap.execute.sim import SimExecutor as cls
     elif k is ExecutorKind.TORCH:

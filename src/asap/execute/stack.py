@@ -17,7 +17,9 @@ from typing import Any
 from asap.errors import AsapError
 from asap.execute.command import CommandExecutor
 from asap.spec.job import Job
+from asap.spec.model import ModelSpec
 from asap.spec.strategy import Strategy, resolve_strategy
+from asap.spec.train import TrainSpec
 
 EMIT_FORMAT = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext", "deepspeed": "deepspeed",
                "mindformers": "mindformers"}
@@ -29,6 +31,8 @@ class StackExecutor(CommandExecutor):
     """A launch template run once per trial with the emitted config of the trial's strategy."""
 
     name = "command"
+    model: ModelSpec  # the job's: never None here
+    train: TrainSpec
 
     def __init__(self, template: str | list[str], framework: str, job: Job, **kwargs):
         if framework not in EMIT_FORMAT:

@@ -33,7 +33,7 @@ class TorchExecutor(Executor):
         self.device, self.profile_dir, self.timeout_s = device, profile_dir, timeout_s
         self.seed, self.data, self.lr = seed, data, lr
         self.trials = 0
-        self.calibration = None  # this machine's calibration (``asap calibrate``), when there is one
+        self.calibration: Path | None = None  # this machine's calibration (``asap calibrate``), when there is one
 
     def cluster(self, devices: int):
         """The cluster a trial of ``devices`` processes runs on, as the cost model should price it: this machine's

@@ -5,6 +5,7 @@
     d.bottleneck, d.step_time_s, d.to_dict()
 """
 
-from asap.profile.diagnose import BOTTLENECKS, Diagnosis, diagnose
+from asap.profile.diagnose import Diagnosis, diagnose
+from asap.spec.words import BOTTLENECKS
 
 __all__ = ["BOTTLENECKS", "Diagnosis", "diagnose"]

@@ -55,14 +55,16 @@ def ops_moved(before: Diagnosis, after: Diagnosis, top: int) -> list[dict]:
     """Operators by name, per step and rank, ordered by how far their time moved (largest first)."""
     a = {r.name: r for r in before.top_ops}
     b = {r.name: r for r in after.top_ops}
-    rows = []
+    rows: list[dict] = []
     for name in dict.fromkeys([*a, *b]):
         ra, rb = a.get(name), b.get(name)
+        either = rb or ra
+        assert either is not None  # the name is in one table or the other
         t_a, t_b = (ra.time_s if ra else 0.0), (rb.time_s if rb else 0.0)
         status = "removed" if rb is None else "added" if ra is None else "changed"
         rows.append({"name": name, "before_s": t_a, "after_s": t_b, "delta_s": t_b - t_a,
                      "calls_before": ra.calls if ra else 0.0, "calls_after": rb.calls if rb else 0.0,
-                     "bound": (rb or ra).bound, "status": status})
+                     "bound": either.bound, "status": status})
     rows.sort(key=lambda r: (-abs(r["delta_s"]), r["name"]))
     return rows[:top]
 

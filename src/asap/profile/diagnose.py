@@ -103,7 +103,7 @@ class Diagnosis:
     busy_fraction: float
     bottleneck: Bottleneck
     evidence: list[str]
-    scores_s: dict[str, float]
+    scores_s: dict[Bottleneck, float]
     top_ops: list[OpRow]
     ranks: list[RankFigures]
     stragglers: list[dict]
@@ -313,7 +313,7 @@ def bound_fractions(rows: list[OpRow]) -> tuple[float, float, float]:
 
 def dominant_precision(rows: list[OpRow]) -> str | None:
     """The precision of most compute-bound operator time (the ridge a reader should compare against)."""
-    by = Counter()
+    by: defaultdict[str, float] = defaultdict(float)
     for r in rows:
         if r.precision and r.bound == "compute":
             by[r.precision] += r.time_s
@@ -321,7 +321,7 @@ def dominant_precision(rows: list[OpRow]) -> str | None:
         for r in rows:
             if r.precision:
                 by[r.precision] += r.time_s
-    return by.most_common(1)[0][0] if by else None
+    return max(by, key=by.__getitem__) if by else None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -383,9 +383,9 @@ def jitter(ranks: list[RankFigures], threshold: float) -> dict:
             where.append(f"{r.label}: step time CV {r.step_time_cv:.2f} over {len(times)} steps; {worst['name']} "
                          f"took {worst['step_time_s']:.4g} s, {worst['step_time_s'] / np.median(times):.2f}x the median")
     if across_ranks is not None and across_ranks > threshold:
-        worst = max(ranks, key=lambda r: r.step_time_s)
-        where.append(f"across ranks: CV {across_ranks:.2f} of mean step times; {worst.label} is slowest at "
-                     f"{worst.step_time_s:.4g} s")
+        slowest = max(ranks, key=lambda r: r.step_time_s)
+        where.append(f"across ranks: CV {across_ranks:.2f} of mean step times; {slowest.label} is slowest at "
+                     f"{slowest.step_time_s:.4g} s")
     return {"cv_across_steps": across_steps, "cv_across_ranks": across_ranks, "cv_all": everything,
             "threshold": threshold, "flagged": bool(where), "where": where}
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asap.profile.devices import Roofline
-from asap.profile.ops import _ELEMENTWISE, REDUCTIONS
+from asap.profile.ops import _ELEMENTWISE, REDUCTIONS, TensorIO
 from asap.profile.trace import OpInstance, Timeline, is_matrix
 from asap.profile.windows import US, window_index
 
@@ -76,8 +76,14 @@ def _role(op: OpInstance, roofline: Roofline) -> str:
     return "link"
 
 
+def _io(op: OpInstance) -> TensorIO:
+    """The tensors of a chain's op: its role is 'link', so its shapes are known."""
+    assert op.io is not None
+    return op.io
+
+
 def _reads_previous(op: OpInstance, prev: OpInstance) -> bool:
-    return prev.io.out_numel > 0 and prev.io.out_numel in op.io.in_numels
+    return _io(prev).out_numel > 0 and _io(prev).out_numel in _io(op).in_numels
 
 
 def lane_chains(ops: list[OpInstance], roofline: Roofline) -> list[list[OpInstance]]:
@@ -101,7 +107,7 @@ def lane_chains(ops: list[OpInstance], roofline: Roofline) -> list[list[OpInstan
 
 def chain_saved_bytes(chain: list[OpInstance]) -> float:
     """sum over every op but the last of 2 x its output bytes: the intermediate's write and its read back."""
-    return sum(2.0 * op.io.out_bytes for op in chain[:-1])
+    return sum(2.0 * _io(op).out_bytes for op in chain[:-1])
 
 
 @dataclass

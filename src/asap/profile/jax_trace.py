@@ -147,6 +147,7 @@ def _device_timeline(source, pid, process_name, events, windows, notes, n_device
     elif windows[0][0].startswith("ProfilerStep#"):
         source_kind = "ProfilerStep"
     base = source.rsplit("/", 1)[-1]
+    rank: int | None
     if device_id is not None:  # an XLA:CPU device: the host process is every device's
         rank, label = device_id, f"{base} {process_name} device {device_id}"
     else:

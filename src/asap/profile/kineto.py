@@ -375,7 +375,7 @@ def _gpu_device(rows, threads, launches) -> tuple[Intervals, Intervals, Interval
             is_comm[k] = True
             p2p = thread is not None and _chain_is_p2p(thread, i)
             is_pp[k] = p2p
-            key = (id(thread), i, "comm")
+            key: tuple = (id(thread), i, "comm")
         else:
             key = (id(thread), i) if thread is not None and i >= 0 else ("kernel", k)
         inst = instances.get(key)

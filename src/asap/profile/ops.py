@@ -326,7 +326,8 @@ def io_bytes(name: str, args: dict) -> TensorIO | None:
     dims = args.get("Input Dims")
     if not isinstance(dims, list):
         return None
-    types = args.get("Input type") if isinstance(args.get("Input type"), list) else []
+    raw_types = args.get("Input type")
+    types = raw_types if isinstance(raw_types, list) else []
     base = name.split("::", 1)[-1]
     if base in _VIEWS or base in IO_WRAPPERS or "::" not in name or name.startswith(_AUTOGRAD):
         return TensorIO((), 0, 0.0, 0.0)  # autograd nodes (MulBackward0) do their work in recorded aten ops

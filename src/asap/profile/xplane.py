@@ -53,6 +53,7 @@ def fields(buf: bytes):
     while i < n:
         key, i = _varint(buf, i)
         num, wt = key >> 3, key & 7
+        v: int | bytes
         if wt == WIRE_VARINT:
             v, i = _varint(buf, i)
         elif wt == WIRE_I64:

@@ -64,6 +64,9 @@ class Accelerator:
 
     @property
     def family_constants(self) -> Family:
+        # the cost model's constants: every catalog and custom part has a family (``__post_init__``); only the
+        # roofline-only parts of asap.profile.devices have none, and the cost model never prices them
+        assert self.efficiency is not None, f"{self.name}: no cost-model family '{self.family}'"
         return self.efficiency
 
 

@@ -177,14 +177,14 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
         acc = _custom_accelerator(acc_raw)
     else:
         raise AsapError("cluster.accelerator", "must be a catalog name or a mapping")
-    overrides = {}
+    overrides: dict[str, Any] = {}  # Accelerator fields: figures, and the efficiency constants (a Family)
     for key in ("hbm_gb", "intra_node_gbps", "inter_node_gbps"):
         if key in d and d[key] is not None:
             overrides[key] = _positive_number(d[key], f"cluster.{key}")
     if "hbm_gb" in overrides:  # a part with other memory: its driver total is the figure given
         overrides["hbm_total_gb"] = 0.0
     if d.get("efficiency") is not None:
-        overrides["efficiency"] = efficiency_from_dict(d["efficiency"], acc.efficiency, "cluster.efficiency")
+        overrides["efficiency"] = efficiency_from_dict(d["efficiency"], acc.family_constants, "cluster.efficiency")
     if overrides:
         acc = replace(acc, **overrides)
     dpn = _positive_int(d.get("devices_per_node", acc.devices_per_node), "cluster.devices_per_node", MAX_DEVICES)
@@ -345,7 +345,7 @@ def efficiency_from_dict(d: Any, base: Family, field_name: str) -> Family:
     finite numbers, fractions of peak at most 1."""
     if not isinstance(d, dict):
         raise AsapError(field_name, f"must be a mapping of {', '.join(EFFICIENCY_KEYS)}")
-    values = {}
+    values: dict[str, Any] = {}  # Family fields, each a float
     for k, v in d.items():
         if k not in EFFICIENCY_KEYS:
             raise AsapError(f"{field_name}.{k}", f"unknown constant (known: {', '.join(EFFICIENCY_KEYS)})")
@@ -390,8 +390,7 @@ def _custom_accelerator(d: dict) -> Accelerator:
         devices_per_node=_positive_int(d.get("devices_per_node", 8), "cluster.accelerator.devices_per_node"),
         scale_up_domain=_scale_up_domain(d, "cluster.accelerator.scale_up_domain"),
         interconnect=str(d.get("interconnect", "nvlink")), source="user-supplied",
-        matrix_unit_dim=_optional_count(d, "matrix_unit_dim"),
-        **{k: _positive_number(d[k], f"cluster.accelerator.{k}") for k in _HOST_KEYS if k in d})
+        matrix_unit_dim=_optional_count(d, "matrix_unit_dim"), **_host_figures(d))
 
 
 def _optional_count(d: Mapping[str, Any], key: str) -> int:
@@ -403,6 +402,11 @@ def _optional_count(d: Mapping[str, Any], key: str) -> int:
 
 
 _HOST_KEYS = ("host_mem_capacity_gb", "host_link_gbps", "host_mem_gbps")  # the host side (asap.cost.offload)
+
+
+def _host_figures(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The host-side figures a custom accelerator gives (``_HOST_KEYS``), each a positive number."""
+    return {k: _positive_number(d[k], f"cluster.accelerator.{k}") for k in _HOST_KEYS if k in d}
 
 
 def cpu_share(acc: Accelerator, measured: Mapping[str, Any], devices: int) -> Accelerator:
@@ -420,7 +424,7 @@ def cpu_share(acc: Accelerator, measured: Mapping[str, Any], devices: int) -> Ac
 
     (c_job, h_job), (c_cal, h_cal) = cores(devices), cores(P)
     f_compute, f_host = c_job / c_cal, h_job / h_cal
-    fam = acc.efficiency
+    fam = acc.family_constants
     eff = replace(fam, host_op_s=fam.host_op_s / f_host, dtensor_op_s=fam.dtensor_op_s / f_host)
     return replace(acc, peak_tflops={k: v * f_compute for k, v in acc.peak_tflops.items()},
                    hbm_gbps=acc.hbm_gbps * f_compute, efficiency=eff)

@@ -51,6 +51,7 @@ def model_from_hf(d: dict) -> ModelSpec:
     if mt not in SUPPORTED:
         raise AsapError("config.json.model_type", f"unsupported model_type '{mt}' (supported: {', '.join(SUPPORTED)})")
     name = str(d.get("_name_or_path") or (d.get("architectures") or [mt])[0])
+    native: dict[str, Any]
     if mt == "gpt2":
         h = _get_int(d, "n_embd")
         native = dict(name=name, num_layers=_get(d, "n_layer"), hidden_size=h,
@@ -68,7 +69,7 @@ def model_from_hf(d: dict) -> ModelSpec:
         return model_from_dict(native, where="config.json")
 
     heads = _get(d, "num_attention_heads")
-    native: dict[str, Any] = dict(
+    native = dict(
         name=name, num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
         ffn_hidden_size=_get(d, "intermediate_size"), num_attention_heads=heads,
         num_kv_heads=d.get("num_key_value_heads") or heads, vocab_size=_get(d, "vocab_size"),

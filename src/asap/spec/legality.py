@@ -38,7 +38,8 @@ def _kv_ok(model, tp):
 class Rule:
     key: str  # the strategy key the message blames
     reads: tuple[str, ...]  # the columns the test needs
-    ok: Callable[[Cols, Any, Any, int], np.ndarray]  # (cols, model, train, devices) -> bool per row
+    # (cols, model, train, devices) -> bool per row, or one bool for the whole batch
+    ok: Callable[[Cols, Any, Any, int], np.ndarray | bool]
     problem: Callable[[Any, Any, Any, int], str]  # the one-line problem for a scalar strategy (a Strategy)
 
 

@@ -200,6 +200,7 @@ class ModelSpec:
         """The native schema (model_from_dict reads it back): architecture keys at their defaults left out."""
         d = asdict(self)
         if d.get("moe"):
+            assert self.moe is not None  # asdict wrote a non-empty "moe" from it
             auto = ROUTER_DEFAULTS | {"aux_loss_coef": 0.0 if self.moe.expert_bias else 0.01}
             d["moe"] = {k: v for k, v in d["moe"].items() if not (k in auto and v == auto[k])}
         if d.get("rope_scaling"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from math import gcd, prod
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -179,7 +179,8 @@ def _divisors(n: int) -> list[int]:
 def _shapes(group, stride) -> tuple[np.ndarray, np.ndarray]:
     g = np.maximum(np.asarray(group, dtype=np.int64), 1)
     st = np.maximum(np.asarray(stride, dtype=np.int64), 1)
-    return np.broadcast_arrays(g, st)
+    g, st = np.broadcast_arrays(g, st)
+    return g, st
 
 
 def _per_unique_pair(g: np.ndarray, st: np.ndarray, fn) -> np.ndarray:
@@ -240,4 +241,4 @@ def _pieces(domains: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Label each member by its (group, domain) piece, numbered globally; and which groups span domains."""
     change = np.concatenate([np.ones((domains.shape[0], 1), dtype=bool), domains[:, 1:] != domains[:, :-1]], axis=1)
     labels = np.cumsum(change.ravel()).reshape(domains.shape) - 1
-    return labels, change[:, 1:].any(axis=1)
+    return labels, cast(np.ndarray, change[:, 1:].any(axis=1))  # an array: any over one axis of a 2-d one

@@ -91,7 +91,7 @@ def _result(res: dict, c: RunConfig, wall_s: float) -> RunResult:
                   layers_per_chunk=[c.model.num_layers], model=c.model.name, global_batch=c.global_batch,
                   seq_len=c.seq_len, steps=c.steps, precision=c.precision, nproc=res["devices"],
                   device=res.get("platform", "cpu"), backend="jax", wall_time_s=wall_s)
-    r.mesh = res["mesh"]  # the named mesh it ran on (not a RunResult field: to_dict leaves it out)
+    vars(r)["mesh"] = res["mesh"]  # the named mesh it ran on (not a RunResult field: to_dict leaves it out)
     return r
 
 

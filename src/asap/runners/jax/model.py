@@ -92,6 +92,7 @@ def feed_forward(p: dict, pre: str, x: jax.Array, kind: str) -> jax.Array:
 
 def moe(p: dict, pre: str, x: jax.Array, spec: ModelSpec) -> tuple[jax.Array, jax.Array]:
     """Top-k routed experts (dropless) plus shared experts -> (output, load-balancing loss)."""
+    assert spec.moe is not None  # called for the MoE layers of a MoE model only
     b, s, h = x.shape
     t = x.reshape(-1, h)
     probs = jax.nn.softmax(linear(t, p[pre + "router.weight"]).astype(jnp.float32), axis=-1)

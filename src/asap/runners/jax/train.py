@@ -83,8 +83,9 @@ def peak_memory_gb() -> float:
     import jax
 
     peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
-    if peaks and all(x is not None for x in peaks):
-        return max(peaks) / 2**30
+    known = [x for x in peaks if x is not None]
+    if peaks and len(known) == len(peaks):
+        return max(known) / 2**30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # Linux: KiB
 
 
@@ -133,6 +134,7 @@ def run_job(spec: ModelSpec, s: Strategy, global_batch: int, seq_len: int, steps
         log(f"step {i + 1}/{steps} loss {loss:.5f} time {times[-1]:.3f}s")
     if tracing:
         jax.profiler.stop_trace()
+        assert profile_dir is not None  # tracing only with a profile folder
         write_hlo(profile_dir, step_fn.lower(params, m, v, jnp.int32(steps), x, y).compile().as_text())
     return {"losses": losses, "step_times_s": times, "peak_memory_gb": peak_memory_gb(),
             "mesh": {k: int(n) for k, n in mesh.shape.items()}, "devices": int(mesh.size),

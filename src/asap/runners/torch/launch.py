@@ -74,6 +74,7 @@ def sample_order(c: RunConfig) -> list[list[int]]:
     the slowest rank's attention work, a*sum(l^2) + b*S, is least)."""
     from asap.runners.torch.data import step_samples
 
+    assert c.documents is not None  # asked for only with packed samples
     n, s = len(c.documents), c.strategy
     micro = c.global_batch // (s.dp * s.mbs)
     order = []
@@ -209,6 +210,7 @@ def check_inputs(c: RunConfig, device: str) -> None:
 def check_documents(c: RunConfig) -> None:
     """Document-masked attention runs where the trainer sees whole micro-batches of whole sequences: not under
     pipeline schedules (which split the micro-batches themselves), context parallelism or MLA."""
+    assert c.documents is not None  # checked only with packed samples
     s = c.strategy
     for key, bad in (("pp", s.pp > 1), ("cp", s.cp > 1)):
         if bad:

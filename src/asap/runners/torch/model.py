@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -25,6 +26,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from asap.spec.model import ModelSpec
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 AUX_LOSS_COEFF = 1e-2  # Switch Transformer's load-balancing coefficient (Fedus et al. 2021, sec. 2.2)
 
@@ -313,7 +317,7 @@ class MoE(nn.Module):
         self.shared_experts = (FeedForward(a.dim, a.expert_ffn_dim * a.n_shared_experts, a.activation)
                                if a.n_shared_experts else None)
         # set by asap.runners.torch.parallel
-        self.tp_mesh = None  # tensor-parallel mesh: tokens are split over it (sequence) inside the layer
+        self.tp_mesh: DeviceMesh | None = None  # tensor-parallel mesh: tokens split over it (sequence) in the layer
         self.sequence_parallel = False  # input already split over tp along the sequence
         self.ep_group = None  # expert-parallel process group (token all-to-all)
         self.ep_size = 1
@@ -375,6 +379,7 @@ class MoE(nn.Module):
 
     def _count_flat_internode(self, xs: torch.Tensor, counts: torch.Tensor) -> None:
         """Flat dispatch: every routed copy bound for an ep rank on another node crosses on its own."""
+        assert self.ep_node_of is not None  # called only with the nodes known
         me = self.ep_node_of[dist.get_rank(self.ep_group)]
         per_rank = counts.view(self.ep_size, -1).sum(1).tolist()
         remote = sum(c for r, c in enumerate(per_rank) if self.ep_node_of[r] != me)
@@ -382,6 +387,7 @@ class MoE(nn.Module):
 
     def _count_remote_domains(self, idx: torch.Tensor) -> None:
         """From the routing alone: per token, the distinct nodes of its experts other than this rank's own."""
+        assert self.ep_node_of is not None  # called only with the nodes known
         node_of = torch.tensor(self.ep_node_of, device=idx.device)
         nodes = node_of[idx // (self.n_experts // self.ep_size)]  # (tokens, top_k)
         distinct = (nodes.sort(dim=1).values.diff(dim=1) != 0).sum(1) + 1
@@ -471,6 +477,7 @@ class MoE(nn.Module):
             if tp:
                 import torch.distributed as dist
 
+                assert self.tp_mesh is not None  # tp: a mesh of more than one rank
                 dist.all_reduce(counts, group=self.tp_mesh.get_group())
                 n_tokens *= self.tp_mesh.size()
             f = counts / (n_tokens * self.top_k)
@@ -496,9 +503,12 @@ class TransformerBlock(nn.Module):
     def __init__(self, layer_id: int, a: ModelArgs):
         super().__init__()
         self.layer_id = layer_id
-        self.attention_norm = RMSNorm(a.dim, a.norm_eps)
+        # norms, MoE and FeedForward: the modules or their checkpoint wrappers (asap.runners.torch.parallel.apply_ac)
+        self.attention_norm: nn.Module = RMSNorm(a.dim, a.norm_eps)
         self.attention = MLAttention(a) if a.mla else Attention(a)
-        self.ffn_norm = RMSNorm(a.dim, a.norm_eps)
+        self.ffn_norm: nn.Module = RMSNorm(a.dim, a.norm_eps)
+        self.moe: nn.Module | None
+        self.feed_forward: nn.Module | None
         if a.is_moe_layer(layer_id):
             self.moe = MoE(a)
             self.feed_forward = None
@@ -509,6 +519,7 @@ class TransformerBlock(nn.Module):
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x), rope)
         ffn = self.moe if self.moe is not None else self.feed_forward
+        assert ffn is not None  # a block has one or the other
         return h + ffn(self.ffn_norm(h))
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -41,7 +41,7 @@ from asap.errors import AsapError
 from asap.spec.knobs import Recompute, RecomputePolicy, Schedule
 from asap.spec.layout import layout
 from asap.spec.placement import Placement
-from asap.runners.torch.model import MoE, Transformer, cross_entropy
+from asap.runners.torch.model import MoE, Transformer, TransformerBlock, cross_entropy
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -160,6 +160,11 @@ def ep_node_layout(pp: int, edp: int, ep: int, etp: int, devices_per_node: int) 
 # ------------------------------------------------------------------------------------------------------------
 
 
+def _blocks(model: Transformer) -> list[TransformerBlock]:
+    """The model's transformer blocks, before ``apply_ac`` wraps them (full recomputation)."""
+    return cast("list[TransformerBlock]", list(model.layers.values()))
+
+
 def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
     from torch.distributed.tensor import Replicate, Shard, distribute_module
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
@@ -177,7 +182,7 @@ def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
     if top:
         parallelize_module(model, tp_mesh, top)
 
-    for block in model.layers.values():
+    for block in _blocks(model):
         plan: dict[str, Any] = {
             "attention.wq": ColwiseParallel(),
             "attention.wk": ColwiseParallel(),
@@ -197,7 +202,7 @@ def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
             if sp:
                 plan["feed_forward"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
         else:
-            moe: MoE = block.moe
+            moe = cast(MoE, block.moe)  # no feed_forward: a MoE layer, not yet wrapped (apply_ac runs after)
             if sp:
                 plan["moe"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Shard(1),),
                                                  use_local_output=True)
@@ -282,7 +287,7 @@ def apply_ac(model: Transformer, policy: RecomputePolicy) -> None:
             model.layers[name] = checkpoint_wrapper(block, preserve_rng_state=False)
         return
     modules = {"core_attn"} if policy.kind == Recompute.SELECTIVE else set(policy.module_labels)
-    for block in model.layers.values():
+    for block in _blocks(model):
         block.attention.recompute_core = "core_attn" in modules
         if "layernorm" in modules:
             block.attention_norm = checkpoint_wrapper(block.attention_norm, preserve_rng_state=False)
@@ -309,8 +314,10 @@ def apply_fsdp(model: Transformer, dp_mesh, reshard_after_forward: bool, param_d
             raise RuntimeError("this torch's fully_shard has no ignored_params: MoE with zero>=2 needs torch >= 2.7")
     for block in model.layers.values():
         ign = set(expert_params(block))
-        fully_shard(block, **kw, **({"ignored_params": ign} if ign else {}))
-    fully_shard(model, **kw, **({"ignored_params": experts} if experts else {}))
+        own: dict[str, Any] = {"ignored_params": ign} if ign else {}
+        fully_shard(block, **kw, **own)
+    top: dict[str, Any] = {"ignored_params": experts} if experts else {}
+    fully_shard(model, **kw, **top)
 
 
 def apply_ddp(model: nn.Module, dp_mesh, device: torch.device) -> nn.Module:
@@ -406,7 +413,7 @@ def build_optimizer(parts: list[nn.Module], dims: ParallelDims, lr: float, weigh
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.distributed.tensor import DTensor
 
-    kw = dict(lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+    kw: dict[str, Any] = dict(lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     experts = {id(p) for m in parts for p in expert_params(m)}
     dense = [p for m in parts for p in m.parameters() if id(p) not in experts]
     moe = [p for m in parts for p in m.parameters() if id(p) in experts]
@@ -463,15 +470,17 @@ def finalize_grads(parts: list[nn.Module], dims: ParallelDims, manual_dp: bool) 
     # dp x cp copies of the loss
     eparams = [p for m in parts for p in expert_params(m)]
     if eparams:
+        grads: list[torch.Tensor] = []
         for p in eparams:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
         group = dims.expert_mesh["edp"].get_group() if dims.edp > 1 else None
         if group is not None:
-            _all_reduce_flat([p.grad for p in eparams], group, dist.ReduceOp.SUM, 1.0 / dims.dp_size)
+            _all_reduce_flat(grads, group, dist.ReduceOp.SUM, 1.0 / dims.dp_size)
         elif dims.dp_size > 1:
-            for p in eparams:
-                p.grad.mul_(1.0 / dims.dp_size)
+            for g in grads:
+                g.mul_(1.0 / dims.dp_size)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -287,8 +287,8 @@ def _reason(e: BaseException) -> str:
     """One line: the innermost exception of the chain (wrappers such as the pipeline stage's only say
     "failed to run forward")."""
     seen = e
-    while (seen.__cause__ or seen.__context__) is not None and len(str(seen).strip().splitlines()) != 1:
-        seen = seen.__cause__ or seen.__context__
+    while (inner := seen.__cause__ or seen.__context__) is not None and len(str(seen).strip().splitlines()) != 1:
+        seen = inner
     lines = [line.strip() for line in str(seen).strip().splitlines() if line.strip()]
     return f"{type(seen).__name__}: {lines[0][:300] if lines else ''}".strip().rstrip(":")
 
