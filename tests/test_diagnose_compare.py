@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from asap.cli import _register_commands, app
-from asap.profile.compare import PARTS, TERMS, compare_traces
+from asap.profile.trace_diff import PARTS, TERMS, compare_traces
 
 HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
 BEFORE, AFTER = HTA / "trace_diff_control_control.json.gz", HTA / "trace_diff_test_test.json.gz"

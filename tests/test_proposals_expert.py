@@ -200,7 +200,7 @@ def test_memory_offers_what_worked_on_a_similar_job(tmp_path):
     candidate here (source memory, or the knowledge move that reaches it), and the proposal that runs it lists
     the trial among its similar past trials."""
     from asap.agents.memory import Memory
-    from asap.agents.proposer import workload_record
+    from asap.agents.workload import workload_record
 
     m, t = load_model("llama3-70b"), TrainSpec(512, 8192)
     small = load_cluster("h100-sxm", devices=32)

@@ -13,19 +13,25 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from asap.cost.estimate import Estimate
 from asap.cost.classes import COMM_CLASSES
+from asap.cost.estimate import Estimate
 from asap.spec.hardware import Cluster
 from asap.spec.words import Bottleneck, BottleneckClass
+
+if TYPE_CHECKING:  # the trace diagnosis is imported when traces are read
+    from asap.profile.diagnose import AcceleratorHint
 
 COMM_TERMS = tuple(COMM_CLASSES)  # the cost model's exposed communication terms, one per axis
 MIN_CLASS_SHARE = 0.02  # a class that would save less than this share of the step is not attacked
 
 
 @dataclass
-class Diagnosis:
+class Analysis:
+    """The Analyzer's view of one job, from its traces or from the cost model: the bottleneck and what can be won.
+    (The trace diagnosis it reads is ``asap.profile.diagnose.Diagnosis``.)"""
+
     bottleneck: Bottleneck
     source: str  # "trace" | "cost model"
     step_time_s: float
@@ -50,7 +56,7 @@ class Diagnosis:
         return {**asdict(self), "bottleneck": str(self.bottleneck), "bottleneck_class": self.bottleneck_class}
 
 
-def from_estimate(est: Estimate, cluster: Cluster) -> Diagnosis:
+def from_estimate(est: Estimate, cluster: Cluster) -> Analysis:
     """The cost model's view of one strategy: its classes (``Estimate.classes``, the same as ``asap estimate``
     prints), exposed shares of the step, memory pressure."""
     step = max(est.step_time_s, 1e-12)
@@ -62,7 +68,7 @@ def from_estimate(est: Estimate, cluster: Cluster) -> Diagnosis:
     for k in COMM_TERMS:
         figures[f"{k}_share"] = exposed.get(k, 0.0) / step
     evidence = [c["figure"] for c in est.classes[:4]]
-    return Diagnosis(bottleneck=Bottleneck(est.bottleneck), source="cost model", step_time_s=est.step_time_s,
+    return Analysis(bottleneck=Bottleneck(est.bottleneck), source="cost model", step_time_s=est.step_time_s,
                      figures=figures, evidence=evidence, classes=list(est.classes))
 
 
@@ -86,7 +92,7 @@ def resplit_collectives(classes: list[dict], est: Estimate) -> list[dict]:
     return head + rest
 
 
-def from_traces(traces: list[str | Path], accelerator: str | None = None) -> Diagnosis:
+def from_traces(traces: list[str | Path], accelerator: AcceleratorHint = None) -> Analysis:
     """A profiled run's view (``asap.profile.diagnose``; traces of different jobs are refused there)."""
     from asap.profile.diagnose import diagnose
 
@@ -102,7 +108,7 @@ def from_traces(traces: list[str | Path], accelerator: str | None = None) -> Dia
         top.append(f"fusion: {len(d.fusion)} kinds of fusible chains would save {fused_s:.3g} s per step "
                    f"({fused_s / step:.1%}); the largest, {' > '.join(n.split('::')[-1] for n in best.ops[:8])}"
                    f"{' > ...' if len(best.ops) > 8 else ''}, {best.saved_bytes / 1e6:.3g} MB ({best.saved_s:.3g} s)")
-    return Diagnosis(bottleneck=d.bottleneck, source="trace", step_time_s=d.step_time_s, figures=figures,
+    return Analysis(bottleneck=d.bottleneck, source="trace", step_time_s=d.step_time_s, figures=figures,
                      evidence=list(d.evidence) + top, classes=list(d.classes))
 
 
@@ -112,9 +118,9 @@ class Analyzer:
     def __init__(self, cluster: Cluster):
         self.cluster = cluster
 
-    def analyze(self, estimate: Estimate, traces: list[str | Path] | None = None) -> Diagnosis:
+    def analyze(self, estimate: Estimate, traces: list[str | Path] | None = None) -> Analysis:
         if traces:
-            d = from_traces(traces, self.cluster.accelerator.name)
+            d = from_traces(traces, self.cluster.accelerator)  # the object: a custom or calibrated part's own figures
             d.classes = resplit_collectives(d.classes, estimate)
             if not estimate.fits:  # the strategy as priced here does not fit: that comes first
                 d.classes.insert(0, estimate.classes[0])

@@ -17,13 +17,14 @@ not is recorded as failed, with the first diverging operator as its reason, and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
-from asap.agents.analyzer import Analyzer, Diagnosis
+from asap.agents.analyzer import Analysis, Analyzer
 from asap.agents.correction import Correction, fit_correction, information_gain, sensitivities
-from asap.agents.proposer import Proposer, parse_current, workload_record
+from asap.agents.proposer import Proposer, parse_current
+from asap.agents.workload import workload_record
 from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
 from asap.measure import MIN_NOISE_REL, Verdict, gain_beyond_noise
@@ -94,6 +95,7 @@ def adopt(record: TrialRecord, best) -> Verdict | None:
     if best is None:
         record.adopted, record.verdict = True, "first measured trial"
         return None
+    assert record.measured_step_time_s is not None  # adopt is only asked about ok trials, which are measured
     v = gain_beyond_noise(record.measured_step_time_s, record.noise, best[1], best[2])
     record.adopted = v.beyond_noise
     record.verdict = v.words() + ("" if v.beyond_noise else ": not adopted")
@@ -132,7 +134,7 @@ class Coordinator:
         # (keys: Memory's canonical spelling of each strategy)
         self.pairs = self._known_pairs(known)
         self.correction = self._fit(self.pairs)
-        current = self._start()
+        current: Strategy | None = self._start()
         best = self._best_known(known)
         stall, executed = 0, 0
         while executed < self.budget:
@@ -149,6 +151,7 @@ class Coordinator:
             known[key] = {"id": record.trial_id, "status": record.status,
                           "measured_step_time_s": record.measured_step_time_s}
             if record.status == TrialStatus.OK:
+                assert record.measured_step_time_s is not None  # an ok trial has its measured step time
                 self.pairs.append((strategy, record.measured_step_time_s))
                 self.correction = self._fit(self.pairs)
                 v = adopt(record, best)
@@ -179,7 +182,7 @@ class Coordinator:
         refuses = getattr(self.executor, "refuses", None)
         return refuses(strategy) if refuses else None
 
-    def _next(self, first: Strategy | None, best, known) -> tuple[Strategy | None, Diagnosis | None, list]:
+    def _next(self, first: Strategy | None, best, known) -> tuple[Strategy | None, Analysis | None, list]:
         """The first trial runs the start; every later one the fastest untried of the proposals and the planner's
         best (by information gain among the fastest when the proposals are within the model's error)."""
         if first is not None:
@@ -221,7 +224,7 @@ class Coordinator:
         """The full strategy strings (the proposer's spelling) of what Memory has."""
         return {str(parse_current(text, self.job)) for text in known}
 
-    def _trial(self, exp: int, strategy: Strategy, diagnosis: Diagnosis | None, considered: list) -> TrialRecord:
+    def _trial(self, exp: int, strategy: Strategy, diagnosis: Analysis | None, considered: list) -> TrialRecord:
         catalog = estimate(self.job, strategy)
         predicted = estimate(self.corrected(), strategy)
         diag = diagnosis.to_dict() if diagnosis else None
@@ -255,16 +258,18 @@ class Coordinator:
 
     def _explain(self, record: TrialRecord, predicted: Estimate) -> str:
         """Why ``record`` gained or lost against the fastest ok trial before it: the two runs' traces compared
-        (``asap.profile.compare``) when both have them, else the cost model's comparison of the two
+        (``asap.profile.trace_diff``) when both have them, else the cost model's comparison of the two
         (``predicted``: the record's own pricing on the corrected machine, from ``_trial``)."""
         done = [t for t in self.trials if t.status == TrialStatus.OK and t.measured_step_time_s]
         if not done:
             return ""
-        ref = min(done, key=lambda t: t.measured_step_time_s)
+        ref = min(done, key=lambda t: cast(float, t.measured_step_time_s))  # done: measured trials only
+        # record: an ok trial (``_trial`` explains only those), measured; ref: one of done
+        assert record.measured_step_time_s is not None and ref.measured_step_time_s is not None
         change = record.measured_step_time_s / ref.measured_step_time_s - 1.0
         head = f"measured {change:+.1%} against trial {self.trials.index(ref) + 1}"
         if record.traces and ref.traces:
-            from asap.profile.compare import compare_traces
+            from asap.profile.trace_diff import compare_traces
 
             try:
                 return f"{head}; traces: {compare_traces(ref.traces, record.traces)['verdict']}"

@@ -28,7 +28,7 @@ tell apart, the one that narrows the factors most (D-optimal design).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -79,7 +79,7 @@ def corrected_cluster(cluster: Cluster, factors) -> Cluster:
     the machine from that again (``Cluster.__post_init__``), so the share is not taken twice."""
     a, u, o = (float(f) for f in factors)
     acc = cluster.written_accelerator or cluster.accelerator
-    f = acc.efficiency
+    f = acc.family_constants  # the efficiency, asserted set: a corrected cluster is one the cost model prices
     eff = replace(f, gemm_efficiency=f.gemm_efficiency / a, attention_efficiency=f.attention_efficiency / a,
                   fp8_gemm_efficiency=f.fp8_gemm_efficiency / a, hbm_efficiency=f.hbm_efficiency / a,
                   host_op_s=f.host_op_s * a, kernel_overhead_s=f.kernel_overhead_s * a,
@@ -126,7 +126,9 @@ def fit_correction(job: Job, pairs: list[tuple[Any, float]]) -> Correction:
     # its Gram matrix is already the posterior information (posterior_covariance, without pricing J again)
     sigma = np.sqrt(np.diag(np.linalg.inv(sol.jac.T @ sol.jac)))
     a, u, o = (float(v) for v in np.exp(sol.x))
-    return Correction(a, u, o, len(pairs), tuple(float(v) for v in np.exp(sigma)))
+    # sigma has one entry per factor (3): the solver fits np.zeros(3)
+    uncertainty = cast("tuple[float, float, float]", tuple(float(v) for v in np.exp(sigma)))
+    return Correction(a, u, o, len(pairs), uncertainty)
 
 
 def posterior_covariance(jacobian: np.ndarray) -> np.ndarray:
@@ -157,7 +159,7 @@ def corrected_cluster_document(cluster: Cluster, correction: Correction) -> dict
         raise AsapError("write-cluster", "the cluster is an `asap calibrate` file; calibrate again on the machine "
                                          "instead of writing a corrected copy of it")
     machine = correction.apply(cluster)
-    acc, fam = machine.accelerator, asdict(machine.accelerator.efficiency)
+    acc, fam = machine.accelerator, asdict(machine.accelerator.family_constants)
     too_fast = [k for k in EFFICIENCY_KEYS if k.endswith("efficiency") and fam[k] > 1]
     if too_fast:
         raise AsapError("write-cluster", f"the correction puts {too_fast[0]} at {fam[too_fast[0]]:.3g}, above peak: "

@@ -217,7 +217,9 @@ def _apply_op(value: Any, key: str, op: str) -> Any:
         if key in INT_RANGES:
             return int(text)
         return recompute_label(recompute_code(text)) if key == "recompute" else text
-    sign, n = _ARITH.match(op).groups()
+    m = _ARITH.match(op)
+    assert m is not None  # apply_move runs check_op first: a non-"=" op matches _ARITH
+    sign, n = m.groups()
     v, n = int(value), int(n)
     if sign == "/" and v % n:
         return None

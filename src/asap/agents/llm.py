@@ -312,7 +312,8 @@ def parse_completion(body: bytes) -> AdviceResult:
     if not isinstance(choice, dict):
         raise _Failure("the response's first choice is not an object")
     finish = choice.get("finish_reason")
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    raw_message = choice.get("message")
+    message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
     if message.get("refusal"):
         raise _Failure(f"the model refused: {message['refusal']!r}")
     if finish == "content_filter":

@@ -1,4 +1,4 @@
-"""The Proposer: targeted moves from the diagnosis. For each class worth attacking (``Diagnosis.targets``: the
+"""The Proposer: targeted moves from the diagnosis. For each class worth attacking (``Analysis.targets``: the
 seconds each would save, memory capacity first where it binds) it retrieves the knowledge entries that answer
 that class and apply to the job (family, model kind, framework), applies their ``moves`` to the current strategy
 with only the dependent changes (``asap.agents.moves``), and adds one-knob neighbours, the strategies that worked
@@ -16,11 +16,12 @@ proposal is faster by more than the model's error, the proposer says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from asap.agents.analyzer import Diagnosis
+from asap.agents.analyzer import Analysis
 from asap.agents.moves import (MAIN_KNOBS, MAX_KNOBS, NEIGHBOUR_MOVES, justifying_lines, moved_knobs, moves_that_way,
                                moved_strategy, moves_text, tradeoffs)
+from asap.agents.workload import job_arguments, workload_record
 from asap.compare import deltas
 from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
@@ -28,6 +29,9 @@ from asap.spec.job import Job
 from asap.spec.strategy import Strategy, resolve_strategy
 from asap.spec.stack_rules import RuleJob, first_unrunnable
 from asap.spec.words import BottleneckClass
+
+if TYPE_CHECKING:
+    from asap.agents.knowledge import KnowledgeEntry
 
 N_PROPOSALS = 3
 
@@ -114,18 +118,6 @@ class ProposalSet:
     considered: list[dict[str, Any]]  # every candidate and why it was kept or dropped (the audit trail)
 
 
-def job_arguments(job: Job) -> str:
-    """The ``asap estimate`` flags that rebuild this job from presets (the CLI passes the user's own)."""
-    model, cluster, train = job.model, job.cluster, job.train
-    args = [f"-m {model.name}", f"-c {cluster.accelerator.name}", f"--devices {cluster.num_devices}",
-            f"-b {train.global_batch}", f"-s {train.seq_len}", f"--precision {train.precision}"]
-    if train.framework:
-        args.append(f"--framework {train.framework}")
-    if train.moe_imbalance != 1.0:
-        args.append(f"--moe-imbalance {train.moe_imbalance:g}")
-    return " ".join(args)
-
-
 class Proposer:
     def __init__(self, job: Job, memory=None, experiment_id=None, llm=None, job_args: str | None = None):
         self.job = job
@@ -134,7 +126,7 @@ class Proposer:
         self.llm = llm  # an asap.agents.llm.LLMAdvisor: more candidates and a narrative, checked like the rest
         self.job_args = job_args or job_arguments(job)
         self.narrative = ""
-        self._knowledge = None  # the knowledge base, loaded once, for the re-plans' citations
+        self._knowledge: list[KnowledgeEntry] | None = None  # the knowledge base, loaded once, for citations
         self.llm_fallback: str | None = None  # why the LLM added nothing, when it was asked and answered badly
         self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
         self.base: Estimate | None = None  # the current strategy's estimate while proposing
@@ -183,13 +175,14 @@ class Proposer:
             raise found
         return found
 
-    def candidates(self, current: Strategy, diagnosis: Diagnosis, considered: list) -> list[Candidate]:
+    def candidates(self, current: Strategy, diagnosis: Analysis, considered: list) -> list[Candidate]:
         from asap.agents.retrieval import retrieve
 
         out: list[Candidate] = []
         devices = self.cluster.num_devices
         targets = diagnosis.targets()[:CLASSES_ATTACKED]
         minor = [c for c in diagnosis.classes if c not in targets and c["saving_s"] > 0]
+        assert self.base is not None  # propose prices the current strategy before it asks for candidates
         for target in targets + minor:
             for r in retrieve(target["class"], self.workload(), k=ENTRIES_PER_CLASS, strict=True):
                 for move in r.entry.moves:
@@ -233,9 +226,9 @@ class Proposer:
         if not layers or layers == tuple(current.layer_split or ()):
             return
         entry = next((e for e in load_knowledge() if e.id == STAGE_BALANCE_ENTRY), None)
-        split = "/".join(map(str, layers))
-        self._add(out, considered, {**current.to_dict(), "layer_split": split}, "knowledge",
-                  f"the planner's layer split {split} (asap plan's stage split on this strategy)",
+        split_text = "/".join(map(str, layers))
+        self._add(out, considered, {**current.to_dict(), "layer_split": split_text}, "knowledge",
+                  f"the planner's layer split {split_text} (asap plan's stage split on this strategy)",
                   [f"knowledge:{entry.id}"] if entry else ["planner:stage-ilp"], entry=entry, target=target)
 
     def _memory_combinations(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:
@@ -302,7 +295,7 @@ class Proposer:
                                               f"similarity {score:.2f})", [f"memory:trial{best['id']}"]))
         return out
 
-    def _llm_candidates(self, current: Strategy, diagnosis: Diagnosis, out: list, considered: list) -> None:
+    def _llm_candidates(self, current: Strategy, diagnosis: Analysis, out: list, considered: list) -> None:
         """The LLM sees the diagnosis, the retrieved entries and the priced candidates; its candidates are parsed
         against its schema and priced like any other, its rationales may replace ours; a failure or a refusal
         leaves the deterministic candidates as they are."""
@@ -343,6 +336,7 @@ class Proposer:
             self._add(replans, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
                                                                     "targeted moves fit)", ["planner:top"])
         replans, targeted = (sorted(cs, key=lambda c: c.step_s) for cs in (replans, targeted))
+        assert self.base is not None  # propose sets the base before it fills
         first = [r for r in replans[:1] if _helps(r, self.base) and all(c.source != "planner" for c in chosen)]
         filled: list[Candidate] = []
         for c in first + [c for c in targeted if c not in chosen and not _helps(c, self.base)] + replans:
@@ -377,11 +371,13 @@ class Proposer:
         if reason:
             considered.append({"strategy": str(est.strategy), "source": source, "kept": False, "why": reason})
             return
+        assert self.base is not None  # propose sets the base before any candidate is added
         knobs = frozenset(moved_knobs(est.strategy, self.base.strategy))
         out.append(Candidate(est.strategy, est, source, why, evidence, entry, target, knobs))
 
     def _drop_reason(self, est: Estimate, source: str) -> str | None:
         base = self.base
+        assert base is not None  # propose sets the base before any candidate is priced
         if (est.step_time_s, est.peak_memory_gb) == (base.step_time_s, base.peak_memory_gb):
             return "changes nothing the cost model sees (a knob without effect here)"
         if not est.fits:
@@ -394,7 +390,7 @@ class Proposer:
     def workload_record(self) -> dict[str, Any]:
         return workload_record(self.job)
 
-    def propose(self, current: Strategy, diagnosis: Diagnosis, exclude: Iterable[str] = ()) -> ProposalSet:
+    def propose(self, current: Strategy, diagnosis: Analysis, exclude: Iterable[str] = ()) -> ProposalSet:
         """Exactly three proposals for moving on from ``current`` (``exclude``: strategy strings already tried)."""
         considered: list[dict[str, Any]] = []
         self.base = base = self.price(current)
@@ -438,7 +434,7 @@ class Proposer:
             note += f" | {self.llm_fallback}"
         return ProposalSet(proposals, within, note, considered)
 
-    def _proposal(self, c: Candidate, base: Estimate, diagnosis: Diagnosis) -> Proposal:
+    def _proposal(self, c: Candidate, base: Estimate, diagnosis: Analysis) -> Proposal:
         lo, hi = c.estimate.step_time_range_s
         speedup = base.step_time_s / c.step_s
         target = c.target or (diagnosis.classes[0] if diagnosis.classes else {"class": diagnosis.bottleneck,
@@ -463,7 +459,7 @@ class Proposer:
                         term_changes_s=deltas(base, c.estimate)["deltas_s"], similar_trials=trials,
                         estimate_command=f"asap estimate {self.job_args} -S {c.strategy}")
 
-    def _replan_entries(self, c: Candidate, base: Estimate, diagnosis: Diagnosis) -> list[tuple[str, dict]]:
+    def _replan_entries(self, c: Candidate, base: Estimate, diagnosis: Analysis) -> list[tuple[str, dict]]:
         """For each knob a re-plan changes, the knowledge entry with a move of that knob in that direction (``x2``
         or ``+1`` up, ``/2`` or ``-1`` down, ``=V`` to V), one answering a diagnosed class first; (knob, entry
         dict) for the knobs that have one."""
@@ -579,15 +575,6 @@ def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = ""
     elif planner and len(chosen) < N_PROPOSALS and _distinct(planner[0], chosen):
         chosen.append(planner[0])
     return sorted(chosen[:N_PROPOSALS], key=lambda c: c.step_s)
-
-
-def workload_record(job: Job) -> dict[str, Any]:
-    """What identifies a tuning job in Memory: the model, the cluster and the batch."""
-    model, cluster, train = job.model, job.cluster, job.train
-    return {"model": model.name, "model_family": model.name.split("-")[0].lower(), "params": model.num_params(),
-            "accelerator": cluster.accelerator.name, "family": cluster.accelerator.family,
-            "devices": cluster.num_devices, "global_batch": train.global_batch, "seq_len": train.seq_len,
-            "precision": train.precision, "framework": train.framework or ""}
 
 
 def changed_keys(a: Strategy, b: Strategy) -> list[str]:

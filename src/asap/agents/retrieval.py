@@ -30,7 +30,7 @@ no not of on one or so than that the their then there these this those to was wh
 each less what who how any""".split())
 # words a bottleneck name implies, so the query meets entries that describe it in other words
 B, C = Bottleneck, BottleneckClass
-BOTTLENECK_WORDS = {
+BOTTLENECK_WORDS: dict[str, str] = {
     B.COMPUTE: "compute bound matrix units busy flops",
     B.MEMORY: "memory hbm capacity activations out of memory",
     B.COMMUNICATION: "communication collectives exposed bandwidth link",
@@ -110,7 +110,7 @@ def _bm25s():
     if "jax" in sys.modules or "bm25s" in sys.modules:
         import bm25s
         return bm25s
-    sys.modules["jax"] = None  # type: ignore[assignment]  # `import jax.lax` raises ImportError
+    sys.modules["jax"] = None  # `import jax.lax` raises ImportError
     try:
         import bm25s
     finally:
@@ -141,8 +141,9 @@ def _workload_kinds(workload: dict[str, Any]) -> set[str]:
 
 def _applicability(e: KnowledgeEntry, workload: dict[str, Any]) -> tuple[float, list[str]]:
     """The bonus/penalty for the workload's family, model kinds and framework, with the reasons."""
-    wanted = {"families": {workload.get("family")} - {None}, "model_kinds": _workload_kinds(workload),
-              "frameworks": {workload.get("framework")} - {None}}
+    wanted: dict[str, set[Any]] = {"families": {workload.get("family")} - {None},
+                                   "model_kinds": _workload_kinds(workload),
+                                   "frameworks": {workload.get("framework")} - {None}}
     delta, notes = 0.0, []
     for field, have in wanted.items():
         listed = getattr(e, field)

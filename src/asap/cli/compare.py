@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 from rich.table import Table
@@ -86,6 +86,8 @@ def compare_table(result: dict, names: list[str]) -> Table:
                          min_width=max(len(tok) for tok in f"X: {n}".split()))
     if two:
         table.add_column("B - A", justify="right")
+    # (label, the figure of one estimate's dict (the per-key getters bind k as a default), how it prints)
+    rows: list[tuple[str, Callable[..., Any], Callable[[Any], str]]]
     rows = [("step", lambda e: e["step_time_s"], seconds),
             ("tokens/s", lambda e: e["tokens_per_s"], lambda x: f"{x:,.0f}"),
             ("MFU (of the bf16 peak)", lambda e: e["mfu"], lambda x: f"{x:.1%}"),

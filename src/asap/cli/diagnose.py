@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, cast
 
 import typer
 from rich.table import Table
@@ -74,8 +74,9 @@ def diagnose(
     for name, value in (("straggler-threshold", straggler_threshold), ("jitter-threshold", jitter_threshold)):
         if not value > 0:
             raise AsapError(name, f"must be positive, got {value}")
-    result = run_diagnosis(before, accelerator=accelerator, top=top, straggler_threshold=straggler_threshold,
-                           jitter_threshold=jitter_threshold, fusion=fusion)
+    # list is invariant: diagnose takes str or Path items, these are all Paths
+    result = run_diagnosis(cast("list[str | Path]", before), accelerator=accelerator, top=top,
+                           straggler_threshold=straggler_threshold, jitter_threshold=jitter_threshold, fusion=fusion)
     for note in result.notes:  # one line each, unwrapped: logs go to stderr
         sys.stderr.write(f"note: {note}\n")
     job = _job(model, cluster, global_batch, seq_len, strategy, devices, precision)
@@ -119,7 +120,7 @@ def _split(traces: list[Path], compare: bool) -> tuple[list[Path], list[Path]]:
 
 
 def _compare(before: list[Path], after: list[Path], accelerator: str | None, top: int, as_json: bool) -> None:
-    from asap.profile.compare import TERMS, compare_traces
+    from asap.profile.trace_diff import TERMS, compare_traces
 
     result = compare_traces(before, after, accelerator=accelerator, top=top)
     for note in result["notes"]:
@@ -228,8 +229,8 @@ def next_steps(d, job: dict | None = None) -> dict:
         return {"command": None, "needs": "-m MODEL -c CLUSTER -b GLOBAL_BATCH -s SEQ_LEN [-S STRATEGY]",
                 "knowledge": moves}
     traces = " ".join(quote(str(t)) for t in d.traces)
-    current = f" -S {quote(job['strategy'])}" if job["strategy"] else ""
-    return {"command": f"asap propose {traces} {job['args']}{current}", "knowledge": moves}
+    strategy_flag = f" -S {quote(job['strategy'])}" if job["strategy"] else ""
+    return {"command": f"asap propose {traces} {job['args']}{strategy_flag}", "knowledge": moves}
 
 
 def _current_keys(job: dict | None) -> dict | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import typer
 from rich.progress import Progress
@@ -12,6 +12,10 @@ from asap.cli.root import app
 from asap.cli.common import (JOB, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options, out_console,
                              print_json)
 from asap.errors import AsapError
+
+if TYPE_CHECKING:
+    from rich.text import JustifyMethod
+
 
 def compact_of(est, job) -> str:
     """An estimate's strategy in the compact notation (``asap.spec.strategy.format_compact``)."""
@@ -176,7 +180,8 @@ def estimate(
     job, aw, data = with_lengths(job, options.lengths)
     est = run_estimate(job, runnable_strategy(job, strategy, any_stack))
     figures = figures_provenance(job.cluster)
-    extra = {"lengths": lengths_report(job, est, aw, data, options.lengths)} if aw is not None else {}
+    # aw is set only when options.lengths names a file (with_lengths)
+    extra = {"lengths": lengths_report(job, est, aw, data, cast(str, options.lengths))} if aw is not None else {}
     out = with_budget(est.to_dict(), job.devices, budget, price)
     if json_out:
         print_json({**readable_keys(out, est, job), "figures": figures, **extra})
@@ -346,6 +351,7 @@ def validation_markdown(result) -> str:
 
 def validation_table(result) -> Table:
     table = Table(title="published vs predicted step time")
+    just: JustifyMethod  # the second item of each pair below
     for col, just in (("case", "left"), ("published s", "right"), ("predicted s", "right"), ("error", "right"),
                       ("strategy (best completion)", "left")):
         table.add_column(col, justify=just)
@@ -363,13 +369,14 @@ def presets(json_out: bool = JsonOpt):
     from asap.spec.loader import load_model
     from asap.spec.presets import MODEL_PRESETS
 
-    models = []
+    models: list[dict[str, Any]] = []
     for name, (_, published, with_mtp, source) in MODEL_PRESETS.items():
         m = load_model(name)
         models.append({"name": name, "params": m.num_params(include_mtp=with_mtp),
                        "active_params": m.num_active_params(), "published_params": published or None,
                        "source": source})
     clusters = [{"name": k, **v} for k, v in CLUSTER_PRESETS.items()]
+    accelerators: list[dict[str, Any]]
     accelerators = [{"name": a.name, "family": a.family, "peak_tflops": a.peak_tflops, "hbm_gb": a.hbm_gb,
                      "hbm_gbps": a.hbm_gbps, "intra_node_gbps": a.intra_node_gbps,
                      "inter_node_gbps": a.inter_node_gbps, "source": a.source} for a in CATALOG.values()]
@@ -382,10 +389,11 @@ def presets(json_out: bool = JsonOpt):
     table = Table(title="model presets", title_justify="left")
     for col in ("name", "params", "active", "source"):
         table.add_column(col, justify="right" if col in ("params", "active") else "left")
-    for m in models:
-        table.add_row(m["name"], count_text(m["params"]), count_text(m["active_params"]), m["source"] or "")
+    for model in models:
+        table.add_row(model["name"], count_text(model["params"]), count_text(model["active_params"]),
+                      model["source"] or "")
     out_console.print(table)
-    aliases = {}
+    aliases: dict[str, list[str]] = {}
     for old_name, new_name in CLUSTER_ALIASES.items():
         aliases.setdefault(new_name, []).append(old_name)
     table = Table(title="cluster presets (any catalog accelerator's name is one too)", title_justify="left")

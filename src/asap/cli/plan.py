@@ -93,6 +93,7 @@ def plan(
                     **({"lengths": {**aw.to_dict(), "file": options.lengths}} if aw is not None else {})})
         return
     if emitted:
+        assert emit is not None  # emitted is only set when --emit names a format
         _print_emitted(emit, emitted, result, job)
         return
     _print_plan(job, result, limits, args, include_oom, budget, price)

@@ -9,7 +9,7 @@ splits of the batch (index 0 is the default split).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, cast
 
 import numpy as np
 
@@ -37,14 +37,15 @@ class StrategyBatch:
     zero: np.ndarray
     sp: np.ndarray
     schedule: np.ndarray
-    dispatcher: np.ndarray | None = None  # index into DISPATCHERS
-    a2a_overlap: np.ndarray | None = None
-    split: np.ndarray | None = None
-    offload_act: np.ndarray | None = None
-    offload_opt: np.ndarray | None = None
-    fp8_param: np.ndarray | None = None
-    offload_layers: np.ndarray | None = None
-    grad_bf16: np.ndarray | None = None
+    # the OPTIONAL columns: None at construction, zeros after __post_init__ (the cast types them as arrays)
+    dispatcher: np.ndarray = cast(np.ndarray, None)  # index into DISPATCHERS
+    a2a_overlap: np.ndarray = cast(np.ndarray, None)
+    split: np.ndarray = cast(np.ndarray, None)
+    offload_act: np.ndarray = cast(np.ndarray, None)
+    offload_opt: np.ndarray = cast(np.ndarray, None)
+    fp8_param: np.ndarray = cast(np.ndarray, None)
+    offload_layers: np.ndarray = cast(np.ndarray, None)
+    grad_bf16: np.ndarray = cast(np.ndarray, None)
     layer_splits: tuple[tuple[int, ...], ...] = field(default=((),))
 
     def __post_init__(self):
@@ -100,7 +101,7 @@ class StrategyBatch:
     def strategy(self, i: int, dispatcher: int | None = None) -> Strategy:
         """Row ``i`` as a Strategy; ``dispatcher`` gives the priced one for a row left to the fastest (an unpriced
         such row reads as the first dispatcher)."""
-        d = {k: int(getattr(self, k)[i]) for k in COLUMNS if k != "split"}
+        d: dict[str, Any] = {k: int(getattr(self, k)[i]) for k in COLUMNS if k != "split"}
         d["recompute"] = RecomputePolicy.from_code(d["recompute"])
         d["schedule"] = Schedule(d["schedule"])
         code = d["dispatcher"] if dispatcher is None else dispatcher

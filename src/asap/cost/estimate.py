@@ -129,6 +129,7 @@ def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, m) -> Stag
     cases are ranked once per device-figure row, then each strategy takes its own."""
     paired = expert_overlap(model, S, m)
     t, w = f.time, f.whole_time
+    assert t is not None and w is not None  # estimate_batch's figures are built with the unit times
     hidden = paired_hidden_s(t["ep"], t["compute"])
     busy = _busy(t)
     critical = np.where(paired, f.rows(np.argmax(busy - hidden, axis=1)), f.rows(np.argmax(busy, axis=1)))
@@ -250,7 +251,7 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     gather = np.where(kept, dpc.param_gather_s / 2, dpc.param_gather_s)  # kept: gathered for forward only
     total = np.where(grad_per_mb, m, 1.0) * dpc.grad_sync_s + np.where(gather_per_mb, m, 1.0) * gather
     first_layer_gather = gather / np.maximum(layers_on_stage, 1)
-    step_end = 0.0
+    step_end: float | np.ndarray = 0.0
     if fw.fsdp_embedding_unit:
         # the embedding unit and the first block: the embedding's lookup is too short to hide the first block's
         # prefetched gather, and its scatter-add backward too short to hide the first block's reduce-scatter
@@ -394,7 +395,7 @@ class Estimate:
     fits_with_headroom: bool = True
 
     @property
-    def bottleneck_class(self) -> str:
+    def bottleneck_class(self) -> str | None:  # None until name_bottleneck sets the verdict
         return self.classes[0]["class"] if self.classes else self.bottleneck
 
     def to_dict(self) -> dict[str, Any]:
@@ -518,7 +519,7 @@ def estimate(job: Job, strategy: Strategy, classes: bool = True) -> Estimate:
                            counterfactuals(job, est.strategy, est.step_time_s))
 
 
-def estimate_spelled(job: Job, text: str | dict | None, classes: bool = True) -> Estimate:
+def estimate_spelled(job: Job, text: str | dict | Strategy | None, classes: bool = True) -> Estimate:
     """The API's edge (``asap.estimate``): price ``key=value`` text or a mapping (completed with the documented
     defaults and the job's framework's, then checked); a ``Strategy`` is priced as it is."""
     if not isinstance(text, Strategy):

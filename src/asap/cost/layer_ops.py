@@ -121,6 +121,7 @@ def _mla_projections(model: ModelSpec, x: Shapes) -> list[Operation]:
     """MLA (DeepSeek-V2): q down/up (or one q projection), kv down (replicated over tp) and up, the latents'
     norms, RoPE on the rope dimensions; ``mla_up_proj`` re-runs the up-projections and RoPE."""
     m, nh, T, tp, h, ab = model.mla, model.num_attention_heads, x.T, x.tp, x.h, x.ab
+    assert m is not None  # attention_ops calls this only when model.mla is set
     d_qk = m.qk_nope_head_dim + m.qk_rope_head_dim
     A, up = Block.ATTENTION, (M.MLA_UP_PROJ,)
     if m.q_lora_rank:
@@ -198,6 +199,7 @@ def moe_mlp_ops(model: ModelSpec, x: Shapes, S: StrategyBatch) -> list[Operation
     memory-bound share (the bottleneck's ``mem``, what selective recompute re-runs) counts the top-k and the
     permutes as one kernel launch and leaves the shared experts' activation out, as the model has priced it."""
     mo, B, ab = model.moe, Block.MLP, x.ab
+    assert mo is not None  # moe=True tables are built only for MoE models
     etp, ep = S.etp.astype(float), S.ep.astype(float)
     stored_rows = x.T * mo.top_k * etp / x.tp  # routed token copies this device's etp group stores
     rows = stored_rows * x.moe_imbalance  # ... and computes on the busiest rank
@@ -256,5 +258,6 @@ def layer_host_ops(model: ModelSpec, host: HostOps, S: StrategyBatch, moe: bool)
     for each of the num_experts / ep experts a rank holds (0 with grouped GEMMs)."""
     if not moe:
         return float(host.dense_layer[0]), float(host.dense_layer[1])
+    assert model.moe is not None  # moe=True is passed only for MoE models
     local = model.moe.num_experts / S.ep.astype(float)
     return (host.moe_layer[0] + host.per_local_expert[0] * local, host.moe_layer[1] + host.per_local_expert[1] * local)

@@ -47,6 +47,7 @@ nvidia-smi, show; what has to fit in HBM); ``memory_gb["allocated"]`` is the ten
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -137,7 +138,7 @@ def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param
     optimizer states under ZeRO stage ``zero``. ``fp8_param``: the compute weight exists only in fp8 (1 B;
     Megatron-Core's --fp8-param-gather keeps no bf16 copy, the fp32 master stays in the optimizer);
     ``offload_opt``: the optimizer states live in host memory (0 B on the device)."""
-    w = 4.0 if precision == "fp32" else 2.0
+    w: float | np.ndarray = 4.0 if precision == "fp32" else 2.0
     g = grad_bytes
     o = np.where(np.asarray(offload_opt) > 0, 0.0, 8.0 if precision == "fp32" else 12.0)
     if precision in LOW_PRECISIONS:  # bf16 weights and their quantised copy (fp8: 1 B, fp4: 0.5 B + scales)
@@ -187,8 +188,9 @@ def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
     """``micro_batches_in_flight`` for every row of S; ``device`` may be [N, K] (one column per device)."""
     m = train.global_batch // (S.dp * S.mbs)
     cols = (m, S.pp, S.vpp, S.schedule)
-    if np.ndim(device) == 2:
-        cols = tuple(np.asarray(c)[:, None] for c in cols)
+    if np.ndim(device) == 2:  # the cast: tuple() of the four columns is still four (mypy sees tuple[X, ...])
+        cols = cast("tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]",
+                    tuple(np.asarray(c)[:, None] for c in cols))
     return micro_batches_in_flight(*cols, device)
 
 

@@ -36,7 +36,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Sequence, Union
+from typing import Sequence, Union, cast
 
 from asap.errors import AsapError
 from asap.spec.knobs import SCHEDULES
@@ -262,7 +262,8 @@ def per_virtual_stage(value: PerStage, stages: int, field: str, positive: bool =
         values = [float(value)] * stages
     else:
         try:
-            values = [float(v) for v in value]
+            # a bool (an int to mypy) lands here: iterating it raises the TypeError reported below
+            values = [float(v) for v in cast(Sequence[float], value)]
         except (TypeError, ValueError):
             raise AsapError(field, f"must be a number or a list of numbers, got {value!r}") from None
         if len(values) != stages:

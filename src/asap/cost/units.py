@@ -160,6 +160,7 @@ def moe_layer_params(model: ModelSpec) -> tuple[float, float]:
     """(dense, routed-expert) parameters of one MoE layer: attention, norms, router and shared experts are
     dense (split by tp); the routed experts are split by ep * etp."""
     mo = model.moe
+    assert mo is not None  # called only for MoE models (unit_params returns before it otherwise)
     dense = (model.attention_params() + 2 * model.hidden_size + model.hidden_size * mo.num_experts
              + mo.shared_experts * model.expert_params())
     return dense, mo.num_experts * model.expert_params()

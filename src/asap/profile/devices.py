@@ -103,11 +103,14 @@ def infer_accelerator(device_kind: str, device_name: str | None, memory_bytes: f
                       "pass --accelerator to set it")
 
 
-def roofline_for(name: str) -> Roofline:
-    """Peak FLOP/s and memory bandwidth of an accelerator; measured for local-cpu."""
+def roofline_for(accelerator: str | Accelerator) -> Roofline:
+    """Peak FLOP/s and memory bandwidth of an accelerator, by name (the catalog, EXTRA_DEVICES) or the object
+    itself (a cluster file's custom or calibrated part keeps its own figures); measured for local-cpu, whose
+    nominal figures would mislead."""
+    name = accelerator if isinstance(accelerator, str) else accelerator.name
     if name == "local-cpu":
         return measured_cpu_roofline()
-    acc = lookup(name)
+    acc = lookup(accelerator) if isinstance(accelerator, str) else accelerator
     peaks = {p: v * 1e12 for p, v in acc.peak_tflops.items() if v}
     peaks.setdefault("fp32", peaks.get("bf16", max(peaks.values())) / 2)
     return Roofline(acc.name, peaks, acc.hbm_gbps * 1e9, acc.source)

@@ -11,6 +11,7 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from asap.profile.fusion import fusion_table
 from asap.profile.load import load_timelines
 from asap.profile.trace import HookRole, Timeline, expand_paths, hook_role, is_matrix, is_p2p
 from asap.profile.windows import US, Intervals, window_figures, window_index
+from asap.spec.hardware import Accelerator
 from asap.spec.words import Bottleneck, BottleneckClass, duration_text
 
 # An operator under this fraction of both its peak FLOP/s and the memory bandwidth is bound by neither roof:
@@ -503,7 +505,15 @@ def _evidence(bottleneck: Bottleneck, scores: dict, fig: dict, rows: list[OpRow]
 # ----------------------------------------------------------------------------------------------------------
 
 
-def choose_roofline(timelines: list[Timeline], accelerator: str | None) -> tuple[Roofline, list[str]]:
+# What a caller may say the traces ran on: a name, the accelerator itself (a cluster's custom or calibrated part),
+# a roofline already chosen (both sides of a comparison on one), or nothing (the traces' device properties).
+AcceleratorHint: TypeAlias = str | Accelerator | Roofline | None
+
+
+def choose_roofline(timelines: list[Timeline], accelerator: AcceleratorHint) -> tuple[Roofline, list[str]]:
+    """The roofline of the named or given accelerator, else of the one the traces' device properties name."""
+    if isinstance(accelerator, Roofline):
+        return accelerator, []
     if accelerator:
         return roofline_for(accelerator), []
     tl = timelines[0]
@@ -519,7 +529,7 @@ def _mean_figures(ranks: list[RankFigures]) -> dict:
     return fig
 
 
-def diagnose_timelines(timelines: list[Timeline], accelerator: str | None = None, top: int = 10,
+def diagnose_timelines(timelines: list[Timeline], accelerator: AcceleratorHint = None, top: int = 10,
                        straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
                        jitter_threshold: float = DEFAULT_JITTER_THRESHOLD, fusion: bool = False) -> Diagnosis:
     roofline, notes = choose_roofline(timelines, accelerator)
@@ -569,7 +579,7 @@ def check_one_job(timelines: list[Timeline]) -> None:
         raise AsapError("traces", f"come from different jobs: a rank id beyond the world size {sizes[0]}")
 
 
-def diagnose(traces: list[str | Path], accelerator: str | None = None, top: int = 10,
+def diagnose(traces: list[str | Path], accelerator: AcceleratorHint = None, top: int = 10,
              straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD,
              jitter_threshold: float = DEFAULT_JITTER_THRESHOLD, fusion: bool = False) -> Diagnosis:
     """Diagnose one job from its traces (one file, or a folder of them, per rank); traces of several jobs are

@@ -20,7 +20,8 @@ import plotly.graph_objects as go
 from asap.spec.words import TrialStatus
 
 FIGURE_IDS = ("asap-history", "asap-prediction", "asap-breakdown")
-STATUS_SYMBOLS = {TrialStatus.OK: "circle", TrialStatus.FAILED: "x", TrialStatus.SKIPPED: "diamond-open"}
+STATUS_SYMBOLS: dict[str, str] = {TrialStatus.OK: "circle", TrialStatus.FAILED: "x",
+                                   TrialStatus.SKIPPED: "diamond-open"}
 BREAKDOWN_TERMS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "host")
 
 ERROR_CATCHER = """<pre id="asap-errors" hidden></pre>

@@ -18,7 +18,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import numpy as np
 
@@ -200,7 +200,7 @@ class Kept:
     hbm_gb: float = math.inf  # with ``include_oom``: the capacity, so rows that do not fit rank after those that do
     # the least step time a layer split could give each row: its step less its stage imbalance (what a split
     # removes at most, ``search.split_dp``); ranks the rows the stage split is tried on
-    bound: np.ndarray | None = None
+    bound: np.ndarray = cast(np.ndarray, None)  # None: the step (set in __post_init__; the cast types it)
 
     def __post_init__(self):
         if self.bound is None:
@@ -425,6 +425,7 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
     if search.fitting == 0 and not include_oom:
         raise no_fit_error(job, fixed, search, plan if blame else None)
     kept = search.kept
+    assert kept is not None  # something was priced and kept: the space is not empty, and a row fits or include_oom
     front = pareto_front(kept.step, kept.mem.peak_gb, kept.by_step())
     hbm_rank = usable_hbm_gb(cluster.accelerator, train) if include_oom and oom_by_memory else math.inf
     pool = candidate_pool(kept, top_k, distinct)
@@ -524,10 +525,11 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
     while order and tried < max_tries:
         ranked = rank_rows(rows, hbm_rank, distinct)[:top]
         cutoff = ranked[-1][0].step_time_s * (1 - TIE_REL) if len(ranked) >= top else math.inf
-        shape_best = {}  # with ``distinct``: a row cannot lift its shape above that shape's fastest row
+        # with ``distinct``: a row cannot lift its shape above that shape's fastest row
+        shape_best: dict[tuple[int, int, int, int], float] = {}
         for e, _ in rows:
             shape_best[_shape(e)] = min(shape_best.get(_shape(e), math.inf), e.step_time_s)
-        batch = []
+        batch: list[int] = []
         while order and len(batch) < min(SPLIT_ROUND, max_tries - tried) and bounds[order[0]] < cutoff:
             i = order.pop(0)
             e = rows[i][0]
@@ -555,7 +557,8 @@ def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str,
     prices them (all rows' splits in one batch), where it fits and beats the row's own split (equal time: less
     memory); else as it was. The dict says which (``stage_split`` in the plan's JSON): its figures are
     ``estimate``'s."""
-    tried, infos, alts = [], [], []
+    tried, alts = [], []
+    infos: list[dict[str, Any]] = []
     uniform_only = job.framework.name in UNIFORM_SPLIT_ONLY
     problems = [None] * len(rows) if uniform_only else \
         build_problems(job, [e.strategy for e in rows], recompute_choice=False)

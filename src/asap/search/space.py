@@ -9,14 +9,14 @@ by the redundant spellings below. Keys the caller fixes are pinned to one value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, gather
 from asap.errors import AsapError
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framework
-from asap.spec.legality import legal_rows
+from asap.spec.legality import Cols, legal_rows
 from asap.spec.model import ModelSpec
 from asap.spec.stack_rules import RuleJob, domains_of, runnable_rows
 from asap.spec.strategy import (KEYS, RECOMPUTE, SCHEDULES, Recompute, Schedule, Zero, recompute_code,
@@ -107,7 +107,7 @@ def recompute_candidates(model: ModelSpec, framework) -> list[int]:
 
 def legal_mask(model: ModelSpec, train: TrainSpec, devices: int, S: StrategyBatch) -> np.ndarray:
     """Vectorized ``check_strategy``: True where every rule of the legality table holds."""
-    return legal_rows(S, model, train, devices)
+    return legal_rows(cast(Cols, S), model, train, devices)  # a batch reads as a mapping of its columns
 
 
 def _cross(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -247,7 +247,9 @@ class Space:
             runs = runnable_rows(cols, self.framework.name, self.job, only_new=("a2a_overlap",))
             cols["a2a_overlap"] = np.where(runs, cols["a2a_overlap"], 0)
         mesh = cols.pop("_mesh")
-        S = StrategyBatch(**{k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()})
+        # Any: typed arrays would be matched against layer_splits too (the default split table stays)
+        arrays: dict[str, Any] = {k: np.ascontiguousarray(v, dtype=np.int64) for k, v in cols.items()}
+        S = StrategyBatch(**arrays)
         if "layer_split" in fixed:
             keep = np.nonzero(S.pp * S.vpp == len(fixed["layer_split"]))[0]
             S, mesh = _with_layer_split(S, self.model, fixed["layer_split"]), mesh[keep]

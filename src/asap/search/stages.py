@@ -262,6 +262,12 @@ def uniform_split(prob: StageProblem) -> StageSplit:
 class _Rows:
     """Constraint rows accumulated as COO triplets (vectorized blocks, no per-entry Python loop)."""
 
+    r: list[np.ndarray]  # the triplets' row, column and value blocks
+    c: list[np.ndarray]
+    v: list[np.ndarray]
+    lo: list[np.ndarray]  # each block's row bounds
+    hi: list[np.ndarray]
+
     def __init__(self, n: int):
         self.n, self.count = n, 0
         self.r, self.c, self.v, self.lo, self.hi = [], [], [], [], []

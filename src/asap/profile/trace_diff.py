@@ -21,7 +21,7 @@ from typing import Sequence
 
 from asap.errors import AsapError
 from asap.profile.devices import Roofline
-from asap.profile.diagnose import Diagnosis, check_one_job, choose_roofline, diagnose_timelines
+from asap.profile.diagnose import AcceleratorHint, Diagnosis, check_one_job, choose_roofline, diagnose_timelines
 from asap.profile.load import load_timelines
 from asap.profile.trace import Timeline, expand_paths
 
@@ -90,8 +90,8 @@ def compare_timelines(before: list[Timeline], after: list[Timeline], roofline: R
     """``{before, after, deltas_s: {term: after - before}, ops_moved, verdict, roofline}``."""
     if roofline is None:
         roofline, _ = choose_roofline(before, None)
-    d_a = diagnose_timelines(before, roofline.accelerator, top=ALL_OPS)
-    d_b = diagnose_timelines(after, roofline.accelerator, top=ALL_OPS)
+    d_a = diagnose_timelines(before, roofline, top=ALL_OPS)
+    d_b = diagnose_timelines(after, roofline, top=ALL_OPS)
     s_a, s_b = summary(d_a), summary(d_b)
     deltas = {k: s_b[k] - s_a[k] for k in TERMS}
     moved = ops_moved(d_a, d_b, top)
@@ -101,7 +101,7 @@ def compare_timelines(before: list[Timeline], after: list[Timeline], roofline: R
 
 
 def compare_traces(before_paths: Sequence[str | Path], after_paths: Sequence[str | Path],
-                   accelerator: str | None = None, top: int = 10) -> dict:
+                   accelerator: AcceleratorHint = None, top: int = 10) -> dict:
     """Compare two sets of traces (files or folders, one per rank) of one job: what changed, term by term."""
     before = _timelines(before_paths, "before")
     after = _timelines(after_paths, "after")
