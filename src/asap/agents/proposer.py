@@ -153,6 +153,12 @@ class Proposer:
                 "long_context": self.train.seq_len >= 32768, "mla": self.model.mla is not None,
                 "framework": self.job.framework.name, "devices": self.cluster.num_devices}
 
+    @property
+    def priced_base(self) -> Estimate:
+        """The current strategy's estimate: ``propose`` prices it before any candidate is made or priced."""
+        assert self.base is not None, "priced_base read outside propose"
+        return self.base
+
     def price(self, strategy: Strategy) -> Estimate:
         """The strategy's estimate (without the bottleneck classes), priced once per proposer."""
         if strategy not in self._estimates:
@@ -182,14 +188,13 @@ class Proposer:
         devices = self.cluster.num_devices
         targets = diagnosis.targets()[:CLASSES_ATTACKED]
         minor = [c for c in diagnosis.classes if c not in targets and c["saving_s"] > 0]
-        assert self.base is not None  # propose prices the current strategy before it asks for candidates
         for target in targets + minor:
             for r in retrieve(target["class"], self.workload(), k=ENTRIES_PER_CLASS, strict=True):
                 for move in r.entry.moves:
                     self._add(out, considered, moved_strategy(current, move, devices, self.moe), "knowledge",
                               r.entry.title, [f"knowledge:{r.entry.id}"], entry=r.entry, target=target)
         self._layer_split(current, targets, out, considered)
-        if not self.base.fits:
+        if not self.priced_base.fits:
             self._memory_combinations(current, targets, out, considered)
         for move in NEIGHBOUR_MOVES:
             desc = ", ".join(f"{k} {op}" for k, op in move.items())
@@ -204,7 +209,7 @@ class Proposer:
             self._llm_candidates(current, diagnosis, out, considered)
         for c in out:
             if c.target is None:
-                c.target = attacked_class(c, self.base, targets)
+                c.target = attacked_class(c, self.priced_base, targets)
         return out
 
     def _layer_split(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:
@@ -336,12 +341,12 @@ class Proposer:
             self._add(replans, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
                                                                     "targeted moves fit)", ["planner:top"])
         replans, targeted = (sorted(cs, key=lambda c: c.step_s) for cs in (replans, targeted))
-        assert self.base is not None  # propose sets the base before it fills
-        first = [r for r in replans[:1] if _helps(r, self.base) and all(c.source != "planner" for c in chosen)]
+        base = self.priced_base
+        first = [r for r in replans[:1] if _helps(r, base) and all(c.source != "planner" for c in chosen)]
         filled: list[Candidate] = []
-        for c in first + [c for c in targeted if c not in chosen and not _helps(c, self.base)] + replans:
+        for c in first + [c for c in targeted if c not in chosen and not _helps(c, base)] + replans:
             if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
-                c.why += "" if _helps(c, self.base) else " - predicted no faster than the current strategy: listed to keep three"
+                c.why += "" if _helps(c, base) else " - predicted no faster than the current strategy: listed to keep three"
                 filled.append(c)
         return sorted(chosen, key=lambda c: c.step_s) + sorted(filled, key=lambda c: c.step_s)
 
@@ -371,13 +376,11 @@ class Proposer:
         if reason:
             considered.append({"strategy": str(est.strategy), "source": source, "kept": False, "why": reason})
             return
-        assert self.base is not None  # propose sets the base before any candidate is added
-        knobs = frozenset(moved_knobs(est.strategy, self.base.strategy))
+        knobs = frozenset(moved_knobs(est.strategy, self.priced_base.strategy))
         out.append(Candidate(est.strategy, est, source, why, evidence, entry, target, knobs))
 
     def _drop_reason(self, est: Estimate, source: str) -> str | None:
-        base = self.base
-        assert base is not None  # propose sets the base before any candidate is priced
+        base = self.priced_base
         if (est.step_time_s, est.peak_memory_gb) == (base.step_time_s, base.peak_memory_gb):
             return "changes nothing the cost model sees (a knob without effect here)"
         if not est.fits:

@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, JobOptions, JsonOpt, err_console, job_options, out_console, print_json,
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, err_console, job_options, out_console, print_json,
                              strategy_column, widest_token)
 from asap.cli.estimate import seconds, with_lengths
 from asap.errors import AsapError
@@ -72,10 +72,9 @@ def propose(
     llm_model: Optional[str] = LlmModelOpt,
     llm_key: Optional[str] = LlmKeyOpt,
     json_out: bool = JsonOpt,
-    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
+    options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Diagnose the current strategy (its traces, or the cost model) and propose exactly three checked moves."""
-    assert options is not None  # job_options always passes them
     from asap.agents.analyzer import Analyzer
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
@@ -373,10 +372,9 @@ def tune(
     llm_model: Optional[str] = LlmModelOpt,
     llm_key: Optional[str] = LlmKeyOpt,
     json_out: bool = JsonOpt,
-    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
+    options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
-    assert options is not None  # job_options always passes them
     from asap.agents.coordinator import Coordinator
     from asap.execute.factory import tune_framework
 

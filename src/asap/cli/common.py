@@ -159,6 +159,9 @@ class _JobOption:
 
 
 JOB: Any = _JobOption()  # a command parameter's default: "the job option of this name, declared in JOB_OPTIONS"
+# The ``options`` parameter's default: ``job_options`` always passes the JobOptions (and hides the parameter
+# from Typer), so the command reads it as one; typed Any, as JOB is.
+OPTIONS: Any = None
 
 
 def job_options(command):

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import JOB, JobOptions, JsonOpt, PriceOpt, TokensOpt, job_options, out_console, print_json
+from asap.cli.common import JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, job_options, out_console, print_json
 from asap.cli.estimate import budget_of, seconds, with_budget, with_lengths
 
 
@@ -33,10 +33,9 @@ def compare(
     price_per_device_hour: Optional[float] = PriceOpt,
     memory_margin=JOB,
     json_out: bool = JsonOpt,
-    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
+    options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Estimate each strategy and show them term by term, with the difference that decides it in one sentence."""
-    assert options is not None  # job_options always passes them
     from asap.compare import compare as run_compare
     from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
     from asap.spec.strategy import format_compact

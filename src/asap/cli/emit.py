@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from asap.cli.root import app
-from asap.cli.common import JOB, JobOptions, JsonOpt, job_options, print_json
+from asap.cli.common import JOB, OPTIONS, JobOptions, JsonOpt, job_options, print_json
 
 
 def emit_strategy(fmt: str, job, strategy) -> str:
@@ -41,11 +41,10 @@ def emit_command(
     nodes=JOB,
     devices=JOB,
     json_out: bool = JsonOpt,
-    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
+    options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Write a strategy in a framework's own option names: Megatron-LM arguments, torchtitan TOML, MaxText YAML,
     MindFormers YAML or DeepSpeed JSON."""
-    assert options is not None  # job_options always passes them
     from asap.emit import check_format
 
     from dataclasses import replace

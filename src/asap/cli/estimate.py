@@ -9,8 +9,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options, out_console,
-                             print_json)
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
+                             out_console, print_json)
 from asap.errors import AsapError
 
 if TYPE_CHECKING:
@@ -167,10 +167,9 @@ def estimate(
                                    help="Price a what-if the chosen stack cannot run (its rules, docs/cost_model.md "
                                         "'What each stack can run', are otherwise refused in one line)."),
     json_out: bool = JsonOpt,
-    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
+    options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
-    assert options is not None  # job_options always passes them
     from asap.budget import budget_line
     from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
     from asap.spec.hardware import figures_provenance

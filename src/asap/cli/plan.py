@@ -11,8 +11,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options, out_console,
-                             print_json, strategy_column)
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
+                             out_console, print_json, strategy_column)
 from asap.errors import AsapError
 from asap.cli.estimate import (budget_of, compact_of, mfu_peak_name, readable_keys, seconds, with_budget,
                                with_lengths)
@@ -53,10 +53,9 @@ def plan(
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
                                                              "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
     json_out: bool = JsonOpt,
-    options: Optional[JobOptions] = None,  # the job options above, together (``job_options``)
+    options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Search every legal parallel configuration and rank the fitting ones, fastest first."""
-    assert options is not None  # job_options always passes them
     from asap.search.planner import plan as run_plan
     from asap.spec.strategy import parse_strategy
 
