@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_one_line_error
-from asap.search.planner import pareto_front, plan
+from asap.search.planner import plan
+from asap.search.pricing import pareto_front
 from asap.search.space import enumerate_space, legal_mask
 from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.loader import load_model

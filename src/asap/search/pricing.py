@@ -1,0 +1,334 @@
+"""The space priced chunk by chunk for ``asap plan`` (``search.planner``): memory first, then the step times of
+the rows that fit and could still be shown (``search.prune``), chunks side by side; what is kept of them
+(``Kept``: the fastest rows, the rows a layer split may improve most, the Pareto front of step time against
+peak memory) is all the result needs, whatever the space's size."""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Iterator, cast
+
+import numpy as np
+
+from asap.cost.batch import StrategyBatch, expand
+from asap.cost.estimate import UNIT_KEYS, estimate_batch
+from asap.cost.memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
+from asap.cost.units import device_figures, unit_times
+from asap.errors import AsapError
+from asap.search.prune import step_lower_bound_s, worth_pricing
+from asap.search.space import Space
+from asap.spec.job import Job
+
+CHUNK = 131072
+# chunks priced side by side: one per core, at most two (a chunk's temporaries are tens of MB each)
+PRICING_THREADS_MAX = 2
+
+
+def pricing_threads() -> int:
+    """Threads that price chunks at once: the cores this process may use, at most ``PRICING_THREADS_MAX``."""
+    return max(1, min(PRICING_THREADS_MAX, len(os.sched_getaffinity(0))))
+
+
+def pareto_front(step_s: np.ndarray, mem_gb: np.ndarray, by_step: np.ndarray | None = None) -> np.ndarray:
+    """Indices of the configurations no other beats on both step time and peak memory, fastest first.
+    ``by_step``: the indices already sorted by step time (stable), when the caller has them."""
+    order = np.argsort(step_s, kind="stable") if by_step is None else by_step
+    mem = mem_gb[order]
+    prev = np.concatenate(([np.inf], np.minimum.accumulate(mem)[:-1]))
+    front = order[mem < prev]
+    # equal step times: only the one with the least memory is on the front
+    same_step_next = np.concatenate((step_s[front][1:] == step_s[front][:-1], [False]))
+    return front[~same_step_next]
+
+
+class Deadline:
+    """The search's time budget from its start (``limit_s`` None: none); ``notes`` say what it cut short."""
+
+    def __init__(self, t0: float, limit_s: float | None):
+        if limit_s is not None and not (limit_s > 0 and math.isfinite(limit_s)):
+            raise AsapError("time-limit", f"must be a positive number of seconds, got {limit_s!r}")
+        self.t0, self.limit_s = t0, limit_s
+        self.notes: list[str] = []
+
+    def passed(self) -> bool:
+        return self.limit_s is not None and time.perf_counter() - self.t0 > self.limit_s
+
+
+# rows (not shapes: a shape's slower, leaner variant may take a split its fastest one cannot fit) kept by their
+# split bound, per candidate shown
+BOUND_ROWS = 4
+BOUND_PER_SHAPE = 2  # of which at most this many of one layout (its variants would crowd out the others)
+# the split pool's size does not shrink with --top: #1 is searched over the same rows whatever the rows shown
+BOUND_POOL_MIN_TOP_K = 60
+
+
+def bound_pool_rows(top_k: int) -> int:
+    """How many rows by split bound the candidate pool keeps for ``top_k`` (at least the floor's)."""
+    return BOUND_ROWS * max(top_k, BOUND_POOL_MIN_TOP_K)
+# rows of a chunk priced first, those of least lower bound, so the chunk's own fastest rows set the bar the rest
+# are pruned by (``price_chunk``) before any chunk is kept
+SEED_ROWS = 4096
+PRESELECT_ROWS = 64  # rows per wanted one sorted first (``Kept.first``: more only where shapes repeat)
+PLACE_BITS = 32  # a row's place in the space: its mesh row, then (these low bits) its place in its block
+
+
+@dataclass
+class Kept:
+    """Priced rows a result may still show, with their memory, step time and place in the space (the space's
+    order, whatever order its blocks were priced in: ties in step time go to the earlier place)."""
+    S: StrategyBatch
+    mem: MemoryBreakdown
+    step: np.ndarray
+    place: np.ndarray
+    hbm_gb: float = math.inf  # with ``include_oom``: the capacity, so rows that do not fit rank after those that do
+    # the least step time a layer split could give each row: its step less its stage imbalance (what a split
+    # removes at most, ``search.split_dp``); ranks the rows the stage split is tried on
+    bound: np.ndarray = cast(np.ndarray, None)  # None: the step (set in __post_init__; the cast types it)
+
+    def __post_init__(self):
+        if self.bound is None:
+            self.bound = self.step
+
+    def take(self, idx: np.ndarray) -> "Kept":
+        return Kept(self.S.take(idx), expand(self.mem, idx), self.step[idx], self.place[idx], self.hbm_gb,
+                    self.bound[idx])
+
+    @staticmethod
+    def concatenate(parts: list["Kept"]) -> "Kept":
+        return Kept(StrategyBatch.concatenate([p.S for p in parts]), MemoryBreakdown.concatenate([p.mem for p in parts]),
+                    np.concatenate([p.step for p in parts]), np.concatenate([p.place for p in parts]), parts[0].hbm_gb,
+                    np.concatenate([p.bound for p in parts]))
+
+    def by_step(self) -> np.ndarray:
+        """Row indices fastest first, equal times by less memory, then in the space's order."""
+        return np.lexsort((self.place, self.mem.peak_gb, self.step))
+
+    def by_rank(self, key: np.ndarray | None = None) -> np.ndarray:
+        """The candidates' order: rows that fit fastest first (``key``: by it instead of the step), equal times
+        by less memory, then (``include_oom``) the rest by how far over the capacity they are, least first."""
+        key = self.step if key is None else key
+        return np.lexsort((self.place, self.mem.peak_gb, key, over_capacity_gb(self.mem.peak_gb, self.hbm_gb)))
+
+    def needed(self, top_k: int, distinct: bool) -> "Kept":
+        """Only the Pareto front, the first ``top_k`` rows (of distinct shapes with ``distinct``) and the first
+        ``top_k`` by their split bound: a row out of all three here is out of them among any superset of these
+        rows (a row or shape that beats it stays)."""
+        front = pareto_front(self.step, self.mem.peak_gb, np.argsort(self.step, kind="stable"))
+        keep = [front, self.first(self.step, top_k, 1 if distinct else None),
+                self.first(self.bound, bound_pool_rows(top_k), BOUND_PER_SHAPE)]
+        return self.take(np.unique(np.concatenate(keep)))
+
+    def bar(self, top_k: int, distinct: bool) -> tuple[float, np.ndarray, np.ndarray]:
+        """What a new row must beat to be ``needed`` with these rows (``search.prune.worth_pricing``): the
+        slowest step of the first ``top_k`` (shapes) and the largest split bound of the bound pool (infinite
+        while either is short of rows), and the rows' steps ascending with the least peak memory up to each."""
+        shown = self.first(self.step, top_k, 1 if distinct else None)
+        pool = self.first(self.bound, bound_pool_rows(top_k), BOUND_PER_SHAPE)
+        step_bar = float(self.step[shown[-1]]) if len(shown) >= top_k else math.inf
+        bound_bar = float(self.bound[pool[-1]]) if len(pool) >= bound_pool_rows(top_k) else math.inf
+        order = np.argsort(self.step, kind="stable")
+        return max(step_bar, bound_bar), self.step[order], np.minimum.accumulate(self.mem.peak_gb[order])
+
+    def first(self, key: np.ndarray, k: int, per_shape: int | None) -> np.ndarray:
+        """``by_rank(key)``'s first ``k`` rows (1: of distinct shapes; n > 1: at most n of each pipeline layout,
+        ``first_n_per_shape``; None: any), sorting only the
+        rows that can be among them: those whose key is at most the n-th smallest, n growing until they hold k
+        (all rows with include_oom's capacity ranking, whose first key is the distance over it)."""
+        n = len(key)
+        take = min(n, PRESELECT_ROWS * k)
+        while True:
+            if take >= n or math.isfinite(self.hbm_gb):
+                rows = np.arange(n)
+            else:
+                rows = np.nonzero(key <= np.partition(key, take - 1)[take - 1])[0]
+            sub = self.take(rows)
+            order = sub.by_rank(key[rows])
+            shown = (order if per_shape is None else first_per_shape(sub.S, order) if per_shape == 1
+                     else first_n_per_shape(sub.S, order, per_shape))
+            if len(shown) >= k or len(rows) == n:
+                return rows[shown[:k]]
+            take *= 4
+
+
+@dataclass
+class Search:
+    """One pricing of a space, block by block: the job, and what the result needs of the rows priced so far
+    (the rows it may show, the counts, the row that needs least memory for the no-fit error)."""
+    job: Job
+    include_oom: bool
+    top_k: int  # candidates (with the ILP's spares) the result shows
+    distinct: bool
+    oom_by_memory: bool = True  # with include_oom: rows that do not fit ranked by how far over memory
+    kept: Kept | None = None
+    space: int = 0  # rows enumerated
+    priced: int = 0
+    fitting: int = 0
+    smallest: tuple = (np.inf, -1, None)  # (peak GiB, place, strategy)
+    # rows that fit the device but keep more in host memory than the host's share: the least host use of them
+    device_fitting: int = 0
+    least_host: tuple = (np.inf, -1, None)  # (host GiB, place, strategy)
+
+    def price(self, part: StrategyBatch, place: np.ndarray) -> None:
+        """Price ``part`` (``price_chunk``) and keep what the result needs."""
+        self.merge(price_chunk(self.job, part, place, self.include_oom, self.oom_by_memory, self.top_k,
+                               self.distinct))
+
+    def merge(self, c: "PricedChunk") -> None:
+        """Add one priced chunk's counts and rows (order-free: every tie is broken by the rows' place)."""
+        self.fitting += c.fitting
+        self.priced += c.priced
+        self.device_fitting += c.device_fitting
+        if c.smallest[:2] < self.smallest[:2]:
+            self.smallest = c.smallest
+        if c.least_host[:2] < self.least_host[:2]:
+            self.least_host = c.least_host
+        if c.kept is not None:
+            both = c.kept if self.kept is None else Kept.concatenate([self.kept, c.kept])
+            self.kept = both.needed(self.top_k, self.distinct)
+
+
+@dataclass
+class PricedChunk:
+    """What one chunk of the space contributes to a ``Search``: its counts, its leanest rows and the rows of it
+    the result may show (``Kept.needed`` of the chunk alone: a row out of them is out among any superset)."""
+    priced: int
+    fitting: int
+    device_fitting: int
+    smallest: tuple  # (peak GiB, place, strategy)
+    least_host: tuple  # (host GiB, place, strategy) of the rows that fit the device
+    kept: Kept | None
+
+
+def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: bool, oom_by_memory: bool,
+                top_k: int, distinct: bool, prior: Kept | None = None) -> PricedChunk:
+    """Peak memory of every row of ``part``, then the step times of the rows that fit (all of them with
+    ``include_oom``), but for those that could not be shown (``search.prune``: against the bar of ``prior``, the
+    rows kept before, and of this chunk's ``SEED_ROWS`` rows of least lower bound). Pure: chunks are priced side
+    by side (``search_space``)."""
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
+    ut = unit_times(job, part, UNIT_KEYS)
+    f = device_figures(model, train, part, ut, fw.selective, fw.logits_bytes)
+    mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
+    fits = fits_memory(mem, cluster.accelerator, train)
+    j = int(np.argmin(mem.peak_gb))
+    smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
+    least_host: tuple = (np.inf, -1, None)
+    on_device = np.nonzero(mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train))[0]
+    if len(on_device):
+        host = np.broadcast_to(mem.host_gb, mem.peak_gb.shape)[on_device]
+        k = int(np.argmin(host))
+        least_host = (float(host[k]), int(place[on_device[k]]), part.strategy(int(on_device[k])))
+    hbm = usable_hbm_gb(cluster.accelerator, train) if include_oom and oom_by_memory else math.inf
+
+    def kept_of(rows: np.ndarray) -> Kept | None:
+        if not len(rows):
+            return None
+        m = expand(mem, rows)
+        be = estimate_batch(job, part.take(rows), mem=m, figures=f.subset(rows), unit=ut.subset(rows))
+        bound = be.step_time_s - np.where(part.pp[rows] > 1, be.imbalance_s, 0.0)
+        return Kept(part.take(rows), m, be.step_time_s, place[rows], hbm, bound).needed(top_k, distinct)
+
+    if include_oom:  # every row is shown in some order: nothing is pruned
+        kept = kept_of(np.arange(len(part)))
+    else:
+        rows = np.nonzero(fits)[0]
+        lower = step_lower_bound_s(job, part.take(rows), f.subset(rows))
+        by_lower = np.argsort(lower, kind="stable")
+        seed, rest = by_lower[:SEED_ROWS], np.sort(by_lower[SEED_ROWS:])
+        first = kept_of(rows[seed])
+        so_far = [k for k in (prior, first) if k is not None]
+        if so_far and len(rest):
+            bar = Kept.concatenate(so_far).needed(top_k, distinct).bar(top_k, distinct)
+            rest = rest[worth_pricing(lower[rest], mem.peak_gb[rows[rest]], *bar)]
+        parts = [k for k in (first, kept_of(rows[rest])) if k is not None]
+        kept = Kept.concatenate(parts).needed(top_k, distinct) if parts else None
+    return PricedChunk(len(part), int(fits.sum()), len(on_device), smallest, least_host, kept)
+
+
+def over_capacity_gb(peak_gb, capacity_gb: float):
+    """How far a peak is over the capacity (0 where it fits; always 0 for an infinite capacity)."""
+    return np.maximum(np.asarray(peak_gb, dtype=float) - capacity_gb, 0.0) if math.isfinite(capacity_gb) else \
+        np.zeros_like(np.asarray(peak_gb, dtype=float))
+
+
+def chunked(blocks: Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]], chunk_rows: int):
+    """The blocks' rows regrouped into chunks of ``chunk_rows`` (the last one shorter), each row with its place
+    in the space: (strategies, places, rows enumerated so far, mesh shapes enumerated so far)."""
+    held_S, held_place, n_rows, n_mesh = [], [], 0, 0
+    for rows, S, mesh in blocks:
+        n_rows, n_mesh = n_rows + len(S), n_mesh + len(rows)
+        held_S.append(S)
+        held_place.append((mesh << PLACE_BITS) | np.arange(len(S), dtype=np.int64))
+        held = sum(len(p) for p in held_place)
+        if held < chunk_rows:
+            continue
+        S_all, place = StrategyBatch.concatenate(held_S), np.concatenate(held_place)
+        cut = held - held % chunk_rows
+        for lo in range(0, cut, chunk_rows):
+            yield S_all.take(slice(lo, lo + chunk_rows)), place[lo:lo + chunk_rows], n_rows, n_mesh
+        held_S, held_place = [S_all.take(slice(cut, None))], [place[cut:]]
+    if sum(len(p) for p in held_place):
+        yield StrategyBatch.concatenate(held_S), np.concatenate(held_place), n_rows, n_mesh
+
+
+def search_space(search: Search, space: Space, progress: Callable[[int, int], None] | None = None,
+                 deadline: Deadline | None = None, chunk_rows: int = CHUNK) -> Search:
+    """Enumerate the space block by block (``Space.blocks``: mesh shapes in bit-reversed order, so any prefix
+    is spread over the space) and price it in chunks of ``chunk_rows``, ``PRICING_THREADS`` chunks side by side
+    (numpy lets go of the GIL inside its array loops), merged in order. Past the deadline no further chunk is
+    priced (one always is); the rest of the space is still counted. ``progress(priced, total)``: total is
+    extrapolated from the mesh shapes enumerated so far until the last chunk."""
+    blocks = space.blocks(chunk_rows)
+    job, args = search.job, (search.include_oom, search.oom_by_memory, search.top_k, search.distinct)
+    pending: collections.deque = collections.deque()
+
+    def settle() -> None:
+        future, n_rows, n_mesh = pending.popleft()
+        search.merge(future.result())
+        if progress:
+            progress(search.priced, n_rows + round((space.n_mesh - n_mesh) * n_rows / n_mesh))
+
+    with ThreadPoolExecutor(max_workers=pricing_threads()) as pool:
+        for S, place, n_rows, n_mesh in chunked(blocks, chunk_rows):
+            search.space = n_rows
+            if (search.priced or pending) and deadline is not None and deadline.passed():
+                while pending:
+                    settle()
+                search.space += sum(len(b[1]) for b in blocks)
+                deadline.notes.append(f"time limit of {deadline.limit_s:g} s reached: priced {search.priced:,} of "
+                                      f"{search.space:,} configurations (from {n_mesh} of {space.n_mesh} mesh "
+                                      "shapes, spread over the space); the ranking covers those only")
+                return search
+            pending.append((pool.submit(price_chunk, job, S, place, *args, search.kept), n_rows, n_mesh))
+            while len(pending) > pricing_threads():
+                settle()
+        while pending:
+            settle()
+    return search
+
+
+def first_n_per_shape(S: StrategyBatch, order: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` rows of each pipeline layout (tp, pp, vpp, cp, ep: what a layer split acts on) in
+    ``order``, in that order."""
+    key = (((S.tp.astype(np.int64) * 8192 + S.pp) * 8192 + S.cp) * 65536 + S.ep) * 256 + S.vpp
+    _, inv = np.unique(key[order], return_inverse=True)
+    inv = np.ravel(inv)
+    counts = np.bincount(inv)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    occurrence = np.empty(len(order), dtype=np.int64)
+    occurrence[np.argsort(inv, kind="stable")] = np.arange(len(order)) - np.repeat(starts, counts)
+    return order[occurrence < n]
+
+
+def first_per_shape(S: StrategyBatch, by_step: np.ndarray) -> np.ndarray:
+    """The fastest row of each parallel shape (tp, pp, cp, ep), in step-time order: what differs between the
+    rows ``plan`` shows by default (rows differing only in vpp, mbs or ZeRO stage are variations of one shape)."""
+    key = ((S.tp.astype(np.int64) * 8192 + S.pp) * 8192 + S.cp) * 65536 + S.ep
+    _, first = np.unique(key[by_step], return_index=True)
+    return by_step[np.sort(first)]
+
