@@ -194,6 +194,20 @@ def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
     return micro_batches_in_flight(*cols, device)
 
 
+def in_flight_by_layout(train: TrainSpec, S: StrategyBatch, f) -> np.ndarray:
+    """``in_flight_micro_batches`` at every representative device ([N, K]) of the device figures ``f``, computed
+    once per distinct (micro-batches, pp, vpp, schedule, layout), then copied to the rows: the same figures
+    (elementwise), without the [N, K] arithmetic for every row."""
+    m = (train.global_batch // (S.dp * S.mbs)).astype(np.int64)
+    layout = f.rows(f.layout_id).astype(np.int64)
+    code = (((m * 256 + S.pp) * 256 + S.vpp) * 16 + S.schedule) * (len(f.layouts) + 1) + layout
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    cols = (m.take(first)[:, None], S.pp.take(first)[:, None], S.vpp.take(first)[:, None],
+            S.schedule.take(first)[:, None])
+    per_combination = micro_batches_in_flight(*cols, f.device.take(f.row.take(first), axis=0))
+    return per_combination.take(inverse.reshape(-1), axis=0)
+
+
 # DeepSpeed ZeRO-3 (deepspeed/runtime/zero/config.py defaults): stage3_prefetch_bucket_size = 5e7 parameters
 # are fetched ahead of the submodule computing; the largest submodule of a GPT block is an MLP linear, 4h^2 of
 # the block's 12h^2 (a third)
@@ -258,7 +272,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     gathered = np.where(zero >= Zero.PARAMETERS, zero3_gathered_bytes(f.rows(f.largest_layer_params), framework), 0.0)
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
-    stored = in_flight_micro_batches(train, S, f.rows(f.device))
+    stored = in_flight_by_layout(train, S, f)
     stored *= f.rows(f.kept_bytes)
     stored_on_device = stored_under_offload(f, S, stored)
     # the logits live from the head's forward to the end of its backward, before the last layer's backward
