@@ -41,6 +41,17 @@ def canon(strategy: Strategy) -> str:
     return strategy.key()
 
 
+@dataclass(frozen=True)
+class Known:
+    """A strategy Memory has for this job, run to an end: the strategy (parsed once, where the trial is read), its
+    trial, how it ended and what it measured."""
+
+    strategy: Strategy
+    trial_id: int | None
+    status: TrialStatus
+    measured_step_time_s: float | None
+
+
 MIN_GAIN = 0.02  # two trials in a row below this improvement (or within the noise) end the loop
 PATIENCE = 2
 
@@ -118,6 +129,9 @@ class Coordinator:
     correction: Correction = field(default_factory=Correction)
     # (strategy, measured step time s) of every ok trial the correction is fitted to, Memory's earlier ones too
     pairs: list[tuple[Strategy, float]] = field(default_factory=list)
+    # (strategy, measured step s, noise) of the best trial when ``run`` ended (Memory's earlier ones too)
+    best: tuple[Strategy, float, float | None] | None = field(default=None, init=False)
+    _given: Strategy | None = field(default=None, init=False, repr=False)  # ``start`` parsed, once (``given``)
 
     def corrected(self) -> Job:
         """The job on the machine as the correction fitted so far sees it."""
@@ -130,8 +144,7 @@ class Coordinator:
         if ran:  # what the trials train in (fp32 on CPU processes), not what the job asked for
             workload["precision"] = ran
         exp = self.memory.experiment(workload)
-        known = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ENDED_STATUSES}
-        # (keys: Memory's canonical spelling of each strategy)
+        known = self._known(exp)
         self.pairs = self._known_pairs(known)
         self.correction = self._fit(self.pairs)
         current: Strategy | None = self._start()
@@ -148,8 +161,7 @@ class Coordinator:
                 continue
             record = self._trial(exp, strategy, diagnosis, considered)
             executed += 1
-            known[key] = {"id": record.trial_id, "status": record.status,
-                          "measured_step_time_s": record.measured_step_time_s}
+            known[key] = Known(strategy, record.trial_id, record.status, record.measured_step_time_s)
             if record.status == TrialStatus.OK:
                 assert record.measured_step_time_s is not None  # an ok trial has its measured step time
                 self.pairs.append((strategy, record.measured_step_time_s))
@@ -162,13 +174,14 @@ class Coordinator:
                 stall += 1
             if stall >= PATIENCE:
                 break
+        self.best = best
         return self.result(best)
 
     def _start(self) -> Strategy:
         """The given start, else the planner's fastest strategy the executor can run (on the loop's model):
         no trial spent on a default that the cost model already knows does not fit."""
         if self.start:
-            return parse_current(self.start, self.job)
+            return self.given()
         from asap.search.planner import NoFitError, plan
 
         try:
@@ -176,7 +189,13 @@ class Coordinator:
         except NoFitError:
             rows = []
         runnable = [e.strategy for e in rows if not self._refused(e.strategy)]
-        return runnable[0] if runnable else parse_current(None, self.job)
+        return runnable[0] if runnable else self.given()
+
+    def given(self) -> Strategy:
+        """The given start (the defaults completed where none was given), parsed the first time it is asked for."""
+        if self._given is None:
+            self._given = parse_current(self.start, self.job)
+        return self._given
 
     def _refused(self, strategy: Strategy) -> str | None:
         refuses = getattr(self.executor, "refuses", None)
@@ -187,7 +206,7 @@ class Coordinator:
         best (by information gain among the fastest when the proposals are within the model's error)."""
         if first is not None:
             return first, None, []
-        base = best[0] if best else parse_current(self.start, self.job)
+        base = best[0] if best else self.given()
         job = self.corrected()
         diagnosis = Analyzer(job.cluster).analyze(estimate(job, base))
         proposer = Proposer(job, self.memory, llm=self.llm)
@@ -220,9 +239,10 @@ class Coordinator:
     def _fit(self, pairs: list[tuple[Strategy, float]]) -> Correction:
         return fit_correction(self.job, pairs)
 
-    def _tried_strings(self, known: dict) -> set[str]:
+    @staticmethod
+    def _tried_strings(known: dict[str, Known]) -> set[str]:
         """The full strategy strings (the proposer's spelling) of what Memory has."""
-        return {str(parse_current(text, self.job)) for text in known}
+        return {str(k.strategy) for k in known.values()}
 
     def _trial(self, exp: int, strategy: Strategy, diagnosis: Analysis | None, considered: list) -> TrialRecord:
         catalog = estimate(self.job, strategy)
@@ -288,26 +308,35 @@ class Coordinator:
             return None
         return self.verify(reference, strategy)
 
-    def _record_skip(self, strategy: Strategy, known: dict) -> None:
-        record = TrialRecord(strategy, TrialStatus.SKIPPED, f"already in memory (trial {known.get('id', '?')})",
-                             known.get("measured_step_time_s"), None, None)
+    def _record_skip(self, strategy: Strategy, known: Known) -> None:
+        trial = "?" if known.trial_id is None else known.trial_id
+        record = TrialRecord(strategy, TrialStatus.SKIPPED, f"already in memory (trial {trial})",
+                             known.measured_step_time_s, None, None)
         self.trials.append(record)
         if self.on_trial:
             self.on_trial(record, self)
 
-    def _known_pairs(self, known: dict) -> list[tuple[Strategy, float]]:
-        """Memory's ok trials (its text parsed here, at the edge) with their measured step times."""
-        return [(parse_current(text, self.job), t["measured_step_time_s"]) for text, t in known.items()
-                if t["status"] == TrialStatus.OK and t.get("measured_step_time_s")]
+    def _known(self, exp: int) -> dict[str, Known]:
+        """What Memory has for this job, run to an end, under Memory's canonical spelling of each strategy (the
+        last trial of a strategy standing for it), each strategy parsed here, once (the edge)."""
+        ended = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ENDED_STATUSES}
+        return {text: Known(parse_current(text, self.job), t["id"], TrialStatus(t["status"]),
+                            t["measured_step_time_s"]) for text, t in ended.items()}
 
-    def _best_known(self, known: dict):
-        ok = [(text, t["measured_step_time_s"]) for text, t in known.items()
-              if t["status"] == TrialStatus.OK and t.get("measured_step_time_s")]
+    @staticmethod
+    def _known_pairs(known: dict[str, Known]) -> list[tuple[Strategy, float]]:
+        """Memory's ok trials with their measured step times."""
+        return [(k.strategy, k.measured_step_time_s) for k in known.values()
+                if k.status == TrialStatus.OK and k.measured_step_time_s]
+
+    def _best_known(self, known: dict[str, Known]):
+        ok = [(k.strategy, k.measured_step_time_s) for k in known.values()
+              if k.status == TrialStatus.OK and k.measured_step_time_s]
         if not ok:
             return None
-        text, step = min(ok, key=lambda x: x[1])
+        strategy, step = min(ok, key=lambda x: x[1])
         noise = 0.0 if getattr(self.executor, "name", "") == "sim" else MIN_NOISE_REL  # Memory keeps no spread
-        return parse_current(text, self.job), step, noise
+        return strategy, step, noise
 
     def result(self, best) -> dict[str, Any]:
         return {"trials": [t.to_dict() for t in self.trials],

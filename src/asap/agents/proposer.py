@@ -585,6 +585,8 @@ def changed_keys(a: Strategy, b: Strategy) -> list[str]:
 
 
 def parse_current(text: str | dict | None, job: Job) -> Strategy:
-    """The current strategy (text or a mapping: an edge) as the cost model completes it."""
-    s = resolve_strategy(text, job.model, job.train, job.devices, framework=job.framework)
-    return estimate(job, s, classes=False).strategy
+    """The current strategy (text or a mapping: an edge), completed with the documented and the job's framework's
+    defaults and checked, in spec (``resolve_strategy``): no cost model. The strategy the cost model prices is
+    the one it is given (``estimate_from_batch`` rebuilds the same row, its dispatcher the one named: only a
+    planner row may leave the dispatcher to the fastest), so pricing it to complete it added nothing."""
+    return resolve_strategy(text, job.model, job.train, job.devices, framework=job.framework)

@@ -255,7 +255,7 @@ def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None 
     prediction with the ``asap estimate -c CLUSTER_FILE`` command that gives it (the corrected machine, written
     beside the page when --write-cluster names no file)."""
     from asap.agents.analyzer import Analyzer
-    from asap.agents.proposer import Proposer, parse_current
+    from asap.agents.proposer import Proposer
     from asap.cost.estimate import estimate
     from asap.report.html import write_report
 
@@ -271,36 +271,27 @@ def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None 
     args = JobOptions(model_arg or m.name, cluster_file, t.global_batch, t.seq_len, t.precision, t.framework,
                       devices=job.devices).args()
     best_estimate, proposals = None, []
-    trials = [{**tr, "strategy_compact": _compact_text(tr.get("strategy_string"), coord)} for tr in result["trials"]]
-    if result["best"]:
+    trials = [{**tr, "strategy_compact": compact_strategy(rec.strategy, job)}
+              for tr, rec in zip(result["trials"], coord.trials, strict=True)]
+    if coord.best:
         corrected = coord.corrected()
-        best = parse_current(result["best"]["strategy_string"], job)
+        best = coord.best[0]
         est = estimate(corrected, best)
         name = compact_strategy(best, job)
         best_estimate = {**est.to_dict(), "strategy_compact": name, "command": f"asap estimate {args} -S {quote(name)}"}
         diagnosis = Analyzer(corrected.cluster).analyze(est)
-        tried = {tr["strategy_string"] for tr in result["trials"]}
+        tried = {str(rec.strategy) for rec in coord.trials}
         ps = Proposer(corrected, mem).propose(best, diagnosis, exclude=tried)
         for p in ps.proposals:
             pname = compact_strategy(p.strategy, job)
             proposals.append({**p.to_dict(), "strategy_compact": pname,
                               "command": f"asap estimate {args} -S {quote(pname)}"})
-    best_row = ({**result["best"], "strategy_compact": _compact_text(result["best"].get("strategy_string"), coord)}
-                if result["best"] else None)
+    best_row = ({**result["best"], "strategy_compact": compact_strategy(coord.best[0], job)}
+                if coord.best else None)
     write_report(path, {**result, "trials": trials, "best": best_row}, best_estimate=best_estimate, proposals=proposals,
                  title=f"asap tune: {m.name} on {job.devices} x {job.cluster.accelerator.name}")
     _announce("report", path, "the run's page")
     return {"report": path, "cluster": cluster_file}
-
-
-def _compact_text(strategy_string: str | None, coord) -> str | None:
-    """A trial's full strategy string in the compact notation (None stays None)."""
-    from asap.spec.strategy import complete_strategy, parse_strategy
-
-    if not strategy_string:
-        return None
-    s = complete_strategy(parse_strategy(strategy_string), coord.job.devices)
-    return compact_strategy(s, coord.job)
 
 
 def _numerics_check(ex, m, t):
@@ -404,10 +395,9 @@ def tune(
     out_console.print(table)
     out_console.print("vs first: the first measured trial's step time over this one's; correction: how much slower "
                       "than the catalog the loop finds this machine's compute / scale-up fabric / scale-out fabric", highlight=False)
-    if result["best"]:
-        best = result["best"]
-        out_console.print(f"best: {_compact_text(best['strategy_string'], coord)} at "
-                          f"{seconds(best['measured_step_time_s'])} per step (measured)", highlight=False,
+    if coord.best:
+        out_console.print(f"best: {compact_strategy(coord.best[0], job)} at "
+                          f"{seconds(coord.best[1])} per step (measured)", highlight=False,
                           soft_wrap=True)
     if report:
         out_console.print(f"report: {report}", highlight=False)
