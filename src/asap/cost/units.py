@@ -281,9 +281,8 @@ class Stages:
     def per_device(self, *per_unit: np.ndarray):
         """[N, K] per figure: each per-unit figure ([N, len(Unit)]) summed over each representative device's
         units."""
-        # one stacked matmul [N, K, U] @ [N, U, F] for all F figures (about 3x faster than an einsum per figure)
-        summed = np.matmul(self.counts, np.stack(per_unit, axis=-1))
-        out = tuple(np.ascontiguousarray(summed[..., i]) for i in range(len(per_unit)))
+        counts = self.counts
+        out = tuple(np.einsum("nku,nu->nk", counts, p) for p in per_unit)
         return out[0] if len(out) == 1 else out
 
 
