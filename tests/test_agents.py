@@ -209,7 +209,7 @@ def test_tune_with_real_runs_on_four_cpu_processes(tmp_path, monkeypatch):
     db = tmp_path / "memory.sqlite"
     with Memory.open(db) as mem:
         r1 = Coordinator(Job.resolve(m, c, t), TorchExecutor(m, t, steps=3), mem, budget=4).run()
-        stored = {x["strategy_string"] for x in mem.trials()}
+        stored = {x.strategy_string for x in mem.trials()}
     first = r1["trials"][0]
     assert first["status"] == "ok" and r1["best"]["measured_step_time_s"] <= first["measured_step_time_s"]
     assert len(stored) == len([x for x in r1["trials"] if x["status"] != "skipped"])
@@ -251,7 +251,7 @@ def test_crashing_and_hanging_trials_fail_and_the_loop_goes_on(tmp_path):
     assert crash["trials"][0]["status"] == "failed" and "NCCL" in crash["trials"][0]["reason"]
     assert any(x["status"] == "ok" for x in r["trials"])
     assert len(stored) == len([x for x in r["trials"] + crash["trials"] if x["status"] != "skipped"])
-    assert all(x["status"] in ("ok", "failed") for x in stored)
+    assert all(x.status in ("ok", "failed") for x in stored)
 
 
 def test_llm_candidates_are_checked_like_the_others_and_malformed_answers_change_nothing(tmp_path):

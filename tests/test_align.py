@@ -171,8 +171,8 @@ def test_tune_adopts_only_aligned_strategies(tmp_path, monkeypatch, spec):
     names = [n for n, _ in module_names(build_model(spec, 32, 0))]
     op = re.search(r"\): (\S+) relative error", second["reason"]).group(1)
     assert op in names[:names.index(first_autocast_linear(spec)) + 1], second["reason"]
-    assert stored[second["trial_id"]]["status"] == "failed"
-    assert stored[second["trial_id"]]["reason"] == second["reason"]
+    assert stored[second["trial_id"]].status == "failed"
+    assert stored[second["trial_id"]].reason == second["reason"]
     assert result["best"]["strategy_string"] == first["strategy_string"]
 
 

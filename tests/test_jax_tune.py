@@ -30,5 +30,5 @@ def test_tune_with_the_jax_executor_ends_no_slower_than_its_first_trial(tmp_path
         stored = mem.trials()
     ran = [x for x in r["trials"] if x["status"] != "skipped"]
     assert ran and len(stored) == len(ran)  # every trial it ran, ok or failed, is in Memory
-    assert [x["status"] for x in stored] == [x["status"] for x in ran]
-    assert {x["executor"] for x in stored} == {"jax"}
+    assert [x.status for x in stored] == [x["status"] for x in ran]
+    assert {x.executor for x in stored} == {"jax"}

@@ -19,6 +19,7 @@ import pytest
 from asap.agents.memory import (KILLED_REASON, SCHEMA_VERSION, Memory, canonical_strategy, default_memory_path,
                                 workload_key)
 from asap.errors import AsapError
+from asap.spec.strategy import RecomputePolicy
 from conftest import REPO, assert_one_line_error
 
 WORKLOAD = {"model": "llama3-8b", "model_family": "llama", "params": 8.0e9, "accelerator": "h100-sxm",
@@ -62,10 +63,10 @@ def test_round_trip_and_pragmas(tmp_path):
         t1 = mem.begin_trial(eid, "tp=2,dp=4,layer_split=5/4/4/3,pp=4", predicted_step_time_s=1.5, executor="sim",
                              diagnosis={"bottleneck": "compute"})
         row = mem.trial(t1)
-        assert row["status"] == "running" and row["pid"] == os.getpid() and row["host"] == socket.gethostname()
-        assert row["strategy_string"] == "dp=4,layer_split=5/4/4/3,pp=4,tp=2"
-        assert row["strategy"] == {"dp": 4, "layer_split": "5/4/4/3", "pp": 4, "tp": 2}
-        assert row["ended_at"] is None
+        assert row.status == "running" and row.pid == os.getpid() and row.host == socket.gethostname()
+        assert row.strategy_string == "dp=4,layer_split=5/4/4/3,pp=4,tp=2"
+        assert row.keys == {"dp": 4, "layer_split": "5/4/4/3", "pp": 4, "tp": 2}
+        assert row.ended_at is None
         mem.finish_trial(t1, "ok", measured_step_time_s=1.25, traces=["/tmp/a.json"])
         t2 = mem.begin_trial(eid, {"tp": 8, "recompute": "full"}, executor="sim")
         mem.finish_trial(t2, "failed", reason="out of memory", diagnosis={"oom": True})
@@ -73,10 +74,15 @@ def test_round_trip_and_pragmas(tmp_path):
         mem.finish_trial(t3, "skipped", reason="predicted slower")
 
         got = mem.trial(t1)
-        assert (got["status"], got["measured_step_time_s"], got["predicted_step_time_s"]) == ("ok", 1.25, 1.5)
-        assert got["diagnosis"] == {"bottleneck": "compute"}  # kept: finish gave none
-        assert got["traces"] == ["/tmp/a.json"] and got["ended_at"]
-        assert mem.trial(t2)["reason"] == "out of memory" and mem.trial(t2)["diagnosis"] == {"oom": True}
+        assert (got.status, got.measured_step_time_s, got.predicted_step_time_s) == ("ok", 1.25, 1.5)
+        assert got.diagnosis == {"bottleneck": "compute"}  # kept: finish gave none
+        assert got.traces == ["/tmp/a.json"] and got.ended_at
+        assert mem.trial(t2).reason == "out of memory" and mem.trial(t2).diagnosis == {"oom": True}
+        # typed rows: each strategy completed once, on its experiment's devices (64) and framework (megatron)
+        assert (got.strategy.dp, got.strategy.tp, got.strategy.pp, got.strategy.layer_split) == (4, 2, 4, (5, 4, 4, 3))
+        assert mem.trial(t3).strategy.dp == 16 and mem.trial(t3).keys == {"tp": 4}
+        assert mem.trial(t2).strategy.recompute == RecomputePolicy.parse("full")
+        assert mem.trial(t1).to_dict()["strategy"] == {"dp": 4, "layer_split": "5/4/4/3", "pp": 4, "tp": 2}
 
         assert mem.has_strategy(eid, "pp=4,tp=2,layer_split=5/4/4/3,dp=4")  # reordered keys
         assert mem.has_strategy(eid, {"recompute": "full", "tp": "8"})  # failed counts too
@@ -89,11 +95,11 @@ def test_round_trip_and_pragmas(tmp_path):
                     outputs={"proposals": ["tp=2"]}, trial_id=t1)
         b = mem.log(other, "coordinator", "stop")
 
-        assert [t["id"] for t in mem.trials(eid)] == [t1, t2, t3]
-        assert [t["id"] for t in mem.trials()] == [t1, t2, t3]
-        assert [e["id"] for e in mem.experiments()] == [eid, other]
-        assert mem.experiments()[0]["workload"]["params"] == 8_000_000_000
-        assert mem.experiments()[0]["workload_key"] == workload_key(WORKLOAD)
+        assert [t.id for t in mem.trials(eid)] == [t1, t2, t3]
+        assert [t.id for t in mem.trials()] == [t1, t2, t3]
+        assert [e.id for e in mem.experiments()] == [eid, other]
+        assert mem.experiments()[0].workload["params"] == 8_000_000_000
+        assert mem.experiments()[0].workload_key == workload_key(WORKLOAD)
         audit = mem.audit(eid)
         assert [r["id"] for r in audit] == [a]
         assert audit[0]["candidates"][1] == {"strategy": "tp=16", "kept": False, "why": "does not fit"}
@@ -128,7 +134,7 @@ def test_bad_arguments_name_their_field(tmp_path):
         with pytest.raises(AsapError) as e:
             mem.trial(tid + 100)
         assert e.value.field == "trial"
-        assert mem.trial(tid)["status"] == "running"
+        assert mem.trial(tid).status == "running"
 
 
 def test_strategy_strings_are_canonical():
@@ -146,12 +152,12 @@ def test_similar_experiments(tmp_path):
         far = mem.experiment({"model": "gpt2", "model_family": "gpt2", "params": 1.2e8, "accelerator": "tpu-v4",
                               "accelerator_family": "tpu", "devices": 2, "global_batch": 8, "seq_len": 1024})
         ranked = mem.similar_experiments(WORKLOAD, k=5)
-        ids = [e["id"] for e, _ in ranked]
+        ids = [e.id for e, _ in ranked]
         assert me not in ids  # not itself
         assert ids[:2] == [near, mid]
         scores = [s for _, s in ranked]
         assert all(0.0 <= s <= 1.0 for s in scores) and scores == sorted(scores, reverse=True)
-        assert far not in ids or dict((e["id"], s) for e, s in ranked)[far] < scores[1]
+        assert far not in ids or dict((e.id, s) for e, s in ranked)[far] < scores[1]
         assert len(mem.similar_experiments(WORKLOAD, k=1)) == 1
         # the identical workload of another framework scores 1
         assert mem.similar_experiments({**WORKLOAD, "framework": "torchtitan"}, k=1)[0] == \
@@ -196,10 +202,10 @@ def test_two_writer_processes_at_once(tmp_path):
     with Memory.open(path) as mem:
         assert len(mem.experiments()) == 1  # both found the same experiment
         trials = mem.trials()
-        assert len(trials) == 100 and all(t["status"] == "ok" for t in trials)
+        assert len(trials) == 100 and all(t.status == "ok" for t in trials)
         for name in ("writer-a", "writer-b"):
-            mine = [t for t in trials if t["executor"] == name]
-            assert sorted(t["strategy_string"] for t in mine) == sorted(f"mbs={i + 1},tp=1" for i in range(50))
+            mine = [t for t in trials if t.executor == name]
+            assert sorted(t.strategy_string for t in mine) == sorted(f"mbs={i + 1},tp=1" for i in range(50))
         assert len(mem.audit()) == 100
 
 
@@ -226,7 +232,7 @@ def test_a_killed_writer_loses_nothing_and_its_trial_is_marked_killed(tmp_path):
         done, running = int(line[1]), int(line[2])
         with Memory.open(path) as mem:  # while it lives, its trial stays running
             assert mem.recovered == []
-            assert mem.trial(running)["status"] == "running" and mem.trial(running)["pid"] == p.pid
+            assert mem.trial(running).status == "running" and mem.trial(running).pid == p.pid
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=30)  # reaped: its pid is no longer alive
     finally:
@@ -237,14 +243,14 @@ def test_a_killed_writer_loses_nothing_and_its_trial_is_marked_killed(tmp_path):
     with Memory.open(path) as mem:
         assert mem.recovered == [running]
         t = mem.trial(running)
-        assert t["status"] == "killed" and t["reason"] == KILLED_REASON and t["ended_at"]
-        assert t["predicted_step_time_s"] == 0.4
+        assert t.status == "killed" and t.reason == KILLED_REASON and t.ended_at
+        assert t.predicted_step_time_s == 0.4
         first = mem.trial(done)
-        assert first["status"] == "ok" and first["measured_step_time_s"] == 0.5
+        assert first.status == "ok" and first.measured_step_time_s == 0.5
         audit = mem.audit()
         assert len(audit) == 1 and audit[0]["inputs"] == {"budget": 3} and audit[0]["trial_id"] == done
-        assert not mem.has_strategy(t["experiment_id"], "tp=4")  # killed: the loop may run it again
-        assert mem.has_strategy(t["experiment_id"], "tp=2")
+        assert not mem.has_strategy(t.experiment_id, "tp=4")  # killed: the loop may run it again
+        assert mem.has_strategy(t.experiment_id, "tp=2")
     with Memory.open(path) as mem:
         assert mem.recovered == []  # once
 
@@ -263,7 +269,7 @@ def test_recover_trials_of_other_hosts_only_when_stale(tmp_path):
     conn.close()
     with Memory.open(path) as mem:
         assert mem.recovered == [stale]
-        assert [mem.trial(t)["status"] for t in (mine, fresh, stale)] == ["running", "running", "killed"]
+        assert [mem.trial(t).status for t in (mine, fresh, stale)] == ["running", "running", "killed"]
 
 
 # the version-1 schema, written out by hand as an old asap would have left it
@@ -301,8 +307,8 @@ def test_a_version_1_file_is_upgraded_with_its_rows(tmp_path):
         assert mem.schema_version == SCHEMA_VERSION == 2
         assert mem.experiment(WORKLOAD) == 1  # the old row, found by its key
         (t,) = mem.trials()
-        assert t["strategy_string"] == "dp=4,tp=2" and t["measured_step_time_s"] == 2.5 and t["status"] == "ok"
-        assert t["traces"] is None  # the column v2 added
+        assert t.strategy_string == "dp=4,tp=2" and t.measured_step_time_s == 2.5 and t.status == "ok"
+        assert t.traces is None  # the column v2 added
         assert mem.has_strategy(1, "tp=2,dp=4")
         aid = mem.log(1, "analyzer", "diagnose", outputs={"bottleneck": "memory"})  # the table v2 added
         assert mem.audit(1)[0]["id"] == aid

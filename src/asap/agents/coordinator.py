@@ -22,6 +22,7 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from asap.agents.analyzer import Analysis, Analyzer
+from asap.agents.memory.rows import Trial
 from asap.agents.correction import Correction, fit_correction, information_gain, sensitivities
 from asap.agents.proposer import Proposer, parse_current
 from asap.agents.workload import workload_record
@@ -29,7 +30,7 @@ from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
 from asap.measure import MIN_NOISE_REL, Verdict, gain_beyond_noise
 from asap.spec.job import Job
-from asap.spec.strategy import Strategy
+from asap.spec.strategy import Strategy, fit_strategy
 from asap.spec.words import ENDED_STATUSES, TrialStatus
 
 
@@ -117,7 +118,7 @@ def adopt(record: TrialRecord, best) -> Verdict | None:
 class Coordinator:
     job: Job  # its cluster: the catalog's (or calibrated) machine the loop's model starts from
     executor: Any  # asap.execute.base.Executor
-    memory: Any  # asap.agents.memory.Memory
+    memory: Any  # asap.agents.memory.Memory (its trials: asap.agents.memory.Trial)
     budget: int
     start: str | dict | None = None
     on_trial: Callable[[TrialRecord, "Coordinator"], None] | None = None
@@ -319,9 +320,17 @@ class Coordinator:
     def _known(self, exp: int) -> dict[str, Known]:
         """What Memory has for this job, run to an end, under Memory's canonical spelling of each strategy (the
         last trial of a strategy standing for it), each strategy parsed here, once (the edge)."""
-        ended = {t["strategy_string"]: t for t in self.memory.trials(exp) if t["status"] in ENDED_STATUSES}
-        return {text: Known(parse_current(text, self.job), t["id"], TrialStatus(t["status"]),
-                            t["measured_step_time_s"]) for text, t in ended.items()}
+        ended = {t.strategy_string: t for t in self.memory.trials(exp) if t.status in ENDED_STATUSES}
+        return {text: Known(self._job_strategy(t), t.id, t.status, t.measured_step_time_s)
+                for text, t in ended.items()}
+
+    def _job_strategy(self, t: Trial) -> Strategy:
+        """A remembered trial's strategy (Memory completed it on the experiment's devices and framework, this
+        job's) made this model's and checked; text only where Memory could not complete it (the error it gives)."""
+        job = self.job
+        if t.strategy is None:
+            return parse_current(t.strategy_string, job)
+        return fit_strategy(t.strategy, job.model, job.train, job.devices, framework=job.framework)
 
     @staticmethod
     def _known_pairs(known: dict[str, Known]) -> list[tuple[Strategy, float]]:

@@ -292,12 +292,12 @@ class Proposer:
             return []
         out = []
         for exp, score in self.memory.similar_experiments(self.workload_record(), k=3):
-            ok = [t for t in self.memory.trials(exp["id"]) if t.get("measured_step_time_s") and t.get("strategy")]
+            ok = [t for t in self.memory.trials(exp.id) if t.measured_step_time_s and t.keys]
             if ok:
-                best = min(ok, key=lambda t: t["measured_step_time_s"])
-                layout = {k: v for k, v in best["strategy"].items() if k not in ("dp", "layer_split")}
-                out.append((layout, f"what worked on a similar job (experiment {exp['id']}, "
-                                              f"similarity {score:.2f})", [f"memory:trial{best['id']}"]))
+                best = min(ok, key=lambda t: t.measured_step_time_s)
+                layout = {k: v for k, v in best.keys.items() if k not in ("dp", "layer_split")}
+                out.append((layout, f"what worked on a similar job (experiment {exp.id}, "
+                                              f"similarity {score:.2f})", [f"memory:trial{best.id}"]))
         return out
 
     def _llm_candidates(self, current: Strategy, diagnosis: Analysis, out: list, considered: list) -> None:
@@ -506,12 +506,12 @@ class Proposer:
             return []
         out = []
         for exp, score in self.memory.similar_experiments(self.workload_record(), k=3):
-            for t in self.memory.trials(exp["id"]):
-                ts = t.get("strategy") or {}
-                if t.get("measured_step_time_s") and all(ts.get(k) == getattr(s, k) for k in ("tp", "pp", "cp", "ep")):
-                    out.append({"id": t["id"], "experiment": exp["id"], "similarity": round(score, 3),
-                                "strategy_string": t.get("strategy_string"),
-                                "measured_step_time_s": t["measured_step_time_s"]})
+            for t in self.memory.trials(exp.id):
+                ts = t.keys or {}
+                if t.measured_step_time_s and all(ts.get(k) == getattr(s, k) for k in ("tp", "pp", "cp", "ep")):
+                    out.append({"id": t.id, "experiment": exp.id, "similarity": round(score, 3),
+                                "strategy_string": t.strategy_string,
+                                "measured_step_time_s": t.measured_step_time_s})
         return out[:3]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import JustifyMethod
@@ -14,6 +14,9 @@ from asap.cli.root import app
 from asap.cli.common import _clean, err_console, out_console, print_json, strategy_column
 from asap.errors import AsapError
 from asap.spec.words import TrialStatus
+
+if TYPE_CHECKING:
+    from asap.agents.memory import Experiment, Trial
 
 
 @app.command("memory")
@@ -53,7 +56,7 @@ def memory_command(
         except OSError as e:
             raise AsapError("export", f"cannot write {export} ({e.strerror or e})") from None
     if json_out:
-        print_json({"trials": trials, "experiments": experiments})
+        print_json({"trials": [t.to_dict() for t in trials], "experiments": [e.to_dict() for e in experiments]})
         return
     if not experiments:
         out_console.print(f"{mem.path}: no experiments yet (asap tune --memory {mem.path} records them)",
@@ -61,7 +64,7 @@ def memory_command(
     else:
         out_console.print(experiments_table(experiments, trials))
         if trials:
-            out_console.print(trials_table(trials, {e["id"]: e["workload"] for e in experiments}))
+            out_console.print(trials_table(trials, {e.id: e.workload for e in experiments}))
     if full is not None:
         out_console.print(f"wrote {export}: {len(full['experiments'])} experiments, {len(full['trials'])} trials, "
                           f"{len(full['audit'])} audit rows", highlight=False, soft_wrap=True)
@@ -71,7 +74,7 @@ def _s(v) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
-def experiments_table(experiments: list[dict], trials: list[dict]) -> Table:
+def experiments_table(experiments: list[Experiment], trials: list[Trial]) -> Table:
     table = Table(title="experiments")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("id", "right"), ("model", "left"), ("accelerator", "left"), ("devices", "right"), ("batch", "right"),
@@ -80,17 +83,17 @@ def experiments_table(experiments: list[dict], trials: list[dict]) -> Table:
     for col, just in columns:
         table.add_column(col, justify=just)
     for e in experiments:
-        w = e["workload"]
-        mine = [t for t in trials if t["experiment_id"] == e["id"]]
-        ok = [t["measured_step_time_s"] for t in mine if t["status"] == TrialStatus.OK and t["measured_step_time_s"]]
-        table.add_row(str(e["id"]), str(w.get("model") or "-"), str(w.get("accelerator") or "-"),
+        w = e.workload
+        mine = [t for t in trials if t.experiment_id == e.id]
+        ok = [t.measured_step_time_s for t in mine if t.status == TrialStatus.OK and t.measured_step_time_s]
+        table.add_row(str(e.id), str(w.get("model") or "-"), str(w.get("accelerator") or "-"),
                       str(w.get("devices") or "-"), str(w.get("global_batch") or "-"), str(w.get("seq_len") or "-"),
                       str(w.get("precision") or "-"), str(w.get("framework") or "-"), str(len(mine)),
                       _s(min(ok)) if ok else "-")
     return table
 
 
-def trial_compact(trial: dict, workloads: dict) -> str:
+def trial_compact(trial: Trial, workloads: dict) -> str:
     """A trial's strategy in the compact notation: the keys that differ from the defaults on its experiment's
     devices and framework when it is complete, else the keys it was given."""
     from asap.errors import AsapError
@@ -98,8 +101,8 @@ def trial_compact(trial: dict, workloads: dict) -> str:
     from asap.spec.hardware import get_accelerator
     from asap.spec.strategy import Strategy, format_compact, format_compact_keys, parse_strategy
 
-    keys = parse_strategy(trial["strategy_string"] or "")
-    w = workloads.get(trial["experiment_id"]) or {}
+    keys = parse_strategy(trial.strategy_string or "")
+    w = workloads.get(trial.experiment_id) or {}
     try:
         s = Strategy(**keys)
         fw = get_framework(w.get("framework"), get_accelerator(str(w.get("accelerator"))).family)
@@ -108,7 +111,7 @@ def trial_compact(trial: dict, workloads: dict) -> str:
         return format_compact_keys(keys)
 
 
-def trials_table(trials: list[dict], workloads: dict | None = None) -> Table:
+def trials_table(trials: list[Trial], workloads: dict | None = None) -> Table:
     """One row per trial, its strategy in the compact notation (``trial_compact``)."""
 
     names = [trial_compact(t, workloads or {}) for t in trials]
@@ -124,11 +127,11 @@ def trials_table(trials: list[dict], workloads: dict | None = None) -> Table:
     colours = {TrialStatus.OK: "green", TrialStatus.FAILED: "red", TrialStatus.KILLED: "red",
                TrialStatus.SKIPPED: "yellow", TrialStatus.RUNNING: "cyan"}
     for t, name in zip(trials, names, strict=True):
-        reason = t.get("reason") or ""
+        reason = t.reason or ""
         if len(reason) > 60:
             reason = reason[:57] + "..."
-        status = t["status"]
-        table.add_row(str(t["id"]), str(t["experiment_id"]), name,
-                      f"[{colours.get(status, 'white')}]{status}[/]", _s(t["predicted_step_time_s"]),
-                      _s(t["measured_step_time_s"]), t.get("executor") or "-", reason)
+        status = t.status
+        table.add_row(str(t.id), str(t.experiment_id), name,
+                      f"[{colours.get(status, 'white')}]{status}[/]", _s(t.predicted_step_time_s),
+                      _s(t.measured_step_time_s), t.executor or "-", reason)
     return table

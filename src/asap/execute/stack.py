@@ -18,7 +18,7 @@ from asap.errors import AsapError
 from asap.execute.command import CommandExecutor
 from asap.spec.job import Job
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Strategy, resolve_strategy
+from asap.spec.strategy import Strategy
 from asap.spec.train import TrainSpec
 
 EMIT_FORMAT = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext", "deepspeed": "deepspeed",
@@ -58,9 +58,6 @@ class StackExecutor(CommandExecutor):
         """On CPU processes the local stacks train in float32 parameters (bf16 matmuls are very slow there;
         ``--training.mixed_precision_param float32``, DeepSpeed's bf16 off, MaxText's dtype=float32)."""
         return "fp32" if getattr(self, "cpu", False) else super().run_precision()
-
-    def parse(self, spelled: str | dict) -> Strategy:
-        return resolve_strategy(spelled, self.model, self.train, self.cluster.num_devices)
 
     def emitted(self, s: Strategy) -> str:
         from asap.emit import emit

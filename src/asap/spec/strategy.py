@@ -261,14 +261,19 @@ def check_strategy(s: Strategy, model, train, devices: int, field: str = "strate
         raise broken
 
 
-def resolve_strategy(text: str | dict | None, model, train, devices: int, field: str = "strategy",
-                     framework=None) -> Strategy:
-    """Parse, fill defaults and check: the one call ``estimate`` and ``run`` make."""
-    s = complete_strategy(parse_strategy(text, field), devices, field, framework)
+def fit_strategy(s: Strategy, model, train, devices: int, field: str = "strategy", framework=None) -> Strategy:
+    """A completed strategy made this model's (expert TP 1 for a dense model) and checked (``check_strategy``)."""
     if model.moe is None and s.etp != 1:
         s = replace(s, etp=1)
     check_strategy(s, model, train, devices, field, framework)
     return s
+
+
+def resolve_strategy(text: str | dict | None, model, train, devices: int, field: str = "strategy",
+                     framework=None) -> Strategy:
+    """Parse, fill defaults and check: the one call ``estimate`` and ``run`` make."""
+    s = complete_strategy(parse_strategy(text, field), devices, field, framework)
+    return fit_strategy(s, model, train, devices, field, framework)
 
 
 # The compact notation humans read (``tp8 pp16 vpp8 cp2 ep64 zero1 rc:sel dedup``): only the keys that differ

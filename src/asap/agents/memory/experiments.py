@@ -4,10 +4,10 @@ experiments most like a workload."""
 from __future__ import annotations
 
 import json
-import sqlite3
 
 from asap.agents.memory.connection import Store
 from asap.agents.memory.records import _dumps, _now, normalize_workload, workload_key
+from asap.agents.memory.rows import Experiment
 from asap.agents.memory.similarity import workload_similarity
 from asap.errors import AsapError
 
@@ -35,22 +35,17 @@ class Experiments(Store):
 
         return self._write(run)
 
-    def experiments(self) -> list[dict]:
-        """Every experiment, oldest first: ``{id, workload_key, workload, created_at}``."""
-        return [self._experiment_row(r) for r in self._read("SELECT * FROM experiments ORDER BY id")]
+    def experiments(self) -> list[Experiment]:
+        """Every experiment, oldest first."""
+        return [Experiment.from_row(r) for r in self._read("SELECT * FROM experiments ORDER BY id")]
 
-    def get_experiment(self, experiment_id: int) -> dict:
+    def get_experiment(self, experiment_id: int) -> Experiment:
         rows = self._read("SELECT * FROM experiments WHERE id = ?", (int(experiment_id),))
         if not rows:
             raise AsapError("experiment", f"no experiment {experiment_id} in {self.path}")
-        return self._experiment_row(rows[0])
+        return Experiment.from_row(rows[0])
 
-    @staticmethod
-    def _experiment_row(r: sqlite3.Row) -> dict:
-        return {"id": r["id"], "workload_key": r["workload_key"], "workload": json.loads(r["workload"]),
-                "created_at": r["created_at"]}
-
-    def similar_experiments(self, workload: dict, k: int = 5) -> list[tuple[dict, float]]:
+    def similar_experiments(self, workload: dict, k: int = 5) -> list[tuple[Experiment, float]]:
         """Other experiments (not this workload's own), most similar first, with a score in [0, 1]: a weighted
         sum of the same model family (0.3; the same model name when a family is missing), a parameter count
         close on a log scale (0.3; 0 at 100x apart), the same accelerator family (0.2; the same accelerator
@@ -60,10 +55,10 @@ class Experiments(Store):
         own = workload_key(w)
         scored = []
         for e in self.experiments():
-            if e["workload_key"] == own:
+            if e.workload_key == own:
                 continue
-            s = workload_similarity(w, e["workload"])
+            s = workload_similarity(w, e.workload)
             if s > 0:
                 scored.append((e, s))
-        scored.sort(key=lambda es: (-es[1], -es[0]["id"]))
+        scored.sort(key=lambda es: (-es[1], -es[0].id))
         return scored[:max(0, int(k))]

@@ -69,10 +69,11 @@ class Memory(Experiments, Trials, Audit):
     # --- export ---
 
     def export(self, experiment_id: int | None = None) -> dict:
-        """``{experiments, trials, audit}``: everything (or one experiment's), JSON-serialisable."""
+        """``{experiments, trials, audit}``: everything (or one experiment's), JSON-serialisable (the JSON edge:
+        the rows' ``to_dict``)."""
         if experiment_id is None:
             experiments = self.experiments()
         else:
             experiments = [self.get_experiment(experiment_id)]
-        return {"experiments": experiments,
-                "trials": self.trials(experiment_id), "audit": self.audit(experiment_id)}
+        return {"experiments": [e.to_dict() for e in experiments],
+                "trials": [t.to_dict() for t in self.trials(experiment_id)], "audit": self.audit(experiment_id)}

@@ -11,7 +11,8 @@ from pydantic import RootModel, field_validator
 
 from asap.agents.memory.connection import Store
 from asap.agents.memory.records import _dumps, _float_or_none, _loads, _now, _parse_time, canonical_strategy
-from asap.agents.memory.schema import _JSON_TRIAL, FINISHED, FOREIGN_HOST_STALE, KILLED_REASON
+from asap.agents.memory.rows import Trial
+from asap.agents.memory.schema import FINISHED, FOREIGN_HOST_STALE, KILLED_REASON
 from asap.errors import AsapError, validated
 from asap.spec.words import ENDED_STATUSES, TrialStatus
 
@@ -25,6 +26,10 @@ class FinishedStatus(RootModel[TrialStatus]):
         if v not in FINISHED:
             raise ValueError(f"must be one of {', '.join(FINISHED)}, got {getattr(v, 'value', v)!r}")
         return v
+
+
+# a trial's row with its experiment's workload (what its strategy completes on)
+_WITH_WORKLOAD = "SELECT t.*, e.workload AS workload FROM trials t JOIN experiments e ON e.id = t.experiment_id"
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -90,26 +95,24 @@ class Trials(Store):
                           (int(experiment_id), text, *(s.value for s in ENDED_STATUSES)))
         return bool(rows)
 
-    def trials(self, experiment_id: int | None = None) -> list[dict]:
-        """The trials (of one experiment, or all), in the order they began."""
+    def trials(self, experiment_id: int | None = None) -> list[Trial]:
+        """The trials (of one experiment, or all), in the order they began, each strategy completed on its
+        experiment's devices and framework (``Trial``)."""
         if experiment_id is None:
-            rows = self._read("SELECT * FROM trials ORDER BY id")
+            rows = self._read(f"{_WITH_WORKLOAD} ORDER BY t.id")
         else:
-            rows = self._read("SELECT * FROM trials WHERE experiment_id = ? ORDER BY id", (int(experiment_id),))
+            rows = self._read(f"{_WITH_WORKLOAD} WHERE t.experiment_id = ? ORDER BY t.id", (int(experiment_id),))
         return [self._trial_row(r) for r in rows]
 
-    def trial(self, trial_id: int) -> dict:
-        rows = self._read("SELECT * FROM trials WHERE id = ?", (int(trial_id),))
+    def trial(self, trial_id: int) -> Trial:
+        rows = self._read(f"{_WITH_WORKLOAD} WHERE t.id = ?", (int(trial_id),))
         if not rows:
             raise AsapError("trial", f"no trial {trial_id} in {self.path}")
         return self._trial_row(rows[0])
 
     @staticmethod
-    def _trial_row(r: sqlite3.Row) -> dict:
-        d = {k: r[k] for k in r.keys()}
-        for k in _JSON_TRIAL:
-            d[k] = _loads(d.get(k))
-        return d
+    def _trial_row(r: sqlite3.Row) -> Trial:
+        return Trial.from_row(r, _loads(r["workload"]))
 
     def recover(self) -> list[int]:
         """Mark ``killed`` every trial still ``running`` whose process is gone: on this host, a pid that is not
