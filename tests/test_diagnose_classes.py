@@ -39,7 +39,7 @@ def test_small_gemms_under_the_ridge_are_memory_bound(tmp_path):
     assert mm.intensity < ridge and mm.bound == "memory"
     assert all(o.bound == "memory" for o in d.top_ops if o.intensity is not None)
     assert d.bottleneck == "memory" and d.bottleneck_class == "memory_bandwidth"
-    assert d.classes[0]["saving_s"] > 0 and "memory-bound operators" in d.classes[0]["figure"]
+    assert d.classes[0].saving_s > 0 and "memory-bound operators" in d.classes[0].figure
 
 
 def test_a_dense_trace_gets_no_moe_advice(tmp_path):

@@ -11,14 +11,14 @@ the collectives a trace cannot assign to an axis split by the cost model's axis 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from asap.cost.classes import COMM_CLASSES
 from asap.cost.estimate import Estimate
 from asap.spec.hardware import Cluster
-from asap.spec.words import Bottleneck, BottleneckClass
+from asap.spec.words import Bottleneck, BottleneckClass, ClassSaving
 
 if TYPE_CHECKING:  # the trace diagnosis is imported when traces are read
     from asap.profile.diagnose import AcceleratorHint
@@ -37,23 +37,26 @@ class Analysis:
     step_time_s: float
     figures: dict[str, float] = field(default_factory=dict)  # shares of the step and other KPIs
     evidence: list[str] = field(default_factory=list)
-    # what can be won, verdict first: [{class, bottleneck, saving_s, figure}] (asap.cost.classes)
-    classes: list[dict[str, Any]] = field(default_factory=list)
+    # what can be won, verdict first (asap.cost.classes; JSON: {class, bottleneck, saving_s, figure})
+    classes: list[ClassSaving] = field(default_factory=list)
 
     @property
     def bottleneck_class(self) -> str:
-        return self.classes[0]["class"] if self.classes else self.bottleneck
+        return self.classes[0].cls.value if self.classes else self.bottleneck
 
-    def targets(self) -> list[dict[str, Any]]:
+    def targets(self) -> list[ClassSaving]:
         """The classes worth attacking, verdict first: memory capacity when it binds, then every class saving
         at least ``MIN_CLASS_SHARE`` of the step (compute only when it is the verdict)."""
         step = max(self.step_time_s, 1e-12)
         return [c for i, c in enumerate(self.classes)
-                if c["class"] == BottleneckClass.MEMORY_CAPACITY or (c["class"] == BottleneckClass.COMPUTE and i == 0)
-                or c["saving_s"] >= MIN_CLASS_SHARE * step]
+                if c.cls == BottleneckClass.MEMORY_CAPACITY or (c.cls == BottleneckClass.COMPUTE and i == 0)
+                or c.saving_s >= MIN_CLASS_SHARE * step]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "bottleneck": str(self.bottleneck), "bottleneck_class": self.bottleneck_class}
+        """The JSON edge: the classes as mappings."""
+        return {"bottleneck": str(self.bottleneck), "source": self.source, "step_time_s": self.step_time_s,
+                "figures": dict(self.figures), "evidence": list(self.evidence),
+                "classes": [c.to_dict() for c in self.classes], "bottleneck_class": self.bottleneck_class}
 
 
 def from_estimate(est: Estimate, cluster: Cluster) -> Analysis:
@@ -67,12 +70,12 @@ def from_estimate(est: Estimate, cluster: Cluster) -> Analysis:
                "peak_memory_gb": est.peak_memory_gb, "hbm_gb": cluster.hbm_gb, "mfu": est.mfu}
     for k in COMM_TERMS:
         figures[f"{k}_share"] = exposed.get(k, 0.0) / step
-    evidence = [c["figure"] for c in est.classes[:4]]
+    evidence = [c.figure for c in est.classes[:4]]
     return Analysis(bottleneck=Bottleneck(est.bottleneck), source="cost model", step_time_s=est.step_time_s,
                      figures=figures, evidence=evidence, classes=list(est.classes))
 
 
-def resplit_collectives(classes: list[dict], est: Estimate) -> list[dict]:
+def resplit_collectives(classes: list[ClassSaving], est: Estimate) -> list[ClassSaving]:
     """A trace's dp_comm (collectives a trace cannot assign to an axis) split over tp, cp and dp in proportion
     to the cost model's exposed terms of the strategy that ran."""
     weights = {k: est.exposed_s.get(k, 0.0) for k in (BottleneckClass.TP_COMM, BottleneckClass.CP_COMM,
@@ -80,15 +83,15 @@ def resplit_collectives(classes: list[dict], est: Estimate) -> list[dict]:
     total = sum(weights.values())
     out = []
     for c in classes:
-        if c["class"] != BottleneckClass.DP_COMM or total <= 0:
+        if c.cls != BottleneckClass.DP_COMM or total <= 0:
             out.append(c)
             continue
         for k, w in weights.items():
             if w > 0:
-                v = c["saving_s"] * w / total
-                out.append({**c, "class": k.value, "saving_s": v,
-                            "figure": f"{k} exposed {v:.3g} s (the trace's collectives split by the cost model)"})
-    head, rest = out[:1], sorted(out[1:], key=lambda c: -c["saving_s"])
+                v = c.saving_s * w / total
+                out.append(replace(c, cls=k, saving_s=v,
+                                   figure=f"{k} exposed {v:.3g} s (the trace's collectives split by the cost model)"))
+    head, rest = out[:1], sorted(out[1:], key=lambda c: -c.saving_s)
     return head + rest
 
 
@@ -124,6 +127,6 @@ class Analyzer:
             d.classes = resplit_collectives(d.classes, estimate)
             if not estimate.fits:  # the strategy as priced here does not fit: that comes first
                 d.classes.insert(0, estimate.classes[0])
-                d.evidence.insert(0, estimate.classes[0]["figure"])
+                d.evidence.insert(0, estimate.classes[0].figure)
             return d
         return from_estimate(estimate, self.cluster)

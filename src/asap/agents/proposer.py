@@ -28,7 +28,7 @@ from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.strategy import Strategy, resolve_strategy
 from asap.spec.stack_rules import RuleJob, first_unrunnable
-from asap.spec.words import BottleneckClass
+from asap.spec.words import BottleneckClass, ClassSaving
 
 if TYPE_CHECKING:
     from asap.agents.knowledge import KnowledgeEntry
@@ -62,7 +62,7 @@ class Candidate:
     why: str
     evidence: list[str] = field(default_factory=list)
     entry: Any = None  # the asap.agents.knowledge.KnowledgeEntry it follows
-    target: dict[str, Any] | None = None  # the diagnosis class it attacks
+    target: ClassSaving | None = None  # the diagnosis class it attacks
     knobs: frozenset = frozenset()
 
     @property
@@ -74,7 +74,7 @@ class Candidate:
         """What it attacks the diagnosis through: its entry, else its class and source."""
         if self.entry is not None:
             return f"knowledge:{self.entry.id}"
-        return f"{self.source}:{(self.target or {}).get('class', '')}:{','.join(sorted(self.knobs))}"
+        return f"{self.source}:{self.target.cls.value if self.target else ''}:{','.join(sorted(self.knobs))}"
 
 
 @dataclass
@@ -187,9 +187,9 @@ class Proposer:
         out: list[Candidate] = []
         devices = self.cluster.num_devices
         targets = diagnosis.targets()[:CLASSES_ATTACKED]
-        minor = [c for c in diagnosis.classes if c not in targets and c["saving_s"] > 0]
+        minor = [c for c in diagnosis.classes if c not in targets and c.saving_s > 0]
         for target in targets + minor:
-            for r in retrieve(target["class"], self.workload(), k=ENTRIES_PER_CLASS, strict=True):
+            for r in retrieve(target.cls.value, self.workload(), k=ENTRIES_PER_CLASS, strict=True):
                 for move in r.entry.moves:
                     self._add(out, considered, moved_strategy(current, move, devices, self.moe), "knowledge",
                               r.entry.title, [f"knowledge:{r.entry.id}"], entry=r.entry, target=target)
@@ -212,11 +212,11 @@ class Proposer:
                 c.target = attacked_class(c, self.priced_base, targets)
         return out
 
-    def _layer_split(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:
+    def _layer_split(self, current: Strategy, targets: list[ClassSaving], out: list, considered: list) -> None:
         """Stage imbalance's own move, always considered where it is named: the layer split the planner's stage
         split finds for the current strategy (``asap.search.planner.stage_split``), priced like every candidate,
         following the stage-balancing entry when the knowledge base has it."""
-        target = next((t for t in targets if t["class"] == BottleneckClass.STAGE_IMBALANCE), None)
+        target = next((t for t in targets if t.cls == BottleneckClass.STAGE_IMBALANCE), None)
         if target is None or current.pp < 2:
             return
         from asap.agents.knowledge import load_knowledge
@@ -236,12 +236,13 @@ class Proposer:
                   f"the planner's layer split {split_text} (asap plan's stage split on this strategy)",
                   [f"knowledge:{entry.id}"] if entry else ["planner:stage-ilp"], entry=entry, target=target)
 
-    def _memory_combinations(self, current: Strategy, targets: list[dict], out: list, considered: list) -> None:
+    def _memory_combinations(self, current: Strategy, targets: list[ClassSaving], out: list,
+                             considered: list) -> None:
         """A strategy that does not fit by far: the memory entries' moves, scaled (x2 -> x4, x8) and two of
         different entries together, at most ``MAX_KNOBS`` knobs; each follows the first entry's move."""
         from asap.agents.retrieval import retrieve
 
-        target = next((t for t in targets if t["class"] == BottleneckClass.MEMORY_CAPACITY), None)
+        target = next((t for t in targets if t.cls == BottleneckClass.MEMORY_CAPACITY), None)
         if target is None:
             return
         moves = [(r.entry, m) for r in retrieve(BottleneckClass.MEMORY_CAPACITY, self.workload(), k=ENTRIES_PER_CLASS,
@@ -259,7 +260,7 @@ class Proposer:
                           "knowledge", title, ev, entry=e1, target=target)
         self._time_moves_that_fit(current, targets, pool, out, considered)
 
-    def _time_moves_that_fit(self, current: Strategy, targets: list[dict], pool: list, out: list,
+    def _time_moves_that_fit(self, current: Strategy, targets: list[ClassSaving], pool: list, out: list,
                              considered: list) -> None:
         """Where the strategy does not fit: each move against a time class (a dispatcher, an overlap, a schedule)
         joined with one of the ``FIT_MOVES`` memory moves that free the most memory alone, so the move an expert
@@ -275,8 +276,8 @@ class Proposer:
             except AsapError:
                 continue
         fixes = [(e, m) for _, _, e, m in sorted(freed, key=lambda x: x[:2])[:FIT_MOVES]]
-        for target in [t for t in targets if t["class"] != BottleneckClass.MEMORY_CAPACITY][:2]:
-            for r in retrieve(target["class"], self.workload(), k=3, strict=True):
+        for target in [t for t in targets if t.cls != BottleneckClass.MEMORY_CAPACITY][:2]:
+            for r in retrieve(target.cls.value, self.workload(), k=3, strict=True):
                 for move in r.entry.moves:
                     for e2, fix in fixes:
                         joined = {**fix, **move}
@@ -440,11 +441,12 @@ class Proposer:
     def _proposal(self, c: Candidate, base: Estimate, diagnosis: Analysis) -> Proposal:
         lo, hi = c.estimate.step_time_range_s
         speedup = base.step_time_s / c.step_s
-        target = c.target or (diagnosis.classes[0] if diagnosis.classes else {"class": diagnosis.bottleneck,
-                                                                              "figure": ""})
+        target = c.target or (diagnosis.classes[0] if diagnosis.classes else None)
+        named, figure, saving = ((target.cls.value, target.figure, target.saving_s) if target
+                                 else (str(diagnosis.bottleneck), "", 0.0))  # no classes: the coarse word
         kind = "re-plan" if c.source == "planner" else "targeted"
         why = self.rationales.get(str(c.strategy), c.why)
-        rationale = f"{target['class']} ({target['figure']}): {why}; moves {moves_text(c.strategy, base.strategy)}"
+        rationale = f"{named} ({figure}): {why}; moves {moves_text(c.strategy, base.strategy)}"
         entries = [self._entry_dict(c)] if c.entry is not None else []
         if c.source == "planner":  # a re-plan cites, knob by knob, the entry that moves it that way
             cited = self._replan_entries(c, base, diagnosis)
@@ -452,13 +454,13 @@ class Proposer:
             if cited:
                 rationale += "; " + ", ".join(f"{k} per knowledge:{d['id']}" for k, d in cited)
         evidence = list(c.evidence) + [f"knowledge:{d['id']}" for d in entries if f"knowledge:{d['id']}" not in
-                                       c.evidence] + [f"diagnosis:{target['class']}={target.get('saving_s', 0.0):.3g}s"]
+                                       c.evidence] + [f"diagnosis:{named}={saving:.3g}s"]
         trials = self._similar_trials(c.strategy)
         evidence += [f"memory:trial{t['id']}" for t in trials]
         return Proposal(c.strategy, rationale, speedup, (base.step_time_s / hi, base.step_time_s / lo), c.step_s,
                         (lo, hi), tradeoffs(base, c.estimate, self.usable_gb, self.train.global_batch),
-                        evidence, c.estimate.fits, c.source, kind=kind, attacks=target["figure"],
-                        attacks_class=target["class"], knobs=sorted(c.knobs), entries=entries,
+                        evidence, c.estimate.fits, c.source, kind=kind, attacks=figure,
+                        attacks_class=named, knobs=sorted(c.knobs), entries=entries,
                         term_changes_s=deltas(base, c.estimate)["deltas_s"], similar_trials=trials,
                         estimate_command=f"asap estimate {self.job_args} -S {c.strategy}")
 
@@ -470,7 +472,7 @@ class Proposer:
 
         if self._knowledge is None:
             self._knowledge = load_knowledge()
-        named = [t["class"] for t in diagnosis.classes]
+        named = [t.cls.value for t in diagnosis.classes]
         def rank(e) -> int:
             hits = [named.index(k) for k in list(e.classes) + list(e.bottlenecks) if k in named]
             return min(hits) if hits else len(named)
@@ -497,7 +499,7 @@ class Proposer:
     def _entry_dict(self, c: Candidate) -> dict[str, Any]:
         e = c.entry
         words = list(c.knobs) + [w for k in c.knobs for w in KNOB_WORDS.get(k, ())]
-        words += (c.target or {}).get("class", "").split("_")
+        words += (c.target.cls.value if c.target else "").split("_")
         return {"id": e.id, "title": e.title, "lines": justifying_lines(e.body, words), "sources": list(e.sources)}
 
     def _similar_trials(self, s: Strategy) -> list[dict[str, Any]]:
@@ -522,13 +524,13 @@ KNOB_WORDS = {"tp": ("tensor",), "pp": ("pipeline", "stages"), "vpp": ("interlea
               "schedule": ("schedule", "bubble")}
 
 
-def attacked_class(c: Candidate, base: Estimate | None, targets: list[dict]) -> dict | None:
+def attacked_class(c: Candidate, base: Estimate | None, targets: list[ClassSaving]) -> ClassSaving | None:
     """The diagnosis class a candidate without an entry attacks: the target whose term it cuts most."""
     if base is None or not targets:
         return None
     term = {BottleneckClass.PIPELINE_BUBBLE: "bubble", BottleneckClass.HOST: "host"}  # the class's exposed term
-    def cut(t: dict) -> float:
-        key = term.get(t["class"], t["class"])
+    def cut(t: ClassSaving) -> float:
+        key = term.get(t.cls, t.cls.value)
         return base.exposed_s.get(key, 0.0) - c.estimate.exposed_s.get(key, 0.0) if key in base.exposed_s else 0.0
     best = max(targets, key=cut)
     return best if cut(best) > 0 else targets[0]
@@ -537,7 +539,7 @@ def attacked_class(c: Candidate, base: Estimate | None, targets: list[dict]) -> 
 def _rank(c: Candidate) -> tuple[int, int]:
     """Which of two candidates of one strategy to keep: knowledge first, then the entry made for the class it
     attacks (its first class) over one that lists it among others."""
-    primary = c.entry is not None and c.target is not None and c.entry.classes[:1] == [c.target["class"]]
+    primary = c.entry is not None and c.target is not None and c.entry.classes[:1] == [c.target.cls.value]
     return SOURCE_ORDER[c.source], 0 if primary else 1
 
 
@@ -552,6 +554,11 @@ def _distinct(c: Candidate, chosen: list[Candidate]) -> bool:
                                  and len(changed_keys(c.strategy, x.strategy)) > 1 for x in chosen)
 
 
+def _attacks(c: Candidate) -> str | None:
+    """The class a candidate attacks, by name (None where it attacks none)."""
+    return c.target.cls.value if c.target else None
+
+
 def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = "") -> list[Candidate]:
     """Three of three kinds, fastest first: the best knowledge move against the named class (``verdict``), the
     best knowledge moves of other entries and knobs up to two, then the
@@ -562,8 +569,8 @@ def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = ""
     useful = [c for c in targeted if _helps(c, base)]
     known = [c for c in targeted if c.source == "knowledge"]
     # the named class is attacked first: its best knowledge move, where one helps
-    chosen = [c for c in useful if c in known and (c.target or {}).get("class") == verdict][:1]
-    named_first = sorted(known, key=lambda c: (c.target or {}).get("class") != verdict)  # stable: then by step
+    chosen = [c for c in useful if c in known and _attacks(c) == verdict][:1]
+    named_first = sorted(known, key=lambda c: _attacks(c) != verdict)  # stable: then by step
     # only moves that help (``_helps``): a slower move is never offered to fill a slot
     named_first = [c for c in named_first if c in useful]
     for pool, n in (([c for c in useful if c in known], 2), (named_first, 2), (useful, 3)):

@@ -101,7 +101,7 @@ def propose(
         print_json(out)
         return
     out_console.print(f"{diagnosis.bottleneck_class} ({diagnosis.bottleneck}-bound, {diagnosis.source}): "
-                      + "; ".join(c["figure"] for c in diagnosis.classes[:4]), highlight=False, markup=False,
+                      + "; ".join(c.figure for c in diagnosis.classes[:4]), highlight=False, markup=False,
                       soft_wrap=True)
     _print_proposals(result, names, compact_strategy(current, job))
     for i, (p, cmd) in enumerate(zip(result.proposals, commands, strict=True), 1):

@@ -46,7 +46,7 @@ from asap.spec.job import Job
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import Recompute, RecomputePolicy, Schedule, Strategy, Zero, check_strategy, resolve_strategy
 from asap.spec.train import TrainSpec
-from asap.spec.words import Bottleneck
+from asap.spec.words import Bottleneck, ClassSaving
 
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
@@ -389,14 +389,14 @@ class Estimate:
     host_memory_gb: float = 0.0  # what host offload keeps in host memory per device (GiB)
     memory_bound_s: float = 0.0  # time in memory-bound kernels over the step (inside compute)
     # what can be won (asap.cost.classes), verdict first; bottleneck is classes[0]'s coarse word
-    classes: list[dict[str, Any]] = field(default_factory=list)
+    classes: list[ClassSaving] = field(default_factory=list)
     # within the device memory less the default headroom a plan keeps (``asap.cost.memory.HEADROOM_SHARE``);
     # ``fits`` is within the device memory (less any --memory-margin), what a published run that trained met
     fits_with_headroom: bool = True
 
     @property
     def bottleneck_class(self) -> str | None:  # None until name_bottleneck sets the verdict
-        return self.classes[0]["class"] if self.classes else self.bottleneck
+        return self.classes[0].cls.value if self.classes else self.bottleneck
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -420,7 +420,7 @@ class Estimate:
             "memory_gb": self.memory_gb,
             "bottleneck": self.bottleneck,
             "bottleneck_class": self.bottleneck_class,
-            "classes": self.classes,
+            "classes": [c.to_dict() for c in self.classes],
             "evidence": self.evidence,
             "alternatives": self.alternatives,
         }
@@ -433,7 +433,7 @@ def name_bottleneck(est: "Estimate", hbm_gb: float, device_gb: float | None = No
     classes = classify(est.exposed_s, est.step_time_s, est.mfu, est.peak_memory_gb,
                        hbm_gb if device_gb is None else device_gb, est.fits,
                        est.memory_bound_s, est.imbalance_s, cf)
-    est.classes = [o.to_dict() for o in classes]
+    est.classes = [ClassSaving(o.cls, o.saving_s, o.figure) for o in classes]
     est.bottleneck = classes[0].cls.bottleneck
     est.evidence = [o.figure for o in classes]
     return est

@@ -22,7 +22,7 @@ from asap.profile.load import load_timelines
 from asap.profile.trace import HookRole, Timeline, expand_paths, hook_role, is_matrix, is_p2p
 from asap.profile.windows import US, Intervals, window_figures, window_index
 from asap.spec.hardware import Accelerator
-from asap.spec.words import Bottleneck, BottleneckClass, duration_text
+from asap.spec.words import Bottleneck, BottleneckClass, ClassSaving, duration_text
 
 # An operator under this fraction of both its peak FLOP/s and the memory bandwidth is bound by neither roof:
 # its time is kernel launch latency and fixed overhead (a 64x64 matmul on an A100 runs ~5 us of launch for
@@ -119,15 +119,16 @@ class Diagnosis:
     notes: list[str]
     fusion: list | None = None  # asap.profile.fusion.FusionRow, when asked for (diagnose --fusion)
     precision: str | None = None  # of most compute-bound operator time: the ridge the ops compare against
-    # what can be won, verdict first: [{class, bottleneck, saving_s, figure}] (asap.spec.words.BottleneckClass)
-    classes: list[dict] = field(default_factory=list)
+    # what can be won, verdict first (``ClassSaving``: to_dict {class, bottleneck, saving_s, figure})
+    classes: list[ClassSaving] = field(default_factory=list)
 
     @property
     def bottleneck_class(self) -> str:
-        return self.classes[0]["class"] if self.classes else self.bottleneck
+        return self.classes[0].cls.value if self.classes else self.bottleneck
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d["classes"] = [c.to_dict() for c in self.classes]
         d["roofline"] = self.roofline.to_dict()
         d["bottleneck"] = str(self.bottleneck)
         d["bottleneck_class"] = self.bottleneck_class
@@ -427,7 +428,7 @@ def bottleneck_scores(fig: dict, compute_share: float, memory_share: float, imba
     }
 
 
-def trace_classes(scores: dict[Bottleneck, float], rows: list[OpRow], step_s: float) -> list[dict]:
+def trace_classes(scores: dict[Bottleneck, float], rows: list[OpRow], step_s: float) -> list[ClassSaving]:
     """The scores as bottleneck classes, verdict first. Exposed collectives split by kind in proportion to their
     operators' time: all-to-all is expert-parallel (ep_comm); the others go to dp_comm, since a trace alone does
     not say which axis an all-reduce serves (the Analyzer re-splits them by the cost model's axis terms when it
@@ -444,16 +445,15 @@ def trace_classes(scores: dict[Bottleneck, float], rows: list[OpRow], step_s: fl
              (C.HOST, scores[B.HOST], "host and launch"),
              (C.STAGE_IMBALANCE, scores[B.IMBALANCE], "waiting on the slowest rank"),
              (C.MEMORY_BANDWIDTH, scores[B.MEMORY], "memory-bound operators")]
-    out = [{"class": c.value, "bottleneck": c.bottleneck.value, "saving_s": v, "figure": f"{what} {_t(v)}{of}"}
-           for c, v, what in sorted(items, key=lambda x: (-x[1], x[0].value)) if v > 0]
+    out = [ClassSaving(c, v, f"{what} {_t(v)}{of}") for c, v, what in sorted(items, key=lambda x: (-x[1], x[0].value))
+           if v > 0]
     compute_s = scores[B.COMPUTE]
-    compute = {"class": C.COMPUTE.value, "bottleneck": C.COMPUTE.bottleneck.value, "saving_s": 0.0,
-               "figure": f"compute-bound operators {_t(compute_s)}{of} ({compute_s / (step_s or 1):.0%})"}
+    compute = ClassSaving(C.COMPUTE, 0.0, f"compute-bound operators {_t(compute_s)}{of} ({compute_s / (step_s or 1):.0%})")
     healthy = compute_s >= max(scores.values()) and compute_s >= TRACE_COMPUTE_BOUND_SHARE * step_s
     if healthy or not out:
         return [compute] + out
     coarse = max((k for k in Bottleneck if k != B.COMPUTE), key=lambda k: scores[k])
-    first = next((o for o in out if o["bottleneck"] == coarse), out[0])
+    first = next((o for o in out if o.bottleneck == coarse), out[0])
     return [first] + [o for o in out if o is not first] + [compute]
 
 
@@ -540,7 +540,7 @@ def diagnose_timelines(timelines: list[Timeline], accelerator: AcceleratorHint =
     imbalance = imbalance_s(ranks)
     scores = bottleneck_scores(fig, compute_share, memory_share, imbalance, overhead_share)
     classes = trace_classes(scores, rows, fig["step_time_s"])
-    bottleneck = Bottleneck(classes[0]["bottleneck"])
+    bottleneck = classes[0].bottleneck
     slow = slowest_rank(ranks)
     n_steps = sum(r.n_steps for r in ranks)
     for tl in timelines:
