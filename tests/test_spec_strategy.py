@@ -93,3 +93,15 @@ def test_tp_beyond_the_kv_heads_replicates_them():
     mixtral = load_model("mixtral-8x22b")  # 48 heads, 8 KV heads: tp = 6 divides the heads only
     with pytest.raises(AsapError, match="strategy.tp: tp=6 neither divides nor is a multiple of num_kv_heads=8"):
         resolve_strategy("tp=6", mixtral, TRAIN, 48)
+
+
+@pytest.mark.parametrize("text", ["tp=2", "tp=8,pp=4,vpp=2,layer_split=3/2/2/2/2/2/2/1,recompute=moe_act+layernorm",
+                                  "tp=4,cp=2,ep=4,zero=3,dispatcher=dedup,a2a_overlap=1,offload_act=1,offload_layers=3",
+                                  "pp=2,schedule=zb,fp8_param=1,grad_bf16=1,offload_opt=1,mbs=4"])
+def test_key_is_the_sorted_text_of_what_str_prints(text):
+    """``Strategy.key`` (Memory's text) is ``canonical_text`` of ``str`` parsed again, without the round trip."""
+    from asap.spec.strategy import canonical_text, complete_strategy, parse_strategy
+
+    s = complete_strategy(parse_strategy(text), 64)
+    assert s.key() == canonical_text(parse_strategy(str(s)))
+    assert complete_strategy(parse_strategy(s.key()), 64) == s

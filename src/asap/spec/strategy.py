@@ -106,14 +106,19 @@ class Strategy:
         return d
 
     def key(self) -> str:
-        """The canonical text Memory stores: the keys ``str`` prints, sorted by name (``canonical_text``)."""
-        return canonical_text(parse_strategy(str(self)))
+        """The canonical text Memory stores: the keys ``str`` prints, sorted by name (``canonical_text`` of
+        ``parse_strategy(str(self))``, written without the text round trip: every printed value is already in
+        its canonical spelling)."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self._printed().items()))
 
     def __str__(self) -> str:
         """``key=value,...`` with every key (the layer split only when it is not the default, the offload and
         fp8_param switches only when on): copy-pasteable."""
-        return ",".join(f"{k}={v}" for k, v in self.to_dict().items()
-                        if v is not None and not (k in OFF_BY_DEFAULT and v == 0))
+        return ",".join(f"{k}={v}" for k, v in self._printed().items())
+
+    def _printed(self) -> dict[str, Any]:
+        """The keys ``str`` prints, in its order, in their printed spelling."""
+        return {k: v for k, v in self.to_dict().items() if v is not None and not (k in OFF_BY_DEFAULT and v == 0)}
 
 
 _TYPED = {"recompute": RecomputePolicy, "zero": Zero, "sp": bool, "schedule": Schedule, "dispatcher": Dispatcher,
