@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from asap.cli.estimate import seconds
+from asap.cli.format import seconds
 from conftest import REPO, SHARED
 
 CONTROL = SHARED / "traces" / "hta" / "trace_diff_control_control.json.gz"

@@ -408,3 +408,44 @@ def balanced_attention_work(data: Any, global_batch: int, seq_len: int, dp: int,
                  for r in range(dp)]
         worst.append(max(float(q[k * B + np.array(r)].mean()) for r in ranks))
     return float(np.mean(worst))
+
+
+def with_lengths(job, path: str | None):
+    """(the job, its train spec carrying the attention work of ``path``'s samples for every dp degree; its
+    AttentionWork; the parsed document), or (job, None, None) without a file."""
+    from dataclasses import replace
+
+    from asap.balance import attention_work, read_lengths
+
+    if path is None:
+        return job, None, None
+    t, n = job.train, job.devices
+    data = read_lengths(path)
+    aw = attention_work(data, t.global_batch, t.seq_len, [d for d in range(1, n + 1) if n % d == 0])
+    return job.with_train(replace(t, attention_work=aw.train_pairs(), attention_work_mean=aw.mean)), aw, data
+
+
+def lengths_report(job, est, aw, data, path: str) -> dict:
+    """What the lengths file costs this strategy: the slowest rank's attention work against even ranks, and
+    what ``asap balance`` would leave (each re-priced by the same estimate)."""
+    from dataclasses import replace
+
+    from asap.balance import attention_cost_coefficients, balanced_attention_work
+    from asap.cost.estimate import estimate as run_estimate
+
+    m, c, t = job.model, job.cluster, job.train
+    s = est.strategy
+    dp = s.dp
+    work = aw.slowest.get(dp, 1.0)
+    even = run_estimate(job.with_train(replace(t, attention_work=((dp, aw.mean),))), s)
+    micro = t.global_batch // (dp * s.mbs)
+    coef = attention_cost_coefficients(m, c, precision=t.precision, seq_len=t.seq_len, framework=t.framework)
+    bal_work = balanced_attention_work(data, t.global_batch, t.seq_len, dp, micro, coef)
+    bal = run_estimate(job.with_train(replace(t, attention_work=((dp, bal_work),))), s)
+    return {**aw.to_dict(), "file": path, "attention_work": work,
+            "max_over_mean": work / aw.mean if aw.mean > 0 else 1.0,
+            "imbalance_s": est.step_time_s - even.step_time_s,
+            "balanced": {"attention_work": bal_work, "step_time_s": bal.step_time_s,
+                         "predicted_gain": 1.0 - bal.step_time_s / est.step_time_s,
+                         "command": f"asap balance --lengths {path} --dp {dp} --micro-batches {micro} "
+                                    f"--seq-len {t.seq_len}"}}

@@ -64,3 +64,21 @@ def _short(x: float) -> str:
         if x >= scale:
             return f"{x / scale:.3g}{suffix}"
     return f"{x:.3g}"
+
+
+def budget_of(tokens: str | None, price: float | None):
+    """(tokens as a number or None, the price): checked before any pricing."""
+    from asap.budget import check_price, parse_tokens
+
+    if price is not None and tokens is None:
+        raise AsapError("price-per-device-hour", "needs --tokens (the budget it prices)")
+    return (None if tokens is None else parse_tokens(tokens)), check_price(price)
+
+
+def with_budget(d: dict, devices: int, tokens: float | None, price: float | None) -> dict:
+    """An estimate's JSON object with ``time_to_train_days``, ``device_hours`` (and ``cost``) for the budget."""
+    from asap.budget import training_budget
+
+    if tokens is None:
+        return d
+    return {**d, **training_budget(d["tokens_per_s"], devices, tokens, price)}

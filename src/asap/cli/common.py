@@ -110,8 +110,19 @@ class JobOptions:
     memory_margin: Optional[float] = None  # None: the command's default (plan: the headroom; else 0)
 
     def load(self) -> "Job":
-        """The job (without ``--lengths``: ``asap.cli.estimate.with_lengths`` adds them), validated with
-        one-line errors: the model, the cluster, the train spec, then the precision's peak on the accelerator."""
+        """The job with every option applied, ``--lengths`` included (``load_lengths``)."""
+        return self.load_lengths()[0]
+
+    def load_lengths(self) -> tuple["Job", Any, Any]:
+        """(the job with every option applied; the ``--lengths`` file's attention work and its parsed document,
+        both None without one: ``asap.balance.with_lengths``)."""
+        from asap.balance import with_lengths
+
+        return with_lengths(self.job_without_lengths(), self.lengths)
+
+    def job_without_lengths(self) -> "Job":
+        """The job of the other options, validated with one-line errors: the model, the cluster, the train spec,
+        then the precision's peak on the accelerator."""
         from asap.spec.hardware import load_cluster
         from asap.spec.job import Job
         from asap.spec.loader import load_model

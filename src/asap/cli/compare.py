@@ -9,7 +9,8 @@ from rich.table import Table
 
 from asap.cli.root import app
 from asap.cli.common import JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, job_options, out_console, print_json
-from asap.cli.estimate import budget_of, seconds, with_budget, with_lengths
+from asap.budget import budget_of, with_budget
+from asap.cli.format import seconds
 
 
 @app.command()
@@ -42,7 +43,6 @@ def compare(
 
     job = options.load()
     budget, price = budget_of(tokens, price_per_device_hour)
-    job, _, _ = with_lengths(job, options.lengths)
     m, c, t = job.model, job.cluster, job.train
     texts = list(strategy or [])
     estimates = [run_estimate(job, s) for s in texts]

@@ -11,134 +11,12 @@ from rich.table import Table
 from asap.cli.root import app
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
                              out_console, print_json)
-from asap.errors import AsapError
+from asap.cli.format import (compact_of, does_not_fit_lines, estimate_table, figures_line, headline, lengths_line,
+                             mfu_peak_name, readable_keys, seconds)
+from asap.budget import budget_of, with_budget
 
 if TYPE_CHECKING:
     from rich.text import JustifyMethod
-
-
-def compact_of(est, job) -> str:
-    """An estimate's strategy in the compact notation (``asap.spec.strategy.format_compact``)."""
-    from asap.spec.strategy import format_compact
-
-    return format_compact(est.strategy, job.devices, job.model.moe is not None, job.framework)
-
-
-def mfu_peak_name(c) -> str:
-    """The precision whose dense peak MFU is taken against (``asap.cost.estimate.mfu_peak_flops``)."""
-    return "bf16" if c.accelerator.peak_tflops.get("bf16") else "fp32"
-
-
-def readable_keys(d: dict, est, job) -> dict:
-    """An estimate's JSON object with the keys a reader needs beside the full ``strategy_string``: the
-    compact strategy and the peak its ``mfu`` is taken against."""
-    return {**d, "strategy_compact": compact_of(est, job), "mfu_peak": mfu_peak_name(job.cluster)}
-
-
-def budget_of(tokens: Optional[str], price: Optional[float]):
-    """(tokens as a number or None, the price): checked before any pricing."""
-    from asap.budget import check_price, parse_tokens
-
-    if price is not None and tokens is None:
-        raise AsapError("price-per-device-hour", "needs --tokens (the budget it prices)")
-    return (None if tokens is None else parse_tokens(tokens)), check_price(price)
-
-
-def with_budget(d: dict, devices: int, tokens: Optional[float], price: Optional[float]) -> dict:
-    """An estimate's JSON object with ``time_to_train_days``, ``device_hours`` (and ``cost``) for the budget."""
-    from asap.budget import training_budget
-
-    if tokens is None:
-        return d
-    return {**d, **training_budget(d["tokens_per_s"], devices, tokens, price)}
-
-
-def with_lengths(job, path: Optional[str]):
-    """(the job, its train spec carrying the attention work of ``path``'s samples for every dp degree; its
-    AttentionWork; the parsed document), or (job, None, None) without a file."""
-    from dataclasses import replace
-
-    from asap.balance import attention_work, read_lengths
-
-    if path is None:
-        return job, None, None
-    t, n = job.train, job.devices
-    data = read_lengths(path)
-    aw = attention_work(data, t.global_batch, t.seq_len, [d for d in range(1, n + 1) if n % d == 0])
-    return job.with_train(replace(t, attention_work=aw.train_pairs(), attention_work_mean=aw.mean)), aw, data
-
-
-def lengths_report(job, est, aw, data, path: str) -> dict:
-    """What the lengths file costs this strategy: the slowest rank's attention work against even ranks, and
-    what ``asap balance`` would leave (each re-priced by the same estimate)."""
-    from dataclasses import replace
-
-    from asap.balance import attention_cost_coefficients, balanced_attention_work
-    from asap.cost.estimate import estimate as run_estimate
-
-    m, c, t = job.model, job.cluster, job.train
-    s = est.strategy
-    dp = s.dp
-    work = aw.slowest.get(dp, 1.0)
-    even = run_estimate(job.with_train(replace(t, attention_work=((dp, aw.mean),))), s)
-    micro = t.global_batch // (dp * s.mbs)
-    coef = attention_cost_coefficients(m, c, precision=t.precision, seq_len=t.seq_len, framework=t.framework)
-    bal_work = balanced_attention_work(data, t.global_batch, t.seq_len, dp, micro, coef)
-    bal = run_estimate(job.with_train(replace(t, attention_work=((dp, bal_work),))), s)
-    return {**aw.to_dict(), "file": path, "attention_work": work,
-            "max_over_mean": work / aw.mean if aw.mean > 0 else 1.0,
-            "imbalance_s": est.step_time_s - even.step_time_s,
-            "balanced": {"attention_work": bal_work, "step_time_s": bal.step_time_s,
-                         "predicted_gain": 1.0 - bal.step_time_s / est.step_time_s,
-                         "command": f"asap balance --lengths {path} --dp {dp} --micro-batches {micro} "
-                                    f"--seq-len {t.seq_len}"}}
-
-
-def estimate_table(est) -> Table:
-    """The step's parts: busy time of each, what is left exposed on the critical path, its share."""
-    table = Table()
-    table.add_column("part")
-    table.add_column("busy", justify="right")
-    table.add_column("exposed", justify="right")
-    table.add_column("share of step", justify="right")
-    for k, v in est.breakdown_s.items():
-        exp = est.exposed_s.get(k, 0.0)
-        table.add_row(k, seconds(v), seconds(exp), f"{exp / est.step_time_s:.1%}")
-    return table
-
-
-def seconds(x: float) -> str:
-    """A duration in the unit that reads best: s, ms or µs (0 as 0); ``asap.spec.words.duration_text``."""
-    from asap.spec.words import duration_text
-
-    return duration_text(x)
-
-
-def headline(est, devices: int, capacity_gb: float, precision: str = "bf16", mfu_peak: str = "bf16") -> list[str]:
-    """The figures a user reads first, one phrase per line part, never wrapped mid-phrase."""
-    low, high = est.step_time_range_s
-    own = (f", {est.precision_peak_utilization:.1%} of the {precision} peak"
-           if est.precision_peak_utilization is not None else "")
-    from asap.cost.memory import HEADROOM_SHARE
-
-    fit = ("fits" if est.fits_with_headroom else f"fits the device, not under the {HEADROOM_SHARE:.0%} headroom a plan "
-           "keeps (fits_with_headroom false)") if est.fits else "[bold red]DOES NOT FIT[/]"
-    allocated = est.memory_gb.get("allocated")
-    alloc = f" ({allocated:.1f} GiB allocated)" if allocated is not None else ""
-    return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
-            f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_device:,.0f} per device, {devices} devices) · "
-            f"MFU {est.mfu:.1%} (of the {mfu_peak} peak{own})",
-            f"memory {est.peak_memory_gb:.1f} GiB reserved{alloc} of {round(capacity_gb, 1):g} GiB per device: {fit}"]
-
-
-def does_not_fit_lines(est, capacity_gb: float, fix_cmd: str) -> list[str]:
-    """Why a strategy does not fit (its largest memory terms) and what to run next."""
-    terms = {k: v for k, v in est.memory_gb.items() if k != "allocated"}
-    top = sorted(terms.items(), key=lambda kv: -kv[1])[:3]
-    return [f"does not fit: needs {est.peak_memory_gb:.1f} GiB reserved per device, "
-            f"{est.peak_memory_gb - capacity_gb:.1f} GiB over the {round(capacity_gb, 1):g} GiB; largest terms: "
-            + ", ".join(f"{k} {v:.1f} GiB" for k, v in top),
-            f"next: {fix_cmd}"]
 
 
 @app.command()
@@ -170,13 +48,14 @@ def estimate(
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
+    from asap.balance import lengths_report
     from asap.budget import budget_line
     from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
+    from asap.spec.stack_rules import runnable_strategy
     from asap.spec.hardware import figures_provenance
 
-    job = options.load()
+    job, aw, data = options.load_lengths()
     budget, price = budget_of(tokens, price_per_device_hour)
-    job, aw, data = with_lengths(job, options.lengths)
     est = run_estimate(job, runnable_strategy(job, strategy, any_stack))
     figures = figures_provenance(job.cluster)
     # aw is set only when options.lengths names a file (with_lengths)
@@ -201,19 +80,6 @@ def estimate(
         out_console.print(mem)
         for line in est.evidence:
             out_console.print(f"  · {line}")
-
-
-def runnable_strategy(job, text: str, any_stack: bool = False):
-    """The completed strategy, refused in one line (``asap.spec.stack_rules``, the table the planner and
-    ``emit`` use) where the job's stack cannot run it, unless ``any_stack``."""
-    from asap.spec.stack_rules import RuleJob, first_unrunnable
-    from asap.spec.strategy import resolve_strategy
-
-    s = resolve_strategy(text, job.model, job.train, job.devices, framework=job.framework)
-    err = None if any_stack else first_unrunnable(s, job.framework.name, RuleJob.of(job))
-    if err is not None:
-        raise AsapError(err.field, f"{err.problem}; --any-stack prices it as a what-if")
-    return s
 
 
 def print_estimate(job, est, strategy_text: str, options: JobOptions) -> None:
@@ -274,20 +140,6 @@ def fitting_next(job, pins: dict, options: JobOptions) -> str:
                 f"{seconds(best.step_time_s)})")
     return (f"asap plan {options.args()} --include-oom   (nothing fits on up to "
             f"{c.num_devices * 2 ** NEXT_DEVICE_DOUBLINGS} devices: the configurations by how far over memory)")
-
-
-def lengths_line(r: dict) -> str:
-    b = r["balanced"]
-    return (f"lengths: {r['samples']} samples over {r['steps']} steps; the slowest rank's attention work is "
-            f"{r['max_over_mean']:.2f}x the mean ({r['imbalance_s']:.3f} s of the step); balanced: "
-            f"{b['step_time_s']:.3f} s ({b['predicted_gain']:.1%} faster) with: {b['command']}")
-
-
-def figures_line(figures: dict) -> str:
-    if figures["source"] == "catalog":
-        return f"figures: the catalog's ({figures['catalog'][0].split(': ', 1)[-1]}); no calibration of this cluster"
-    return (f"figures: measured on {figures['machine']} {figures['date']} with {figures['processes']} processes "
-            f"({', '.join(figures['measured'])}); the catalog's: {', '.join(figures['catalog']) or 'none'}")
 
 
 @app.command()

@@ -14,8 +14,8 @@ from asap.cli.root import app
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
                              out_console, print_json, strategy_column)
 from asap.errors import AsapError
-from asap.cli.estimate import (budget_of, compact_of, mfu_peak_name, readable_keys, seconds, with_budget,
-                               with_lengths)
+from asap.budget import budget_of, with_budget
+from asap.cli.format import compact_of, mfu_peak_name, readable_keys, seconds
 
 
 @app.command()
@@ -67,9 +67,9 @@ def plan(
         options = replace(options, framework=options.framework or FRAMEWORK_OF[emit])
     from asap.search.planner import plan_headroom
 
-    job = plan_headroom(options.load(), options.memory_margin)  # unset: the default headroom
+    job, aw, _ = options.load_lengths()
+    job = plan_headroom(job, options.memory_margin)  # unset: the default headroom
     budget, price = budget_of(tokens, price_per_device_hour)
-    job, aw, _ = with_lengths(job, options.lengths)
     fixed = parse_strategy(fix, field="fix")
     with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
         task = progress.add_task("pricing configurations", total=None, visible=False)

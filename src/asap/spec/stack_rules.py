@@ -191,3 +191,16 @@ def domains_of(devices: int, scale_up_domain: int) -> int:
 
 __all__ = ["RuleJob", "StackRule", "STACK_RULES", "runnable_rows", "first_unrunnable", "domains_of",
            "UNIFORM_SPLIT_ONLY"]
+
+
+def runnable_strategy(job, text: str, any_stack: bool = False):
+    """The completed strategy, refused in one line (``asap.spec.stack_rules``, the table the planner and
+    ``emit`` use) where the job's stack cannot run it, unless ``any_stack``."""
+    from asap.spec.stack_rules import RuleJob, first_unrunnable
+    from asap.spec.strategy import resolve_strategy
+
+    s = resolve_strategy(text, job.model, job.train, job.devices, framework=job.framework)
+    err = None if any_stack else first_unrunnable(s, job.framework.name, RuleJob.of(job))
+    if err is not None:
+        raise AsapError(err.field, f"{err.problem}; --any-stack prices it as a what-if")
+    return s
