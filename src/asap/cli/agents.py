@@ -16,7 +16,7 @@ from rich.table import Table
 from asap.cli.root import app
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, err_console, job_options, out_console, print_json,
                              strategy_column, widest_token)
-from asap.cli.estimate import seconds, with_lengths
+from asap.cli.format import seconds
 from asap.errors import AsapError
 
 MemoryOpt = typer.Option(None, "--memory", help="The Sharding Memory (SQLite) file (default: under the user's "
@@ -79,7 +79,7 @@ def propose(
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
 
-    job, _, _ = with_lengths(options.load(), options.lengths)
+    job = options.load()
     current = parse_current(strategy, job)
     diagnosis = Analyzer(job.cluster).analyze(estimate(job, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None

@@ -156,7 +156,7 @@ def _fmt(x, digits: int = 4) -> str:
 def _print_tables(d, top: int, job: dict | None = None) -> None:
     """The diagnosis for a reader: where the step goes (busy kernels, overlap, idle), the operators on the
     roofline, the verdict with its evidence, and what to run next."""
-    from asap.cli.estimate import seconds
+    from asap.cli.format import seconds
 
     p = d.precision or "bf16"
     ridge = (f"{d.roofline.accelerator} (ridge {d.roofline.ridge(p):.3g} FLOP/B at {p}, the trace's "
