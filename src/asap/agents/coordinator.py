@@ -22,6 +22,7 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from asap.agents.analyzer import Analysis, Analyzer
+from asap.agents.memory import Memory
 from asap.agents.memory.rows import Trial
 from asap.agents.correction import Correction, fit_correction, information_gain, sensitivities
 from asap.agents.proposer import Proposer, parse_current
@@ -91,12 +92,14 @@ class TrialRecord:
 
 
 def measurement_fields(res) -> dict[str, Any]:
-    """The TrialRecord fields of an executor's result (``Measurement.to_dict``'s measurement keys)."""
+    """The TrialRecord fields of an executor's result (an ``asap.execute.base.Measurement``: its step statistics,
+    read as attributes; the same figures ``Measurement.to_dict`` prints)."""
     if not res.ok:
         return {}
-    d = res.to_dict()
-    return {"measured_spread": d.get("measured_spread"), "noise": d.get("noise"), "repeats": d.get("repeats") or 1,
-            "precision": d.get("precision")}
+    stats = res.stats
+    return {"measured_spread": stats.measured_spread if stats else None,
+            "noise": stats.noise if stats else (0.0 if res.predicted else None),
+            "repeats": (stats.repeats if stats else 1) or 1, "precision": res.precision}
 
 
 def adopt(record: TrialRecord, best) -> Verdict | None:
@@ -118,7 +121,7 @@ def adopt(record: TrialRecord, best) -> Verdict | None:
 class Coordinator:
     job: Job  # its cluster: the catalog's (or calibrated) machine the loop's model starts from
     executor: Any  # asap.execute.base.Executor
-    memory: Any  # asap.agents.memory.Memory (its trials: asap.agents.memory.Trial)
+    memory: Memory  # its trials come back typed (asap.agents.memory.Trial)
     budget: int
     start: str | dict | None = None
     on_trial: Callable[[TrialRecord, "Coordinator"], None] | None = None
@@ -319,7 +322,7 @@ class Coordinator:
 
     def _known(self, exp: int) -> dict[str, Known]:
         """What Memory has for this job, run to an end, under Memory's canonical spelling of each strategy (the
-        last trial of a strategy standing for it), each strategy parsed here, once (the edge)."""
+        last trial of a strategy standing for it), each strategy as Memory completed it, fitted to the job once."""
         ended = {t.strategy_string: t for t in self.memory.trials(exp) if t.status in ENDED_STATUSES}
         return {text: Known(self._job_strategy(t), t.id, t.status, t.measured_step_time_s)
                 for text, t in ended.items()}

@@ -32,6 +32,7 @@ from asap.spec.words import BottleneckClass, ClassSaving
 
 if TYPE_CHECKING:
     from asap.agents.knowledge import KnowledgeEntry
+    from asap.agents.memory import Memory
 
 N_PROPOSALS = 3
 
@@ -119,7 +120,7 @@ class ProposalSet:
 
 
 class Proposer:
-    def __init__(self, job: Job, memory=None, experiment_id=None, llm=None, job_args: str | None = None):
+    def __init__(self, job: Job, memory: Memory | None = None, experiment_id=None, llm=None, job_args: str | None = None):
         self.job = job
         self.model, self.cluster, self.train = job.model, job.cluster, job.train
         self.memory, self.experiment_id = memory, experiment_id
@@ -295,7 +296,7 @@ class Proposer:
         for exp, score in self.memory.similar_experiments(self.workload_record(), k=3):
             ok = [t for t in self.memory.trials(exp.id) if t.measured_step_time_s and t.keys]
             if ok:
-                best = min(ok, key=lambda t: t.measured_step_time_s)
+                best = min(ok, key=lambda t: t.measured_step_time_s or 0.0)  # ok: measured ones
                 layout = {k: v for k, v in best.keys.items() if k not in ("dp", "layer_split")}
                 out.append((layout, f"what worked on a similar job (experiment {exp.id}, "
                                               f"similarity {score:.2f})", [f"memory:trial{best.id}"]))
