@@ -106,9 +106,9 @@ class Strategy:
         return d
 
     def key(self) -> str:
-        """The canonical text Memory stores: the keys ``str`` prints, sorted by name (``canonical_text`` of
-        ``parse_strategy(str(self))``, written without the text round trip: every printed value is already in
-        its canonical spelling)."""
+        """The canonical text Memory stores: the keys ``str`` prints, sorted by name (what ``canonical_text`` makes
+        of ``str`` parsed again, written without that text round trip: every printed value is already in its
+        canonical spelling)."""
         return ",".join(f"{k}={v}" for k, v in sorted(self._printed().items()))
 
     def __str__(self) -> str:
