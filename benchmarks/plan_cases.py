@@ -26,7 +26,8 @@ import time
 from typing import Any, Callable
 
 from asap.errors import AsapError
-from asap.search.planner import NoFitError, PlanResult, plan, plan_headroom
+from asap.search.planner import PlanResult, plan, plan_headroom
+from asap.search.nofit import NoFitError
 from asap.spec.hardware import cluster_from_dict
 from asap.spec.model import model_from_dict
 from asap.spec.strategy import parse_strategy

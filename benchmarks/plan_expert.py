@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 
 from asap.errors import AsapError
-from asap.search.planner import NoFitError, plan, plan_headroom
+from asap.search.planner import plan, plan_headroom
+from asap.search.nofit import NoFitError
 from asap.spec.hardware import cluster_from_dict
 from asap.spec.job import Job
 from asap.spec.model import model_from_dict

@@ -5,7 +5,8 @@ import pytest
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.estimate import estimate_spelled as estimate, model_flops_per_token
-from asap.cost.memory import activation_bytes_per_layer, state_bytes_per_param
+from asap.cost.memory import state_bytes_per_param
+from asap.cost.activations import activation_bytes_per_layer
 from asap.cost.pipeline import bubble_fraction
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model

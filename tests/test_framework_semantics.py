@@ -23,7 +23,7 @@ import math
 import pytest
 
 from asap.cost.collectives import all_gather_s, all_reduce_s, collective_latency_s, reduce_scatter_s
-from asap.cost.compute import kv_heads_per_device, qkv_width_per_device
+from asap.cost.layer_ops import kv_heads_per_device, qkv_width_per_device
 from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.spec.framework import FRAMEWORKS, ZERO3_MODULES_PER_LAYER
 from asap.spec.hardware import load_cluster

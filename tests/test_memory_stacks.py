@@ -10,7 +10,8 @@ from asap.cost.estimate import estimate_spelled as estimate
 from asap.cost.memory import fixed_allowance_bytes, GB
 from asap.emit import emit
 from asap.errors import AsapError
-from asap.search.planner import NoFitError, plan
+from asap.search.planner import plan
+from asap.search.nofit import NoFitError
 from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.job import Job
 from asap.spec.loader import load_model

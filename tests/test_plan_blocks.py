@@ -10,7 +10,8 @@ from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch
 from asap.cost.batch import expand
 from asap.cost.memory import fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
-from asap.search.planner import NoFitError, plan
+from asap.search.planner import plan
+from asap.search.nofit import NoFitError
 from asap.search.pricing import Deadline, Kept, Search, bound_pool_rows, first_per_shape, pareto_front, search_space
 from asap.search.space import Space, chunk_order, enumerate_space
 from asap.spec.hardware import cluster_from_dict, load_cluster

@@ -57,7 +57,9 @@ def attention_cost_coefficients(model=None, cluster=None, precision: str = "bf16
 
     With no model, the default dense model (llama3-8b) on one H100 SXM; ``Coefficients.default`` says so."""
     from asap.cost.batch import StrategyBatch
-    from asap.cost.compute import BWD_ATTENTION, BWD_GEMM, attention_flops_fwd, layer_compute
+    from asap.cost.compute import layer_compute
+    from asap.cost.layer_ops import attention_flops_fwd
+    from asap.cost.operations import BWD_ATTENTION, BWD_GEMM
     from asap.cost.roofline import attention_time_s
     from asap.spec.hardware import load_cluster
     from asap.spec.loader import load_model

@@ -78,7 +78,8 @@ def plan_case(case: dict[str, Any], index: int) -> dict[str, Any]:
     """The published and free plans of one case, as ``plan --json`` gives them (the API the CLI calls), with the
     stage-split ILP (the default) and without it (``--ilp-candidates 0``: no wall clock in the answer)."""
     from asap.errors import AsapError
-    from asap.search.planner import NoFitError, plan
+    from asap.search.planner import plan
+    from asap.search.nofit import NoFitError
     from asap.spec.hardware import cluster_from_dict
     from asap.spec.job import Job
     from asap.spec.model import model_from_dict

@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from asap.errors import AsapError, from_validation, validated
 from asap.spec.framework import DISPATCHERS
-from asap.spec.strategy import RECOMPUTE, RECOMPUTE_MODULES, SCHEDULES, parse_strategy
+from asap.spec.strategy import SCHEDULES, parse_strategy
+from asap.spec.knobs import RECOMPUTE, RECOMPUTE_MODULES
 
 MAX_CANDIDATES = 5
 DEFAULT_MODEL = "gpt-4o-mini"  # used when neither the option nor ASAP_LLM_MODEL names one

@@ -118,7 +118,8 @@ def fitting_next(job, pins: dict, options: JobOptions) -> str:
     from dataclasses import replace
     from shlex import quote
 
-    from asap.search.planner import NoFitError, plan as run_plan, plan_headroom
+    from asap.search.planner import plan as run_plan, plan_headroom
+    from asap.search.nofit import NoFitError
     from asap.spec.hardware import load_cluster
     from asap.spec.strategy import format_compact_keys
 

@@ -47,7 +47,8 @@ from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
 from asap.spec.job import Job
 from asap.spec.placement import Placement
-from asap.spec.strategy import Recompute, RecomputeModule, Zero, module_recomputed
+from asap.spec.strategy import Zero
+from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
 
 
 @dataclass

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.layer_ops import (Shapes, attention_flops_fwd, embedding_table, head_table,  # noqa: F401
-                                 kv_heads_per_device, layer_table, qkv_width_per_device)
-from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM, Axis, Block, OpKind  # noqa: F401
+from asap.cost.layer_ops import (Shapes, embedding_table, head_table,
+                                 layer_table)
+from asap.cost.operations import Axis, Block, OpKind
 from asap.spec.framework import Framework, get_framework
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec

@@ -31,7 +31,7 @@ from asap.cost.classes import Counterfactuals, classify
 from asap.cost.communication import data_parallel_comm
 from asap.cost.dp_overlap import bucketed_exposed_s, dp_buckets, dp_link_busy_s
 from asap.cost.host import step_host_s
-from asap.cost.compute import BWD_GEMM
+from asap.cost.operations import BWD_GEMM
 from asap.cost.bands import error_bands, prediction_band, relative_error_scale
 from asap.cost.memory import (MemoryBreakdown, dense_and_expert_shards, fits_memory, fits_with_headroom, memory,
                               usable_hbm_gb)
@@ -44,7 +44,8 @@ from asap.spec.framework import Framework, GradSync
 from asap.spec.hardware import Cluster
 from asap.spec.job import Job
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Recompute, RecomputePolicy, Schedule, Strategy, Zero, check_strategy, resolve_strategy
+from asap.spec.strategy import RecomputePolicy, Schedule, Strategy, Zero, check_strategy, resolve_strategy
+from asap.spec.knobs import Recompute
 from asap.spec.train import TrainSpec
 from asap.spec.words import Bottleneck, ClassSaving
 

@@ -52,7 +52,8 @@ from asap.spec.framework import Framework
 from asap.spec.hardware import Cluster
 from asap.spec.layout import UNITS, Unit
 from asap.spec.model import ModelSpec
-from asap.spec.strategy import Recompute, Zero
+from asap.spec.strategy import Zero
+from asap.spec.knobs import Recompute
 
 CALLS_PER_TP_PASS = {0: 2, 1: 4}  # by sp
 EP_CALLS_FORWARD, EP_CALLS_BACKWARD = 3, 2

@@ -51,7 +51,6 @@ from typing import cast
 
 import numpy as np
 
-from asap.cost.activations import LAYER_UNITS, activation_bytes_per_layer, module_kept_bytes  # noqa: F401
 from asap.cost.batch import StrategyBatch
 from asap.cost.offload import offloaded_activations
 from asap.cost.roofline import BYTES, LOW_PRECISIONS

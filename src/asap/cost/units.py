@@ -36,7 +36,7 @@ from asap.spec.layout import UNITS, Layout, Unit, layout
 from asap.spec.model import ModelSpec
 from asap.spec.framework import SelectivePolicy
 from asap.spec.job import Job
-from asap.spec.strategy import Recompute, RecomputeModule, module_recomputed
+from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
 from asap.spec.train import TrainSpec
 
 TIME_PARTS = ("compute", "tp", "ep", "cp", "cp_total", "mem", "host")

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from asap.cost.estimate import Estimate
-from asap.search.planner import NoFitError, plan
+from asap.search.planner import plan
+from asap.search.nofit import NoFitError
 from asap.spec.job import Job
 
 

@@ -30,7 +30,7 @@ from asap.search.mesh import tpu_mesh
 from asap.search.nofit import NoFitError, no_fit_error  # noqa: F401 (NoFitError: plan raises it)
 from asap.search.pricing import (BOUND_PER_SHAPE, Deadline, Kept, Search, bound_pool_rows, first_n_per_shape,
                                  first_per_shape, over_capacity_gb, pareto_front, search_space)
-from asap.search.space import Space, chunk_order  # noqa: F401 (chunk_order: the order blocks are priced in)
+from asap.search.space import Space
 from asap.search.split_dp import TIE_REL, planner_splits
 from asap.search.stages import ILP_WORK_LIMIT_NODES, build_problems
 from asap.spec.legality import check_offered

@@ -19,8 +19,8 @@ from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framew
 from asap.spec.legality import Cols, legal_rows
 from asap.spec.model import ModelSpec
 from asap.spec.stack_rules import RuleJob, domains_of, runnable_rows
-from asap.spec.strategy import (KEYS, RECOMPUTE, SCHEDULES, Recompute, Schedule, Zero, recompute_code,
-                                recompute_label)
+from asap.spec.strategy import KEYS, SCHEDULES, Schedule, Zero, recompute_code, recompute_label
+from asap.spec.knobs import RECOMPUTE, Recompute
 from asap.spec.train import TrainSpec
 
 MAX_CP = 32  # context parallelism beyond 32 ranks is not offered by any stack the catalog targets

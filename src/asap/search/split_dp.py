@@ -25,7 +25,7 @@ import numpy as np
 
 from asap.search.stages import (StageProblem, StageSplit, _tail_units, _units_per_stage_bounds, heuristic_split,
                                price_split)
-from asap.spec.strategy import Recompute
+from asap.spec.knobs import Recompute
 
 TIE_REL = 1e-9  # step times this close are equal: the split needing less memory wins
 DESCENT_MAX_MOVES = 2000

@@ -35,15 +35,15 @@ import numpy as np
 from scipy.sparse import coo_matrix
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
-                              state_bytes_per_param, usable_hbm_gb)
+from asap.cost.memory import GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight, state_bytes_per_param, usable_hbm_gb
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import unit_activations, unit_params, unit_times
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.layout import Unit, layout
-from asap.spec.strategy import Recompute, RecomputePolicy, Schedule, Strategy
+from asap.spec.knobs import Recompute, RecomputePolicy, Schedule
+from asap.spec.strategy import Strategy
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from asap.errors import AsapError
-from asap.spec.arch import (ARCH_DEFAULTS, NORMS, POSITION_EMBEDDINGS, ROUTER_DEFAULTS, RopeScaling,  # noqa: F401
+from asap.spec.arch import (ARCH_DEFAULTS, ROUTER_DEFAULTS, RopeScaling,
                             arch_from_dict, router_from_dict)
 
 ACTIVATIONS = ("gelu", "swiglu", "relu2")

@@ -33,7 +33,8 @@ import numpy as np
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS, Dispatcher
 from asap.spec.placement import Placement
-from asap.spec.strategy import Recompute, Schedule
+from asap.spec.strategy import Schedule
+from asap.spec.knobs import Recompute
 
 Cols = Mapping[str, np.ndarray]
 ALLGATHER = DISPATCHERS.index(Dispatcher.ALLGATHER.value)

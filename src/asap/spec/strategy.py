@@ -37,9 +37,8 @@ from typing import Any
 
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS, Dispatcher
-from asap.spec.knobs import (INT_KEYS, KEYS, OFF_BY_DEFAULT, RECOMPUTE, RECOMPUTE_MODULES,  # noqa: F401
-                             SCHEDULES, SWITCH_KEYS, ZERO_ALLOWED, Recompute, RecomputeModule, RecomputePolicy, Schedule, Zero,
-                             module_recomputed, plain_value, recompute_code, recompute_label)
+from asap.spec.knobs import (INT_KEYS, KEYS, OFF_BY_DEFAULT, SCHEDULES, SWITCH_KEYS, ZERO_ALLOWED, RecomputePolicy, Schedule, Zero,
+                             plain_value, recompute_code, recompute_label)
 from asap.spec.layout import format_layer_split, parse_layer_split
 
 

@@ -31,7 +31,8 @@ from asap.subprocs import log_tail
 from asap.spec.model import ModelSpec
 from asap.spec.layout import layout, parse_layer_split
 from asap.spec.framework import Dispatcher
-from asap.spec.strategy import Recompute, Schedule, Strategy, Zero, parse_strategy, resolve_strategy
+from asap.spec.strategy import Schedule, Strategy, Zero, parse_strategy, resolve_strategy
+from asap.spec.knobs import Recompute
 from asap.spec.train import TrainSpec
 from asap.spec.words import FailureKind
 

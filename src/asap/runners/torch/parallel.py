@@ -271,7 +271,7 @@ def expert_params(module: nn.Module) -> list[nn.Parameter]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-# the recompute modules the reference trainer builds (Megatron-Core's names, asap.spec.strategy.RecomputeModule)
+# the recompute modules the reference trainer builds (Megatron-Core's names, asap.spec.knobs.RecomputeModule)
 TRAINER_RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe")
 
 
