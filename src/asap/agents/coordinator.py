@@ -186,7 +186,8 @@ class Coordinator:
         no trial spent on a default that the cost model already knows does not fit."""
         if self.start:
             return self.given()
-        from asap.search.planner import NoFitError, plan
+        from asap.search.nofit import NoFitError
+        from asap.search.planner import plan
 
         try:
             rows = plan(self.corrected(), {}, top=20, ilp_candidates=0).candidates

@@ -354,7 +354,8 @@ class Proposer:
 
     def _planner_best(self, top: int = 1) -> list[Strategy]:
         """The planner's ``top`` best (its 30 best computed once per proposer: the re-plan and the fill)."""
-        from asap.search.planner import NoFitError, plan
+        from asap.search.nofit import NoFitError
+        from asap.search.planner import plan
 
         if self._planned is None:
             try:

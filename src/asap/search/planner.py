@@ -27,7 +27,7 @@ from asap.cost.bands import indistinguishable
 from asap.cost.memory import default_headroom_gb, usable_hbm_gb
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
-from asap.search.nofit import NoFitError, no_fit_error  # noqa: F401 (NoFitError: plan raises it)
+from asap.search.nofit import no_fit_error
 from asap.search.pricing import (BOUND_PER_SHAPE, Deadline, Kept, Search, bound_pool_rows, first_n_per_shape,
                                  first_per_shape, over_capacity_gb, pareto_front, search_space)
 from asap.search.space import Space
