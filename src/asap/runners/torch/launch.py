@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from asap.errors import AsapError
-from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, failure_kind, run_logged  # noqa: F401 (shared types)
+from asap.runners.common import RUN_PRECISIONS, RunFailed, RunResult, failure_kind, run_logged
 from asap.subprocs import log_tail
 from asap.spec.model import ModelSpec
 from asap.spec.layout import layout, parse_layer_split
