@@ -354,14 +354,13 @@ class Proposer:
 
     def _planner_best(self, top: int = 1) -> list[Strategy]:
         """The planner's ``top`` best (its 30 best computed once per proposer: the re-plan and the fill)."""
-        from asap.search.nofit import NoFitError
-        from asap.search.planner import plan
+        from asap.search import nofit, planner
 
         if self._planned is None:
             try:
                 # with the planner's layer split search, as ``asap plan`` ranks: its best often needs a split
-                self._planned = [c.strategy for c in plan(self.job, {}, top=30).candidates]
-            except NoFitError:
+                self._planned = [c.strategy for c in planner.plan(self.job, {}, top=30).candidates]
+            except nofit.NoFitError:
                 self._planned = []
         return self._planned[:top]
 

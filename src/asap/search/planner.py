@@ -37,7 +37,7 @@ from asap.spec.legality import check_offered
 from asap.spec.job import Job
 from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, RuleJob, first_unrunnable
 from asap.spec.layout import layout
-from asap.spec.strategy import check_strategy, complete_strategy
+from asap.spec.strategy import Strategy, check_strategy, complete_strategy
 
 # A layer split can only remove the stages' imbalance (the heaviest stage's excess over the mean): when the
 # estimate puts it under this share of the step, no split gains more than the model resolves, and the ILP is
@@ -72,10 +72,19 @@ def reuse_freed_memory() -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class FrontPoint:
+    """A row of the Pareto front: its strategy (the dispatcher it was priced with), step time and peak memory,
+    ``estimate``'s figures for that strategy."""
+    strategy: Strategy
+    step_time_s: float
+    peak_memory_gb: float
+
+
 @dataclass
 class PlanResult:
     candidates: list[Estimate]
-    pareto: list[Estimate]
+    pareto: list[FrontPoint]
     searched: int
     fitting: int
     search_time_s: float
@@ -212,7 +221,7 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
                                   hbm_rank)
     ranked = rank_rows(rows, hbm_rank, distinct)[:top]
     candidates, splits = [r[0] for r in ranked], [r[1] for r in ranked]
-    return PlanResult(candidates=candidates, pareto=priced_estimates(job, kept, front), searched=search.priced,
+    return PlanResult(candidates=candidates, pareto=front_points(job, kept, front), searched=search.priced,
                       fitting=search.fitting, search_time_s=time.perf_counter() - t0,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
                       distinct=distinct, space=search.space, time_limit_s=time_limit_s,
@@ -237,6 +246,16 @@ def candidate_pool(kept: Kept, top_k: int, distinct: bool) -> np.ndarray:
                            [:bound_pool_rows(top_k)]])
     _, first = np.unique(both, return_index=True)
     return both[np.sort(first)]
+
+
+def front_points(job: Job, kept: Kept, idx: np.ndarray) -> list[FrontPoint]:
+    """The kept rows ``idx`` as front points, priced in one batch (``estimate_batch``: the figures
+    ``estimate_from_batch`` would read, without building an Estimate per row)."""
+    sub = kept.S.take(idx)
+    be = estimate_batch(job, sub, mem=expand(kept.mem, idx))
+    priced = np.broadcast_to(be.dispatcher, be.step_time_s.shape) if be.dispatcher is not None else None
+    return [FrontPoint(sub.strategy(j, dispatcher=None if priced is None else int(priced[j])),
+                       float(be.step_time_s[j]), float(be.peak_memory_gb[j])) for j in range(len(sub))]
 
 
 def priced_estimates(job: Job, kept: Kept, idx: np.ndarray) -> list[Estimate]:
