@@ -149,7 +149,7 @@ def _tune(tmp_path, monkeypatch, check):
     with Memory.open(tmp_path / "memory.sqlite") as mem:
         result = Coordinator(Job.resolve(m, load_cluster("local-cpu", devices=4), t), TorchExecutor(m, t, steps=2, device="cpu"),
                              mem, budget=2, start="dp=4", verify=check).run()
-        stored = {x["id"]: x for x in mem.trials()}
+        stored = {x.id: x for x in mem.trials()}
     ran = [x for x in result["trials"] if x["measured_step_time_s"] is not None and x["status"] != "skipped"]
     assert len(ran) == 2, result["trials"]  # the start and one proposal both ran
     return result, ran, stored
