@@ -132,16 +132,20 @@ class MemoryBreakdown:
         return cls(**out)
 
 
-def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param=0, offload_opt=0):
+def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param=0, offload_opt=0,
+                          half_weights=True):
     """Bytes per parameter for weights, gradients (``grad_bytes``: the stack's ``Framework.grad_bytes``) and
     optimizer states under ZeRO stage ``zero``. ``fp8_param``: the compute weight exists only in fp8 (1 B;
     Megatron-Core's --fp8-param-gather keeps no bf16 copy, the fp32 master stays in the optimizer);
-    ``offload_opt``: the optimizer states live in host memory (0 B on the device)."""
-    w: float | np.ndarray = 4.0 if precision == "fp32" else 2.0
+    ``offload_opt``: the optimizer states live in host memory (0 B on the device); ``half_weights`` False: the
+    stack keeps no 16-bit copy of the weights beside the fp32 master, casting for compute on the fly
+    (``Framework.half_weight_copy``: FSDP2, autocast, MaxText's fp32 ``weight_dtype``), so only the master
+    (in the optimizer's 12 B) is held (a bool, or one per row)."""
+    w: float | np.ndarray = 4.0 if precision == "fp32" else np.where(half_weights, 2.0, 0.0)
     g = grad_bytes
     o = np.where(np.asarray(offload_opt) > 0, 0.0, 8.0 if precision == "fp32" else 12.0)
     if precision in LOW_PRECISIONS:  # bf16 weights and their quantised copy (fp8: 1 B, fp4: 0.5 B + scales)
-        w = np.where(np.asarray(fp8_param) > 0, 1.0, w + BYTES[precision])
+        w = np.where(half_weights, np.where(np.asarray(fp8_param) > 0, 1.0, w + BYTES[precision]), 0.0)
     shard = np.maximum(shard, 1)
     w_b = np.where(zero >= Zero.PARAMETERS, w / shard, w)
     g_b = np.where(zero >= Zero.GRADIENTS, g / shard, g)
@@ -258,7 +262,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     zero = np.where(kept, Zero.OPTIMIZER, S.zero)
     g = (framework.grad_bytes(train.precision, S.zero, S.grad_bf16) if framework is not None
          else np.where((S.grad_bf16 > 0) & (train.precision != "fp32"), 2.0, 4.0))
-    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt)
+    # a stack without a 16-bit copy still holds one where FSDP keeps a stage's gathered weights (``kept``)
+    half = kept | (framework.half_weight_copy if framework is not None else True)
+    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt, half)
                                   for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next

@@ -141,7 +141,7 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero, base.grad_bf16)
     dense_state, expert_state = (sum(state_bytes_per_param(train.precision, base.zero, shard, g, base.fp8_param,
-                                                          base.offload_opt)) for shard in (dense_shard, edp))
+                                                          base.offload_opt, fw.half_weight_copy)) for shard in (dense_shard, edp))
     states = params.dense * np.reshape(dense_state, (-1, 1)) + params.expert * np.reshape(expert_state, (-1, 1))
     hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
     # activations carry the allocator's reserve (cost/memory.py: a share of what the step allocates and frees)

@@ -277,6 +277,14 @@ class Framework:
     tp_comm_overlap: bool = True
     # bytes per logit the loss holds (None: the activation dtype plus an fp32 copy; ``XLA_LOGITS_BYTES``)
     logits_bytes: float | None = None
+    # the stack keeps a 16-bit copy of the weights beside the optimizer's fp32 master (Megatron-Core's
+    # Float16Module and distributed optimizer, DeepSpeed's fp16/bf16 partitions, MindSpore's O2 cast). Not
+    # torchtitan: FSDP2's MixedPrecisionPolicy keeps the sharded parameters in their fp32 dtype and casts to
+    # param_dtype only for the all-gather (torch.distributed.fsdp.MixedPrecisionPolicy docs), the optimizer
+    # steps those fp32 shards (no separate master); under DDP the model stays fp32 and autocast casts per
+    # operator. Not MaxText: ``weight_dtype: float32`` (base.yml) holds the parameters in fp32 and ``dtype:
+    # bfloat16`` casts them in the computation.
+    half_weight_copy: bool = True
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -336,7 +344,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
-              dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False),
+              dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -345,7 +353,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               zero_default=3,
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
-              dp_bucket=(0.0, 0.0), fsdp_zero=0),  # XLA reduces per scanned layer
+              dp_bucket=(0.0, 0.0), fsdp_zero=0, half_weight_copy=False),  # XLA reduces per scanned layer
     Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.DEDUP, a2a_overlap=1,
