@@ -34,6 +34,9 @@ def test_every_command_takes_the_one_declaration_of_each_job_option():
 def test_options_load_with_one_line_errors_and_print_back():
     opts = JobOptions("tiny-dense", "local-cpu", 8, 64, "fp32", devices=2, fused_kernels=False, lengths="x.json")
     assert opts.args() == "-m tiny-dense -c local-cpu --devices 2 -b 8 -s 64 --precision fp32 --eager-kernels --lengths x.json"
-    assert opts.load().framework.name == "asap"
+    assert opts.job_without_lengths().framework.name == "asap"
+    # load applies every option, --lengths included: a missing lengths file is one line
+    with pytest.raises(AsapError, match="lengths: no such file: x.json"):
+        opts.load()
     with pytest.raises(AsapError, match="global-batch: must be a positive integer"):
         JobOptions("tiny-dense", "local-cpu", 0, 64).load()
