@@ -47,7 +47,6 @@ nvidia-smi, show; what has to fit in HBM); ``memory_gb["allocated"]`` is the ten
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 
@@ -187,18 +186,8 @@ def micro_batches_in_flight(m, pp, vpp, schedule, device):
     return np.where(pp > 1, out, 1.0)
 
 
-def in_flight_micro_batches(train: TrainSpec, S: StrategyBatch, device=0):
-    """``micro_batches_in_flight`` for every row of S; ``device`` may be [N, K] (one column per device)."""
-    m = train.global_batch // (S.dp * S.mbs)
-    cols = (m, S.pp, S.vpp, S.schedule)
-    if np.ndim(device) == 2:  # the cast: tuple() of the four columns is still four (mypy sees tuple[X, ...])
-        cols = cast("tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]",
-                    tuple(np.asarray(c)[:, None] for c in cols))
-    return micro_batches_in_flight(*cols, device)
-
-
 def in_flight_by_layout(train: TrainSpec, S: StrategyBatch, f) -> np.ndarray:
-    """``in_flight_micro_batches`` at every representative device ([N, K]) of the device figures ``f``, computed
+    """``micro_batches_in_flight`` at every representative device ([N, K]) of the device figures ``f``, computed
     once per distinct (micro-batches, pp, vpp, schedule, layout), then copied to the rows: the same figures
     (elementwise), without the [N, K] arithmetic for every row."""
     m = (train.global_batch // (S.dp * S.mbs)).astype(np.int64)

@@ -173,11 +173,6 @@ class Search:
     device_fitting: int = 0
     least_host: tuple = (np.inf, -1, None)  # (host GiB, place, strategy)
 
-    def price(self, part: StrategyBatch, place: np.ndarray) -> None:
-        """Price ``part`` (``price_chunk``) and keep what the result needs."""
-        self.merge(price_chunk(self.job, part, place, self.include_oom, self.oom_by_memory, self.top_k,
-                               self.distinct))
-
     def merge(self, c: "PricedChunk") -> None:
         """Add one priced chunk's counts and rows (order-free: every tie is broken by the rows' place)."""
         self.fitting += c.fitting
@@ -218,20 +213,21 @@ def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: b
     j = int(np.argmin(mem.peak_gb))
     smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
     least_host: tuple = (np.inf, -1, None)
-    on_device = np.nonzero(mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train))[0]
+    usable = usable_hbm_gb(cluster.accelerator, train)
+    on_device = np.nonzero(mem.peak_gb <= usable)[0]
     if len(on_device):
         host = np.broadcast_to(mem.host_gb, mem.peak_gb.shape)[on_device]
         k = int(np.argmin(host))
         least_host = (float(host[k]), int(place[on_device[k]]), part.strategy(int(on_device[k])))
-    hbm = usable_hbm_gb(cluster.accelerator, train) if include_oom and oom_by_memory else math.inf
+    hbm = usable if include_oom and oom_by_memory else math.inf
 
     def kept_of(rows: np.ndarray) -> Kept | None:
         if not len(rows):
             return None
-        m = expand(mem, rows)
-        be = estimate_batch(job, part.take(rows), mem=m, figures=f.subset(rows), unit=ut.subset(rows))
-        bound = be.step_time_s - np.where(part.pp[rows] > 1, be.imbalance_s, 0.0)
-        return Kept(part.take(rows), m, be.step_time_s, place[rows], hbm, bound).needed(top_k, distinct)
+        S, m = part.take(rows), expand(mem, rows)
+        be = estimate_batch(job, S, mem=m, figures=f.subset(rows), unit=ut.subset(rows))
+        bound = be.step_time_s - np.where(S.pp > 1, be.imbalance_s, 0.0)
+        return Kept(S, m, be.step_time_s, place[rows], hbm, bound).needed(top_k, distinct)
 
     if include_oom:  # every row is shown in some order: nothing is pruned
         kept = kept_of(np.arange(len(part)))
@@ -243,7 +239,7 @@ def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: b
         first = kept_of(rows[seed])
         so_far = [k for k in (prior, first) if k is not None]
         if so_far and len(rest):
-            bar = Kept.concatenate(so_far).needed(top_k, distinct).bar(top_k, distinct)
+            bar = Kept.concatenate(so_far).bar(top_k, distinct)  # the same bar as of their needed rows
             rest = rest[worth_pricing(lower[rest], mem.peak_gb[rows[rest]], *bar)]
         parts = [k for k in (first, kept_of(rows[rest])) if k is not None]
         kept = Kept.concatenate(parts).needed(top_k, distinct) if parts else None
