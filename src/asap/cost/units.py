@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -343,6 +344,8 @@ class DeviceFigures:
     param_tensors: np.ndarray  # parameter tensors the device holds
     largest_layer_params: np.ndarray  # [n] the model's largest transformer layer on one device
     working_bytes: np.ndarray  # [n] the largest layer re-materialised under full recompute
+    unit_counts: np.ndarray  # [layouts, K, len(Unit)] units of each representative device (``Stages``)
+    whole_units: np.ndarray  # [len(Unit)] unit counts of the whole model
     time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n, K] seconds per micro-batch
     whole_time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n] seconds per micro-batch
 
@@ -357,6 +360,36 @@ class DeviceFigures:
     def subset(self, rows: np.ndarray) -> "DeviceFigures":
         """The same figures for the strategies ``rows`` of the batch."""
         return replace(self, row=gather(self.row, rows))
+
+    def compact(self, used: np.ndarray, row: np.ndarray) -> "DeviceFigures":
+        """Only the combinations ``used`` (ascending), the strategies mapped to them by ``row``."""
+        def parts(d: dict[str, np.ndarray] | None) -> dict[str, np.ndarray] | None:
+            return None if d is None else {p: gather(v, used) for p, v in d.items()}
+
+        per_combination: dict[str, Any] = {k: gather(getattr(self, k), used) for k in COMBINATION_FIELDS}
+        return replace(self, row=row, time=parts(self.time), whole_time=parts(self.whole_time), **per_combination)
+
+
+# the DeviceFigures fields with one entry per combination
+COMBINATION_FIELDS = ("layout_id", "device", "dense_params", "expert_params", "layers", "kept_bytes", "once_bytes",
+                      "param_tensors", "largest_layer_params", "working_bytes")
+
+
+def with_times(f: DeviceFigures, ut: UnitTimes) -> DeviceFigures:
+    """The figures ``f`` of a batch with the time parts of ``ut`` (the unit times of the same strategies),
+    priced only for the combinations the batch's strategies use: the same figures as ``device_figures`` with
+    the unit times (each combination's are its own), for what a subset of a batch needs."""
+    used, first, row = np.unique(f.row, return_index=True, return_inverse=True)
+    return timed(f.compact(used, row.reshape(-1)), ut, first)
+
+
+def timed(f: DeviceFigures, ut: UnitTimes, first: np.ndarray) -> DeviceFigures:
+    """``f`` with each combination's time parts: its representative devices' sums of the unit times of
+    ``ut``'s strategy ``first[c]`` (one of combination c)."""
+    parts = {k: gather(v, ut.row.take(first)) for k, v in ut.parts.items()}
+    counts = gather(f.unit_counts, f.layout_id)
+    time = {k: np.einsum("nku,nu->nk", counts, parts[k]) for k in TIME_PARTS}
+    return replace(f, time=time, whole_time={k: parts[k] @ f.whole_units for k in TIME_PARTS})
 
 
 def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
@@ -376,9 +409,5 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
         row=row, layout_id=st.layout_id, layouts=st.layouts, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
         kept_bytes=kept, once_bytes=once, param_tensors=tensors,
         largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
-        working_bytes=np.max(acts.working[:, kinds], axis=1))
-    if ut is not None:
-        parts = {k: gather(v, ut.row.take(first)) for k, v in ut.parts.items()}
-        figures.time = dict(zip(TIME_PARTS, st.per_device(*(parts[k] for k in TIME_PARTS)), strict=True))
-        figures.whole_time = {k: parts[k] @ st.whole for k in TIME_PARTS}
-    return figures
+        working_bytes=np.max(acts.working[:, kinds], axis=1), unit_counts=st.table_counts, whole_units=st.whole)
+    return figures if ut is None else timed(figures, ut, first)

@@ -18,7 +18,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, estimate_batch
 from asap.cost.memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
-from asap.cost.units import device_figures, unit_times
+from asap.cost.units import DeviceFigures, device_figures, unit_times, with_times
 from asap.errors import AsapError
 from asap.search.prune import step_lower_bound_s, worth_pricing
 from asap.search.space import Space
@@ -203,12 +203,12 @@ def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: b
                 top_k: int, distinct: bool, prior: Kept | None = None) -> PricedChunk:
     """Peak memory of every row of ``part``, then the step times of the rows that fit (all of them with
     ``include_oom``), but for those that could not be shown (``search.prune``: against the bar of ``prior``, the
-    rows kept before, and of this chunk's ``SEED_ROWS`` rows of least lower bound). Pure: chunks are priced side
-    by side (``search_space``)."""
+    rows kept before, and of this chunk's ``SEED_ROWS`` rows of least lower bound). The unit times and the
+    devices' time parts are priced for the rows that fit only (``cost.units.with_times``). Pure: chunks are
+    priced side by side (``search_space``)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
-    ut = unit_times(job, part, UNIT_KEYS)
-    f = device_figures(model, train, part, ut, fw.selective, fw.logits_bytes)
-    mem = memory(model, cluster.accelerator, train, part, figures=f, framework=fw)
+    f_all = device_figures(model, train, part, None, fw.selective, fw.logits_bytes)
+    mem = memory(model, cluster.accelerator, train, part, figures=f_all, framework=fw)
     fits = fits_memory(mem, cluster.accelerator, train)
     j = int(np.argmin(mem.peak_gb))
     smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
@@ -220,30 +220,43 @@ def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: b
         k = int(np.argmin(host))
         least_host = (float(host[k]), int(place[on_device[k]]), part.strategy(int(on_device[k])))
     hbm = usable if include_oom and oom_by_memory else math.inf
+    timed_rows = np.arange(len(part)) if include_oom else np.nonzero(fits)[0]
+    kept = kept_rows(job, part.take(timed_rows), expand(mem, timed_rows), f_all.subset(timed_rows),
+                     place[timed_rows], hbm, top_k, distinct, prune=not include_oom, prior=prior)
+    return PricedChunk(len(part), int(fits.sum()), len(on_device), smallest, least_host, kept)
+
+
+def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFigures, place: np.ndarray,
+              hbm: float, top_k: int, distinct: bool, prune: bool, prior: Kept | None) -> Kept | None:
+    """The rows of S (of peak memory ``mem``, memory figures ``f_mem``) the result may show, priced with their
+    unit times; with ``prune`` (else every row is priced) only those that could still be shown are: the
+    ``SEED_ROWS`` of least lower bound first, then those of the rest that beat their bar and ``prior``'s (the
+    rows kept before)."""
+    if not len(S):
+        return None
+    ut = unit_times(job, S, UNIT_KEYS)
+    f = with_times(f_mem, ut)
 
     def kept_of(rows: np.ndarray) -> Kept | None:
         if not len(rows):
             return None
-        S, m = part.take(rows), expand(mem, rows)
-        be = estimate_batch(job, S, mem=m, figures=f.subset(rows), unit=ut.subset(rows))
-        bound = be.step_time_s - np.where(S.pp > 1, be.imbalance_s, 0.0)
-        return Kept(S, m, be.step_time_s, place[rows], hbm, bound).needed(top_k, distinct)
+        sub, m = S.take(rows), expand(mem, rows)
+        be = estimate_batch(job, sub, mem=m, figures=f.subset(rows), unit=ut.subset(rows))
+        bound = be.step_time_s - np.where(sub.pp > 1, be.imbalance_s, 0.0)
+        return Kept(sub, m, be.step_time_s, place[rows], hbm, bound).needed(top_k, distinct)
 
-    if include_oom:  # every row is shown in some order: nothing is pruned
-        kept = kept_of(np.arange(len(part)))
-    else:
-        rows = np.nonzero(fits)[0]
-        lower = step_lower_bound_s(job, part.take(rows), f.subset(rows))
-        by_lower = np.argsort(lower, kind="stable")
-        seed, rest = by_lower[:SEED_ROWS], np.sort(by_lower[SEED_ROWS:])
-        first = kept_of(rows[seed])
-        so_far = [k for k in (prior, first) if k is not None]
-        if so_far and len(rest):
-            bar = Kept.concatenate(so_far).bar(top_k, distinct)  # the same bar as of their needed rows
-            rest = rest[worth_pricing(lower[rest], mem.peak_gb[rows[rest]], *bar)]
-        parts = [k for k in (first, kept_of(rows[rest])) if k is not None]
-        kept = Kept.concatenate(parts).needed(top_k, distinct) if parts else None
-    return PricedChunk(len(part), int(fits.sum()), len(on_device), smallest, least_host, kept)
+    if not prune:  # include_oom: every row is shown in some order, nothing is pruned
+        return kept_of(np.arange(len(S)))
+    lower = step_lower_bound_s(job, S, f)
+    by_lower = np.argsort(lower, kind="stable")
+    seed, rest = by_lower[:SEED_ROWS], np.sort(by_lower[SEED_ROWS:])
+    first = kept_of(seed)
+    so_far = [k for k in (prior, first) if k is not None]
+    if so_far and len(rest):
+        bar = Kept.concatenate(so_far).bar(top_k, distinct)  # the same bar as of their needed rows
+        rest = rest[worth_pricing(lower[rest], mem.peak_gb[rest], *bar)]
+    parts = [k for k in (first, kept_of(rest)) if k is not None]
+    return Kept.concatenate(parts).needed(top_k, distinct) if parts else None
 
 
 def over_capacity_gb(peak_gb, capacity_gb: float):
@@ -252,24 +265,44 @@ def over_capacity_gb(peak_gb, capacity_gb: float):
         np.zeros_like(np.asarray(peak_gb, dtype=float))
 
 
+# pipelines of at most this many stages price in narrow chunks: a stage count caps a layout's representative
+# devices (``cost.units.Stages``, K), and a chunk's [N, K] arrays are as wide as its widest layout
+NARROW_PP = 2
+
+
 def chunked(blocks: Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]], chunk_rows: int):
-    """The blocks' rows regrouped into chunks of ``chunk_rows`` (the last one shorter), each row with its place
-    in the space: (strategies, places, rows enumerated so far, mesh shapes enumerated so far)."""
-    held_S, held_place, n_rows, n_mesh = [], [], 0, 0
+    """The blocks' rows regrouped into chunks of ``chunk_rows`` (the last ones shorter), each row with its place
+    in the space: (strategies, places, rows enumerated so far, mesh shapes enumerated so far). Rows of at most
+    ``NARROW_PP`` pipeline stages and the others fill separate chunks, so that a chunk of short pipelines holds
+    at most NARROW_PP representative devices per row instead of its widest neighbour's (the figures are the
+    same: the padding columns repeat a device); what is left of both at the end goes in the last chunks."""
+    held: dict[bool, tuple[list, list]] = {False: ([], []), True: ([], [])}
+    n_rows = n_mesh = 0
+
+    def cut(wide: bool, final: bool):
+        held_S, held_place = held[wide]
+        count = sum(len(p) for p in held_place)
+        if not count or (count < chunk_rows and not final):
+            return
+        S_all, place = StrategyBatch.concatenate(held_S), np.concatenate(held_place)
+        end = count if final else count - count % chunk_rows
+        for lo in range(0, end, chunk_rows):
+            hi = min(lo + chunk_rows, end)
+            yield S_all.take(slice(lo, hi)), place[lo:hi], n_rows, n_mesh
+        held[wide] = ([S_all.take(slice(end, None))], [place[end:]])
+
     for rows, S, mesh in blocks:
         n_rows, n_mesh = n_rows + len(S), n_mesh + len(rows)
-        held_S.append(S)
-        held_place.append((mesh << PLACE_BITS) | np.arange(len(S), dtype=np.int64))
-        held = sum(len(p) for p in held_place)
-        if held < chunk_rows:
-            continue
-        S_all, place = StrategyBatch.concatenate(held_S), np.concatenate(held_place)
-        cut = held - held % chunk_rows
-        for lo in range(0, cut, chunk_rows):
-            yield S_all.take(slice(lo, lo + chunk_rows)), place[lo:lo + chunk_rows], n_rows, n_mesh
-        held_S, held_place = [S_all.take(slice(cut, None))], [place[cut:]]
-    if sum(len(p) for p in held_place):
-        yield StrategyBatch.concatenate(held_S), np.concatenate(held_place), n_rows, n_mesh
+        place = (mesh << PLACE_BITS) | np.arange(len(S), dtype=np.int64)
+        wide = S.pp > NARROW_PP
+        for side in (False, True):
+            pick = np.flatnonzero(wide == side)
+            if len(pick):
+                held[side][0].append(S.take(pick) if len(pick) < len(S) else S)
+                held[side][1].append(place[pick] if len(pick) < len(S) else place)
+            yield from cut(side, final=False)
+    for side in (False, True):
+        yield from cut(side, final=True)
 
 
 def search_space(search: Search, space: Space, progress: Callable[[int, int], None] | None = None,
