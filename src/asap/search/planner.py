@@ -17,12 +17,13 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
-from asap.cost.estimate import Estimate, estimate, estimate_batch, estimate_from_batch
+from asap.cost.estimate import BatchEstimate, Estimate, estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
 from asap.cost.memory import default_headroom_gb, usable_hbm_gb
 from asap.errors import AsapError
@@ -220,7 +221,7 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
         rows = adopt_stage_splits(job, rows, [float(kept.bound[i]) for i in pool], ilp_candidates, top, distinct,
                                   hbm_rank)
     ranked = rank_rows(rows, hbm_rank, distinct)[:top]
-    candidates, splits = [r[0] for r in ranked], [r[1] for r in ranked]
+    candidates, splits = [as_estimate(job, r[0]) for r in ranked], [r[1] for r in ranked]
     return PlanResult(candidates=candidates, pareto=front_points(job, kept, front), searched=search.priced,
                       fitting=search.fitting, search_time_s=time.perf_counter() - t0,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
@@ -258,23 +259,56 @@ def front_points(job: Job, kept: Kept, idx: np.ndarray) -> list[FrontPoint]:
                        float(be.step_time_s[j]), float(be.peak_memory_gb[j])) for j in range(len(sub))]
 
 
-def priced_estimates(job: Job, kept: Kept, idx: np.ndarray) -> list[Estimate]:
+@dataclass
+class PricedRow:
+    """Row ``i`` of a priced batch: the figures the ranking and the split search read, its ``Estimate`` built
+    only for the rows a plan shows (``estimate_from_batch`` on the same batch: the same figures)."""
+
+    S: StrategyBatch
+    be: BatchEstimate
+    i: int
+    step_time_s: float = field(init=False)
+    peak_memory_gb: float = field(init=False)
+    fits: bool = field(init=False)
+    imbalance_s: float = field(init=False)
+
+    def __post_init__(self):
+        i, be = self.i, self.be
+        self.step_time_s = float(be.step_time_s[i])
+        self.peak_memory_gb = float(be.peak_memory_gb[i])
+        self.fits = bool(be.fits[i])
+        self.imbalance_s = float(be.imbalance_s[i])
+
+    @cached_property
+    def strategy(self) -> Strategy:
+        be = self.be
+        priced = None if be.dispatcher is None else int(np.broadcast_to(be.dispatcher, be.step_time_s.shape)[self.i])
+        return self.S.strategy(self.i, dispatcher=priced)
+
+    def estimate(self, job: Job) -> Estimate:
+        return estimate_from_batch(job, self.S, self.be, self.i)
+
+
+Row = Estimate | PricedRow  # what the ranking and the split search read of a candidate
+
+
+def priced_rows(job: Job, kept: Kept, idx: np.ndarray) -> list[tuple[Row, dict | None]]:
     sub = kept.S.take(idx)
     be = estimate_batch(job, sub, mem=expand(kept.mem, idx))
-    return [estimate_from_batch(job, sub, be, j) for j in range(len(sub))]
+    return [(PricedRow(sub, be, j), None) for j in range(len(sub))]
 
 
-def priced_rows(job: Job, kept: Kept, idx: np.ndarray) -> list[tuple[Estimate, dict | None]]:
-    return [(e, None) for e in priced_estimates(job, kept, idx)]
+def as_estimate(job: Job, row: Row) -> Estimate:
+    return row.estimate(job) if isinstance(row, PricedRow) else row
 
 
-def _rank_key(e: Estimate, hbm_rank: float) -> tuple:
+def _rank_key(e: Row, hbm_rank: float) -> tuple:
     """Rows that fit first; then the step time (to float noise: ``split_dp.TIE_REL``), then less memory."""
     step = float(f"{e.step_time_s:.9g}")
     return (float(over_capacity_gb(e.peak_memory_gb, hbm_rank)), step, e.peak_memory_gb)
 
 
-def _shape(e: Estimate) -> tuple[int, int, int, int]:
+def _shape(e: Row) -> tuple[int, int, int, int]:
     s = e.strategy
     return (s.tp, s.pp, s.cp, s.ep)
 
@@ -345,7 +379,7 @@ def stage_split(job: Job, strategy) -> dict[str, Any]:
     return split_rows(job, [estimate(job, strategy)])[0][1]
 
 
-def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str, Any]]]:
+def split_rows(job: Job, rows: list[Row]) -> list[tuple[Row, dict[str, Any]]]:
     """Each row with the fastest of the planner's splits (``search.split_dp.planner_splits``) as ``estimate``
     prices them (all rows' splits in one batch), where it fits and beats the row's own split (equal time: less
     memory); else as it was. The dict says which (``stage_split`` in the plan's JSON): its figures are
@@ -379,7 +413,7 @@ def split_rows(job: Job, rows: list[Estimate]) -> list[tuple[Estimate, dict[str,
             tie_less_memory = step <= best.step_time_s * (1 + TIE_REL) and peak < best.peak_memory_gb
             if fits and (faster or tie_less_memory):
                 assert S is not None
-                best = estimate_from_batch(job, S, be, j)
+                best = PricedRow(S, be, j)
                 info.update(adopted=True, layers_per_stage=list(sp.layers_per_stage), solver=sp.solver)
         at += len(splits)
         out.append((best, info))
