@@ -30,7 +30,7 @@ from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.nofit import no_fit_error
 from asap.search.pricing import (BOUND_PER_SHAPE, Deadline, Kept, Search, bound_pool_rows, first_n_per_shape,
-                                 first_per_shape, over_capacity_gb, pareto_front, search_space)
+                                 first_per_shape, pareto_front, search_space)
 from asap.search.space import Space
 from asap.search.split_dp import TIE_REL, planner_splits
 from asap.search.stages import ILP_WORK_LIMIT_NODES, build_problems
@@ -305,7 +305,8 @@ def as_estimate(job: Job, row: Row) -> Estimate:
 def _rank_key(e: Row, hbm_rank: float) -> tuple:
     """Rows that fit first; then the step time (to float noise: ``split_dp.TIE_REL``), then less memory."""
     step = float(f"{e.step_time_s:.9g}")
-    return (float(over_capacity_gb(e.peak_memory_gb, hbm_rank)), step, e.peak_memory_gb)
+    over = max(e.peak_memory_gb - hbm_rank, 0.0) if math.isfinite(hbm_rank) else 0.0  # ``over_capacity_gb``
+    return (over, step, e.peak_memory_gb)
 
 
 def _shape(e: Row) -> tuple[int, int, int, int]:

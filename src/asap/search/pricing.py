@@ -275,21 +275,22 @@ def chunked(blocks: Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]], chun
     in the space: (strategies, places, rows enumerated so far, mesh shapes enumerated so far). Rows of at most
     ``NARROW_PP`` pipeline stages and the others fill separate chunks, so that a chunk of short pipelines holds
     at most NARROW_PP representative devices per row instead of its widest neighbour's (the figures are the
-    same: the padding columns repeat a device); what is left of both at the end goes in the last chunks."""
+    same: the padding columns repeat a device). What is left of both at the end is one chunk where it fits in
+    one (a space of less than a chunk is one chunk), else a chunk or more of each."""
     held: dict[bool, tuple[list, list]] = {False: ([], []), True: ([], [])}
     n_rows = n_mesh = 0
 
-    def cut(wide: bool, final: bool):
-        held_S, held_place = held[wide]
+    def cut(held_S: list, held_place: list, final: bool):
+        """Whole chunks of the rows held (all of them when ``final``); the rows left over."""
         count = sum(len(p) for p in held_place)
         if not count or (count < chunk_rows and not final):
-            return
+            return held_S, held_place
         S_all, place = StrategyBatch.concatenate(held_S), np.concatenate(held_place)
         end = count if final else count - count % chunk_rows
         for lo in range(0, end, chunk_rows):
             hi = min(lo + chunk_rows, end)
             yield S_all.take(slice(lo, hi)), place[lo:hi], n_rows, n_mesh
-        held[wide] = ([S_all.take(slice(end, None))], [place[end:]])
+        return [S_all.take(slice(end, None))], [place[end:]]
 
     for rows, S, mesh in blocks:
         n_rows, n_mesh = n_rows + len(S), n_mesh + len(rows)
@@ -300,9 +301,12 @@ def chunked(blocks: Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]], chun
             if len(pick):
                 held[side][0].append(S.take(pick) if len(pick) < len(S) else S)
                 held[side][1].append(place[pick] if len(pick) < len(S) else place)
-            yield from cut(side, final=False)
-    for side in (False, True):
-        yield from cut(side, final=True)
+            held[side] = yield from cut(*held[side], final=False)
+    if sum(len(p) for side in held.values() for p in side[1]) <= chunk_rows:  # what is left, in one chunk
+        yield from cut(held[False][0] + held[True][0], held[False][1] + held[True][1], final=True)
+    else:
+        for side in (False, True):
+            yield from cut(*held[side], final=True)
 
 
 def search_space(search: Search, space: Space, progress: Callable[[int, int], None] | None = None,
