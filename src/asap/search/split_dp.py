@@ -131,12 +131,15 @@ def _moves(counts: list[int], lo, hi, tail: int):
 
 def _deltas(moves, t: np.ndarray, mem: np.ndarray, pp: int) -> tuple[np.ndarray, np.ndarray]:
     """Each move's change to the device times and memories ([moves, pp])."""
+    k = np.arange(len(moves))
+    give, take, u = (np.array([mv[i] for mv in moves], dtype=np.int64) for i in (2, 3, 4))
+    give, take = give % pp, take % pp
     dt, dm = np.zeros((len(moves), pp)), np.zeros((len(moves), pp))
-    for k, (_, _, give, take, u) in enumerate(moves):
-        dt[k, give % pp] -= t[u]
-        dt[k, take % pp] += t[u]
-        dm[k, give % pp] -= mem[give % pp, u]
-        dm[k, take % pp] += mem[take % pp, u]
+    # the same operations as one move at a time: 0 - x on the giving device, then + x on the taking one
+    dt[k, give] = 0.0 - t[u]
+    dt[k, take] += t[u]
+    dm[k, give] = 0.0 - mem[give, u]
+    dm[k, take] += mem[take, u]
     return dt, dm
 
 
