@@ -16,7 +16,7 @@ import pytest
 from asap.agents.analyzer import Analyzer
 from asap.agents.coordinator import Coordinator
 from asap.agents.correction import fit_correction, information_gain, sensitivities
-from asap.agents.memory import Memory
+from asap.memory import Memory
 from asap.agents.proposer import Proposer, changed_keys, parse_current
 from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.execute.sim import SimExecutor

@@ -139,7 +139,7 @@ def test_bad_input_is_one_line(args, needle):
 
 def _tune(tmp_path, monkeypatch, check):
     from asap.agents.coordinator import Coordinator
-    from asap.agents.memory import Memory
+    from asap.memory import Memory
     from asap.execute.torch_exec import TorchExecutor
     from asap.spec.hardware import load_cluster
     from asap.spec.train import TrainSpec

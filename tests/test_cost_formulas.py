@@ -5,7 +5,7 @@ import pytest
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.estimate import estimate_spelled as estimate, model_flops_per_token
-from asap.cost.memory import state_bytes_per_param
+from asap.cost.device_memory import state_bytes_per_param
 from asap.cost.activations import activation_bytes_per_layer
 from asap.cost.pipeline import bubble_fraction
 from asap.spec.hardware import load_cluster
@@ -203,7 +203,7 @@ def test_peak_memory_covers_every_pipeline_stage(text):
     """DeepSeek-V3's first three layers are dense, so on pp=8 a middle stage of eight MoE layers holds more than
     the first; the estimate's peak is the fullest device the stage-by-stage accounting (the stage ILP's pricing
     of the default split, from the same units) finds."""
-    from asap.cost.memory import DEFAULT_FIXED_ALLOWANCE_GB
+    from asap.cost.device_memory import DEFAULT_FIXED_ALLOWANCE_GB
     from asap.search.stages import build_problem, uniform_split
 
     model, cluster, train = load_model("deepseek-v3"), load_cluster("h800", nodes=256), TrainSpec(15360, 4096)

@@ -346,7 +346,7 @@ def test_weights_memory_counts_replicated_kv_heads():
 @pytest.mark.parametrize("recompute, by_hand_mib", [("none", 33.5), ("selective", 21.5), ("full", 10.0)])
 def test_activation_memory_by_recompute_mode(recompute, by_hand_mib):
     """SMALL (gelu, MHA, 4 layers, h 1024, ffn 4096, 16 heads of 64), seq 2048, mbs 1, tp 8, sp 1, pp 1, bf16
-    (ab = 2 B), one H100 node; T = 2048 tokens; per token of one layer (memory.py's docstring, term by term):
+    (ab = 2 B), one H100 node; T = 2048 tokens; per token of one layer (device_memory.py's docstring, term by term):
       none: 2 norm inputs + QKV input + MLP input 4 ab h / tp = 8 * 1024 / 8 = 1024 B (sequence-parallel);
             Q, K, V ab * (16/8 + 2 * 16/8) * 64 = 2 * 384 = 768 B; attention output ab h / tp = 256 B;
             fc1 output + fc2 input 2 ab ffn / tp = 4 * 512 = 2048 B  -> 4096 B = 32 h / tp (Korthikanti's 34

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.memory import GB, memory, state_bytes_per_param
+from asap.cost.device_memory import GB, memory, state_bytes_per_param
 from asap.spec.framework import FRAMEWORKS
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model

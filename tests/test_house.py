@@ -29,7 +29,7 @@ MAX_MODULE_LINES = 600
 FLOORS: list[tuple[str, ...]] = [
     ("errors", "version", "subprocs", "measure"),  # no asap imports at all (measure: step-time statistics)
     ("spec",),  # the vocabulary: models, hardware, strategies, the job
-    ("cost", "profile", "emit", "budget"),  # pricing a strategy; reading traces; writing launch configs
+    ("cost", "profile", "emit", "budget", "memory"),  # pricing a strategy; reading traces; launch configs; the trial store
     ("search", "compare", "balance"),  # the planner over the cost model; attention-aware data balance
     ("validate", "runners"),  # the calibration cases planned; the torch and JAX runners
     ("numerics", "calibrate"),  # what runs on the runners: alignment, calibration

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from asap.agents.memory import Memory
+from asap.memory import Memory
 from asap.cli import _register_commands, app
 
 pytestmark = pytest.mark.jax

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from asap.cost.estimate import estimate_spelled as estimate
-from asap.cost.memory import fixed_allowance_bytes, GB
+from asap.cost.device_memory import fixed_allowance_bytes, GB
 from asap.emit import emit
 from asap.errors import AsapError
 from asap.search.planner import plan

@@ -1,4 +1,4 @@
-"""The Sharding Memory (asap.agents.memory) on real SQLite files, with real writer processes, and ``asap memory``.
+"""The Sharding Memory (asap.memory) on real SQLite files, with real writer processes, and ``asap memory``.
 
 Nothing is mocked; concurrency and kills are arranged by construction (the writers wait for one "go" line, the
 victim says "ready" only after its trial is committed), never by sleeping and hoping."""
@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from asap.agents.memory import (KILLED_REASON, SCHEMA_VERSION, Memory, canonical_strategy, default_memory_path,
+from asap.memory import (KILLED_REASON, SCHEMA_VERSION, Memory, canonical_strategy, default_memory_path,
                                 workload_key)
 from asap.errors import AsapError
 from asap.spec.strategy import RecomputePolicy
@@ -166,7 +166,7 @@ def test_similar_experiments(tmp_path):
 
 WRITER = """
     import sys
-    from asap.agents.memory import Memory
+    from asap.memory import Memory
     path, name = sys.argv[1], sys.argv[2]
     with Memory.open(path) as mem:
         eid = mem.experiment({"model": "tiny-dense", "accelerator": "local-cpu", "devices": 4, "global_batch": 8,
@@ -211,7 +211,7 @@ def test_two_writer_processes_at_once(tmp_path):
 
 VICTIM = """
     import sys, time
-    from asap.agents.memory import Memory
+    from asap.memory import Memory
     mem = Memory.open(sys.argv[1])
     eid = mem.experiment({"model": "tiny-moe", "accelerator": "local-cpu", "devices": 4})
     done = mem.begin_trial(eid, "tp=2", executor="torch")

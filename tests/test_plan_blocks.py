@@ -8,7 +8,7 @@ import pytest
 
 from asap.cost.estimate import UNIT_KEYS, estimate_batch, estimate_from_batch
 from asap.cost.batch import expand
-from asap.cost.memory import fits_memory, memory, usable_hbm_gb
+from asap.cost.device_memory import fits_memory, memory, usable_hbm_gb
 from asap.cost.units import device_figures, unit_times
 from asap.search.planner import plan
 from asap.search.nofit import NoFitError

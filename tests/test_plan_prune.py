@@ -10,7 +10,7 @@ import pytest
 import asap.search.pricing as pricing
 from asap.cost.batch import expand
 from asap.cost.estimate import UNIT_KEYS, estimate_batch
-from asap.cost.memory import fits_memory, memory
+from asap.cost.device_memory import fits_memory, memory
 from asap.cost.units import device_figures, unit_times
 from asap.search.planner import plan, plan_headroom
 from asap.search.prune import step_lower_bound_s, worth_pricing

@@ -199,7 +199,7 @@ def test_memory_offers_what_worked_on_a_similar_job(tmp_path):
     """A similar job (the same model on 32 instead of 64 H100) measured tp=8,pp=2 fastest: that layout is a
     candidate here (source memory, or the knowledge move that reaches it), and the proposal that runs it lists
     the trial among its similar past trials."""
-    from asap.agents.memory import Memory
+    from asap.memory import Memory
     from asap.agents.workload import workload_record
 
     m, t = load_model("llama3-70b"), TrainSpec(512, 8192)

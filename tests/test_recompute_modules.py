@@ -3,7 +3,7 @@ and torchtitan's op-level selective AC, against figures derived by hand.
 
 The model: 4 MoE layers, h = 1024, 16 heads of 64 (MHA), SwiGLU experts: 8 experts of ffn 512, top-2, no shared
 expert; bf16, one micro-batch of one 2048-token sequence on one H100 (tp = cp = ep = 1, T = 2048 tokens).
-Stored bytes of one layer (memory.py's accounting, ab = 2):
+Stored bytes of one layer (device_memory.py's accounting, ab = 2):
   norm inputs (layer input, mid-layer residual)  2 * 2 * T * h          = 8_388_608
   norm outputs (QKV input, MLP input)            2 * 2 * T * h          = 8_388_608
   Q, K, V                                        2 * T * 3 * h          = 12_582_912

@@ -22,8 +22,8 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from asap.agents.analyzer import Analysis, Analyzer
-from asap.agents.memory import Memory
-from asap.agents.memory.rows import Trial
+from asap.memory import Memory
+from asap.memory.rows import Trial
 from asap.agents.correction import Correction, fit_correction, information_gain, sensitivities
 from asap.agents.proposer import Proposer, parse_current
 from asap.agents.workload import workload_record
@@ -121,7 +121,7 @@ def adopt(record: TrialRecord, best) -> Verdict | None:
 class Coordinator:
     job: Job  # its cluster: the catalog's (or calibrated) machine the loop's model starts from
     executor: Any  # asap.execute.base.Executor
-    memory: Memory  # its trials come back typed (asap.agents.memory.Trial)
+    memory: Memory  # its trials come back typed (asap.memory.Trial)
     budget: int
     start: str | dict | None = None
     on_trial: Callable[[TrialRecord, "Coordinator"], None] | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from asap.agents.memory.records import normalize_workload
+from asap.memory.records import normalize_workload
 
 
 def workload_similarity(a: dict, b: dict) -> float:

@@ -26,16 +26,16 @@ only at the JSON edge (their ``to_dict``, ``Memory.export``); audit rows come ou
 The package: ``schema`` (the tables, their migrations, the statuses, the default path), ``records`` (workloads,
 their keys, canonical strategies), ``connection`` (the retried reads and writes, opening and migrating a file),
 ``rows`` (the typed experiments and trials), ``experiments``, ``trials`` and ``audit`` (each table's methods), ``similarity`` (how alike two workloads are)
-and ``store`` (``Memory``, all of them together). Every name is importable from ``asap.agents.memory``.
+and ``store`` (``Memory``, all of them together). Every name is importable from ``asap.memory``.
 """
 
-from asap.agents.memory.records import (KEY_FIELDS, WORKLOAD_FIELDS, canonical_strategy, normalize_workload,
+from asap.memory.records import (KEY_FIELDS, WORKLOAD_FIELDS, canonical_strategy, normalize_workload,
                                         workload_key)
-from asap.agents.memory.rows import Experiment, Trial
-from asap.agents.memory.schema import (BUSY_TIMEOUT_S, FINISHED, FOREIGN_HOST_STALE, KILLED_REASON, MIGRATIONS,
+from asap.memory.rows import Experiment, Trial
+from asap.memory.schema import (BUSY_TIMEOUT_S, FINISHED, FOREIGN_HOST_STALE, KILLED_REASON, MIGRATIONS,
                                        SCHEMA_VERSION, STATUSES, default_memory_path)
-from asap.agents.memory.similarity import workload_similarity
-from asap.agents.memory.store import Memory
+from asap.memory.similarity import workload_similarity
+from asap.memory.store import Memory
 
 __all__ = ["BUSY_TIMEOUT_S", "Experiment", "FINISHED", "FOREIGN_HOST_STALE", "KEY_FIELDS", "KILLED_REASON",
            "MIGRATIONS", "Memory", "Trial", "SCHEMA_VERSION", "STATUSES", "WORKLOAD_FIELDS", "canonical_strategy", "default_memory_path",

@@ -9,8 +9,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from asap.agents.memory.records import _loads
-from asap.agents.memory.schema import _JSON_TRIAL
+from asap.memory.records import _loads
+from asap.memory.schema import _JSON_TRIAL
 from asap.errors import AsapError
 from asap.spec.strategy import Strategy, complete_strategy, parse_strategy
 from asap.spec.words import TrialStatus

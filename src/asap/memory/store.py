@@ -7,10 +7,10 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from asap.agents.memory.audit import Audit
-from asap.agents.memory.experiments import Experiments
-from asap.agents.memory.schema import BUSY_TIMEOUT_S, default_memory_path
-from asap.agents.memory.trials import Trials
+from asap.memory.audit import Audit
+from asap.memory.experiments import Experiments
+from asap.memory.schema import BUSY_TIMEOUT_S, default_memory_path
+from asap.memory.trials import Trials
 from asap.errors import AsapError
 
 

@@ -9,10 +9,10 @@ from datetime import datetime, timezone
 
 from pydantic import RootModel, field_validator
 
-from asap.agents.memory.connection import Store
-from asap.agents.memory.records import _dumps, _float_or_none, _loads, _now, _parse_time, canonical_strategy
-from asap.agents.memory.rows import Trial
-from asap.agents.memory.schema import FINISHED, FOREIGN_HOST_STALE, KILLED_REASON
+from asap.memory.connection import Store
+from asap.memory.records import _dumps, _float_or_none, _loads, _now, _parse_time, canonical_strategy
+from asap.memory.rows import Trial
+from asap.memory.schema import FINISHED, FOREIGN_HOST_STALE, KILLED_REASON
 from asap.errors import AsapError, validated
 from asap.spec.words import ENDED_STATUSES, TrialStatus
 

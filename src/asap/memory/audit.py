@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import RootModel, field_validator
 
-from asap.agents.memory.connection import Store
-from asap.agents.memory.records import _dumps, _loads, _now
-from asap.agents.memory.schema import _JSON_AUDIT
+from asap.memory.connection import Store
+from asap.memory.records import _dumps, _loads, _now
+from asap.memory.schema import _JSON_AUDIT
 from asap.errors import AsapError, validated
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from asap.agents.memory.schema import MIGRATIONS, SCHEMA_VERSION
+from asap.memory.schema import MIGRATIONS, SCHEMA_VERSION
 from asap.errors import AsapError
 
 

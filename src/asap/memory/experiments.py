@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from asap.agents.memory.connection import Store
-from asap.agents.memory.records import _dumps, _now, normalize_workload, workload_key
-from asap.agents.memory.rows import Experiment
-from asap.agents.memory.similarity import workload_similarity
+from asap.memory.connection import Store
+from asap.memory.records import _dumps, _now, normalize_workload, workload_key
+from asap.memory.rows import Experiment
+from asap.memory.similarity import workload_similarity
 from asap.errors import AsapError
 
 
