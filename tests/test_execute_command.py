@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from asap.errors import AsapError
-from asap.execute.base import Failure, Measurement
+from asap.spec.outcome import Failure, Measurement
 from asap.execute.factory import make_executor
 from asap.execute.command import CommandExecutor
 from asap.spec.loader import load_model

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("asap.cost.estimate")
 
 from asap.errors import AsapError  # noqa: E402
-from asap.execute.base import Failure, Measurement
+from asap.spec.outcome import Failure, Measurement  # noqa: E402
 from asap.execute.factory import make_executor  # noqa: E402
 from asap.spec.hardware import load_cluster  # noqa: E402
 from asap.spec.job import Job  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 
 from asap.errors import AsapError  # noqa: E402
-from asap.execute.base import Failure, Measurement
+from asap.spec.outcome import Failure, Measurement  # noqa: E402
 from asap.execute.factory import make_executor  # noqa: E402
 from asap.spec.loader import load_model  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
