@@ -10,6 +10,7 @@ from asap.spec.hf import model_from_hf
 from asap.spec.loader import load_model
 from asap.spec.model import model_from_dict
 from asap.spec.presets import MODEL_PRESETS
+from conftest import DEEPSEEK_V3_CONFIG
 
 
 @pytest.mark.parametrize("name", [n for n, v in MODEL_PRESETS.items() if v[1]])
@@ -74,14 +75,6 @@ HF_CONFIGS = {
                          15.7e9, 0.02),
 }
 
-DEEPSEEK_V3_CONFIG = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_hidden_layers": 61,
-    "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128,
-    "num_key_value_heads": 128, "vocab_size": 129280, "hidden_act": "silu", "q_lora_rank": 1536,
-    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
-    "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
-    "moe_layer_freq": 1, "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
-}
 
 
 @pytest.mark.parametrize("name", HF_CONFIGS)
@@ -104,7 +97,7 @@ def test_hf_config_equals_preset_in_every_field(hf_file):
     """Each preset is its model's own config.json (tests/data/hf), every field but the name."""
     from dataclasses import replace
 
-    from_hf = model_from_hf(json.loads((Path(__file__).parent / "data" / "hf" / f"{hf_file}.json").read_text()))
+    from_hf = model_from_hf(json.loads((Path(__file__).parents[1] / "data" / "hf" / f"{hf_file}.json").read_text()))
     preset = load_model(PRESET_OF_HF[hf_file])
     assert replace(from_hf, name=preset.name) == preset
 

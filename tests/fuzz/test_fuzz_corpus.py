@@ -11,7 +11,7 @@ import pytest
 from conftest import assert_one_line_error, run_cli
 from test_fuzz_specs import READERS, SMALL_CASE, _cleanup, _write, check_case, clean_call
 
-CORPUS = Path(__file__).parent / "fuzz_corpus"
+CORPUS = Path(__file__).parents[1] / "fuzz_corpus"
 ENTRIES = sorted(CORPUS.glob("*.json"))
 
 

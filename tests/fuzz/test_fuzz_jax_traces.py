@@ -1,7 +1,7 @@
 """Fuzzing the JAX trace reader with mutated real JAX profiles recorded here (jax.profiler's perfetto export of
 a sharded step on 4 virtual CPU devices): fields set to wrong types, huge numbers, NaN, negative durations,
 unicode, or deleted; the file truncated; the events reordered. The rule, as for Kineto traces
-(tests/test_fuzz_traces.py): a one-line AsapError, or a diagnosis whose figures are finite and in range; a
+(tests/fuzz/test_fuzz_traces.py): a one-line AsapError, or a diagnosis whose figures are finite and in range; a
 reordered trace diagnoses the same as the original."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 * no function longer than ``MAX_FUNCTION_LINES`` (its ``def`` to its last line, docstring included) and no module
   longer than ``MAX_MODULE_LINES``.
 
-``python tests/test_house.py [SRC]`` prints the house's figures (rooms, modules, floors, cycles, arrows up, the
+``python tests/house/test_house.py [SRC]`` prints the house's figures (rooms, modules, floors, cycles, arrows up, the
 longest functions, the modules over the limit), the same the tests check, for this checkout or another's ``src``.
 """
 
@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "asap"
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 600
@@ -244,6 +244,6 @@ def report(mods: dict[str, Module]) -> str:
 
 
 if __name__ == "__main__":
-    # python tests/test_house.py [SRC]: SRC another checkout's src folder, e.g. the base commit's
-    # (git worktree add /tmp/asap-base d3e476b && python tests/test_house.py /tmp/asap-base/src)
+    # python tests/house/test_house.py [SRC]: SRC another checkout's src folder, e.g. the base commit's
+    # (git worktree add /tmp/asap-base d3e476b && python tests/house/test_house.py /tmp/asap-base/src)
     print(report(load(Path(sys.argv[1]) if len(sys.argv) > 1 else SRC)))

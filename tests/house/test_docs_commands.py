@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # tests/<room>/this file
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 VENV_BIN = Path(sys.executable).parent
 RUN_LANGS = {"", "bash", "sh", "shell", "console"}

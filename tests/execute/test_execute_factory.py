@@ -10,7 +10,7 @@ from asap import Job, TrainSpec, load_cluster, load_model
 from asap.errors import AsapError
 from asap.execute.factory import ExecutorKind, make_executor
 
-EXECUTE = Path(__file__).resolve().parents[1] / "src" / "asap" / "execute"
+EXECUTE = Path(__file__).resolve().parents[2] / "src" / "asap" / "execute"
 
 
 def _imports(path: Path) -> set[str]:

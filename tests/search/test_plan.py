@@ -90,7 +90,7 @@ def test_plan_bad_inputs(cli):
     mixtral = ["--model", "mixtral-8x22b", "--cluster", "h100-sxm", "--nodes", "6", "--global-batch", "240",
                "--seq-len", "4096"]
     assert_one_line_error(cli("plan", *mixtral, "--fix", "tp=6"), "fix.tp", "num_kv_heads")
-    # (a 70B fits one node with its optimizer on the host: tests/test_offload.py; a 405B's weights and gradients do not)
+    # (a 70B fits one node with its optimizer on the host: tests/cost/test_offload.py; a 405B's weights and gradients do not)
     small = ["--model", "llama3.1-405b", "--cluster", "dgx-h100-1", "--global-batch", "256", "--seq-len", "8192"]
     assert_one_line_error(cli("plan", *small), "no strategy fits in 73.28 GiB", "79.65 less 6.37 GiB of headroom",
                           "smallest needs")

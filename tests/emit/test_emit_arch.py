@@ -23,7 +23,7 @@ from asap.cli.emit import emit_strategy
 from asap.errors import AsapError
 from asap.spec.hf import model_from_hf
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # tests/
 STACKS = HERE / "stacks"
 HF_FILES = {"llama3.1-8b": "meta-llama--Llama-3.1-8B", "llama3.1-70b": "meta-llama--Llama-3.1-70B",
             "llama3.1-405b": "meta-llama--Llama-3.1-405B", "mixtral-8x7b": "mistralai--Mixtral-8x7B-v0.1",
@@ -359,7 +359,7 @@ def mindformers_view(cfg):
 
 
 def test_mindformers_keys_are_every_field_or_a_refusal():
-    """MindFormers r1.5.0 (its documented keys: tests/test_emit_stacks.py's schema): Mixtral and DeepSeek-V3 in
+    """MindFormers r1.5.0 (its documented keys: tests/emit/test_emit_stacks.py's schema): Mixtral and DeepSeek-V3 in
     every field; Llama 3.1's RoPE scaling, Qwen3's q/k norms and GPT-OSS's windows refused in one line."""
     import yaml
 

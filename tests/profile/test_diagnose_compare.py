@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from asap.cli import _register_commands, app
 from asap.profile.trace_diff import PARTS, TERMS, compare_traces
 
-HTA = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
+HTA = Path(__file__).resolve().parents[3] / "shared" / "traces" / "hta"
 BEFORE, AFTER = HTA / "trace_diff_control_control.json.gz", HTA / "trace_diff_test_test.json.gz"
 
 

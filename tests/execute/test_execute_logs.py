@@ -8,7 +8,7 @@ import pytest
 from asap.errors import AsapError
 from asap.execute.logs import LOG_FORMATS, Stack, log_format, oom_line, parse_log
 
-LOGS = Path(__file__).parent / "data" / "stack_logs"
+LOGS = Path(__file__).parents[1] / "data" / "stack_logs"
 
 
 def test_every_stack_has_a_format():

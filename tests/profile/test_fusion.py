@@ -22,7 +22,7 @@ from asap.runners.torch.launch import resolve_run_strategy, run  # noqa: E402
 from asap.spec.train import TrainSpec  # noqa: E402
 
 GB, SEQ, STEPS = 2, 16, 3  # dp=1, mbs=1: two micro-batches a step; the first step is the profiler's warm-up
-GPU_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta" / "trace_diff_control_control.json.gz"
+GPU_TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "hta" / "trace_diff_control_control.json.gz"
 
 ELEM_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8, "int": 4, "bool": 1}
 # ops that move nothing themselves: views, and wrappers whose copy is a recorded child (to -> _to_copy -> copy_)

@@ -2,7 +2,7 @@
 renders ``spec/framework.py``'s offers and ``spec/stack_rules.py``'s rules); ``estimate`` refuses what the
 chosen stack cannot run, in one line, as ``plan`` and ``emit`` do. Regenerate the docs' tables with
 
-    PYTHONPATH=src python tests/test_stack_docs.py --write
+    PYTHONPATH=src python tests/house/test_stack_docs.py --write
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from asap.spec.framework import FRAMEWORKS
 from asap.spec.stack_docs import options_table, replace_table, rule_text, shown_table
 from asap.spec.stack_rules import STACK_RULES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # tests/<room>/this file
 DOCS = [REPO / "docs" / "inputs.md", REPO / "docs" / "cost_model.md"]
 
 

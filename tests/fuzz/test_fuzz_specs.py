@@ -3,7 +3,7 @@ case files (validate --cases) and lengths files (asap.balance).
 
 The rule for every generated input: a clean one-line ``AsapError`` naming a field, or an answer that holds up
 (finite, positive, within the bounds the reader promises); never another exception. Inputs that once broke
-a reader live in tests/fuzz_corpus/ and are replayed by tests/test_fuzz_corpus.py through ``READERS``.
+a reader live in tests/fuzz_corpus/ and are replayed by tests/fuzz/test_fuzz_corpus.py through ``READERS``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -22,9 +21,8 @@ from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
 from asap.spec.job import Job
-from conftest import chat_server  # noqa: E402
+from conftest import REPO, chat_server  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 KNOWN = {e.id for e in load_knowledge()}
 
 

@@ -18,7 +18,7 @@ from asap.spec.job import Job
 from asap.spec.loader import load_model
 from asap.spec.train import TrainSpec
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta" / "trace_diff_control_control.json.gz"
+TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "hta" / "trace_diff_control_control.json.gz"
 CUSTOM = {"name": "asap-test-gpu", "family": "hopper", "peak_tflops": {"bf16": 400, "fp16": 400, "fp32": 50},
           "hbm_gb": 64, "hbm_gbps": 1000}
 

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from conftest import SHARED, assert_one_line_error
-from test_spec_models import DEEPSEEK_V3_CONFIG
+from conftest import DEEPSEEK_V3_CONFIG, SHARED, assert_one_line_error
 
 DSV3_JOB = ["--cluster", "h800-256", "--global-batch", "15360", "--seq-len", "4096", "--precision", "fp8",
             "--strategy", "tp=1,pp=16,ep=64,mbs=1,recompute=full,zero=1"]

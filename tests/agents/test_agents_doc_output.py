@@ -2,7 +2,7 @@
 marked ``<!-- output of: asap ... -->`` is followed by a ```` ```text ```` block that must equal what that
 command prints (run from the repository root). Regenerate the blocks with
 
-    PYTHONPATH=src python tests/test_agents_doc_output.py --write
+    PYTHONPATH=src python tests/agents/test_agents_doc_output.py --write
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # tests/<room>/this file
 DOC = REPO / "docs" / "agents.md"
 MARK = re.compile(r"^<!-- output of: (asap .+?) -->\n```text\n(.*?)```\n", re.M | re.S)
 

@@ -14,7 +14,7 @@ import pytest
 from asap.cli.emit import emit_strategy
 from asap.cli.common import JobOptions
 
-STACKS = Path(__file__).parent / "stacks"
+STACKS = Path(__file__).parents[1] / "stacks"
 
 
 def job(model="llama3-8b", cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
@@ -48,7 +48,7 @@ def test_megatron_lm_parser_takes_the_emitted_strategy(tmp_path):
     """Megatron-LM core_v0.14.0's own parse_args, validate_args and core_transformer_config_from_args
     (tests/stacks/megatron_lm, vendored unmodified) take the emitted arguments for 32 ranks: the parallel sizes,
     the layout, the recomputation, the dispatcher, Megatron-FSDP, fp8; GPTModel built from that config has asap's
-    parameter count, MTP included (the architecture fields: tests/test_emit_arch.py)."""
+    parameter count, MTP included (the architecture fields: tests/emit/test_emit_arch.py)."""
     installed("megatron.core")
     specs = []
     for i, (name, precision, strategy) in enumerate(MEGATRON_CASES):
@@ -135,7 +135,7 @@ def maxtext_python():
     """MaxText 0.2.5 needs Python >= 3.12: its own venv (ASAP_MAXTEXT_PYTHON, else ../main/.venv-maxtext)."""
     import os
 
-    for candidate in (os.environ.get("ASAP_MAXTEXT_PYTHON"), Path(__file__).parents[2] / "main/.venv-maxtext/bin/python"):
+    for candidate in (os.environ.get("ASAP_MAXTEXT_PYTHON"), Path(__file__).parents[3] / "main/.venv-maxtext/bin/python"):
         if candidate and Path(candidate).exists():
             return str(candidate)
     pytest.skip("no MaxText venv (Python >= 3.12 with maxtext 0.2.5: see docs/emit.md; ASAP_MAXTEXT_PYTHON names it)")

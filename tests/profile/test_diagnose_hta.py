@@ -14,7 +14,7 @@ import pytest
 
 from asap.profile import diagnose
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "hta"
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces" / "hta"
 GPU_TRACES = ["nccl_parser_config_nccl_data.json.gz", "trace_diff_control_control.json.gz",
               "trace_diff_test_test.json.gz", "trace_filter_sampled_rank-0.json.gz",
               "trace_filter_sampled_rank-1.json.gz", "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"]

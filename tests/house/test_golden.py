@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 _spec = importlib.util.spec_from_file_location("make_golden", GOLDEN / "make_golden.py")
 golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(golden)

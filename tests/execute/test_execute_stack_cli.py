@@ -11,7 +11,7 @@ from pathlib import Path
 from asap.errors import AsapError
 from asap.execute.launch import launch_argv, parse_variables
 
-LOGS = Path(__file__).parent / "data" / "stack_logs"
+LOGS = Path(__file__).parents[1] / "data" / "stack_logs"
 
 SCRIPT = textwrap.dedent('''
     import sys, time
