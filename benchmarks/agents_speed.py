@@ -14,7 +14,7 @@ from pathlib import Path
 
 from asap.agents.analyzer import Analyzer
 from asap.agents.coordinator import Coordinator
-from asap.agents.memory import Memory
+from asap.memory import Memory
 from asap.agents.proposer import Proposer, parse_current
 from asap.cost.estimate import estimate
 from asap.execute.sim import SimExecutor

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from asap.cost.estimate import estimate
-from asap.cost.memory import HOST_MEM_USABLE, usable_hbm_gb
+from asap.cost.device_memory import HOST_MEM_USABLE, usable_hbm_gb
 from asap.spec.hardware import cluster_from_dict
 from asap.spec.job import Job
 from asap.spec.model import model_from_dict

@@ -7,7 +7,7 @@ Per run: ``keep`` = the published strategy less the shape keys (tp, pp, dp, vpp,
 ranks every fitting (tp, pp) under ``keep`` as ``asap plan`` does (the default headroom,
 ``search.planner.plan_headroom``, or ``--margin``); the expert's shape is priced under the same ``keep`` with its
 tp and pp pinned against the whole device memory (it trained there, so it needs no headroom to count). Its
-rank is 1 + the shapes predicted faster by more than ``TIE`` (1%, as tests/test_plan.py counts). Printed: the
+rank is 1 + the shapes predicted faster by more than ``TIE`` (1%, as tests/search/test_plan.py counts). Printed: the
 rank, the expert's and the planner's best step (and whether the expert's shape also fits under the headroom:
 the strict count), and the share of runs whose expert shape is among the ``--top``
 best; and how many runs have a planner best predicted slower than the expert's shape (a plan that misses what

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from asap.agents.coordinator import Coordinator
 from asap.agents.correction import corrected_cluster
-from asap.agents.memory import Memory
+from asap.memory import Memory
 from asap.execute.sim import SimExecutor
 from asap.search.planner import plan
 from asap.spec.hardware import load_cluster

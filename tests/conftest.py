@@ -14,6 +14,16 @@ os.environ.setdefault("ASAP_DATA_DIR", tempfile.mkdtemp(prefix="asap-tests-"))
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
+# DeepSeek-V3's Hugging Face config.json, the fields asap reads (test_spec_models, test_cli_estimate)
+DEEPSEEK_V3_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_hidden_layers": 61,
+    "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "vocab_size": 129280, "hidden_act": "silu", "q_lora_rank": 1536,
+    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+    "moe_layer_freq": 1, "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
+}
+
 
 def run_cli(*args, timeout=300, cwd=None):
     """Run the real ``asap`` CLI in a child process; returns CompletedProcess (text)."""

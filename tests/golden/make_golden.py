@@ -20,7 +20,7 @@ Three files in tests/golden/, each the figures a user sees, as the commands give
   gloo, fp32, seed 0) under dp, pp and tp.
 
 ``--check`` compares against the stored files instead of writing them (``check``: the comparison
-tests/test_golden.py makes). Regenerate only where a change of behaviour is meant, and say so in the commit.
+tests/house/test_golden.py makes). Regenerate only where a change of behaviour is meant, and say so in the commit.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 against. Runs on .venv-bridge (tests/stacks/bridge_env.py).
 
 Usage: python bridge_providers.py [OUT.json] (src/asap/data/bridge_providers.json is this script's output;
-tests/test_emit_arch.py checks it still is).
+tests/emit/test_emit_arch.py checks it still is).
 """
 
 import dataclasses

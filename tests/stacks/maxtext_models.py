@@ -2,7 +2,7 @@
 writes, as the JSON asap matches models against.
 
 Usage: python maxtext_models.py MAXTEXT_CONFIGS_DIR [OUT.json] (src/asap/data/maxtext_models.json is this
-script's output for MaxText 0.2.5; tests/test_emit_arch.py checks it still is).
+script's output for MaxText 0.2.5; tests/emit/test_emit_arch.py checks it still is).
 """
 
 import json

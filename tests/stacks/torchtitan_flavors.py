@@ -2,7 +2,7 @@
 
 Usage: python torchtitan_flavors.py [OUT.json] -> {family: {flavor: the args dataclass as a dict}}, on stdout or
 into OUT.json (src/asap/data/torchtitan_flavors.json is this script's output for torchtitan 0.2.2;
-tests/test_emit_arch.py checks it still is).
+tests/emit/test_emit_arch.py checks it still is).
 """
 
 import dataclasses

@@ -22,18 +22,23 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from asap.agents.analyzer import Analysis, Analyzer
-from asap.agents.memory import Memory
-from asap.agents.memory.rows import Trial
 from asap.agents.correction import Correction, fit_correction, information_gain, sensitivities
+from asap.agents.llm import LLMAdvisor
 from asap.agents.proposer import Proposer, parse_current
 from asap.agents.workload import workload_record
 from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
 from asap.measure import MIN_NOISE_REL, Verdict, gain_beyond_noise
+from asap.memory import Memory
+from asap.memory.rows import Trial
 from asap.spec.job import Job
+from asap.spec.outcome import Result, TrialExecutor
 from asap.spec.strategy import Strategy, fit_strategy
 from asap.spec.words import ENDED_STATUSES, TrialStatus
 
+
+# (strategy, measured step s, noise) of the best ok trial so far
+Best = tuple[Strategy, float, float | None]
 
 N_CLOSE = 6  # the fastest candidates weighed by what they would teach when the model cannot tell them apart
 
@@ -91,8 +96,8 @@ class TrialRecord:
                 "precision": self.precision, "verdict": self.verdict, "adopted": self.adopted}
 
 
-def measurement_fields(res) -> dict[str, Any]:
-    """The TrialRecord fields of an executor's result (an ``asap.execute.base.Measurement``: its step statistics,
+def measurement_fields(res: Result) -> dict[str, Any]:
+    """The TrialRecord fields of an executor's result (an ``asap.spec.outcome.Measurement``: its step statistics,
     read as attributes; the same figures ``Measurement.to_dict`` prints)."""
     if not res.ok:
         return {}
@@ -102,7 +107,7 @@ def measurement_fields(res) -> dict[str, Any]:
             "repeats": (stats.repeats if stats else 1) or 1, "precision": res.precision}
 
 
-def adopt(record: TrialRecord, best) -> Verdict | None:
+def adopt(record: TrialRecord, best: Best | None) -> Verdict | None:
     """Whether ``record`` (an ok trial) becomes the best: the first always; a later one only when it is faster
     than the best ``(strategy, step s, noise)`` beyond both measurements' noise
     (``asap.measure.gain_beyond_noise``). Sets the record's ``adopted`` and ``verdict``; returns the verdict
@@ -120,12 +125,12 @@ def adopt(record: TrialRecord, best) -> Verdict | None:
 @dataclass
 class Coordinator:
     job: Job  # its cluster: the catalog's (or calibrated) machine the loop's model starts from
-    executor: Any  # asap.execute.base.Executor
-    memory: Memory  # its trials come back typed (asap.agents.memory.Trial)
+    executor: TrialExecutor  # an asap.execute.base.Executor
+    memory: Memory  # its trials come back typed (asap.memory.Trial)
     budget: int
     start: str | dict | None = None
     on_trial: Callable[[TrialRecord, "Coordinator"], None] | None = None
-    llm: Any = None  # an asap.agents.llm.LLMAdvisor for the proposer, optional
+    llm: LLMAdvisor | None = None  # for the proposer, optional
     # --verify-numerics: verify(first ok trial's strategy, new strategy) -> None if they align, else the reason
     # (asap.numerics.align.NumericsCheck); a new strategy that does not align is recorded failed, never best
     verify: Callable[[Strategy, Strategy], str | None] | None = None
@@ -134,7 +139,7 @@ class Coordinator:
     # (strategy, measured step time s) of every ok trial the correction is fitted to, Memory's earlier ones too
     pairs: list[tuple[Strategy, float]] = field(default_factory=list)
     # (strategy, measured step s, noise) of the best trial when ``run`` ended (Memory's earlier ones too)
-    best: tuple[Strategy, float, float | None] | None = field(default=None, init=False)
+    best: Best | None = field(default=None, init=False)
     _given: Strategy | None = field(default=None, init=False, repr=False)  # ``start`` parsed, once (``given``)
 
     def corrected(self) -> Job:
@@ -142,9 +147,8 @@ class Coordinator:
         return replace(self.job, cluster=self.correction.apply(self.job.cluster))
 
     def run(self) -> dict[str, Any]:
-        workload = {**workload_record(self.job),
-                    "machine": getattr(self.executor, "machine", None)}
-        ran = getattr(self.executor, "run_precision", lambda: None)()
+        workload = {**workload_record(self.job), "machine": self.executor.machine}
+        ran = self.executor.run_precision()
         if ran:  # what the trials train in (fp32 on CPU processes), not what the job asked for
             workload["precision"] = ran
         exp = self.memory.experiment(workload)
@@ -203,10 +207,10 @@ class Coordinator:
         return self._given
 
     def _refused(self, strategy: Strategy) -> str | None:
-        refuses = getattr(self.executor, "refuses", None)
-        return refuses(strategy) if refuses else None
+        return self.executor.refuses(strategy)
 
-    def _next(self, first: Strategy | None, best, known) -> tuple[Strategy | None, Analysis | None, list]:
+    def _next(self, first: Strategy | None, best: Best | None,
+              known: dict[str, Known]) -> tuple[Strategy | None, Analysis | None, list]:
         """The first trial runs the start; every later one the fastest untried of the proposals and the planner's
         best (by information gain among the fastest when the proposals are within the model's error)."""
         if first is not None:
@@ -342,16 +346,16 @@ class Coordinator:
         return [(k.strategy, k.measured_step_time_s) for k in known.values()
                 if k.status == TrialStatus.OK and k.measured_step_time_s]
 
-    def _best_known(self, known: dict[str, Known]):
+    def _best_known(self, known: dict[str, Known]) -> Best | None:
         ok = [(k.strategy, k.measured_step_time_s) for k in known.values()
               if k.status == TrialStatus.OK and k.measured_step_time_s]
         if not ok:
             return None
         strategy, step = min(ok, key=lambda x: x[1])
-        noise = 0.0 if getattr(self.executor, "name", "") == "sim" else MIN_NOISE_REL  # Memory keeps no spread
+        noise = 0.0 if self.executor.name == "sim" else MIN_NOISE_REL  # Memory keeps no spread
         return strategy, step, noise
 
-    def result(self, best) -> dict[str, Any]:
+    def result(self, best: Best | None) -> dict[str, Any]:
         return {"trials": [t.to_dict() for t in self.trials],
                 "best": {"strategy": best[0].to_dict(), "strategy_string": str(best[0]),
                          "measured_step_time_s": best[1]} if best else None,

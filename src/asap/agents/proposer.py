@@ -32,7 +32,7 @@ from asap.spec.words import BottleneckClass, ClassSaving
 
 if TYPE_CHECKING:
     from asap.agents.knowledge import KnowledgeEntry
-    from asap.agents.memory import Memory
+    from asap.memory import Memory
 
 N_PROPOSALS = 3
 
@@ -143,8 +143,8 @@ class Proposer:
 
     @property
     def usable_gb(self) -> float:
-        """The peak a strategy may reach and fit (``asap.cost.memory.usable_hbm_gb``: the device's less the margin)."""
-        from asap.cost.memory import usable_hbm_gb
+        """The peak a strategy may reach and fit (``asap.cost.device_memory.usable_hbm_gb``: the device's less the margin)."""
+        from asap.cost.device_memory import usable_hbm_gb
 
         return usable_hbm_gb(self.cluster.accelerator, self.train)
 

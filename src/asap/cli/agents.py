@@ -180,7 +180,7 @@ def _announce(kind: str, path: str, what: str) -> None:
 
 
 def _open_memory(path: str | None):
-    from asap.agents.memory import Memory
+    from asap.memory import Memory
 
     return Memory.open(path)
 

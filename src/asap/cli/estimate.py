@@ -88,7 +88,7 @@ def print_estimate(job, est, strategy_text: str, options: JobOptions) -> None:
     from asap.spec.strategy import parse_strategy
     from asap.spec.words import count_text
 
-    from asap.cost.memory import usable_hbm_gb
+    from asap.cost.device_memory import usable_hbm_gb
 
     m, c, t = job.model, job.cluster, job.train
     capacity = usable_hbm_gb(c.accelerator, t)

@@ -50,7 +50,7 @@ def headline(est, devices: int, capacity_gb: float, precision: str = "bf16", mfu
     low, high = est.step_time_range_s
     own = (f", {est.precision_peak_utilization:.1%} of the {precision} peak"
            if est.precision_peak_utilization is not None else "")
-    from asap.cost.memory import HEADROOM_SHARE
+    from asap.cost.device_memory import HEADROOM_SHARE
 
     fit = ("fits" if est.fits_with_headroom else f"fits the device, not under the {HEADROOM_SHARE:.0%} headroom a plan "
            "keeps (fits_with_headroom false)") if est.fits else "[bold red]DOES NOT FIT[/]"

@@ -16,7 +16,7 @@ from asap.errors import AsapError
 from asap.spec.words import TrialStatus
 
 if TYPE_CHECKING:
-    from asap.agents.memory import Experiment, Trial
+    from asap.memory import Experiment, Trial
 
 
 @app.command("memory")
@@ -32,7 +32,7 @@ def memory_command(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout: {trials, experiments}."),
 ):
     """List the experiments and trials kept in the Sharding Memory; export them with the audit trail."""
-    from asap.agents.memory import Memory
+    from asap.memory import Memory
 
     if export is not None and not export.strip():
         raise AsapError("export", "needs a file name")

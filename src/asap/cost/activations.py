@@ -2,8 +2,8 @@
 operation table (``asap.cost.layer_ops``: each operation's saved tensors and the recompute modules that drop
 them).
 
-The accounting (Korthikanti et al. 2022 and what each recompute policy keeps) is ``asap.cost.memory``'s module
-docstring; ``asap.cost.units`` prices every unit with these figures and ``asap.cost.memory`` adds the in-flight
+The accounting (Korthikanti et al. 2022 and what each recompute policy keeps) is ``asap.cost.device_memory``'s module
+docstring; ``asap.cost.units`` prices every unit with these figures and ``asap.cost.device_memory`` adds the in-flight
 micro-batches and the model states. A module of its own so that both read it and neither imports the other's
 reader (units -> activations <- memory -> units).
 """

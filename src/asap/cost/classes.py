@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from asap.cost.memory import HEADROOM_SHARE
+from asap.cost.device_memory import HEADROOM_SHARE
 from asap.spec.words import BottleneckClass as C
 
 # the share of HBM a step may use and still leave room for the allocator's fragmentation and NCCL's buffers:
-# what a plan admits by default (``asap.cost.memory.HEADROOM_SHARE``, with its sources)
+# what a plan admits by default (``asap.cost.device_memory.HEADROOM_SHARE``, with its sources)
 USABLE_HBM = 1.0 - HEADROOM_SHARE
 # "compute-bound" means nothing large is left to remove: the published large runs sit at 38-55% MFU (Megatron-LM
 # 3D parallelism, arXiv:2104.04473 Table 1: 44-52% of A100 peak; Llama 3, arXiv:2407.21783 Table 4: 38-43% on

@@ -33,7 +33,7 @@ from asap.cost.dp_overlap import bucketed_exposed_s, dp_buckets, dp_link_busy_s
 from asap.cost.host import step_host_s
 from asap.cost.operations import BWD_GEMM
 from asap.cost.bands import error_bands, prediction_band, relative_error_scale
-from asap.cost.memory import (MemoryBreakdown, dense_and_expert_shards, fits_memory, fits_with_headroom, memory,
+from asap.cost.device_memory import (MemoryBreakdown, dense_and_expert_shards, fits_memory, fits_with_headroom, memory,
                               usable_hbm_gb)
 from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.pipeline import (bubble_s, exposed_p2p_messages, overlapped_p2p_excess_s,
@@ -391,7 +391,7 @@ class Estimate:
     memory_bound_s: float = 0.0  # time in memory-bound kernels over the step (inside compute)
     # what can be won (asap.cost.classes), verdict first; bottleneck is classes[0]'s coarse word
     classes: list[ClassSaving] = field(default_factory=list)
-    # within the device memory less the default headroom a plan keeps (``asap.cost.memory.HEADROOM_SHARE``);
+    # within the device memory less the default headroom a plan keeps (``asap.cost.device_memory.HEADROOM_SHARE``);
     # ``fits`` is within the device memory (less any --memory-margin), what a published run that trained met
     fits_with_headroom: bool = True
 

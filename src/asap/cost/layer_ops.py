@@ -9,7 +9,7 @@ them (T = b s / cp tokens); tensor parallelism splits heads and FFN columns by t
 Attention FLOPs (causal): QK^T and PV each cost 2 * b * s_q * s_k * heads * d per full square; causal
 masking halves the work (flash kernels skip masked tiles), so forward = 2 * b * s^2 * heads * (d_qk + d_v) / 2.
 
-Stored tensors (Korthikanti et al. 2022, sec. 4, eq. 1-2, generalised term by term; ``asap.cost.memory``'s
+Stored tensors (Korthikanti et al. 2022, sec. 4, eq. 1-2, generalised term by term; ``asap.cost.device_memory``'s
 module docstring): every operation saves what its backward reads, attached to the operation below with the
 recompute modules that drop it (Megatron-Core ``--recompute-modules``, ``RecomputeModule``). The norm outputs
 (the QKV and MLP inputs) are dropped by ``layernorm`` and by the kernels selective policy, Q, K and V by

@@ -24,7 +24,7 @@ of the link); ``host_memory`` the device's share of its host's DRAM bandwidth (`
 ``offload_layers`` = n > 0 offloads n of a device's layers only (Megatron-Core ``cpu_offloading_num_layers``;
 Megatron-Bridge recipes offload some layers, not all): the others keep their activations on the device, and
 only the n layers' bytes cross the link. What offload keeps in host memory is checked against the device's
-share of its host's DRAM (``Accelerator.host_mem_capacity_gb`` at ``asap.cost.memory.HOST_MEM_USABLE``): a DGX
+share of its host's DRAM (``Accelerator.host_mem_capacity_gb`` at ``asap.cost.device_memory.HOST_MEM_USABLE``): a DGX
 host has 2 TB for 8 GPUs, a Grace 480 GB for two Blackwells, a TPU v6e host 1536 GiB for 8 chips.
 """
 

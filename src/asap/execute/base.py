@@ -1,5 +1,8 @@
 """The executor interface of the closed loop: ``run(strategy) -> Measurement | Failure``.
 
+The result types (``Measurement``, ``Failure``, ``Result``) and the interface the tune loop types its executor by
+(``TrialExecutor``, a Protocol that ``Executor`` satisfies) live below the agents, in ``asap.spec.outcome``.
+
 An executor turns one parallel strategy into one trial: ``sim`` prices it with the cost model, ``torch`` runs
 the reference trainer under torchrun, ``command`` runs any launcher from a template (Megatron-LM, torchtitan,
 a Slurm job...). ``run`` takes a ``Strategy``; text is read by the executor's ``parse`` (the edge, which
@@ -13,74 +16,17 @@ from __future__ import annotations
 import time
 import traceback
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
 
 from asap.errors import AsapError
 from asap.measure import DEFAULT_MAX_REPEATS, StepStats, pooled
+from asap.spec.outcome import Failure, Measurement, Result
 from asap.spec.strategy import Strategy
-from asap.spec.words import FailureKind, TrialStatus
+from asap.spec.words import FailureKind
 
 # why a trial failed (``asap.spec.words.FailureKind``)
 FAILURE_KINDS = tuple(k.value for k in FailureKind)
 
 
-@dataclass
-class Measurement:
-    """A trial that produced a step time (measured, or predicted when ``predicted``)."""
-
-    strategy: Strategy
-    step_time_s: float
-    tokens_per_s: float | None = None
-    peak_memory_gb: float | None = None
-    losses: list[float] = field(default_factory=list)
-    traces: list[str] = field(default_factory=list)
-    executor: str = ""
-    predicted: bool = False
-    wall_time_s: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-    # the measurement (``asap.measure``): timed steps, spread, noise, repeats; None for a prediction
-    stats: StepStats | None = None
-    precision: str | None = None  # the precision the run trained in (fp32 on CPU processes), not the job's
-
-    status = TrialStatus.OK
-    ok: ClassVar[Literal[True]] = True
-    reason = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status.value, "reason": None, "strategy": self.strategy.to_dict(), "executor": self.executor,
-                "step_time_s": self.step_time_s, "measured_step_time_s": None if self.predicted else self.step_time_s,
-                "predicted": self.predicted, "tokens_per_s": self.tokens_per_s, "peak_memory_gb": self.peak_memory_gb,
-                "losses": self.losses, "traces": self.traces, "wall_time_s": self.wall_time_s, "details": self.details,
-                "measured_spread": self.stats.measured_spread if self.stats else None,
-                "noise": self.stats.noise if self.stats else (0.0 if self.predicted else None),
-                "repeats": self.stats.repeats if self.stats else 1, "precision": self.precision,
-                "step_stats": self.stats.to_dict() if self.stats else None}
-
-
-@dataclass
-class Failure:
-    """A trial that produced no step time; ``kind`` says why (a ``FailureKind``), ``reason`` in one line."""
-
-    strategy: Strategy
-    reason: str
-    kind: FailureKind = FailureKind.CRASH
-    executor: str = ""
-    log_tail: str = ""
-    wall_time_s: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-    status = TrialStatus.FAILED
-    ok: ClassVar[Literal[False]] = False
-    step_time_s = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status.value, "reason": self.reason, "kind": str(self.kind), "strategy": self.strategy.to_dict(),
-                "executor": self.executor, "step_time_s": None, "measured_step_time_s": None,
-                "wall_time_s": self.wall_time_s, "log_tail": self.log_tail, "details": self.details}
-
-
-Result = Measurement | Failure
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -107,6 +53,11 @@ class Executor(ABC):
     def repeat_folder(self) -> str:
         """The sub-folder of a repeat inside its trial's folder ("" for the first run)."""
         return f"repeat{self.repeat_index + 1}" if self.repeat_index else ""
+
+    @property
+    def machine(self) -> str | None:
+        """What the trials run on, as Memory keeps workloads apart (None: nothing beyond the job's cluster)."""
+        return None
 
     def run_precision(self) -> str | None:
         """The precision this executor's runs train in (None: the job's)."""

@@ -39,7 +39,8 @@ from typing import Any
 
 from asap.errors import AsapError
 from asap.subprocs import wait_or_kill
-from asap.execute.base import Executor, Failure, Measurement, Result, one_line
+from asap.execute.base import Executor, one_line
+from asap.spec.outcome import Failure, Measurement, Result
 from asap.spec.model import ModelSpec
 from asap.spec.strategy import KEYS, Strategy, complete_strategy, parse_strategy, resolve_strategy
 from asap.spec.train import TrainSpec

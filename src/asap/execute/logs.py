@@ -2,7 +2,7 @@
 where its profiler writes traces (``LOG_FORMATS``; ``parse_log(framework, text, ...)``).
 
 Every pattern was read off the stack's own output (a run on this machine's CPU, or the stack's docs and
-source; ``tests/test_execute_logs.py`` holds the lines and says where each came from):
+source; ``tests/execute/test_execute_logs.py`` holds the lines and says where each came from):
 
 * Megatron-LM (``megatron/training/training.py``, ``training_log``): `` iteration 1/ 24000 | consumed samples:
   1024 | elapsed time per iteration (ms): 271607.0 | ... | lm loss: 1.192634E+01 |``; newer versions print

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from asap.execute.base import Executor, Failure, Measurement, Result
+from asap.execute.base import Executor
+from asap.spec.outcome import Failure, Measurement, Result
 from asap.spec.job import Job
 from asap.spec.strategy import Strategy, resolve_strategy
 from asap.spec.words import FailureKind

@@ -7,7 +7,8 @@ import contextlib
 from pathlib import Path
 
 from asap.errors import AsapError
-from asap.execute.base import Executor, Failure, Measurement, Result
+from asap.execute.base import Executor
+from asap.spec.outcome import Failure, Measurement, Result
 from asap.measure import step_stats
 from asap.spec.job import Job
 from asap.spec.model import ModelSpec

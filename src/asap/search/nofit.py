@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from asap.cost.memory import HOST_MEM_USABLE, usable_hbm_gb
+from asap.cost.device_memory import HOST_MEM_USABLE, usable_hbm_gb
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.strategy import format_compact
@@ -25,7 +25,7 @@ def headroom_note(acc, train) -> str:
 
 def no_fit_error(job: Job, fixed: dict[str, Any], search, replan: Callable | None) -> NoFitError:
     """The one line that says what refused every strategy: the host's memory where some fit the device but
-    keep more than the host's share in host memory (``asap.cost.memory.fits_memory``), else the device's, and
+    keep more than the host's share in host memory (``asap.cost.device_memory.fits_memory``), else the device's, and
     with ``replan`` (the planner, ``asap.search.planner.plan``) the pinned knobs without which one would fit
     (``pinned_culprits``). ``search`` is the planner's ``Search``."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework

@@ -25,7 +25,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import BatchEstimate, Estimate, estimate, estimate_batch, estimate_from_batch
 from asap.cost.bands import indistinguishable
-from asap.cost.memory import default_headroom_gb, usable_hbm_gb
+from asap.cost.device_memory import default_headroom_gb, usable_hbm_gb
 from asap.errors import AsapError
 from asap.search.mesh import tpu_mesh
 from asap.search.nofit import no_fit_error
@@ -232,7 +232,7 @@ def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
 
 def plan_headroom(job: Job, margin_gb: float | None = None) -> Job:
     """The job a plan recommends for: ``margin_gb`` GiB kept free per device, or by default the headroom the
-    stacks' users keep (``asap.cost.memory.default_headroom_gb``: 8% of the device for allocator
+    stacks' users keep (``asap.cost.device_memory.default_headroom_gb``: 8% of the device for allocator
     fragmentation and NCCL buffers); ``margin_gb=0`` plans to the edge of the device memory."""
     margin = default_headroom_gb(job.cluster.accelerator) if margin_gb is None else float(margin_gb)
     return replace(job, train=replace(job.train, memory_margin_gb=margin))

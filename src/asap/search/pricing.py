@@ -17,7 +17,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, estimate_batch
-from asap.cost.memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
+from asap.cost.device_memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
 from asap.cost.units import DeviceFigures, device_figures, unit_times, with_times
 from asap.errors import AsapError
 from asap.search.prune import step_lower_bound_s, worth_pricing

@@ -15,7 +15,7 @@ and ``step_lower_bound_s`` = m (min(t_max, t_avg) - overlap tp) (t_max alone wit
 It is loose where the data-parallel or pipeline terms dominate and tight where compute does, which is where the
 fastest rows are: on DeepSeek-V3 over 2048 H800, 19k of the 349k rows that fit are within the bar, so the
 others' communication, bubble and host terms are never priced. The bar only ever drops a row that could not
-be shown, so the plan is identical with and without it (``tests/test_plan_prune.py``).
+be shown, so the plan is identical with and without it (``tests/search/test_plan_prune.py``).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.memory import GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight, state_bytes_per_param, usable_hbm_gb
+from asap.cost.device_memory import GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight, state_bytes_per_param, usable_hbm_gb
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import unit_activations, unit_params, unit_times
@@ -144,7 +144,7 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                                                           base.offload_opt, fw.half_weight_copy)) for shard in (dense_shard, edp))
     states = params.dense * np.reshape(dense_state, (-1, 1)) + params.expert * np.reshape(expert_state, (-1, 1))
     hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
-    # activations carry the allocator's reserve (cost/memory.py: a share of what the step allocates and frees)
+    # activations carry the allocator's reserve (cost/device_memory.py: a share of what the step allocates and frees)
     reserve = 1.0 + fw.fragmentation
     out = []
     for r, s in enumerate(strategies):

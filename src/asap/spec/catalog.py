@@ -31,7 +31,7 @@ class Accelerator:
     efficiency: Family | None = None  # the family's constants unless a cluster file overrides some
     # the device memory the driver reports (nvidia-smi's total, in GiB), where it differs from hbm_gb (the
     # marketed "80 GB" of an H100 is 81559 MiB = 79.65 GiB); 0: hbm_gb. What the program may allocate is this
-    # less the runtime's own share (``asap.cost.memory``: the stack's fixed allowance) and a --memory-margin.
+    # less the runtime's own share (``asap.cost.device_memory``: the stack's fixed allowance) and a --memory-margin.
     hbm_total_gb: float = 0.0
     # the host side (``asap.cost.offload``): the device's link to host memory per direction (PCIe Gen4 x16 32
     # GB/s, Gen5 x16 64 GB/s, NVLink-C2C on Grace superchips) and its share of the host's DRAM bandwidth

@@ -154,7 +154,7 @@ class HostOps:
 
 
 # The reference trainer (asap.runners.torch.model), counted by a dispatch mode over one forward and one backward
-# (tests/test_host_overhead.py recounts them): a dense block 97 + 156 operators; an MoE block 126 + 193 plus 8 +
+# (tests/cost/test_host_overhead.py recounts them): a dense block 97 + 156 operators; an MoE block 126 + 193 plus 8 +
 # 23 per local expert (its experts run in a loop); embedding, final norm, head and cross-entropy 13 + 18; AdamW
 # (torch's single-tensor path on CPU) 13 per tensor. Under tensor parallelism (DTensor, torch's
 # parallelize_module) 34% of a layer's operators run on DTensors, 55% with sequence parallelism.

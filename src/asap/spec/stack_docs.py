@@ -2,8 +2,8 @@
 
 ``options_table()`` renders ``asap.spec.framework.FRAMEWORKS`` (the options each stack offers, its defaults)
 and ``asap.spec.stack_rules.STACK_RULES`` (the combinations it cannot run) as one markdown table. docs/inputs.md
-and docs/cost_model.md carry it between ``BEGIN``/``END`` markers; tests/test_stack_docs.py checks that they
-equal it, and ``PYTHONPATH=src python tests/test_stack_docs.py --write`` rewrites them. So the docs cannot
+and docs/cost_model.md carry it between ``BEGIN``/``END`` markers; tests/house/test_stack_docs.py checks that they
+equal it, and ``PYTHONPATH=src python tests/house/test_stack_docs.py --write`` rewrites them. So the docs cannot
 disagree with what ``estimate``, ``plan`` and ``emit`` accept.
 """
 

@@ -37,7 +37,7 @@ class TrainSpec:
     # eager ones (False); None: the stack's default (asap.spec.framework.Framework.fused_elementwise)
     fused_elementwise: bool | None = None
     # device memory (GiB) kept free beyond what the stack's runtime takes (``--memory-margin``): a strategy fits
-    # when its peak is at most the usable HBM less this (``asap.cost.memory.usable_hbm_gb``)
+    # when its peak is at most the usable HBM less this (``asap.cost.device_memory.usable_hbm_gb``)
     memory_margin_gb: float = 0.0
 
     def __post_init__(self):
