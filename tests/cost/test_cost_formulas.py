@@ -270,3 +270,34 @@ def test_low_precision_grouped_gemm_follows_deepgemm_k_sweep():
     # rows per expert: the masked-layout table (512 vs 8192 rows: 1040 / 1297 = 0.80) needs no new constant
     m_ratio = gemm_efficiency(h100, 512, 4096, 7168, r, True) / gemm_efficiency(h100, 8192, 4096, 7168, r, True)
     assert m_ratio == pytest.approx(1040 / 1297, abs=0.03)
+
+
+def test_tpu_grouped_gemm_prices_megablox_rate_and_row_tiles():
+    """MaxText's expert GEMMs (megablox gmm): the TPU family's ``grouped_gemm_efficiency`` of a dense GEMM's
+    rate, and one row tile (``Framework.expert_row_tile``, tile_batch_seq 512) more per local expert; GPU
+    grouped GEMMs keep the dense rate, and a stack without a fixed row tile adds no rows."""
+    from asap.cost.layer_ops import Shapes, moe_mlp_ops
+    from asap.cost.roofline import gemm_time_s
+    from asap.spec.catalog import get_accelerator
+    from asap.spec.framework import get_framework
+
+    tpu, h100 = get_accelerator("tpu-v5p"), get_accelerator("h100-sxm")
+    fam = tpu.family_constants
+    for acc, share in ((tpu, fam.grouped_gemm_efficiency), (h100, 1.0)):
+        dense = gemm_time_s(acc, "bf16", 8192, 4096, 7168)
+        grouped = gemm_time_s(acc, "bf16", 8192, 4096, 7168, grouped=True)
+        assert grouped - acc.family_constants.kernel_overhead_s == pytest.approx(
+            (dense - acc.family_constants.kernel_overhead_s) / share, rel=1e-9)
+    assert get_framework("maxtext", "tpu").expert_row_tile == 512.0
+    assert get_framework("megatron", "gpu").expert_row_tile == 0.0
+    model = load_model("deepseek-v3")
+    train = TrainSpec(global_batch=512, seq_len=4096)
+    S = batch(model, train, 256, "dp=256,zero=3,mbs=2")
+
+    def fc1_rows(tile):
+        ops = moe_mlp_ops(model, Shapes.of(model, train, S, 1.0, tile), S)
+        return float(np.asarray(next(op for op in ops if op.name == "experts_fc1").m).ravel()[0])
+
+    per_expert = 2 * 4096 * model.moe.top_k / model.moe.num_experts
+    assert fc1_rows(0.0) == pytest.approx(per_expert)
+    assert fc1_rows(512.0) == pytest.approx(per_expert + 512.0)

@@ -57,7 +57,7 @@ def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: Strat
     fw = framework if framework is not None else get_framework(train.framework, acc.family)
     fused = train.fused_elementwise if fused_elementwise is None else fused_elementwise
     traffic = fw.elementwise_traffic_for(fused)
-    x = Shapes.of(model, train, S, traffic)
+    x = Shapes.of(model, train, S, traffic, fw.expert_row_tile)
     dense = layer_table(model, x, S, moe=False)
     attention = dense.select(block=Block.ATTENTION)
     zero = np.zeros(len(S))

@@ -86,15 +86,18 @@ class Shapes:
     unfused: float  # the framework's elementwise traffic over fused kernels (asap.spec.framework)
     attn_work: np.ndarray | float = 1.0  # attention FLOPs over full-length single-document samples (--lengths)
     moe_imbalance: float = 1.0  # the busiest expert rank's routed tokens over the mean
+    expert_row_tile: float = 0.0  # the grouped GEMM's row tile that each expert's rows may add (``moe_mlp_ops``)
 
     @classmethod
-    def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch, unfused: float = 1.0) -> "Shapes":
+    def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch, unfused: float = 1.0,
+           expert_row_tile: float = 0.0) -> "Shapes":
         b, tp, cp = S.mbs.astype(float), S.tp.astype(float), S.cp.astype(float)
         T = b * train.seq_len / cp
         ab = act_bytes(train.precision)
         gemm_in = BYTES[train.precision] if train.precision in LOW_PRECISIONS else ab
         return cls(train.precision, ab, gemm_in, float(model.hidden_size), b, float(train.seq_len), tp, cp, T,
-                   T / np.where(S.sp > 0, tp, 1.0), unfused, train.attention_work_factor(S.dp), train.moe_imbalance)
+                   T / np.where(S.sp > 0, tp, 1.0), unfused, train.attention_work_factor(S.dp), train.moe_imbalance,
+                   expert_row_tile)
 
     @property
     def norm_bytes(self):
@@ -165,20 +168,23 @@ def attention_ops(model: ModelSpec, x: Shapes) -> list[Operation]:
 
 
 def mlp_ops(model: ModelSpec, x: Shapes, name: str, tokens, ffn_per_device, stored_tokens, axis: Axis,
-            modules: tuple, act_modules: tuple, count=1.0, grouped=False, memory_bound=True) -> list[Operation]:
+            modules: tuple, act_modules: tuple, count=1.0, grouped=False, memory_bound=True,
+            gemm_tokens=None) -> list[Operation]:
     """fc1, the activation function and fc2 of ``count`` MLPs with ``tokens`` rows each and ``ffn_per_device``
     columns (``grouped``: the routed experts' grouped GEMM, ``roofline.grouped_half_dim_scale``). The
     activation saves fc1's output(s), fc2 its input, for ``stored_tokens`` rows; ``modules`` re-run (and drop)
-    all three, ``act_modules`` the activation (and fc2's input)."""
+    all three, ``act_modules`` the activation (and fc2's input). ``gemm_tokens``: the rows the two GEMMs
+    compute when their kernel pads them (None: ``tokens``)."""
+    gemm_tokens = tokens if gemm_tokens is None else gemm_tokens
     up_mult = 2.0 if model.gated else 1.0
     act_elems_mult = 3.0 if model.gated else 2.0  # SwiGLU reads gate and up, writes the product
     B, h, ab = Block.MLP, x.h, x.ab
     fc1_out = Saved(stored_tokens * ab * up_mult * ffn_per_device, modules)
     fc2_in = Saved(stored_tokens * x.gemm_in * ffn_per_device, act_modules, selective=True)
-    return [x.gemm(f"{name}_fc1", B, axis, tokens, up_mult * ffn_per_device, h, modules, count=count, grouped=grouped),
+    return [x.gemm(f"{name}_fc1", B, axis, gemm_tokens, up_mult * ffn_per_device, h, modules, count=count, grouped=grouped),
             Operation(f"{name}_act", ELEMENTWISE, B, axis, act_modules, (fc1_out,), memory_bound=memory_bound,
                       bytes=act_elems_mult * ab * tokens * ffn_per_device * count * x.unfused),
-            x.gemm(f"{name}_fc2", B, axis, tokens, h, ffn_per_device, modules, (fc2_in,), count=count,
+            x.gemm(f"{name}_fc2", B, axis, gemm_tokens, h, ffn_per_device, modules, (fc2_in,), count=count,
                    grouped=grouped)]
 
 
@@ -204,6 +210,11 @@ def moe_mlp_ops(model: ModelSpec, x: Shapes, S: StrategyBatch) -> list[Operation
     stored_rows = x.T * mo.top_k * etp / x.tp  # routed token copies this device's etp group stores
     rows = stored_rows * x.moe_imbalance  # ... and computes on the busiest rank
     local_experts = mo.num_experts / ep
+    # a grouped GEMM kernel with fixed row tiles (``Framework.expert_row_tile``) computes a tile that straddles
+    # two experts' rows once for each of them, masked: one more tile per expert boundary, about one tile of rows
+    # per local expert (at most the rows there are)
+    per_expert = rows / local_experts
+    padded = per_expert + np.minimum(x.expert_row_tile, rows)
     permute = 2 * ab * x.T_sp * mo.top_k * x.h  # read and write, once to dispatch and once to combine
     router_logits = Saved(4.0 * x.T_sp * mo.num_experts, (M.MOE,))
     ops = [x.norm("pre_mlp_norm", B),
@@ -214,8 +225,8 @@ def moe_mlp_ops(model: ModelSpec, x: Shapes, S: StrategyBatch) -> list[Operation
            Operation("dispatch", ELEMENTWISE, B, Axis.SP, (M.MOE,), (Saved(stored_rows * (ab + x.gemm_in) * x.h,
                                                                            (M.MOE,)),),
                      bytes=permute, memory_bound_kernels=0),
-           *mlp_ops(model, x, "experts", rows / local_experts, mo.expert_ffn_hidden_size / etp, stored_rows, Axis.EP,
-                    (M.MOE,), (M.MOE, M.MOE_ACT), count=local_experts, grouped=True),
+           *mlp_ops(model, x, "experts", per_expert, mo.expert_ffn_hidden_size / etp, stored_rows, Axis.EP,
+                    (M.MOE,), (M.MOE, M.MOE_ACT), count=local_experts, grouped=True, gemm_tokens=padded),
            Operation("combine", ELEMENTWISE, B, Axis.SP, (M.MOE,), bytes=permute, memory_bound_kernels=0)]
     if mo.shared_experts:
         shared = (M.MOE, M.SHARED_EXPERTS)

@@ -92,6 +92,8 @@ def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0, grouped=Fa
         elem = BYTES[precision]
     rate = peak * gemm_efficiency(acc, m, n, k, grouped_half_dim_scale(acc, precision) if grouped else 1.0,
                                  grouped)
+    if grouped:
+        rate = rate * fam.grouped_gemm_efficiency
     bytes_moved = elem * (m * k + k * n) + act_bytes(precision) * m * n
     t = np.maximum(flops / rate, bytes_moved / (acc.hbm_gbps * 1e9 * fam.hbm_efficiency))
     if precision in LOW_PRECISIONS:  # the input is quantised first: read bf16, write fp8/fp4 (TE, torchao)

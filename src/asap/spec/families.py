@@ -51,6 +51,9 @@ class Family:
         ``roofline.gemm_efficiency``); 0: K takes ``gemm_half_dim`` like the other dimensions. Set where a
         published sweep measures it: DeepGEMM's H800 fp8 tables (deepseek-ai/DeepGEMM README) give ~800 at
         fp8, 400 in bf16 terms, on Hopper and (its Hopper-derived first estimate) Blackwell.
+    grouped_gemm_efficiency: the rate of the family's grouped (MoE expert) GEMM kernel relative to a dense GEMM
+        of the same shape, beyond the shape curves; 1 where the grouped kernel is the dense GEMM's tile loop
+        walked over experts (CUTLASS/cuBLAS grouped GEMMs, DeepGEMM: their losses are ``grouped_half_k``'s).
     host_op_s: host time to dispatch one framework operator (PyTorch eager: the Python frame, the dispatcher,
         the launch; ~3-10 us), priced per operator the stack's host runs (``asap.cost.host``).
     dtensor_op_s: the extra host time of an operator on DTensors (sharding propagation and the subclass's
@@ -83,6 +86,7 @@ class Family:
     attention_half_kv_len: float = 256.0
     matrix_unit_dim: float = 0.0
     grouped_half_k: float = 0.0
+    grouped_gemm_efficiency: float = 1.0
     dtensor_op_s: float = 20e-6
     dtensor_call_s: float = 0.0
     sync_s: float = 0.0
@@ -145,7 +149,15 @@ _FAMILY_TABLE = (
     Family(name="tpu", gemm_efficiency=0.85, gemm_half_dim=128.0, attention_efficiency=0.50,
            fp8_gemm_efficiency=0.50, hbm_efficiency=0.85, net_efficiency=0.85, collective_latency_s=15e-6,
            kernel_overhead_s=2e-6, tp_overlap=0.5,
-           matrix_unit_dim=256.0),  # the current generations' MXU (v6e, TPU7x); the catalog's v4/v5e/v5p say 128
+           matrix_unit_dim=256.0,  # the current generations' MXU (v6e, TPU7x); the catalog's v4/v5e/v5p say 128
+           # MaxText's expert GEMMs are megablox gmm, a Pallas kernel, not XLA's dot emitter: fixed tiles (512 x
+           # 1024 x 1024 in configs/base.yml) whatever the expert's width, each expert's weight tiles streamed for
+           # its own rows only, and a backward of a transposed kernel (tgmm) that accumulates every expert's
+           # weight gradient over its own row tiles. Fitted (0.6 of the dense rate, beyond the row tiles of
+           # Framework.expert_row_tile) on the MaxText MoE runs of published_runs_2024_2026.json (tpu-recipes
+           # DeepSeek-V3 on v5p and TPU7x, Qwen3-235B and GPT-OSS-120B on TPU7x, Mixtral on v6e); no published
+           # kernel sweep measures it
+           grouped_gemm_efficiency=0.6),
     # Ascend: Cube units of 16x16x16; CANN matmuls reach somewhat less of peak, HCCL over HCCS/RoCE. MC2
     # (MindSpeed --use-ascend-mc2, MindFormers' mc2 fusion: matmul fused with the TP all-gather /
     # reduce-scatter, the communication tiled under the matmul's cube work on the 910B) hides TP traffic

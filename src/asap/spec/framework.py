@@ -252,6 +252,11 @@ class Framework:
     # the MoE dispatcher copies the routed token counts to the host and waits on them once per MoE layer
     # forward (``asap.cost.host.moe_syncs``); XLA compiles static shapes and needs none
     moe_host_sync: bool = True
+    # the row tile of the stack's grouped expert GEMM when it is a fixed-tile kernel that visits a tile
+    # straddling two experts' rows once per expert (masked), so each local expert adds about one tile of rows
+    # (``asap.cost.layer_ops.moe_mlp_ops``); 0: none priced (cuBLAS/CUTLASS grouped GEMMs tile each expert's
+    # rows in 64-256, a small share of the thousands of rows an expert gets)
+    expert_row_tile: float = 0.0
     # activation offload combines with pipeline parallelism (Megatron-Core's TransformerConfig refuses
     # cpu_offloading with pipeline_model_parallel_size > 1)
     offload_act_with_pp: bool = True
@@ -353,6 +358,10 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               zero_default=3,
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
+              # MaxText's sparse_matmul runs megablox gmm (Pallas) with tiling (tile_batch_seq 512, ...) from
+              # configs/base.yml; its group metadata (make_group_metadata) visits a row tile shared by two
+              # groups once per group
+              expert_row_tile=512.0,
               dp_bucket=(0.0, 0.0), fsdp_zero=0, half_weight_copy=False),  # XLA reduces per scanned layer
     Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
