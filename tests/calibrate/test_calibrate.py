@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from asap.errors import AsapError
-from asap.spec.hardware import check_calibration_file, load_cluster
+from asap.calibrate.check import check_calibration_file
+from asap.spec.hardware import load_cluster
 from conftest import assert_one_line_error, run_cli
 
 MB = 1 << 20

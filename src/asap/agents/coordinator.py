@@ -24,7 +24,7 @@ import numpy as np
 from asap.agents.analyzer import Analysis, Analyzer
 from asap.agents.correction import Correction, fit_correction, information_gain, sensitivities
 from asap.agents.llm import LLMAdvisor
-from asap.agents.proposer import Proposer, parse_current
+from asap.agents.proposer import Proposal, Proposer, parse_current
 from asap.agents.workload import workload_record
 from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
@@ -360,3 +360,25 @@ class Coordinator:
                 "best": {"strategy": best[0].to_dict(), "strategy_string": str(best[0]),
                          "measured_step_time_s": best[1]} if best else None,
                 "correction": self.correction.to_dict()}
+
+
+@dataclass
+class AfterBest:
+    """What the loop's report shows past its trials: the best strategy priced on the corrected machine, and the
+    next moves from it (the Analyzer's reading of that estimate, the Proposer's proposals, none already tried)."""
+
+    job: Job  # the corrected job the figures are priced on
+    estimate: Estimate
+    proposals: list[Proposal]
+
+
+def after_best(coord: Coordinator, memory: Memory) -> AfterBest | None:
+    """The best trial's estimate and next proposals on the corrected machine (None before any trial measured)."""
+    if not coord.best:
+        return None
+    corrected = coord.corrected()
+    est = estimate(corrected, coord.best[0])
+    diagnosis = Analyzer(corrected.cluster).analyze(est)
+    tried = {str(rec.strategy) for rec in coord.trials}
+    return AfterBest(corrected, est, Proposer(corrected, memory).propose(coord.best[0], diagnosis,
+                                                                         exclude=tried).proposals)

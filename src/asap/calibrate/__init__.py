@@ -16,7 +16,7 @@ own formulas* (``asap.cost.roofline``, ``asap.cost.collectives``): the values th
 measured times best (least squares of log time), and the fit repeated on the fastest and on the slowest
 repeat of every point gives each constant's noise band. The result is a cluster file (YAML or JSON by the
 extension of ``out``) that every ``--cluster`` option reads, carrying the measurements, the date, the versions
-and the machine in its ``measured`` block (``asap.spec.hardware.validate_measured``).
+and the machine in its ``measured`` block (``asap.spec.calibration_file.validate_measured``).
 
 A device on CPU is one process with ``cpu_count // P`` threads (at least one), as ``asap run`` starts them, all
 P of them busy at once: the per-device figures are what a P-process run on this machine gets.

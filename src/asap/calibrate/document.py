@@ -1,7 +1,7 @@
 """The cluster file ``asap calibrate`` writes: the base cluster with the fitted constants (``asap.calibrate.fit``),
 the accelerator's peaks raised where this machine beats them, and the ``measured`` block (the measurements, what
 the written constants predict for each, the noise, the date, the versions and the machine;
-``asap.spec.hardware.validate_measured`` reads it back).
+``asap.spec.calibration_file.validate_measured`` reads it back).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def provenance(raw: list[dict], base, dev: str, nproc: int, quick: bool, prec: s
     """The measured block's versions, machine and setup (the keys between ``date`` and ``gemm``)."""
     import numpy as np
 
-    from asap.spec.hardware import machine_identity
+    from asap.calibrate.check import machine_identity
     from asap.version import __version__
 
     info = raw[0].get("info", {})

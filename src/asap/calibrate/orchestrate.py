@@ -74,7 +74,7 @@ def machine_calibration_path(device: str = "cpu") -> Path:
 def find_machine_calibration(device: str = "cpu") -> Path | None:
     """This machine's calibration if there is one and it is this machine's (``check_calibration_file``)."""
     from asap.errors import AsapError
-    from asap.spec.hardware import check_calibration_file
+    from asap.calibrate.check import check_calibration_file
 
     path = machine_calibration_path(device)
     if not path.exists():

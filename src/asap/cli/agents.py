@@ -254,9 +254,7 @@ def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None 
     """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals, each
     prediction with the ``asap estimate -c CLUSTER_FILE`` command that gives it (the corrected machine, written
     beside the page when --write-cluster names no file)."""
-    from asap.agents.analyzer import Analyzer
-    from asap.agents.proposer import Proposer
-    from asap.cost.estimate import estimate
+    from asap.agents.coordinator import after_best
     from asap.report.html import write_report
 
     job = coord.job
@@ -273,16 +271,11 @@ def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None 
     best_estimate, proposals = None, []
     trials = [{**tr, "strategy_compact": compact_strategy(rec.strategy, job)}
               for tr, rec in zip(result["trials"], coord.trials, strict=True)]
-    if coord.best:
-        corrected = coord.corrected()
-        best = coord.best[0]
-        est = estimate(corrected, best)
-        name = compact_strategy(best, job)
-        best_estimate = {**est.to_dict(), "strategy_compact": name, "command": f"asap estimate {args} -S {quote(name)}"}
-        diagnosis = Analyzer(corrected.cluster).analyze(est)
-        tried = {str(rec.strategy) for rec in coord.trials}
-        ps = Proposer(corrected, mem).propose(best, diagnosis, exclude=tried)
-        for p in ps.proposals:
+    if (after := after_best(coord, mem)) is not None:
+        name = compact_strategy(coord.best[0], job)
+        best_estimate = {**after.estimate.to_dict(), "strategy_compact": name,
+                         "command": f"asap estimate {args} -S {quote(name)}"}
+        for p in after.proposals:
             pname = compact_strategy(p.strategy, job)
             proposals.append({**p.to_dict(), "strategy_compact": pname,
                               "command": f"asap estimate {args} -S {quote(pname)}"})

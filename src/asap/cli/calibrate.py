@@ -36,7 +36,8 @@ def calibrate_command(
     import time
 
     if check is not None:
-        from asap.spec.hardware import check_calibration_file, load_cluster
+        from asap.calibrate.check import check_calibration_file
+        from asap.spec.hardware import load_cluster
 
         if cluster is not None or out is not None:
             raise AsapError("check", "--check FILE reads a calibration; give it without --cluster and --out")

@@ -52,7 +52,7 @@ def estimate(
     from asap.budget import budget_line
     from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
     from asap.spec.stack_rules import runnable_strategy
-    from asap.spec.hardware import figures_provenance
+    from asap.spec.calibration_file import figures_provenance
 
     job, aw, data = options.load_lengths()
     budget, price = budget_of(tokens, price_per_device_hour)

@@ -10,7 +10,6 @@ the families' constants in ``asap.spec.families`` (``Family``, ``FAMILIES``); bo
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -19,6 +18,7 @@ from typing import Any, Mapping
 
 from asap.errors import AsapError
 # the catalog and the family constants live in their own modules; every name stays importable from here
+from asap.spec.calibration_file import validate_measured
 from asap.spec.catalog import CATALOG, Accelerator, get_accelerator
 from asap.spec.families import EFFICIENCY_KEYS, FAMILIES, ZERO_ALLOWED_KEYS, Family
 from asap.spec.topology import Topology, topology_of
@@ -194,150 +194,6 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
     measured = validate_measured(d["measured"]) if d.get("measured") is not None else None
     return Cluster(accelerator=acc, devices_per_node=dpn, nodes=nodes, name=str(d.get("name", name)),
                    scale_up_domain=_scale_up_domain(d, "cluster.scale_up_domain"), measured=measured)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Calibrated cluster files (asap calibrate): the ``measured`` block
-# ----------------------------------------------------------------------------------------------------------
-# Refused when loaded, always (a corrupt file): a ``measured`` that is not a mapping; a missing or ill-typed
-# ``date`` (ISO 8601), ``versions`` (a mapping of names to version strings) or ``machine`` (a mapping with a
-# non-empty ``hostname``); a ``format`` other than asap-calibration/1; sections of the wrong shape (``gemm`` and
-# ``collectives`` lists of mappings; ``memory``, ``host``, ``fitted``, ``noise`` mappings; ``warnings`` and
-# ``not_measured`` lists of strings); any number in the block that is not finite and non-negative. Refused only
-# on request (``check_calibration_file``): a file made on another machine (pricing another machine from its
-# calibration is legitimate; running on this one with it is not).
-
-CALIBRATION_FORMATS = ("asap-calibration/1",)
-_MEASURED_LISTS = ("gemm", "collectives")
-_MEASURED_MAPPINGS = ("memory", "host", "fitted", "noise", "model_median_abs_rel_error")
-_MAX_MEASURED_DEPTH = 12
-
-
-def machine_identity() -> dict[str, Any]:
-    """What names this machine in a calibration file: hostname, platform, CPU count and model."""
-    import os
-    import platform
-    import socket
-
-    processor = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):  # no /proc (not Linux): platform's name stands
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                processor = line.split(":", 1)[1].strip()
-                break
-    ident: dict[str, Any] = {"hostname": socket.gethostname(), "platform": platform.platform(),
-                             "cpu_count": os.cpu_count() or 1, "processor": processor}
-    with contextlib.suppress(ValueError, OSError, AttributeError):  # no sysconf: memory is not recorded
-        ident["memory_gb"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1)
-    return ident
-
-
-def validate_measured(m: Any, field_name: str = "cluster.measured") -> dict[str, Any]:
-    """A calibration file's ``measured`` block, checked (one AsapError naming the field otherwise); the date
-    comes back as an ISO string whichever way YAML parsed it."""
-    import datetime as _dt
-
-    if not isinstance(m, dict):
-        raise AsapError(field_name, f"must be a mapping (a calibration's measurements), got {type(m).__name__}")
-    fmt = m.get("format")
-    if fmt is not None and fmt not in CALIBRATION_FORMATS:
-        raise AsapError(f"{field_name}.format", f"{fmt!r} is not an asap calibration (known: "
-                                                f"{', '.join(CALIBRATION_FORMATS)})")
-    for key in ("date", "versions", "machine"):
-        if m.get(key) is None:
-            raise AsapError(f"{field_name}.{key}", "missing: a calibration file records its date, versions and machine")
-    date = m["date"]
-    if isinstance(date, _dt.datetime) or isinstance(date, _dt.date):
-        date = date.isoformat()
-    elif isinstance(date, str):
-        try:
-            _dt.datetime.fromisoformat(date.strip())
-        except ValueError:
-            raise AsapError(f"{field_name}.date", f"must be an ISO 8601 date, got {date!r}") from None
-    else:
-        raise AsapError(f"{field_name}.date", f"must be an ISO 8601 date, got {date!r}")
-    versions = m["versions"]
-    if not isinstance(versions, dict) or not versions:
-        raise AsapError(f"{field_name}.versions", "must be a mapping of package names to versions")
-    for k, v in versions.items():
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int, float))):
-            raise AsapError(f"{field_name}.versions.{k}", f"must be a version string, got {v!r}")
-    machine = m["machine"]
-    if not isinstance(machine, dict):
-        raise AsapError(f"{field_name}.machine", f"must be a mapping (hostname, platform, ...), got "
-                                                 f"{type(machine).__name__}")
-    if not isinstance(machine.get("hostname"), str) or not machine["hostname"].strip():
-        raise AsapError(f"{field_name}.machine.hostname", "missing: the machine the calibration was made on")
-    for key in _MEASURED_LISTS:
-        if m.get(key) is not None:
-            if not isinstance(m[key], list) or not all(isinstance(x, dict) for x in m[key]):
-                raise AsapError(f"{field_name}.{key}", "must be a list of mappings")
-    for key in ("warnings", "not_measured"):
-        if m.get(key) is not None:
-            if not isinstance(m[key], list) or not all(isinstance(x, str) for x in m[key]):
-                raise AsapError(f"{field_name}.{key}", "must be a list of strings")
-    for key in _MEASURED_MAPPINGS:
-        if m.get(key) is not None and not isinstance(m[key], dict):
-            raise AsapError(f"{field_name}.{key}", f"must be a mapping, got {type(m[key]).__name__}")
-    _check_numbers(m, field_name, 0)
-    out = dict(m)
-    out["date"] = date
-    return out
-
-
-def _check_numbers(obj: Any, where: str, depth: int) -> None:
-    if depth > _MAX_MEASURED_DEPTH:
-        raise AsapError(where, "nested too deeply")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _check_numbers(v, f"{where}.{k}", depth + 1)
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            _check_numbers(v, f"{where}[{i}]", depth + 1)
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
-        if not math.isfinite(obj) or obj < 0:
-            raise AsapError(where, f"must be a finite, non-negative number, got {obj!r}")
-
-
-def figures_provenance(cluster: "Cluster") -> dict[str, Any]:
-    """Which of a cluster's figures were measured on the machine (``asap calibrate``) and which are the
-    catalog's (datasheet peaks and the family's fitted constants)."""
-    m = cluster.measured
-    if m is None:
-        return {"source": "catalog", "measured": [],
-                "catalog": ["every figure: " + (cluster.accelerator.source or cluster.accelerator.name)]}
-    measured = sorted(m.get("fitted", {})) + (["collectives by group size"] if m.get("collectives") else [])
-    return {"source": "calibration", "date": m.get("date"), "machine": (m.get("machine") or {}).get("hostname"),
-            "processes": m.get("processes"), "measured": measured, "catalog": list(m.get("not_measured", []))}
-
-
-def check_calibration_file(cluster: "str | dict | Cluster", this_machine: bool = True) -> dict[str, Any]:
-    """Refuse, with one AsapError line, a cluster that is not a calibration (no ``measured`` block) or, with
-    ``this_machine``, one made on another machine (another hostname or CPU count). Returns the calibration's
-    date, machine and versions, and ``warnings`` (e.g. another asap version than this one) that do not refuse."""
-    c = cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
-    m = c.measured
-    if m is None:
-        raise AsapError("cluster.measured", f"missing: {c.name or c.accelerator.name} is not a calibration file "
-                                            "(make one with asap calibrate)")
-    here = machine_identity()
-    there = m["machine"]
-    if this_machine:
-        if there.get("hostname") != here["hostname"]:
-            raise AsapError("cluster.measured.machine.hostname",
-                            f"calibrated on {there.get('hostname')!r}, this machine is {here['hostname']!r}: a "
-                            "foreign calibration (rerun asap calibrate here)")
-        if there.get("cpu_count") is not None and there.get("cpu_count") != here["cpu_count"]:
-            raise AsapError("cluster.measured.machine.cpu_count",
-                            f"calibrated with {there.get('cpu_count')} CPUs, this machine has {here['cpu_count']}: "
-                            "a foreign calibration (rerun asap calibrate here)")
-    warnings = []
-    from asap.version import __version__
-
-    if m["versions"].get("asap") not in (None, __version__):
-        warnings.append(f"made by asap {m['versions'].get('asap')}, this is asap {__version__}")
-    return {"date": m["date"], "machine": dict(there), "versions": dict(m["versions"]), "this_machine": this_machine,
-            "warnings": warnings}
 
 
 def efficiency_from_dict(d: Any, base: Family, field_name: str) -> Family:
