@@ -17,7 +17,8 @@ from asap.agents.analyzer import Analyzer
 from asap.agents.coordinator import Coordinator
 from asap.agents.correction import fit_correction, information_gain, sensitivities
 from asap.memory import Memory
-from asap.agents.proposer import Proposer, changed_keys, parse_current
+from asap.agents.choice import changed_keys
+from asap.agents.proposer import Proposer, parse_current
 from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.execute.sim import SimExecutor
 from asap.search.planner import plan

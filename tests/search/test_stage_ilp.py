@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from asap.search.stages import brute_force_split, build_problem, solve_split, uniform_split
+from asap.search.stage_ilp import solve_split
+from asap.search.stages import brute_force_split, build_problem, uniform_split
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.strategy import resolve_strategy

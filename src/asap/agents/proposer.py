@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from asap.agents.analyzer import Analysis
-from asap.agents.moves import (MAIN_KNOBS, MAX_KNOBS, NEIGHBOUR_MOVES, justifying_lines, moved_knobs, moves_that_way,
+from asap.agents.choice import N_PROPOSALS, Candidate, attacked_class, choose, distinct_move, helps, keep_rank
+from asap.agents.moves import (MAX_KNOBS, NEIGHBOUR_MOVES, justifying_lines, moved_knobs, moves_that_way,
                                moved_strategy, moves_text, tradeoffs)
 from asap.agents.workload import job_arguments, workload_record
 from asap.compare import deltas
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
     from asap.agents.knowledge import KnowledgeEntry
     from asap.memory import Memory
 
-N_PROPOSALS = 3
-
 
 def model_error(family: str) -> float:
     """The model's error for comparing two strategies of one job: the family's held-out MAPE on the calibration
@@ -48,34 +47,12 @@ def model_error(family: str) -> float:
         return float(own["held_out_mape"])
     n = sum(f.get("n", 0) for f in fams.values())
     return sum(f.get("n", 0) * f["held_out_mape"] for f in fams.values()) / max(n, 1)
+
+
 ENTRIES_PER_CLASS = 6  # entries retrieved per class attacked
 CLASSES_ATTACKED = 4  # the largest classes of the diagnosis
 FIT_MOVES = 4  # memory moves joined with a time move where the current strategy does not fit
 STAGE_BALANCE_ENTRY = "pipeline-stage-balancing"  # the knowledge entry a layer-split move follows
-SOURCE_ORDER = {"knowledge": 0, "memory": 1, "neighbour": 2, "llm": 3, "planner": 4}
-
-
-@dataclass
-class Candidate:
-    strategy: Strategy
-    estimate: Estimate
-    source: str  # knowledge | memory | neighbour | llm | planner
-    why: str
-    evidence: list[str] = field(default_factory=list)
-    entry: Any = None  # the asap.agents.knowledge.KnowledgeEntry it follows
-    target: ClassSaving | None = None  # the diagnosis class it attacks
-    knobs: frozenset = frozenset()
-
-    @property
-    def step_s(self) -> float:
-        return self.estimate.step_time_s
-
-    @property
-    def attack(self) -> str:
-        """What it attacks the diagnosis through: its entry, else its class and source."""
-        if self.entry is not None:
-            return f"knowledge:{self.entry.id}"
-        return f"{self.source}:{self.target.cls.value if self.target else ''}:{','.join(sorted(self.knobs))}"
 
 
 @dataclass
@@ -344,11 +321,11 @@ class Proposer:
                                                                     "targeted moves fit)", ["planner:top"])
         replans, targeted = (sorted(cs, key=lambda c: c.step_s) for cs in (replans, targeted))
         base = self.priced_base
-        first = [r for r in replans[:1] if _helps(r, base) and all(c.source != "planner" for c in chosen)]
+        first = [r for r in replans[:1] if helps(r, base) and all(c.source != "planner" for c in chosen)]
         filled: list[Candidate] = []
-        for c in first + [c for c in targeted if c not in chosen and not _helps(c, base)] + replans:
-            if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and _distinct(c, chosen + filled):
-                c.why += "" if _helps(c, base) else " - predicted no faster than the current strategy: listed to keep three"
+        for c in first + [c for c in targeted if c not in chosen and not helps(c, base)] + replans:
+            if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and distinct_move(c, chosen + filled):
+                c.why += "" if helps(c, base) else " - predicted no faster than the current strategy: listed to keep three"
                 filled.append(c)
         return sorted(chosen, key=lambda c: c.step_s) + sorted(filled, key=lambda c: c.step_s)
 
@@ -405,7 +382,7 @@ class Proposer:
             key = str(c.strategy)
             if key in skip:
                 considered.append({"strategy": key, "source": c.source, "kept": False, "why": "already tried"})
-            elif key not in unique or _rank(c) < _rank(unique[key]):
+            elif key not in unique or keep_rank(c) < keep_rank(unique[key]):
                 if key in unique:
                     considered.append({"strategy": key, "source": unique[key].source, "kept": False,
                                        "why": f"the same strategy as a {c.source} candidate"})
@@ -425,7 +402,7 @@ class Proposer:
                     f"would tell")
         else:
             note = f"{len(unique)} candidates fit; three targeted moves of different knobs, fastest first"
-        faster = sum(_helps(c, base) for c in chosen)
+        faster = sum(helps(c, base) for c in chosen)
         if faster < N_PROPOSALS:
             note += f" | {faster} of the {len(chosen)} predicted faster than the current strategy; the others are listed to keep three"
         for c in unique.values():
@@ -523,73 +500,6 @@ KNOB_WORDS = {"tp": ("tensor",), "pp": ("pipeline", "stages"), "vpp": ("interlea
               "zero": ("zero", "sharding", "optimizer"), "recompute": ("recompute", "recomputation", "activations"),
               "dispatcher": ("dispatcher", "all-to-all", "dedup"), "a2a_overlap": ("overlap", "all-to-all"),
               "schedule": ("schedule", "bubble")}
-
-
-def attacked_class(c: Candidate, base: Estimate | None, targets: list[ClassSaving]) -> ClassSaving | None:
-    """The diagnosis class a candidate without an entry attacks: the target whose term it cuts most."""
-    if base is None or not targets:
-        return None
-    term = {BottleneckClass.PIPELINE_BUBBLE: "bubble", BottleneckClass.HOST: "host"}  # the class's exposed term
-    def cut(t: ClassSaving) -> float:
-        key = term.get(t.cls, t.cls.value)
-        return base.exposed_s.get(key, 0.0) - c.estimate.exposed_s.get(key, 0.0) if key in base.exposed_s else 0.0
-    best = max(targets, key=cut)
-    return best if cut(best) > 0 else targets[0]
-
-
-def _rank(c: Candidate) -> tuple[int, int]:
-    """Which of two candidates of one strategy to keep: knowledge first, then the entry made for the class it
-    attacks (its first class) over one that lists it among others."""
-    primary = c.entry is not None and c.target is not None and c.entry.classes[:1] == [c.target.cls.value]
-    return SOURCE_ORDER[c.source], 0 if primary else 1
-
-
-def _helps(c: Candidate, base: Estimate) -> bool:
-    return c.step_s < base.step_time_s or not base.fits  # what helps: faster, or fits where base does not
-
-
-def _distinct(c: Candidate, chosen: list[Candidate]) -> bool:
-    """Another kind of move: its own knob set and entry (or term), and not one knob's value from a chosen one
-    (tp 4->2 and tp 4->2 with pp 1->2 are one experiment and a variant of it)."""
-    return bool(c.knobs) and all(c.knobs != x.knobs and c.attack != x.attack
-                                 and len(changed_keys(c.strategy, x.strategy)) > 1 for x in chosen)
-
-
-def _attacks(c: Candidate) -> str | None:
-    """The class a candidate attacks, by name (None where it attacks none)."""
-    return c.target.cls.value if c.target else None
-
-
-def choose(cands: list[Candidate], base: Estimate, err: float, verdict: str = "") -> list[Candidate]:
-    """Three of three kinds, fastest first: the best knowledge move against the named class (``verdict``), the
-    best knowledge moves of other entries and knobs up to two, then the
-    best remaining targeted move of any source; the planner's best replaces the slowest only when it beats the
-    best targeted move by more than the model's error. Too few faster moves: the least slow others fill in."""
-    ranked = sorted(cands, key=lambda c: (c.step_s, SOURCE_ORDER[c.source], str(c.strategy)))
-    targeted = [c for c in ranked if c.source != "planner"]
-    useful = [c for c in targeted if _helps(c, base)]
-    known = [c for c in targeted if c.source == "knowledge"]
-    # the named class is attacked first: its best knowledge move, where one helps
-    chosen = [c for c in useful if c in known and _attacks(c) == verdict][:1]
-    named_first = sorted(known, key=lambda c: _attacks(c) != verdict)  # stable: then by step
-    # only moves that help (``_helps``): a slower move is never offered to fill a slot
-    named_first = [c for c in named_first if c in useful]
-    for pool, n in (([c for c in useful if c in known], 2), (named_first, 2), (useful, 3)):
-        for c in pool:
-            if len(chosen) >= n:
-                break
-            if _distinct(c, chosen):
-                chosen.append(c)
-    planner = [c for c in ranked if c.source == "planner"]
-    if planner and chosen and planner[0].step_s < min(x.step_s for x in chosen) * (1 - err):
-        chosen = chosen[:N_PROPOSALS - 1] + [planner[0]]
-    elif planner and len(chosen) < N_PROPOSALS and _distinct(planner[0], chosen):
-        chosen.append(planner[0])
-    return sorted(chosen[:N_PROPOSALS], key=lambda c: c.step_s)
-
-
-def changed_keys(a: Strategy, b: Strategy) -> list[str]:
-    return [k for k in MAIN_KNOBS if getattr(a, k) != getattr(b, k)]
 
 
 def parse_current(text: str | dict | None, job: Job) -> Strategy:

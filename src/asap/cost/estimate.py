@@ -89,7 +89,7 @@ class BatchEstimate:
 
 # --------------------------------------------------------------------------------------------------------
 # Step 1: the stages. Every representative device of the layout is timed from its units; the slowest paces
-# the pipeline. Evening out stage work beyond the default split is the stage ILP's job (search/stages.py).
+# the pipeline. Evening out stage work beyond the default split is the layer split's job (search/split_dp.py, search/stage_ilp.py).
 # --------------------------------------------------------------------------------------------------------
 
 

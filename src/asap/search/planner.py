@@ -33,7 +33,8 @@ from asap.search.pricing import (BOUND_PER_SHAPE, Deadline, Kept, Search, bound_
                                  first_per_shape, pareto_front, search_space)
 from asap.search.space import Space
 from asap.search.split_dp import TIE_REL, planner_splits
-from asap.search.stages import ILP_WORK_LIMIT_NODES, build_problems
+from asap.search.stage_ilp import ILP_WORK_LIMIT_NODES
+from asap.search.stages import build_problems
 from asap.spec.legality import check_offered
 from asap.spec.job import Job
 from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, RuleJob, first_unrunnable
