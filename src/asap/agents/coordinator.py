@@ -367,7 +367,6 @@ class AfterBest:
     """What the loop's report shows past its trials: the best strategy priced on the corrected machine, and the
     next moves from it (the Analyzer's reading of that estimate, the Proposer's proposals, none already tried)."""
 
-    job: Job  # the corrected job the figures are priced on
     estimate: Estimate
     proposals: list[Proposal]
 
@@ -380,5 +379,4 @@ def after_best(coord: Coordinator, memory: Memory) -> AfterBest | None:
     est = estimate(corrected, coord.best[0])
     diagnosis = Analyzer(corrected.cluster).analyze(est)
     tried = {str(rec.strategy) for rec in coord.trials}
-    return AfterBest(corrected, est, Proposer(corrected, memory).propose(coord.best[0], diagnosis,
-                                                                         exclude=tried).proposals)
+    return AfterBest(est, Proposer(corrected, memory).propose(coord.best[0], diagnosis, exclude=tried).proposals)

@@ -333,8 +333,7 @@ class DeviceFigures:
     combination of DEVICE_KEYS; ``row`` maps every strategy of the batch to its combination."""
 
     row: np.ndarray  # [N]
-    layout_id: np.ndarray  # [n] index into ``layouts``
-    layouts: list[Layout]
+    stages: Stages  # the combinations' representative devices (its layout_id is [n])
     device: np.ndarray  # pipeline rank
     dense_params: np.ndarray
     expert_params: np.ndarray
@@ -344,8 +343,6 @@ class DeviceFigures:
     param_tensors: np.ndarray  # parameter tensors the device holds
     largest_layer_params: np.ndarray  # [n] the model's largest transformer layer on one device
     working_bytes: np.ndarray  # [n] the largest layer re-materialised under full recompute
-    unit_counts: np.ndarray  # [layouts, K, len(Unit)] units of each representative device (``Stages``)
-    whole_units: np.ndarray  # [len(Unit)] unit counts of the whole model
     time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n, K] seconds per micro-batch
     whole_time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n] seconds per micro-batch
 
@@ -357,6 +354,15 @@ class DeviceFigures:
         """[N]: a compact [n, K] figure at one representative device per strategy."""
         return pick(values, self.row, index)
 
+    @property
+    def layout_id(self) -> np.ndarray:
+        """[n] each combination's layout, an index into ``layouts``."""
+        return self.stages.layout_id
+
+    @property
+    def layouts(self) -> list[Layout]:
+        return self.stages.layouts
+
     def subset(self, rows: np.ndarray) -> "DeviceFigures":
         """The same figures for the strategies ``rows`` of the batch."""
         return replace(self, row=gather(self.row, rows))
@@ -367,11 +373,12 @@ class DeviceFigures:
             return None if d is None else {p: gather(v, used) for p, v in d.items()}
 
         per_combination: dict[str, Any] = {k: gather(getattr(self, k), used) for k in COMBINATION_FIELDS}
-        return replace(self, row=row, time=parts(self.time), whole_time=parts(self.whole_time), **per_combination)
+        return replace(self, row=row, stages=replace(self.stages, layout_id=gather(self.layout_id, used)),
+                       time=parts(self.time), whole_time=parts(self.whole_time), **per_combination)
 
 
 # the DeviceFigures fields with one entry per combination
-COMBINATION_FIELDS = ("layout_id", "device", "dense_params", "expert_params", "layers", "kept_bytes", "once_bytes",
+COMBINATION_FIELDS = ("device", "dense_params", "expert_params", "layers", "kept_bytes", "once_bytes",
                       "param_tensors", "largest_layer_params", "working_bytes")
 
 
@@ -387,9 +394,8 @@ def timed(f: DeviceFigures, ut: UnitTimes, first: np.ndarray) -> DeviceFigures:
     """``f`` with each combination's time parts: its representative devices' sums of the unit times of
     ``ut``'s strategy ``first[c]`` (one of combination c)."""
     parts = {k: gather(v, ut.row.take(first)) for k, v in ut.parts.items()}
-    counts = gather(f.unit_counts, f.layout_id)
-    time = {k: np.einsum("nku,nu->nk", counts, parts[k]) for k in TIME_PARTS}
-    return replace(f, time=time, whole_time={k: parts[k] @ f.whole_units for k in TIME_PARTS})
+    time = dict(zip(TIME_PARTS, f.stages.per_device(*(parts[k] for k in TIME_PARTS)), strict=True))
+    return replace(f, time=time, whole_time={k: parts[k] @ f.stages.whole for k in TIME_PARTS})
 
 
 def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
@@ -406,8 +412,8 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
     dense_p, expert_p, kept, once, tensors = st.per_device(params.dense, params.expert, acts.kept, acts.once,
                                                            unit_tensors(model, sub))
     figures = DeviceFigures(
-        row=row, layout_id=st.layout_id, layouts=st.layouts, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
+        row=row, stages=st, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
         kept_bytes=kept, once_bytes=once, param_tensors=tensors,
         largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
-        working_bytes=np.max(acts.working[:, kinds], axis=1), unit_counts=st.table_counts, whole_units=st.whole)
+        working_bytes=np.max(acts.working[:, kinds], axis=1))
     return figures if ut is None else timed(figures, ut, first)

@@ -27,8 +27,6 @@ from asap.spec.words import FailureKind
 FAILURE_KINDS = tuple(k.value for k in FailureKind)
 
 
-
-
 def one_line(text: str, limit: int = 300) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
