@@ -113,6 +113,22 @@ def test_dispatcher_traffic_per_token():
     assert inside["dedup"] == pytest.approx(inside["alltoall"])
 
 
+def test_flat_all_to_all_pays_its_chunk_sort():
+    """Megatron-Core's alltoall dispatcher reorders the received tokens expert-major (``sort_chunks_by_idxs``)
+    when a rank holds several experts: on one B200 (8 TB/s at the family's 0.86), 65536 rows of 2880 x 2 B read
+    and written: 2 x 377 MB / 6.88 TB/s = 110 us, plus one launch; nothing with one local expert or ep 1."""
+    from asap.cost.communication import chunk_sort_s
+
+    cluster = load_cluster("b200", nodes=1)
+    received = 65536 * 2880 * 2
+    hbm = cluster.accelerator.hbm_gbps * 1e9 * cluster.accelerator.family_constants.hbm_efficiency
+    want = 2 * received / hbm + cluster.accelerator.family_constants.kernel_overhead_s
+    assert float(chunk_sort_s(cluster, received, 8, 16)) == pytest.approx(want)
+    assert want == pytest.approx(114e-6, rel=0.05)
+    assert float(chunk_sort_s(cluster, received, 8, 1)) == 0.0
+    assert float(chunk_sort_s(cluster, received, 1, 128)) == 0.0
+
+
 def test_dispatcher_key_prices_its_exchange():
     """The strategy key picks the exchange: on DeepSeek-V3 with ep=64 across 8 H800 nodes the deduplicated
     dispatch moves fewer bytes over the network than the flat all-to-all; plan leaves the switch free and

@@ -14,7 +14,8 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
   routed experts exchange tokens by all-to-all instead. The family's ``tp_overlap`` share of it hides behind
   the GEMMs (estimate.py); the rest is exposed.
 - EP (Lepikhin et al. 2020, GShard): dispatch and combine of T_sp tokens to top_k experts each, forward and
-  backward, as the cheaper of a flat all-to-all and a hierarchical (node-deduplicated) exchange (and again under full recompute); etp > 1 adds an all-gather/reduce-scatter of the
+  backward, as the cheaper of a flat all-to-all and a hierarchical (node-deduplicated) exchange (and again under full recompute); the flat
+  all-to-all adds its receive-side reordering of the tokens by local expert (``chunk_sort_s``); etp > 1 adds an all-gather/reduce-scatter of the
   routed tokens inside the etp group. With a pipeline, estimate.py hides it behind the paired micro-batch's
   computation (DualPipe, Megatron-Core 1F1B A2A overlap).
 - CP (ring attention, Liu et al. 2023; Megatron-Core context parallel): cp-1 ring steps each passing the local
@@ -42,7 +43,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch
 from asap.cost.collectives import (all_gather_s, all_reduce_s, broadcast_s, expert_dispatch_s, p2p_s,
                                    reduce_scatter_s, spans_domains)
-from asap.cost.roofline import act_bytes
+from asap.cost.roofline import act_bytes, elementwise_time_s
 from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
 from asap.spec.job import Job
@@ -83,7 +84,8 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
         shared_pairs = 1 if mo.shared_experts else 0
         tp_moe = (1 + shared_pairs) * passes * tp_pair
         # the busiest expert rank receives moe_imbalance times the mean of routed tokens
-        a2a, dispatcher = dispatch_s(cluster, T_sp * train.moe_imbalance, mo.top_k, h * ab, S)
+        a2a, dispatcher = dispatch_s(cluster, T_sp * train.moe_imbalance, mo.top_k, h * ab, S,
+                                     local_experts=mo.num_experts / S.ep)
         etp_gather = all_reduce_s(cluster, T_sp * mo.top_k * S.etp * h * ab, *place.group("etp"))
         # recomputing the MoE block (``moe`` module) re-runs its dispatch and combine as full recompute does
         ep_passes = np.where(module_recomputed(S.recompute, RecomputeModule.MOE), 3, passes)
@@ -106,14 +108,30 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
                      tp_pair_s=np.broadcast_to(tp_pair, np.shape(tp_dense)), dispatcher=dispatcher)
 
 
-def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch):
+def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0):
     """(one dispatch per row under its dispatcher, the dispatcher priced): rows marked BEST_DISPATCHER (the
-    planner leaves the switch free where the stack offers every dispatcher) take the fastest."""
+    planner leaves the switch free where the stack offers every dispatcher) take the fastest. The flat
+    all-to-all also pays its receive-side reordering (``chunk_sort_s``) where a rank holds several experts."""
     by_name = expert_dispatch_s(cluster, tokens, top_k, token_bytes, *Placement.of(S).group("ep"))
+    by_name["alltoall"] = by_name["alltoall"] + chunk_sort_s(cluster, tokens * top_k * token_bytes, S.ep,
+                                                             local_experts)
     table = np.stack([np.broadcast_to(by_name[name], np.shape(S.ep)) for name in DISPATCHERS])
     fastest = np.argmin(table, axis=0)
     chosen = np.where(S.dispatcher == BEST_DISPATCHER, fastest, S.dispatcher)
     return np.take_along_axis(table, chosen[None, :], axis=0)[0], chosen
+
+
+def chunk_sort_s(cluster: Cluster, received_bytes, ep, local_experts):
+    """The flat all-to-all's second permutation, per dispatch (and its inverse per combine): the tokens arrive
+    source-rank-major ([ep ranks] x [local experts] chunks) and the grouped GEMM needs them expert-major, so a
+    rank holding more than one expert copies every received token once more (Megatron-Core
+    MoEAlltoAllTokenDispatcher: ``sort_chunks_by_idxs`` by ``sort_input_by_local_experts`` after the
+    all-to-all, by ``restore_output_by_local_experts`` before the combine's; torchtitan's expert parallelism
+    reorders its received tokens by expert the same way). A memory-bound copy: read and write the
+    ``received_bytes``. The deduplicated and all-gather dispatchers permute their received tokens once, in the
+    layer's dispatch operation (``asap.cost.layer_ops.moe_mlp_ops``), and pay nothing here."""
+    copy = elementwise_time_s(cluster.accelerator, 2.0 * received_bytes)
+    return np.where((np.asarray(ep) > 1) & (np.asarray(local_experts) > 1), copy, 0.0)
 
 
 @dataclass
