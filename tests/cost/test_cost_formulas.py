@@ -317,3 +317,20 @@ def test_tpu_grouped_gemm_prices_megablox_rate_and_row_tiles():
     per_expert = 2 * 4096 * model.moe.top_k / model.moe.num_experts
     assert fc1_rows(0.0) == pytest.approx(per_expert)
     assert fc1_rows(512.0) == pytest.approx(per_expert + 512.0)
+
+
+def test_attention_head_dim_fill_on_a_padding_matrix_unit():
+    """Three of flash attention's seven matmuls contract over a head dim (Q K^T forward and recomputed, dO V^T):
+    on a 256-deep MXU (TPU v6e) hd 128 fills half of it, hd 64 a quarter: 7 / (2/f + 1/f + 4); a 128-deep MXU
+    (v5p) is full at hd 128; a GPU pads nothing."""
+    from asap.cost.roofline import attention_shape_factor, head_dim_fill
+    from asap.spec.catalog import get_accelerator
+
+    v6e, v5p, h100 = get_accelerator("tpu-v6e"), get_accelerator("tpu-v5p"), get_accelerator("h100-sxm")
+    assert head_dim_fill(v6e, 128, 128) == pytest.approx(7 / (2 / 0.5 + 1 / 0.5 + 4))  # 0.7
+    assert head_dim_fill(v6e, 64, 64) == pytest.approx(7 / (2 / 0.25 + 1 / 0.25 + 4))  # 0.4375
+    assert head_dim_fill(v5p, 128, 128) == pytest.approx(1.0)
+    assert head_dim_fill(v5p, 192, 128) == pytest.approx(7 / (2 / 0.75 + 1 + 4))  # MLA's q/k head dim 192
+    assert head_dim_fill(h100, 64, 64) == pytest.approx(1.0)
+    # the shape factor carries it: v6e's hd 128 at 0.7 of v5p's (same family constants, same keys)
+    assert attention_shape_factor(v6e, 128, 128, 2048) == pytest.approx(0.7 * attention_shape_factor(v5p, 128, 128, 2048))

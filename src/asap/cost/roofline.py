@@ -118,16 +118,35 @@ def matrix_fill(acc: Accelerator, d):
 def attention_shape_factor(acc: Accelerator, d_qk, d_v, kv_len):
     """A flash-attention kernel's rate at head dims (d_qk, d_v) and ``kv_len`` keys per query on average,
     relative to the reference shape (families.Family: ``attention_half_head_dim``, ``attention_half_kv_len``):
-    softmax work per score weighs more at small head dims, fixed work per query block more at short keys; on a
-    TPU's 256-wide MXU the head dimension is not padded as a GEMM's would be: Splash attention at hd 128 on TPU7x
-    holds its v5p rate at 8K and 128K (the tpu-recipes runs), so no ``matrix_fill`` here."""
+    softmax work per score weighs more at small head dims, fixed work per query block more at short keys; and
+    where the matrix unit pads (``head_dim_fill``), the matmuls that contract over a head dim run at its fill."""
     fam = acc.family_constants
     d0, l0 = fam.attention_half_head_dim, fam.attention_half_kv_len
     d = (np.asarray(d_qk, dtype=float) + d_v) / 2.0
     head = (d / (d + d0)) / (REFERENCE_HEAD_DIM / (REFERENCE_HEAD_DIM + d0))
     kv = np.maximum(kv_len, 1.0)
     length = (kv / (kv + l0)) / (REFERENCE_KV_LEN / (REFERENCE_KV_LEN + l0))
-    return head * length
+    return head * length * head_dim_fill(acc, d_qk, d_v)
+
+
+# Of flash attention's seven matmuls per score block (forward S = Q K^T and O = P V; backward the recomputed
+# S = Q K^T, dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q; FlashAttention-2 sec. 3.1), three contract over a
+# head dim (two over d_qk, one over d_v); the other four contract over a block of queries or keys, and a
+# kernel that lays its operands out sequence-minor (Splash attention's ``sa_q_layout``/``sa_k_layout``
+# SEQ_MINOR options in MaxText's tpu-recipes) keeps the head dim off the MXU's stationary side for them.
+HEAD_DIM_CONTRACTIONS = (2.0, 1.0)  # (over d_qk, over d_v)
+ATTENTION_MATMULS = 7.0
+
+
+def head_dim_fill(acc: Accelerator, d_qk, d_v):
+    """The rate of flash attention's matmuls where the matrix unit pads a contraction over a head dim: a
+    systolic MXU w deep (``matrix_fill``: 128 on TPU v4/v5e/v5p, 256 on v6e and TPU7x) runs a contraction over
+    d at d / (ceil(d / w) w) of its rate (hd 128 on a 256-deep MXU: half; hd 64: a quarter), the other matmuls
+    at full rate: 7 / (2 / fill(d_qk) + 1 / fill(d_v) + 4). 1 where nothing pads (GPUs: ``matrix_unit_dim`` 0;
+    their small-head-dim loss is ``attention_half_head_dim``'s)."""
+    n_qk, n_v = HEAD_DIM_CONTRACTIONS
+    rest = ATTENTION_MATMULS - n_qk - n_v
+    return ATTENTION_MATMULS / (n_qk / matrix_fill(acc, d_qk) + n_v / matrix_fill(acc, d_v) + rest)
 
 
 def attention_time_s(acc: Accelerator, precision: str, flops, count=1.0, d_qk=REFERENCE_HEAD_DIM,
