@@ -52,7 +52,10 @@ FIT = {"ampere": ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"),
 # Pallas TPU matmul guide measures on large bf16 matmuls on a v5e (docs/pallas/tpu/matmul.md, "Bigger block sizes
 # help a lot!"; XLA's own matmuls at least as fast), splash attention 0.40, no collective matmul). The catalog keeps TPU's constants from the two MaxText v5p runs: fitted on both files
 # they absorb the host-offload time of MaxText's custom remat in the 2024-26 TPU runs (attention 0.30), which
-# is not an efficiency; the refits here use every TPU run they may, as for every family.
+# is not an efficiency; the refits here use every TPU run they may, as for every family. Ascend is in neither:
+# its catalog constants (asap.spec.families) are all published figures (MindSpeed's GPT-3 175B MFU, mamf-finder
+# and limulidae 910B benchmarks, MC2's tiling at TP8 shapes), none fitted on its runs, so its hardware row is
+# held out as it stands.
 PRIOR = {"ampere": {"gemm_efficiency": 0.70, "attention_efficiency": 0.10, "hbm_efficiency": 0.60},
          "hopper": {"gemm_efficiency": 0.65, "attention_efficiency": 0.35, "fp8_gemm_efficiency": 0.60},
          "blackwell": {"fp8_gemm_efficiency": 0.60},

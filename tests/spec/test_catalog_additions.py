@@ -33,7 +33,7 @@ def test_ironwood_is_two_devices_per_chip():
 
 def test_new_parts_and_bins_by_name():
     assert get_accelerator("ascend-910b2").peak_tflops["bf16"] > get_accelerator("ascend-910b3").peak_tflops["bf16"]
-    assert get_accelerator("ascend-910b").peak_tflops == get_accelerator("ascend-910b3").peak_tflops
+    assert get_accelerator("ascend-910b").peak_tflops == get_accelerator("ascend-910b2").peak_tflops
     for name, fp4 in (("mi350x", 9228), ("mi355x", 10066), ("b300", 13500)):
         assert get_accelerator(name).peak_flops("mxfp4") == fp4 * 1e12
     assert get_accelerator("mi325x").hbm_gb == 256
@@ -44,7 +44,9 @@ def test_ascend_910c_is_two_devices_per_npu_and_cloudmatrix384_one_supernode():
     """CloudMatrix384 paper (arXiv:2506.12708): 752 TF bf16, 128 GB at 3.2 TB/s and 392 GB/s of UB per 910C,
     two dies each; 48 servers of 8 NPUs in one Unified Bus domain, RoCE (400 Gb/s per NPU) beyond it."""
     a = get_accelerator("ascend-910c")
-    assert 2 * a.peak_tflops["bf16"] == 752 and 2 * a.hbm_gb == 128 and 2 * a.hbm_gbps == 3200
+    # 752 TF is the package's total (Cube + vector); a die's Cube peak is the 910B2's (Huawei torchtitan-npu)
+    assert a.peak_tflops["bf16"] == get_accelerator("ascend-910b2").peak_tflops["bf16"] < 752 / 2
+    assert 2 * a.hbm_gb == 128 and 2 * a.hbm_gbps == 3200
     assert 2 * a.intra_node_gbps == 392 and 2 * a.inter_node_gbps * 8 == 400  # GB/s; Gb/s per NPU
     assert a.devices_per_node == 16 and a.interconnect == "ub"
     c = load_cluster("cloudmatrix384")
@@ -52,3 +54,11 @@ def test_ascend_910c_is_two_devices_per_npu_and_cloudmatrix384_one_supernode():
     assert load_cluster("ascend-910c-384npu").num_devices == 768
     two = load_cluster("ascend-910c", nodes=96)  # two supernodes
     assert two.topology.num_domains == 2
+
+
+def test_ascend_peaks_are_the_cube_peaks():
+    """Huawei torchtitan-npu (torchtitan_npu/patches/tools/metrics.py): the bf16 Cube peak is AI cores x 16^3 MACs
+    x 2 FLOPs x 1.8 GHz: 24 cores (910B2) 353.89 TF, 20 cores (910B3) 294.91 TF."""
+    cube_tflops = 16 ** 3 * 2 * 1.8e9 / 1e12
+    assert get_accelerator("ascend-910b2").peak_tflops["bf16"] == pytest.approx(24 * cube_tflops, abs=0.1)
+    assert get_accelerator("ascend-910b3").peak_tflops["bf16"] == pytest.approx(20 * cube_tflops, abs=0.1)

@@ -199,31 +199,41 @@ CATALOG: dict[str, Accelerator] = {
              hbm_gbps=3690, intra_node_gbps=100, inter_node_gbps=12.5, devices_per_node=8, scale_up_domain=18432,
              interconnect="ici", torus_dims=3,
              source="Google Cloud TPU7x (Ironwood) docs: two devices per chip"),
-        # Huawei Ascend 910B (Atlas 800T A2): ~313 TF fp16, 64 GB HBM2e at 1.6 TB/s; HCCS 7 links x 56 GB/s
-        # = 392 GB/s bidirectional (196 per direction); 200 Gb/s RoCE per NPU.
-        _acc(name="ascend-910b", family="ascend", peak_tflops={"bf16": 313, "fp16": 313}, hbm_gb=64, hbm_gbps=1600,
-             intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8, interconnect="hccs",
+        # Huawei Ascend 910B. Peaks are the Cube (matrix-unit) peaks, the figure GEMMs and MFU are measured
+        # against: AI cores x 16x16x16 MACs x 2 x 1.8 GHz. Huawei's torchtitan-npu (torchtitan-npu/torchtitan-npu,
+        # torchtitan_npu/patches/tools/metrics.py, ``_patched_get_peak_flops``: "MFU uses the BF16 Cube peak")
+        # lists 910B1 373.88 TF (total 400), 910B2 353.89 (24 cores; total 376), 910B3 294.91 (20 cores; total
+        # 313), 910B4 245.76 (total 280); the totals that spec sheets quote add the vector units. The runs
+        # published as "910B" are MindSpeed-LLM's on Atlas 900 A2 PoDc, whose own MFU chart (README at 1ea39226,
+        # sources/images/linearity&mfu.png: GPT-3 175B, 7968 NPUs at ~1420 PFLOPS and MFU 0.505; 4096 at ~727
+        # and 0.503) implies 353 TF per NPU: the 910B2, so ``ascend-910b`` is that bin. 64 GB HBM2e at 1.6 TB/s;
+        # HCCS 7 links x 56 GB/s = 392 GB/s bidirectional (196 per direction); 200 Gb/s RoCE per NPU.
+        _acc(name="ascend-910b", family="ascend", peak_tflops={"bf16": 353.9, "fp16": 353.9}, hbm_gb=64,
+             hbm_gbps=1600, intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
+             interconnect="hccs",
              host_link_gbps=64, host_mem_gbps=102,  # PCIe Gen5 x16; 4 Kunpeng 920, 8 x DDR4-3200 each
-             source="Huawei Atlas 800T A2 datasheet; Ascend 910B public specs (the 910B3 bin)"),
-        # the 910B bins by name (public specs): 910B3 313 TF fp16 (the catalog's ascend-910b), 910B2 376 TF,
+             source="Huawei torchtitan-npu Cube peaks (910B2); MindSpeed-LLM README MFU chart (Atlas 900 A2 PoDc); "
+                    "Atlas 800T A2 datasheet"),
+        # the 910B bins by name, Cube peaks as above: 910B3 294.9 TF (313 total), 910B2 353.9 (376 total),
         # both 64 GB HBM2e at 1.6 TB/s on the same HCCS
-        _acc(name="ascend-910b3", family="ascend", peak_tflops={"bf16": 313, "fp16": 313}, hbm_gb=64,
+        _acc(name="ascend-910b3", family="ascend", peak_tflops={"bf16": 294.9, "fp16": 294.9}, hbm_gb=64,
              hbm_gbps=1600, intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
              interconnect="hccs", host_link_gbps=64, host_mem_gbps=102,
-             source="Ascend 910B3 public specs"),
-        _acc(name="ascend-910b2", family="ascend", peak_tflops={"bf16": 376, "fp16": 376}, hbm_gb=64,
+             source="Ascend 910B3: Huawei torchtitan-npu Cube peak (313 TF total)"),
+        _acc(name="ascend-910b2", family="ascend", peak_tflops={"bf16": 353.9, "fp16": 353.9}, hbm_gb=64,
              hbm_gbps=1600, intra_node_gbps=196, inter_node_gbps=25, devices_per_node=8, scale_up_domain=8,
              interconnect="hccs", host_link_gbps=64, host_mem_gbps=102,
-             source="Ascend 910B2 public specs"),
+             source="Ascend 910B2: Huawei torchtitan-npu Cube peak (376 TF total)"),
         # Huawei Ascend 910C, per die: the package holds two 910B-class dies that CANN addresses as two devices
         # (HCCL ranks; CloudMatrix-Infer's EP320 places one expert per die on 160 NPUs). The CloudMatrix384
         # paper (Zuo et al. 2025, arXiv:2506.12708, sec. 3: 752 TF dense bf16/fp16, 128 GB on-package at 3.2
-        # TB/s per package) gives per die 376 TF, 64 GB at 1.6 TB/s; the Unified Bus plane 392 GB/s per NPU per
-        # direction (196 per die, each die's UB links into the two-tier non-blocking UB switch fabric that
+        # TB/s per package) gives per die 376 TF, 64 GB at 1.6 TB/s; 376 is the die's total (Cube + vector),
+        # its Cube peak 353.9 TF (Huawei torchtitan-npu's "Ascend910_9392", as the 910B2 above); the Unified Bus
+        # plane 392 GB/s per NPU per direction (196 per die, each die's UB links into the two-tier non-blocking UB switch fabric that
         # joins 384 NPUs, 768 dies, in one supernode); the RDMA (RoCE) plane 400 Gb/s per NPU between
         # supernodes (25 GB/s per die). A server holds 8 NPUs (16 dies) and 4 Kunpeng CPUs, which the NPUs reach
         # over the UB at ~160 GB/s per CPU (40 GB/s per die); 4 Kunpeng 920 x 8 DDR4-3200 channels over 16 dies.
-        _acc(name="ascend-910c", family="ascend", peak_tflops={"bf16": 376, "fp16": 376}, hbm_gb=64, hbm_gbps=1600,
+        _acc(name="ascend-910c", family="ascend", peak_tflops={"bf16": 353.9, "fp16": 353.9}, hbm_gb=64, hbm_gbps=1600,
              intra_node_gbps=196, inter_node_gbps=25, devices_per_node=16, scale_up_domain=768, interconnect="ub",
              host_link_gbps=40, host_mem_gbps=51,
              source="Huawei CloudMatrix384 paper (arXiv:2506.12708), per die: two devices per 910C"),
