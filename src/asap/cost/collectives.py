@@ -185,6 +185,13 @@ def dedup_internode_bytes(token_remote_domains, token_bytes):
     return token_remote_domains * token_bytes
 
 
+def distinct_ranks(group, top_k: int):
+    """The ranks of an expert-parallel group of ``group`` that a token's ``top_k`` experts occupy on average
+    under uniform routing, experts spread evenly: group (1 - (1 - 1/group)^top_k), at most top_k."""
+    g = np.maximum(np.asarray(group, dtype=float), 1.0)
+    return g * (1.0 - (1.0 - 1.0 / g) ** top_k)
+
+
 def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, stride) -> dict[str, np.ndarray]:
     """One MoE dispatch (or combine) of ``tokens`` per device, each to ``top_k`` experts spread evenly over an
     expert-parallel group of ``group`` ranks spaced ``stride`` apart, by each dispatcher
@@ -199,7 +206,10 @@ def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, 
       experts, then fans out over the scale-up links (the MoE training report's gather-dedup-all-to-all;
       DeepEP). With n domains in the group and uniform routing, a token's experts hit (n - 1)(1 - (1 - 1/n)^k)
       remote domains on average, against k (n - 1)/n copies for the flat exchange. The two tiers run
-      concurrently. Inside one domain it is the flat exchange.
+      concurrently. On the scale-up tier, and inside one domain, DeepEP sends a token once to every rank that
+      hosts one of its experts, not once per expert (``get_dispatch_layout`` in csrc/kernels/layout.cu builds
+      ``is_token_in_rank`` [tokens, ranks] and ``num_tokens_per_rank``; the receiving rank expands the copies for
+      its local experts): ``distinct_ranks`` copies, g (1 - (1 - 1/g)^k) of a group of g, not k.
     """
     intra_Bps, inter_Bps = _tier_Bps(cluster)
     g = np.maximum(group, 1)
@@ -209,9 +219,10 @@ def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, 
     domains = np.maximum(g / k, 1.0)
     remote_domains = (domains - 1) * (1 - (1 - 1 / domains) ** top_k)
     inter = dedup_internode_bytes(tokens * remote_domains, token_bytes) / inter_Bps
-    intra = tokens * top_k * token_bytes * (k - 1) / k / intra_Bps
+    ranks = distinct_ranks(g, top_k)  # DeepEP sends a token once per rank hosting one of its experts
+    intra = tokens * ranks * token_bytes * (k - 1) / k / intra_Bps
     hier = np.maximum(inter, intra) + 2 * _latency_s(cluster, g, k < g, ring=False)
-    dedup = np.where(domains > 1, hier, flat)
+    dedup = np.where(domains > 1, hier, all_to_all_s(cluster, tokens * ranks * token_bytes, g, stride))
     return {name: np.where(g > 1, t, 0.0) for name, t in (("alltoall", flat), ("allgather", gathered),
                                                           ("dedup", dedup))}
 

@@ -81,8 +81,8 @@ class Cluster:
     def to_dict(self) -> dict[str, Any]:
         a = self.accelerator
         return {"accelerator": a.name, "devices_per_node": self.devices_per_node, "nodes": self.nodes,
-                "scale_up_domain": self.scale_up_domain, "hbm_gb": a.hbm_gb, "intra_node_gbps": a.intra_node_gbps,
-                "inter_node_gbps": a.inter_node_gbps}
+                "scale_up_domain": self.scale_up_domain, "hbm_gb": a.hbm_gb, "hbm_gbps": a.hbm_gbps,
+                "intra_node_gbps": a.intra_node_gbps, "inter_node_gbps": a.inter_node_gbps}
 
 
 # Names say their count's unit: nodes (servers of devices_per_node), or chips/NPUs for one TPU slice or one
@@ -152,8 +152,13 @@ def _positive_int(value: Any, field_name: str, most: int | None = None) -> int:
 MAX_SCALE_UP_DOMAIN = 1 << 20
 
 
-_CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "scale_up_domain", "hbm_gb", "intra_node_gbps",
-                 "inter_node_gbps", "name", "efficiency", "measured"}
+_CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "scale_up_domain", "hbm_gb", "hbm_gbps",
+                 "intra_node_gbps", "inter_node_gbps", "name", "efficiency", "measured"}
+# A catalog part sold with other memory stacks (``hbm_gb``) may run them at another rate (``hbm_gbps``): Meta's
+# Grand Teton H100s, on which torchtitan's published benchmarks ran, carry 96 GB of HBM2e at 2.4 TB/s against the
+# catalog H100 SXM's 80 GB of HBM3 at 3.35 TB/s (torchtitan docs/performance.md); every memory-bound kernel and
+# the bandwidth side of every roofline read the rate given.
+_FIGURE_OVERRIDES = ("hbm_gb", "hbm_gbps", "intra_node_gbps", "inter_node_gbps")
 # More devices than any machine built (a bound that keeps a typo such as nodes: 1e308 from a search that never ends)
 MAX_DEVICES = 1 << 20
 _CUSTOM_ACC_KEYS = {"name", "family", "peak_tflops", "hbm_gb", "hbm_gbps", "intra_node_gbps", "inter_node_gbps",
@@ -178,7 +183,7 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
     else:
         raise AsapError("cluster.accelerator", "must be a catalog name or a mapping")
     overrides: dict[str, Any] = {}  # Accelerator fields: figures, and the efficiency constants (a Family)
-    for key in ("hbm_gb", "intra_node_gbps", "inter_node_gbps"):
+    for key in _FIGURE_OVERRIDES:
         if key in d and d[key] is not None:
             overrides[key] = _positive_number(d[key], f"cluster.{key}")
     if "hbm_gb" in overrides:  # a part with other memory: its driver total is the figure given

@@ -1,0 +1,29 @@
+"""A cluster's ``hbm_gbps`` override: a catalog part with other memory stacks runs them at the rate given."""
+
+import pytest
+
+from asap.cost.roofline import elementwise_time_s
+from asap.errors import AsapError
+from asap.spec.hardware import cluster_from_dict
+
+
+def test_hbm_gbps_override_sets_the_rate_and_round_trips():
+    # torchtitan's Grand Teton H100s: 96 GB of HBM2e at 2.4 TB/s (torchtitan docs/performance.md)
+    c = cluster_from_dict({"accelerator": "h100-sxm", "nodes": 2, "hbm_gb": 96, "hbm_gbps": 2400})
+    assert c.accelerator.hbm_gbps == 2400 and c.accelerator.hbm_gb == 96
+    assert cluster_from_dict(c.to_dict()).accelerator.hbm_gbps == 2400
+    assert cluster_from_dict({"accelerator": "h100-sxm"}).accelerator.hbm_gbps == 3350  # the catalog's HBM3
+
+
+def test_memory_bound_kernels_read_the_overridden_rate():
+    # 1 GB moved: bytes / (rate x hbm_efficiency) + one launch; the ratio of the byte terms is 3350 / 2400
+    base = cluster_from_dict({"accelerator": "h100-sxm"}).accelerator
+    slow = cluster_from_dict({"accelerator": "h100-sxm", "hbm_gbps": 2400}).accelerator
+    launch = base.family_constants.kernel_overhead_s
+    ratio = (elementwise_time_s(slow, 1e9) - launch) / (elementwise_time_s(base, 1e9) - launch)
+    assert ratio == pytest.approx(3350 / 2400)
+
+
+def test_hbm_gbps_override_must_be_positive():
+    with pytest.raises(AsapError, match="cluster.hbm_gbps"):
+        cluster_from_dict({"accelerator": "h100-sxm", "hbm_gbps": 0})
