@@ -335,3 +335,20 @@ def test_attention_head_dim_fill_on_a_padding_matrix_unit():
     assert head_dim_fill(h100, 64, 64) == pytest.approx(1.0)
     # the shape factor carries it: v6e's hd 128 at 0.7 of v5p's (same family constants, same keys)
     assert attention_shape_factor(v6e, 128, 128, 2048) == pytest.approx(0.7 * attention_shape_factor(v5p, 128, 128, 2048))
+
+
+def test_blackwell_ultra_runs_at_its_board_power_and_doubled_sfu():
+    """GB300 (1400 W) against GB200 (1200 W), the same nominal peaks: a large fp8 GEMM runs 1400/1200 = 1.167x
+    as fast, an HBM-bound kernel no faster, and hd-128 attention 1.167 x (128 + 54) / (128 + 27) = 1.370x (the
+    SFU's doubled exp rate halves the softmax share, d_half 54 -> 27); B300 over B200 at 1100/1000 W."""
+    from asap.cost.roofline import attention_time_s, elementwise_time_s, gemm_time_s
+    from asap.spec.hardware import get_accelerator
+    gb200, gb300 = get_accelerator("gb200"), get_accelerator("gb300")
+    gemm = [float(gemm_time_s(a, "fp8", 16384, 16384, 16384)) for a in (gb200, gb300)]
+    cast = float(elementwise_time_s(gb200, 3.0 * 16384 * 16384))  # the input's cast, HBM-bound on both
+    assert (gemm[0] - cast) / (gemm[1] - cast) == pytest.approx(1400 / 1200, rel=1e-3)
+    assert elementwise_time_s(gb300, 1e9) == elementwise_time_s(gb200, 1e9)
+    attn = [float(attention_time_s(a, "bf16", 1e15)) for a in (gb200, gb300)]
+    assert attn[0] / attn[1] == pytest.approx(1400 / 1200 * (128 + 54) / (128 + 27), rel=1e-3)
+    b200, b300 = get_accelerator("b200"), get_accelerator("b300")
+    assert b300.family_constants.gemm_efficiency == pytest.approx(1.1 * b200.family_constants.gemm_efficiency)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from asap.errors import AsapError
-from asap.spec.families import FAMILIES, Family
+from asap.spec.families import FAMILIES, Family, ultra_variant
 
 # ----------------------------------------------------------------------------------------------------------
 # The accelerator catalog
@@ -123,10 +123,12 @@ CATALOG: dict[str, Accelerator] = {
              host_mem_capacity_gb=240, host_link_gbps=225, host_mem_gbps=256,
              source="NVIDIA GB200 NVL72 datasheet"),
         # GB300 NVL72: same dense bf16/fp8 as GB200, 288 GB HBM3e per GPU, ConnectX-8 800 Gb/s per GPU; the same
-        # 72-GPU NVLink domain of 18 trays of 4.
+        # 72-GPU NVLink domain of 18 trays of 4. 1400 W per GPU against GB200's 1200 W, twice its SFU rate
+        # (families.ultra_variant).
         _acc(name="gb300", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 15000}, hbm_gb=288,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=4, scale_up_domain=72,
              host_mem_capacity_gb=240, host_link_gbps=225, host_mem_gbps=256,
+             efficiency=ultra_variant(FAMILIES["blackwell"], board_power_w=1400, sibling_board_power_w=1200),
              source="NVIDIA GB300 NVL72 datasheet"),
         # NVIDIA GH200 Grace Hopper superchip datasheet: the H100's compute, 96 GB HBM3 at 4 TB/s, NVLink-C2C 900
         # GB/s bidirectional to one Grace with 480 GB LPDDR5X at up to 512 GB/s; quad-GH200 nodes (CSCS Alps):
@@ -160,10 +162,12 @@ CATALOG: dict[str, Accelerator] = {
              scale_up_domain=8, interconnect="xgmi", host_mem_capacity_gb=256, host_link_gbps=64, host_mem_gbps=115,
              source="AMD Instinct MI355X datasheet"),
         # NVIDIA HGX B300 (Blackwell Ultra): B200's dense bf16 and fp8, 1.5x its dense NVFP4 (13.5 PF), 288 GB
-        # HBM3E at 8 TB/s, NVLink5 1.8 TB/s bidirectional, ConnectX-8 800 Gb/s per GPU.
+        # HBM3E at 8 TB/s, NVLink5 1.8 TB/s bidirectional, ConnectX-8 800 Gb/s per GPU; 1100 W against B200's
+        # 1000 W, twice its SFU rate (families.ultra_variant).
         _acc(name="b300", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp4": 13500},
              hbm_gb=288, hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=8,
              scale_up_domain=8, host_mem_capacity_gb=512, host_link_gbps=64, host_mem_gbps=90,
+             efficiency=ultra_variant(FAMILIES["blackwell"], board_power_w=1100, sibling_board_power_w=1000),
              source="NVIDIA HGX B300 / Blackwell Ultra datasheet"),
         # TPUs (Google Cloud TPU system architecture docs; 'How to Scale Your Model' (JAX scaling book) table of
         # TPU specs): ICI link bandwidth one-way per link. A TPU VM host holds 4 chips (devices_per_node); an

@@ -4,7 +4,7 @@ importable from ``asap.spec.hardware``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -197,3 +197,32 @@ EFFICIENCY_KEYS = tuple(k for k in Family.__dataclass_fields__ if k not in ("nam
 # constants that may be 0 (the others are positive)
 ZERO_ALLOWED_KEYS = ("tp_overlap", "matrix_unit_dim", "grouped_half_k", "overlap_tax", "kernel_overhead_s", "host_op_s", "dtensor_op_s", "dtensor_call_s",
                      "sync_s")
+
+
+REFERENCE_HEAD_DIM_FOR_SOFTMAX = 128.0  # the head dim ``attention_efficiency`` is quoted at (roofline.REFERENCE_HEAD_DIM)
+
+
+# NVIDIA Blackwell Ultra (B300, GB300): the same SMs and the same nominal dense bf16/fp8 peaks as its Blackwell
+# sibling (HGX B300 4.5 PF fp8 as B200; GB300 NVL72 360 PF fp8 dense / 72 = 5 PF as GB200), two differences:
+# - board power: 1100 W (HGX B300) against B200's 1000 W, 1400 W (GB300) against GB200's 1200 W (NVIDIA HGX and
+#   GB300 NVL72 datasheets). Under sustained tensor load Blackwell parts run power-capped below the boost clock
+#   their nominal peak is quoted at; at the voltage floor the clock, and so the tensor rate, goes as the power.
+#   Megatron-Bridge's performance summary (docs/performance-summary-archive.md) bears the ratio out on identical
+#   layouts: B300 over B200 1.12 (GPT-OSS-120B BF16, 26.04.01) and 1.11 (DeepSeek-V3 MXFP8, 26.04); GB300 over
+#   GB200 1.24 (Llama3-70B FP8 FSDP pretraining, 26.04.01; 1.27 in 26.04) and 1.21 (Llama3-70B FP8 SFT on 8
+#   GPUs, 26.06), the doubled SFU below adding its share on the GB300 pair's 8K sequences.
+# - the special-function units: twice Blackwell's MUFU.EX2 rate (NVIDIA, "Inside NVIDIA Blackwell Ultra" and
+#   "Making Softmax More Efficient with NVIDIA Blackwell Ultra": 10.7 against 5 tera-exponentials/s). In the
+#   attention kernel's rate d / (d + d_half) (``attention_half_head_dim``: the softmax work per score in
+#   head-dim units) d_half halves, so at the reference head dim 128 the kernel runs (128 + d_half) /
+#   (128 + d_half / 2) faster (1.17 at Hopper's d_half 54).
+# HBM-bound kernels keep their rate (the same 8 TB/s HBM3e).
+def ultra_variant(fam: Family, board_power_w: float, sibling_board_power_w: float) -> Family:
+    """A Blackwell Ultra part's constants from its Blackwell sibling family's: GEMM and attention rates scaled by
+    the board-power ratio, the attention's softmax share halved (the comment above)."""
+    gain = board_power_w / sibling_board_power_w
+    d_half = fam.attention_half_head_dim
+    sfu = (REFERENCE_HEAD_DIM_FOR_SOFTMAX + d_half) / (REFERENCE_HEAD_DIM_FOR_SOFTMAX + d_half / 2.0)
+    return replace(fam, gemm_efficiency=fam.gemm_efficiency * gain, fp8_gemm_efficiency=fam.fp8_gemm_efficiency * gain,
+                   attention_efficiency=fam.attention_efficiency * gain * sfu, attention_half_head_dim=d_half / 2.0)
+
