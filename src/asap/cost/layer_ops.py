@@ -215,7 +215,9 @@ def moe_mlp_ops(model: ModelSpec, x: Shapes, S: StrategyBatch) -> list[Operation
     # per local expert (at most the rows there are)
     per_expert = rows / local_experts
     padded = per_expert + np.minimum(x.expert_row_tile, rows)
-    permute = 2 * ab * x.T_sp * mo.top_k * x.h  # read and write, once to dispatch and once to combine
+    # read and write, once to dispatch and once to combine, every routed copy of the etp group's tokens (expert
+    # tensor parallelism gathers them first: Megatron-Core's dispatchers all-gather over the expert-TP group)
+    permute = 2 * ab * x.T_sp * mo.top_k * etp * x.h
     router_logits = Saved(4.0 * x.T_sp * mo.num_experts, (M.MOE,))
     ops = [x.norm("pre_mlp_norm", B),
            Operation("router", GEMM, B, Axis.SP, (M.MOE,), (x.norm_output(), router_logits),
