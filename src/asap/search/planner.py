@@ -286,6 +286,12 @@ class PricedRow:
         priced = None if be.dispatcher is None else int(np.broadcast_to(be.dispatcher, be.step_time_s.shape)[self.i])
         return self.S.strategy(self.i, dispatcher=priced)
 
+    @cached_property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(tp, pp, cp, ep), read off the batch (ranking a row builds no Strategy)."""
+        S, i = self.S, self.i
+        return (int(S.tp[i]), int(S.pp[i]), int(S.cp[i]), int(S.ep[i]))
+
     def estimate(self, job: Job) -> Estimate:
         return estimate_from_batch(job, self.S, self.be, self.i)
 
@@ -311,6 +317,8 @@ def _rank_key(e: Row, hbm_rank: float) -> tuple:
 
 
 def _shape(e: Row) -> tuple[int, int, int, int]:
+    if isinstance(e, PricedRow):
+        return e.shape
     s = e.strategy
     return (s.tp, s.pp, s.cp, s.ep)
 

@@ -12,8 +12,11 @@ own split ``search.split_dp``.
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -55,6 +58,18 @@ class StageProblem:
     @property
     def stages(self) -> int:
         return self.pp * self.vpp
+
+    @cached_property
+    def unit_rows(self) -> list[tuple[float, float, float, float, float, bool]]:
+        """Per unit: (time, full recompute's extra time, model states, activations kept, what full recompute
+        saves, once): what ``price_split`` adds up."""
+        return [(u.time_s, u.recompute_extra_s, u.state_bytes, u.act_bytes, u.act_saved_bytes, u.once)
+                for u in self.units]
+
+    @cached_property
+    def layers_before(self) -> list[int]:
+        """Transformer layers among the first i units, for i = 0 .. len(units)."""
+        return [0] + list(itertools.accumulate(u.name in ("dense", "moe") for u in self.units))
 
     def in_flight(self, device: int) -> float:
         """Micro-batches' worth of activations device ``device`` holds at its peak (the memory model's count)."""
@@ -151,9 +166,11 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                              max(float(time_full[kind] - time_base[kind]), 0.0), float(kept), saved,
                              float(states[r, kind]), once=kind == Unit.HEAD)
 
-        units = [unit(Unit.EMBEDDING)]
-        units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
-        units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
+        chain = [Unit.EMBEDDING] + [Unit.DENSE if i < model.num_dense_layers else Unit.MOE
+                                    for i in range(model.num_layers)]
+        chain += [Unit.MTP] * model.mtp_layers + [Unit.HEAD]
+        made = {kind: unit(kind) for kind in set(chain)}  # units of a kind are alike: one (unchanged) object each
+        units = [made[kind] for kind in chain]
         out.append(StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
                                 hbm_bytes=hbm, base_recompute=s.recompute,
                                 default_layers=layout(model, s.pp, s.vpp).chunk_layers, schedule=s.schedule))
@@ -175,23 +192,20 @@ def price_split(prob: StageProblem, counts: list[int], recompute: list[bool]) ->
     for j, n in enumerate(counts):
         d = j % pp
         f = prob.in_flight(d)
-        for u in prob.units[start:start + n]:
-            extra = u.recompute_extra_s if recompute[j] else 0.0
-            dev_t[d] += u.time_s + extra
+        for time_s, extra_s, state, act, saved, once in prob.unit_rows[start:start + n]:
+            extra = extra_s if recompute[j] else 0.0
+            dev_t[d] += time_s + extra
             rc_s += extra
-            held = 1.0 if u.once else f
-            dev_mem[d] += u.state_bytes + held * (u.act_bytes - (u.act_saved_bytes if recompute[j] else 0.0))
+            held = 1.0 if once else f
+            dev_mem[d] += state + held * (act - (saved if recompute[j] else 0.0))
         start += n
     m = prob.micro_batches
     t_max = max(dev_t)
     t_avg = sum(dev_t) / pp
     ideal = (pp - 1) * t_avg / prob.vpp
     total = (m - 1) * t_max + t_avg + ideal  # cost/pipeline.py: exact for uneven 1F1B stages
-    layers = []
-    start = 0
-    for n in counts:
-        layers.append(sum(1 for u in prob.units[start:start + n] if u.name in ("dense", "moe")))
-        start += n
+    ends = list(itertools.accumulate(counts))
+    layers = [prob.layers_before[e] - prob.layers_before[e - n] for e, n in zip(ends, counts, strict=True)]
     return StageSplit(boundaries=list(counts), recompute=list(recompute), device_time_s=dev_t,
                       device_memory_gb=[x / GB for x in dev_mem], pipeline_time_s=total, ideal_bubble_s=ideal,
                       imbalance_s=(m - 1) * (t_max - t_avg), recompute_s=m * rc_s / pp,
@@ -271,20 +285,70 @@ def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> 
     for rc in modes:
         times = [u.time_s + (u.recompute_extra_s if rc else 0.0) for u in prob.units]
         times = times[:len(times) - tail] + [sum(times[len(times) - tail:])]
-        lo, hi = max(times), sum(times)
-        for _ in range(40):
-            cap = (lo + hi) / 2
-            if _greedy_counts(times, cap, S) is None:
-                lo = cap
-            else:
-                hi = cap
-        counts = _greedy_counts(times, hi, S)
+        counts = _balanced_counts(times, S)
         if counts is not None:
             counts[-1] += tail - 1
             options.append(price_split(prob, counts, [rc] * S))
     fitting = [o for o in options if o.fits]
     pool = fitting or options
     return min(pool, key=lambda o: o.pipeline_time_s) if pool else None
+
+
+BISECTION_STEPS = 40  # halvings of the stage-time cap between the largest unit and the total
+
+
+def _balanced_counts(times: list[float], stages: int) -> list[int] | None:
+    """Units per stage of the greedy fill (``_greedy_counts``) at the least cap the bisection finds feasible."""
+    fill = _fill_of(times)
+    lo, hi = max(times), sum(times)
+    for _ in range(BISECTION_STEPS):
+        cap = (lo + hi) / 2
+        if fill(cap, stages) is None:
+            lo = cap
+        else:
+            hi = cap
+    counts = fill(hi, stages)
+    return None if counts is None else list(counts)
+
+
+def _fill_of(times: list[float]):
+    """``_greedy_counts`` over ``times`` as a function of (cap, stages), the same counts. For times finite and
+    not negative: the fill compares the cap only with the running sums from each start (added in its order:
+    ``np.cumsum`` is sequential), non-decreasing, so a binary search per stage finds each stage's units, and
+    two caps with the same place among all those sums fill alike: each place is filled once (a bisection's
+    last steps all fall in one or two places)."""
+    if not all(0.0 <= x < math.inf for x in times):
+        return lambda cap, stages: _greedy_counts(times, cap, stages)
+    t = np.asarray(times, dtype=float)
+    U = len(t)
+    ahead = np.arange(U)[:, None] + np.arange(U)[None, :]
+    sums = np.cumsum(np.where(ahead < U, t[np.minimum(ahead, U - 1)], 0.0), axis=1)  # row i: from unit i on
+    runs, marks = sums.tolist(), np.sort(sums, axis=None).tolist()
+    memo: dict[tuple[int, int], list[int] | None] = {}
+
+    def fill(cap: float, stages: int) -> list[int] | None:
+        key = (bisect.bisect_right(marks, cap), stages)
+        if key not in memo:
+            memo[key] = _fill_runs(runs, cap, stages)
+        return memo[key]
+
+    return fill
+
+
+def _fill_runs(runs: list[list[float]], cap: float, stages: int) -> list[int] | None:
+    """``_greedy_counts`` by the running sums ``runs[i]`` from each unit i (padded past the last unit)."""
+    U = len(runs)
+    counts, i = [], 0
+    for j in range(stages):
+        room = U - (stages - j - 1) - i  # units this stage may take, leaving one for every later stage
+        if room < 1:
+            return None
+        n = min(max(1, bisect.bisect_right(runs[i], cap)), room)
+        if j == stages - 1 and i + n < U:
+            return None
+        counts.append(n)
+        i += n
+    return counts if i == U else None
 
 
 def _greedy_counts(times: list[float], cap: float, stages: int) -> list[int] | None:
