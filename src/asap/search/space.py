@@ -125,6 +125,9 @@ class _Cross(Mapping[str, np.ndarray]):
             self.built[k] = np.tile(self.b[k], self.na) if k in self.b else np.repeat(self.a[k], self.nb)
         return self.built[k]
 
+    def __contains__(self, k) -> bool:
+        return k in self.b or k in self.a
+
     def __iter__(self):
         return iter({**self.a, **self.b})
 
@@ -251,17 +254,15 @@ class Space:
                       offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"],
                       grad_bf16=c["grad_bf16"]))
         peak = len(rows)
-        for values in joins:
+        for n, values in enumerate(joins, start=1):
             cross = _Cross(cols, _grid(**values))
             peak = max(peak, cross.na * cross.nb)
             keep = (legal_rows(cross, self.model, self.train, self.devices, only_new=tuple(values))
                     & runnable_rows(cross, self.framework.name, self.job, only_new=tuple(values))
                     & ~redundant_rows(cross, fixed))
+            if n == len(joins):  # the last join: its rows the stack can pipeline as well (one gather)
+                keep &= self.pipeline_ok(cross)
             cols = cross.where(keep)
-        keep = (cols["pp"] == 1) | ((cols["zero"] <= self.framework.max_zero_with_pp)
-                                    & ((cols["offload_act"] == 0) | self.framework.offload_act_with_pp))
-        if not keep.all():
-            cols = _where(cols, keep)
         if self.free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing
             cols["a2a_overlap"] = overlap_pays(cols)  # and off where the stack cannot run it
             runs = runnable_rows(cols, self.framework.name, self.job, only_new=("a2a_overlap",))
@@ -274,6 +275,12 @@ class Space:
             keep = np.nonzero(S.pp * S.vpp == len(fixed["layer_split"]))[0]
             S, mesh = _with_layer_split(S, self.model, fixed["layer_split"]), mesh[keep]
         return S, mesh, peak
+
+    def pipeline_ok(self, cols: Cols) -> np.ndarray:
+        """Where the stack runs the row's ZeRO stage and activation offload (with a pipeline, its limits)."""
+        fw = self.framework
+        return (cols["pp"] == 1) | ((cols["zero"] <= fw.max_zero_with_pp)
+                                    & ((cols["offload_act"] == 0) | fw.offload_act_with_pp))
 
     def blocks(self, target_rows: int) -> Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]]:
         """The space in blocks of mesh rows: (the mesh rows, their strategies, each one's mesh row). The first
