@@ -25,7 +25,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.device_memory import GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight, state_bytes_per_param, usable_hbm_gb
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
-from asap.cost.units import unit_activations, unit_params, unit_times
+from asap.cost.units import UnitTimes, unit_activations, unit_params, unit_times
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.layout import Unit, layout
@@ -124,15 +124,17 @@ def build_problem(job: Job, s: Strategy, recompute_choice: bool = True) -> Stage
     return build_problems(job, [s], recompute_choice)[0]
 
 
-def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool = True) -> list[StageProblem]:
-    """``build_problem`` for several strategies, their unit figures priced as one batch."""
+def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool = True,
+                   ut: UnitTimes | None = None) -> list[StageProblem]:
+    """``build_problem`` for several strategies, their unit figures priced as one batch (``ut``: their unit
+    times, where the caller has them)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     if any(s.pp < 2 for s in strategies):
         raise AsapError("strategy.pp", "the stage split needs pp > 1")
     base = StrategyBatch.from_strategies([replace(s, layer_split=()) for s in strategies])
     full = (StrategyBatch.from_strategies([replace(s, recompute=RecomputePolicy(Recompute.FULL), layer_split=())
                                            for s in strategies]) if recompute_choice else base)
-    t_base = unit_times(job, base).parts
+    t_base = unit_times(job, base).parts if ut is None else {k: ut.rows(v) for k, v in ut.parts.items()}
     t_full = unit_times(job, full).parts if recompute_choice else t_base
     a_base = unit_activations(model, train, base, fw.selective, fw.logits_bytes)
     a_full = unit_activations(model, train, full, fw.selective, fw.logits_bytes) if recompute_choice else a_base
