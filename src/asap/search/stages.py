@@ -12,9 +12,7 @@ own split ``search.split_dp``.
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -287,70 +285,20 @@ def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> 
     for rc in modes:
         times = [u.time_s + (u.recompute_extra_s if rc else 0.0) for u in prob.units]
         times = times[:len(times) - tail] + [sum(times[len(times) - tail:])]
-        counts = _balanced_counts(times, S)
+        lo, hi = max(times), sum(times)
+        for _ in range(40):
+            cap = (lo + hi) / 2
+            if _greedy_counts(times, cap, S) is None:
+                lo = cap
+            else:
+                hi = cap
+        counts = _greedy_counts(times, hi, S)
         if counts is not None:
             counts[-1] += tail - 1
             options.append(price_split(prob, counts, [rc] * S))
     fitting = [o for o in options if o.fits]
     pool = fitting or options
     return min(pool, key=lambda o: o.pipeline_time_s) if pool else None
-
-
-BISECTION_STEPS = 40  # halvings of the stage-time cap between the largest unit and the total
-
-
-def _balanced_counts(times: list[float], stages: int) -> list[int] | None:
-    """Units per stage of the greedy fill (``_greedy_counts``) at the least cap the bisection finds feasible."""
-    fill = _fill_of(times)
-    lo, hi = max(times), sum(times)
-    for _ in range(BISECTION_STEPS):
-        cap = (lo + hi) / 2
-        if fill(cap, stages) is None:
-            lo = cap
-        else:
-            hi = cap
-    counts = fill(hi, stages)
-    return None if counts is None else list(counts)
-
-
-def _fill_of(times: list[float]):
-    """``_greedy_counts`` over ``times`` as a function of (cap, stages), the same counts. For times finite and
-    not negative: the fill compares the cap only with the running sums from each start (added in its order:
-    ``np.cumsum`` is sequential), non-decreasing, so a binary search per stage finds each stage's units, and
-    two caps with the same place among all those sums fill alike: each place is filled once (a bisection's
-    last steps all fall in one or two places)."""
-    if not all(0.0 <= x < math.inf for x in times):
-        return lambda cap, stages: _greedy_counts(times, cap, stages)
-    t = np.asarray(times, dtype=float)
-    U = len(t)
-    ahead = np.arange(U)[:, None] + np.arange(U)[None, :]
-    sums = np.cumsum(np.where(ahead < U, t[np.minimum(ahead, U - 1)], 0.0), axis=1)  # row i: from unit i on
-    runs, marks = sums.tolist(), np.sort(sums, axis=None).tolist()
-    memo: dict[tuple[int, int], list[int] | None] = {}
-
-    def fill(cap: float, stages: int) -> list[int] | None:
-        key = (bisect.bisect_right(marks, cap), stages)
-        if key not in memo:
-            memo[key] = _fill_runs(runs, cap, stages)
-        return memo[key]
-
-    return fill
-
-
-def _fill_runs(runs: list[list[float]], cap: float, stages: int) -> list[int] | None:
-    """``_greedy_counts`` by the running sums ``runs[i]`` from each unit i (padded past the last unit)."""
-    U = len(runs)
-    counts, i = [], 0
-    for j in range(stages):
-        room = U - (stages - j - 1) - i  # units this stage may take, leaving one for every later stage
-        if room < 1:
-            return None
-        n = min(max(1, bisect.bisect_right(runs[i], cap)), room)
-        if j == stages - 1 and i + n < U:
-            return None
-        counts.append(n)
-        i += n
-    return counts if i == U else None
 
 
 def _greedy_counts(times: list[float], cap: float, stages: int) -> list[int] | None:
