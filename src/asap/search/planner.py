@@ -23,7 +23,8 @@ from typing import Any, Callable
 import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
-from asap.cost.estimate import BatchEstimate, Estimate, estimate, estimate_batch, estimate_from_batch
+from asap.cost.estimate import UNIT_KEYS, BatchEstimate, Estimate, estimate, estimate_batch, estimate_from_batch
+from asap.cost.units import unit_times
 from asap.cost.bands import indistinguishable
 from asap.cost.device_memory import default_headroom_gb, usable_hbm_gb
 from asap.errors import AsapError
@@ -286,6 +287,12 @@ class PricedRow:
         priced = None if be.dispatcher is None else int(np.broadcast_to(be.dispatcher, be.step_time_s.shape)[self.i])
         return self.S.strategy(self.i, dispatcher=priced)
 
+    @cached_property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(tp, pp, cp, ep), read off the batch (ranking a row builds no Strategy)."""
+        S, i = self.S, self.i
+        return (int(S.tp[i]), int(S.pp[i]), int(S.cp[i]), int(S.ep[i]))
+
     def estimate(self, job: Job) -> Estimate:
         return estimate_from_batch(job, self.S, self.be, self.i)
 
@@ -311,6 +318,8 @@ def _rank_key(e: Row, hbm_rank: float) -> tuple:
 
 
 def _shape(e: Row) -> tuple[int, int, int, int]:
+    if isinstance(e, PricedRow):
+        return e.shape
     s = e.strategy
     return (s.tp, s.pp, s.cp, s.ep)
 
@@ -389,9 +398,13 @@ def split_rows(job: Job, rows: list[Row]) -> list[tuple[Row, dict[str, Any]]]:
     tried, alts = [], []
     infos: list[dict[str, Any]] = []
     uniform_only = job.framework.name in UNIFORM_SPLIT_ONLY
+    strategies = [e.strategy for e in rows]
+    # a layer split changes no unit time (``UNIT_KEYS``): the rows' unit times are their splits' too
+    ut = None if uniform_only else unit_times(job, StrategyBatch.from_strategies(strategies), UNIT_KEYS)
     problems = [None] * len(rows) if uniform_only else \
-        build_problems(job, [e.strategy for e in rows], recompute_choice=False)
-    for e, prob in zip(rows, problems, strict=True):
+        build_problems(job, strategies, recompute_choice=False, ut=ut)
+    owner: list[int] = []  # the row each split is of
+    for k, (e, prob) in enumerate(zip(rows, problems, strict=True)):
         s = e.strategy
         default = layout(job.model, s.pp, s.vpp).chunk_layers
         splits = [] if prob is None else \
@@ -401,8 +414,9 @@ def split_rows(job: Job, rows: list[Row]) -> list[tuple[Row, dict[str, Any]]]:
                       "default_split_step_time_s": e.step_time_s, "adopted": False,
                       "solver": "; ".join(sp.solver for sp in splits) or "no other split fits", "tried": []})
         alts += [replace(s, layer_split=tuple(sp.layers_per_stage)) for sp in splits]
+        owner += [k] * len(splits)
     S = StrategyBatch.from_strategies(alts) if alts else None
-    be = estimate_batch(job, S) if S is not None else None
+    be = estimate_batch(job, S, unit=ut.subset(np.array(owner))) if S is not None and ut is not None else None
     out, at = [], 0
     for e, splits, info in zip(rows, tried, infos, strict=True):
         best = e

@@ -248,8 +248,7 @@ def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFig
     if not prune:  # include_oom: every row is shown in some order, nothing is pruned
         return kept_of(np.arange(len(S)))
     lower = step_lower_bound_s(job, S, f)
-    by_lower = np.argsort(lower, kind="stable")
-    seed, rest = by_lower[:SEED_ROWS], np.sort(by_lower[SEED_ROWS:])
+    seed, rest = least_first(lower, SEED_ROWS)
     first = kept_of(seed)
     so_far = [k for k in (prior, first) if k is not None]
     if so_far and len(rest):
@@ -257,6 +256,22 @@ def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFig
         rest = rest[worth_pricing(lower[rest], mem.peak_gb[rest], *bar)]
     parts = [k for k in (first, kept_of(rest)) if k is not None]
     return Kept.concatenate(parts).needed(top_k, distinct) if parts else None
+
+
+def least_first(key: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` rows of least ``key`` in order (equal keys by row: a stable argsort's first k), and the other
+    rows ascending; by a partition around the k-th key rather than sorting every row."""
+    n = len(key)
+    kth = np.partition(key, k - 1)[k - 1] if n > k else np.nan
+    if np.isnan(kth):  # a short chunk, or keys that are not numbers: the full sort
+        order = np.argsort(key, kind="stable")
+        return order[:k], np.sort(order[k:])
+    tied = np.flatnonzero(key == kth)
+    pick = np.concatenate([np.flatnonzero(key < kth), tied[:k - int((key < kth).sum())]])
+    seed = pick[np.argsort(key[pick], kind="stable")]  # pick holds each key's rows ascending
+    rest = np.ones(n, dtype=bool)
+    rest[seed] = False
+    return seed, np.flatnonzero(rest)
 
 
 def over_capacity_gb(peak_gb, capacity_gb: float):

@@ -9,7 +9,7 @@ by the redundant spellings below. Keys the caller fixes are pinned to one value.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, cast
+from typing import Any, Iterator, Mapping, cast
 
 import numpy as np
 
@@ -110,13 +110,36 @@ def legal_mask(model: ModelSpec, train: TrainSpec, devices: int, S: StrategyBatc
     return legal_rows(cast(Cols, S), model, train, devices)  # a batch reads as a mapping of its columns
 
 
-def _cross(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Cartesian product of two column sets (every row of a with every row of b)."""
-    na = len(next(iter(a.values())))
-    nb = len(next(iter(b.values())))
-    out = {k: np.repeat(v, nb) for k, v in a.items()}
-    out.update({k: np.tile(v, na) for k, v in b.items()})
-    return out
+class _Cross(Mapping[str, np.ndarray]):
+    """Cartesian product of two column sets (every row of a with every row of b, b's column where both have
+    one), a column built only when read (the rules read a few); ``where`` gathers the rows kept straight from
+    a and b (row r is a's row r // len(b) with b's row r % len(b): the same values)."""
+
+    def __init__(self, a: dict[str, np.ndarray], b: dict[str, np.ndarray]):
+        self.a, self.b = a, b
+        self.built: dict[str, np.ndarray] = {}
+        self.na, self.nb = len(next(iter(a.values()))), len(next(iter(b.values())))
+
+    def __getitem__(self, k: str) -> np.ndarray:
+        if k not in self.built:
+            self.built[k] = np.tile(self.b[k], self.na) if k in self.b else np.repeat(self.a[k], self.nb)
+        return self.built[k]
+
+    def __contains__(self, k) -> bool:
+        return k in self.b or k in self.a
+
+    def __iter__(self):
+        return iter({**self.a, **self.b})
+
+    def __len__(self) -> int:
+        return len({**self.a, **self.b})
+
+    def where(self, mask: np.ndarray) -> dict[str, np.ndarray]:
+        rows = np.flatnonzero(mask)
+        of_a, of_b = rows // self.nb, rows % self.nb
+        out = {k: gather(v, of_a) for k, v in self.a.items()}
+        out.update({k: gather(v, of_b) for k, v in self.b.items()})
+        return out
 
 
 def _grid(**values) -> dict[str, np.ndarray]:
@@ -129,7 +152,7 @@ def _where(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarra
     return {k: gather(v, rows) for k, v in cols.items()}
 
 
-def redundant_rows(cols: dict[str, np.ndarray], fixed: dict[str, Any]) -> np.ndarray:
+def redundant_rows(cols: Cols, fixed: dict[str, Any]) -> np.ndarray:
     """Spellings that are legal but never better than another one kept in the space (unless pinned): sp off
     when tp > 1 (SP only removes replicated work and memory), a schedule name without a pipeline, a non-
     interleaved (or zero-bubble) schedule with chunks, GPipe (1F1B's time with more memory), expert TP above tp."""
@@ -231,17 +254,15 @@ class Space:
                       offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"],
                       grad_bf16=c["grad_bf16"]))
         peak = len(rows)
-        for values in joins:
-            cols = _cross(cols, _grid(**values))
-            peak = max(peak, len(cols["tp"]))
-            keep = (legal_rows(cols, self.model, self.train, self.devices, only_new=tuple(values))
-                    & runnable_rows(cols, self.framework.name, self.job, only_new=tuple(values))
-                    & ~redundant_rows(cols, fixed))
-            cols = _where(cols, keep)
-        keep = (cols["pp"] == 1) | ((cols["zero"] <= self.framework.max_zero_with_pp)
-                                    & ((cols["offload_act"] == 0) | self.framework.offload_act_with_pp))
-        if not keep.all():
-            cols = _where(cols, keep)
+        for n, values in enumerate(joins, start=1):
+            cross = _Cross(cols, _grid(**values))
+            peak = max(peak, cross.na * cross.nb)
+            keep = (legal_rows(cross, self.model, self.train, self.devices, only_new=tuple(values))
+                    & runnable_rows(cross, self.framework.name, self.job, only_new=tuple(values))
+                    & ~redundant_rows(cross, fixed))
+            if n == len(joins):  # the last join: its rows the stack can pipeline as well (one gather)
+                keep &= self.pipeline_ok(cross)
+            cols = cross.where(keep)
         if self.free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing
             cols["a2a_overlap"] = overlap_pays(cols)  # and off where the stack cannot run it
             runs = runnable_rows(cols, self.framework.name, self.job, only_new=("a2a_overlap",))
@@ -254,6 +275,12 @@ class Space:
             keep = np.nonzero(S.pp * S.vpp == len(fixed["layer_split"]))[0]
             S, mesh = _with_layer_split(S, self.model, fixed["layer_split"]), mesh[keep]
         return S, mesh, peak
+
+    def pipeline_ok(self, cols: Cols) -> np.ndarray:
+        """Where the stack runs the row's ZeRO stage and activation offload (with a pipeline, its limits)."""
+        fw = self.framework
+        return (cols["pp"] == 1) | ((cols["zero"] <= fw.max_zero_with_pp)
+                                    & ((cols["offload_act"] == 0) | fw.offload_act_with_pp))
 
     def blocks(self, target_rows: int) -> Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]]:
         """The space in blocks of mesh rows: (the mesh rows, their strategies, each one's mesh row). The first

@@ -96,45 +96,46 @@ def exact_chain_split(prob: StageProblem) -> StageSplit | None:
     return _as_split(prob, counts, "exact bottleneck partition (dynamic programming)")
 
 
-def _keys(dev_t: np.ndarray, dev_m: np.ndarray, hbm: float) -> np.ndarray:
-    """Per candidate ([..., pp] device figures): memory over the limit, T_max, the sum of squared device
-    times, the fullest device's memory: the descent's lexicographic order."""
-    return np.stack([np.maximum(dev_m - hbm, 0.0).sum(axis=-1), dev_t.max(axis=-1), (dev_t ** 2).sum(axis=-1),
-                     dev_m.max(axis=-1)], axis=-1)
-
-
-def _lex_best(keys: np.ndarray) -> int:
-    """The index of the lexicographically least row of ``keys``, equal to ``TIE_REL`` falling through."""
-    alive = np.arange(len(keys))
-    for c in range(keys.shape[1]):
-        col = keys[alive, c]
+def _lex_best(cand_t: np.ndarray, cand_m: np.ndarray, hbm: float) -> int:
+    """The index of the lexicographically least candidate ([..., pp] device figures) on: memory over the
+    limit, T_max, the sum of squared device times, the fullest device's memory (the descent's order), equal to
+    ``TIE_REL`` falling through; a key is computed only while more than one candidate is left."""
+    keys = (lambda: np.maximum(cand_m - hbm, 0.0).sum(axis=-1), lambda: cand_t.max(axis=-1),
+            lambda: (cand_t ** 2).sum(axis=-1), lambda: cand_m.max(axis=-1))
+    alive = np.arange(len(cand_t))
+    for key in keys[1:] if cand_m.max() <= hbm else keys:  # all within the limit: the first key is 0 for all
+        if len(alive) == 1:
+            break
+        col = key()[alive]
         low = col.min()
         alive = alive[col <= low + TIE_REL * max(abs(low), 1e-30)]
     return int(alive[0])
 
 
-def _moves(counts: list[int], lo, hi, tail: int):
-    """Every legal single-unit move: (boundary, +1 or -1, chunk giving, chunk taking, unit index)."""
-    S = len(counts)
-    starts = np.concatenate([[0], np.cumsum(counts)])
-    out = []
-    for b in range(S - 1):
-        for step in (1, -1):
-            give, take = (b + 1, b) if step == 1 else (b, b + 1)
-            if counts[give] - 1 < max(lo[give], 1) or counts[take] + 1 > hi[take]:
-                continue
-            if give == S - 1 and counts[give] - 1 < tail:  # the head and MTP stay on the last chunk
-                continue
-            out.append((b, step, give, take, int(starts[b + 1] if step == 1 else starts[b + 1] - 1)))
-    return out
+def _move_table(S: int) -> tuple[np.ndarray, ...]:
+    """Every single-unit move across a chunk boundary, by boundary then step (+1: the chunk after gives its
+    first unit; -1: the chunk before gives its last): (boundary, step, chunk giving, chunk taking)."""
+    b = np.repeat(np.arange(S - 1), 2)
+    step = np.tile([1, -1], S - 1)
+    return b, step, np.where(step == 1, b + 1, b), np.where(step == 1, b, b + 1)
+
+
+def _moves(counts: np.ndarray, table: tuple[np.ndarray, ...], lo: np.ndarray, hi: np.ndarray, tail: int):
+    """The legal moves of ``table`` (within the bounds; the head and MTP stay on the last chunk), each with the
+    unit it moves: (boundary, step, chunk giving, chunk taking, unit index) as arrays."""
+    b, step, give, take = table
+    ok = (counts[give] - 1 >= np.maximum(lo[give], 1)) & (counts[take] + 1 <= hi[take])
+    ok &= ~((give == len(counts) - 1) & (counts[give] - 1 < tail))
+    ends = np.cumsum(counts)  # the start of chunk b + 1
+    u = np.where(step == 1, ends[b], ends[b] - 1)
+    return tuple(x[ok] for x in (b, step, give, take, u))
 
 
 def _deltas(moves, t: np.ndarray, mem: np.ndarray, pp: int) -> tuple[np.ndarray, np.ndarray]:
     """Each move's change to the device times and memories ([moves, pp])."""
-    k = np.arange(len(moves))
-    give, take, u = (np.array([mv[i] for mv in moves], dtype=np.int64) for i in (2, 3, 4))
-    give, take = give % pp, take % pp
-    dt, dm = np.zeros((len(moves), pp)), np.zeros((len(moves), pp))
+    k = np.arange(len(moves[0]))
+    give, take, u = moves[2] % pp, moves[3] % pp, moves[4]
+    dt, dm = np.zeros((len(k), pp)), np.zeros((len(k), pp))
     # the same operations as one move at a time: 0 - x on the giving device, then + x on the taking one
     dt[k, give] = 0.0 - t[u]
     dt[k, take] += t[u]
@@ -143,10 +144,11 @@ def _deltas(moves, t: np.ndarray, mem: np.ndarray, pp: int) -> tuple[np.ndarray,
     return dt, dm
 
 
-def descent_interleaved_split(prob: StageProblem, pairs: bool = True) -> StageSplit | None:
+def descent_interleaved_split(prob: StageProblem, pairs: bool = True, figures=None) -> StageSplit | None:
     """Steepest descent from the default split (module docstring): each round takes the best of every single
     unit move across one chunk boundary and (``pairs``) every pair of such moves on boundaries two or more
-    apart (a pair passes the plateaus where two devices tie at T_max), until none improves."""
+    apart (a pair passes the plateaus where two devices tie at T_max), until none improves. ``figures``:
+    ``_unit_figures(prob)`` where the caller has them."""
     counts = list(prob.default_layers)
     tail = len(_tail_units(prob))
     if not counts:
@@ -156,34 +158,34 @@ def descent_interleaved_split(prob: StageProblem, pairs: bool = True) -> StageSp
     S, pp = prob.stages, prob.pp
     if min(counts) < 1 or sum(counts) != len(prob.units):
         return None
-    lo, hi = _units_per_stage_bounds(prob)
-    t, mem = _unit_figures(prob)
+    lo, hi = (np.array(x, dtype=float) for x in _units_per_stage_bounds(prob))
+    t, mem = _unit_figures(prob) if figures is None else figures
     starts = np.concatenate([[0], np.cumsum(counts)])
     dev_t, dev_m = np.zeros(pp), np.zeros(pp)
     for j in range(S):
         dev_t[j % pp] += t[starts[j]:starts[j + 1]].sum()
         dev_m[j % pp] += mem[j % pp, starts[j]:starts[j + 1]].sum()
+    at, table = np.array(counts), _move_table(S)
     for _ in range(DESCENT_MAX_MOVES):
-        moves = _moves(counts, lo, hi, tail)
-        if not moves:
+        moves = _moves(at, table, lo, hi, tail)
+        n = len(moves[0])
+        if not n:
             break
         dt, dm = _deltas(moves, t, mem, pp)
-        b = np.array([mv[0] for mv in moves])
+        b = moves[0]
         apart = np.abs(b[:, None] - b[None, :]) >= 2
         i1, i2 = np.nonzero(np.triu(apart, 1)) if pairs else (np.zeros(0, int), np.zeros(0, int))
         cand_t = np.concatenate([dev_t[None, :], dev_t + dt, dev_t + dt[i1] + dt[i2]])
         cand_m = np.concatenate([dev_m[None, :], dev_m + dm, dev_m + dm[i1] + dm[i2]])
-        best = _lex_best(_keys(cand_t, cand_m, prob.hbm_bytes))
+        best = _lex_best(cand_t, cand_m, prob.hbm_bytes)
         if best == 0:
             break
-        chosen = [best - 1] if best <= len(moves) else [i1[best - 1 - len(moves)], i2[best - 1 - len(moves)]]
-        for k in chosen:
-            bb, step = moves[k][0], moves[k][1]
-            counts[bb] += step
-            counts[bb + 1] -= step
+        for k in [best - 1] if best <= n else [i1[best - 1 - n], i2[best - 1 - n]]:
+            at[b[k]] += moves[1][k]
+            at[b[k] + 1] -= moves[1][k]
         dev_t, dev_m = cand_t[best], cand_m[best]
     how = "single and paired moves" if pairs else "single moves"
-    return _as_split(prob, counts, f"steepest descent over chunk boundaries ({how})")
+    return _as_split(prob, at.tolist(), f"steepest descent over chunk boundaries ({how})")
 
 
 def planner_splits(prob: StageProblem) -> list[StageSplit]:
@@ -196,7 +198,9 @@ def planner_splits(prob: StageProblem) -> list[StageSplit]:
     if prob.vpp == 1:
         found = [exact_chain_split(prob)]
     else:
-        found = [descent_interleaved_split(prob, pairs=False), descent_interleaved_split(prob, pairs=True),
+        figures = _unit_figures(prob)
+        found = [descent_interleaved_split(prob, pairs=False, figures=figures),
+                 descent_interleaved_split(prob, pairs=True, figures=figures),
                  heuristic_split(prob, allow_recompute_choice=False)]
         if found[-1] is not None and not found[-1].solver:
             found[-1].solver = "balanced greedy fill (the stage time capped by bisection)"

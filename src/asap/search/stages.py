@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.device_memory import GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight, state_bytes_per_param, usable_hbm_gb
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
-from asap.cost.units import unit_activations, unit_params, unit_times
+from asap.cost.units import UnitTimes, unit_activations, unit_params, unit_times
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.layout import Unit, layout
@@ -55,6 +56,18 @@ class StageProblem:
     @property
     def stages(self) -> int:
         return self.pp * self.vpp
+
+    @cached_property
+    def unit_rows(self) -> list[tuple[float, float, float, float, float, bool]]:
+        """Per unit: (time, full recompute's extra time, model states, activations kept, what full recompute
+        saves, once): what ``price_split`` adds up."""
+        return [(u.time_s, u.recompute_extra_s, u.state_bytes, u.act_bytes, u.act_saved_bytes, u.once)
+                for u in self.units]
+
+    @cached_property
+    def layers_before(self) -> list[int]:
+        """Transformer layers among the first i units, for i = 0 .. len(units)."""
+        return [0] + list(itertools.accumulate(u.name in ("dense", "moe") for u in self.units))
 
     def in_flight(self, device: int) -> float:
         """Micro-batches' worth of activations device ``device`` holds at its peak (the memory model's count)."""
@@ -109,15 +122,17 @@ def build_problem(job: Job, s: Strategy, recompute_choice: bool = True) -> Stage
     return build_problems(job, [s], recompute_choice)[0]
 
 
-def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool = True) -> list[StageProblem]:
-    """``build_problem`` for several strategies, their unit figures priced as one batch."""
+def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool = True,
+                   ut: UnitTimes | None = None) -> list[StageProblem]:
+    """``build_problem`` for several strategies, their unit figures priced as one batch (``ut``: their unit
+    times, where the caller has them)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     if any(s.pp < 2 for s in strategies):
         raise AsapError("strategy.pp", "the stage split needs pp > 1")
     base = StrategyBatch.from_strategies([replace(s, layer_split=()) for s in strategies])
     full = (StrategyBatch.from_strategies([replace(s, recompute=RecomputePolicy(Recompute.FULL), layer_split=())
                                            for s in strategies]) if recompute_choice else base)
-    t_base = unit_times(job, base).parts
+    t_base = unit_times(job, base).parts if ut is None else {k: ut.rows(v) for k, v in ut.parts.items()}
     t_full = unit_times(job, full).parts if recompute_choice else t_base
     a_base = unit_activations(model, train, base, fw.selective, fw.logits_bytes)
     a_full = unit_activations(model, train, full, fw.selective, fw.logits_bytes) if recompute_choice else a_base
@@ -151,9 +166,11 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                              max(float(time_full[kind] - time_base[kind]), 0.0), float(kept), saved,
                              float(states[r, kind]), once=kind == Unit.HEAD)
 
-        units = [unit(Unit.EMBEDDING)]
-        units += [unit(Unit.DENSE if i < model.num_dense_layers else Unit.MOE) for i in range(model.num_layers)]
-        units += [unit(Unit.MTP) for _ in range(model.mtp_layers)] + [unit(Unit.HEAD)]
+        chain = [Unit.EMBEDDING] + [Unit.DENSE if i < model.num_dense_layers else Unit.MOE
+                                    for i in range(model.num_layers)]
+        chain += [Unit.MTP] * model.mtp_layers + [Unit.HEAD]
+        made = {kind: unit(kind) for kind in set(chain)}  # units of a kind are alike: one (unchanged) object each
+        units = [made[kind] for kind in chain]
         out.append(StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
                                 hbm_bytes=hbm, base_recompute=s.recompute,
                                 default_layers=layout(model, s.pp, s.vpp).chunk_layers, schedule=s.schedule))
@@ -175,23 +192,20 @@ def price_split(prob: StageProblem, counts: list[int], recompute: list[bool]) ->
     for j, n in enumerate(counts):
         d = j % pp
         f = prob.in_flight(d)
-        for u in prob.units[start:start + n]:
-            extra = u.recompute_extra_s if recompute[j] else 0.0
-            dev_t[d] += u.time_s + extra
+        for time_s, extra_s, state, act, saved, once in prob.unit_rows[start:start + n]:
+            extra = extra_s if recompute[j] else 0.0
+            dev_t[d] += time_s + extra
             rc_s += extra
-            held = 1.0 if u.once else f
-            dev_mem[d] += u.state_bytes + held * (u.act_bytes - (u.act_saved_bytes if recompute[j] else 0.0))
+            held = 1.0 if once else f
+            dev_mem[d] += state + held * (act - (saved if recompute[j] else 0.0))
         start += n
     m = prob.micro_batches
     t_max = max(dev_t)
     t_avg = sum(dev_t) / pp
     ideal = (pp - 1) * t_avg / prob.vpp
     total = (m - 1) * t_max + t_avg + ideal  # cost/pipeline.py: exact for uneven 1F1B stages
-    layers = []
-    start = 0
-    for n in counts:
-        layers.append(sum(1 for u in prob.units[start:start + n] if u.name in ("dense", "moe")))
-        start += n
+    ends = list(itertools.accumulate(counts))
+    layers = [prob.layers_before[e] - prob.layers_before[e - n] for e, n in zip(ends, counts, strict=True)]
     return StageSplit(boundaries=list(counts), recompute=list(recompute), device_time_s=dev_t,
                       device_memory_gb=[x / GB for x in dev_mem], pipeline_time_s=total, ideal_bubble_s=ideal,
                       imbalance_s=(m - 1) * (t_max - t_avg), recompute_s=m * rc_s / pp,
