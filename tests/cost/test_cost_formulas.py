@@ -352,3 +352,22 @@ def test_blackwell_ultra_runs_at_its_board_power_and_doubled_sfu():
     assert attn[0] / attn[1] == pytest.approx(1400 / 1200 * (128 + 54) / (128 + 27), rel=1e-3)
     b200, b300 = get_accelerator("b200"), get_accelerator("b300")
     assert b300.family_constants.gemm_efficiency == pytest.approx(1.1 * b200.family_constants.gemm_efficiency)
+
+
+def test_sdpa_attention_runs_flash_attention_2_on_hopper():
+    """A stack calling PyTorch SDPA (torchtitan) gets FlashAttention-2's kernels: on an H100 at 0.6 of the
+    cuDNN/FlashAttention-3 rate Megatron's Transformer Engine calls (forward 329 against 631 TFLOP/s,
+    pytorch/pytorch#142132); on an A100, where FlashAttention-2 is the best kernel, the same rate."""
+    from asap.cost.compute import layer_compute
+    from asap.spec.catalog import get_accelerator
+    from asap.spec.framework import AttentionKernel, get_framework
+
+    model, train = load_model("llama3-8b"), TrainSpec(global_batch=8, seq_len=8192)
+    S = batch(model, train, 8, "dp=8,mbs=1")
+    assert get_framework("torchtitan", "hopper").attention_kernel == AttentionKernel.SDPA
+    assert get_framework("megatron", "hopper").attention_kernel == AttentionKernel.FUSED
+    for acc, rate in ((get_accelerator("h100-sxm"), 0.6), (get_accelerator("a100-80gb"), 1.0)):
+        core = {fw: layer_compute(model, acc, train, S, framework=get_framework(fw, acc.family)).attn_core_fwd_s[0]
+                for fw in ("torchtitan", "megatron")}
+        launch = acc.family_constants.kernel_overhead_s
+        assert (core["megatron"] - launch) / (core["torchtitan"] - launch) == pytest.approx(rate, rel=1e-9)

@@ -18,7 +18,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.layer_ops import (Shapes, embedding_table, head_table,
                                  layer_table)
 from asap.cost.operations import Axis, Block, OpKind
-from asap.spec.framework import Framework, get_framework
+from asap.spec.framework import AttentionKernel, Framework, get_framework
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
 from asap.spec.train import TrainSpec
@@ -57,7 +57,7 @@ def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: Strat
     fw = framework if framework is not None else get_framework(train.framework, acc.family)
     fused = train.fused_elementwise if fused_elementwise is None else fused_elementwise
     traffic = fw.elementwise_traffic_for(fused)
-    x = Shapes.of(model, train, S, traffic, fw.expert_row_tile)
+    x = Shapes.of(model, train, S, traffic, fw.expert_row_tile, fw.attention_kernel == AttentionKernel.SDPA)
     dense = layer_table(model, x, S, moe=False)
     attention = dense.select(block=Block.ATTENTION)
     zero = np.zeros(len(S))

@@ -87,17 +87,18 @@ class Shapes:
     attn_work: np.ndarray | float = 1.0  # attention FLOPs over full-length single-document samples (--lengths)
     moe_imbalance: float = 1.0  # the busiest expert rank's routed tokens over the mean
     expert_row_tile: float = 0.0  # the grouped GEMM's row tile that each expert's rows may add (``moe_mlp_ops``)
+    sdpa: bool = False  # the stack calls PyTorch SDPA for attention (``Framework.attention_kernel``)
 
     @classmethod
     def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch, unfused: float = 1.0,
-           expert_row_tile: float = 0.0) -> "Shapes":
+           expert_row_tile: float = 0.0, sdpa: bool = False) -> "Shapes":
         b, tp, cp = S.mbs.astype(float), S.tp.astype(float), S.cp.astype(float)
         T = b * train.seq_len / cp
         ab = act_bytes(train.precision)
         gemm_in = BYTES[train.precision] if train.precision in LOW_PRECISIONS else ab
         return cls(train.precision, ab, gemm_in, float(model.hidden_size), b, float(train.seq_len), tp, cp, T,
                    T / np.where(S.sp > 0, tp, 1.0), unfused, train.attention_work_factor(S.dp), train.moe_imbalance,
-                   expert_row_tile)
+                   expert_row_tile, sdpa)
 
     @property
     def norm_bytes(self):
@@ -160,7 +161,7 @@ def attention_ops(model: ModelSpec, x: Shapes) -> list[Operation]:
     core = Operation("core_attn", ATTENTION, A, Axis.TP, (M.CORE_ATTN,),
                      (Saved(T * ab * qkv_width, (M.MLA_UP_PROJ,)),), precision="fp32" if x.p == "fp32" else "bf16",
                      flops=attention_flops_fwd(model, x.b, x.s, x.cp, tp) * x.attn_work, head_dims=(d_qk, d_v),
-                     kv_len=attention_kv_len(x.s, x.cp))
+                     kv_len=attention_kv_len(x.s, x.cp), sdpa=x.sdpa)
     out_width = nh * d_v
     return [x.norm("input_norm", A), *proj, core,
             x.gemm("out_proj", A, Axis.TP, T, x.h, out_width / tp, saves=(Saved(T * x.gemm_in * out_width / tp),)),

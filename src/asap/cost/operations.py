@@ -96,6 +96,7 @@ class Operation:
     flops: np.ndarray | float = 0.0  # attention: the kernel's forward FLOPs
     head_dims: tuple = (128.0, 128.0)  # attention: (d_qk, d_v) of a head
     kv_len: np.ndarray | float = 2048.0  # attention: keys per query per kernel call, on average
+    sdpa: bool = False  # attention: PyTorch SDPA's default backend, at the family's ``sdpa_attention_rate``
     bytes: np.ndarray | float = 0.0  # elementwise: HBM bytes read and written
     kernels: float = 1.0
     memory_bound: bool = True
@@ -133,7 +134,7 @@ class Operation:
             t = gemm_time_s(acc, self.precision, self.m, self.n, self.k, count=self.count, grouped=self.grouped)
         elif self.kind == OpKind.ATTENTION:
             t = attention_time_s(acc, self.precision, self.flops, d_qk=self.head_dims[0], d_v=self.head_dims[1],
-                                 kv_len=self.kv_len)
+                                 kv_len=self.kv_len, sdpa=self.sdpa)
         else:
             t = elementwise_time_s(acc, self.bytes, kernels=self.kernels)
         self._priced = (acc, t)

@@ -150,12 +150,14 @@ def head_dim_fill(acc: Accelerator, d_qk, d_v):
 
 
 def attention_time_s(acc: Accelerator, precision: str, flops, count=1.0, d_qk=REFERENCE_HEAD_DIM,
-                     d_v=REFERENCE_HEAD_DIM, kv_len=REFERENCE_KV_LEN):
+                     d_v=REFERENCE_HEAD_DIM, kv_len=REFERENCE_KV_LEN, sdpa=False):
     """Fused (flash) attention: compute-bound at the family's attention efficiency times the shape factor
-    (``attention_shape_factor``), in bf16 even for fp8 runs."""
+    (``attention_shape_factor``), in bf16 even for fp8 runs; ``sdpa``: PyTorch SDPA's default backend, at the
+    family's ``sdpa_attention_rate`` of that."""
     fam = acc.family_constants
     p = "fp32" if precision == "fp32" else "bf16"
-    rate = acc.peak_flops(p) * fam.attention_efficiency * attention_shape_factor(acc, d_qk, d_v, kv_len)
+    kernel = fam.sdpa_attention_rate if sdpa else 1.0
+    rate = acc.peak_flops(p) * fam.attention_efficiency * kernel * attention_shape_factor(acc, d_qk, d_v, kv_len)
     return count * (flops / rate + fam.kernel_overhead_s)
 
 

@@ -51,6 +51,11 @@ class Family:
         ``roofline.gemm_efficiency``); 0: K takes ``gemm_half_dim`` like the other dimensions. Set where a
         published sweep measures it: DeepGEMM's H800 fp8 tables (deepseek-ai/DeepGEMM README) give ~800 at
         fp8, 400 in bf16 terms, on Hopper and (its Hopper-derived first estimate) Blackwell.
+    sdpa_attention_rate: the rate of PyTorch SDPA's default flash backend (FlashAttention-2's kernels, vendored in
+        torch) relative to the family's fused attention kernel (``attention_efficiency``: Transformer Engine's
+        cuDNN or FlashAttention-3 on Hopper), for the stacks that call ``F.scaled_dot_product_attention``
+        (``Framework.attention_kernel``). 1 where FlashAttention-2 is the family's own best kernel (Ampere) or
+        no figure says otherwise.
     grouped_gemm_efficiency: the rate of the family's grouped (MoE expert) GEMM kernel relative to a dense GEMM
         of the same shape, beyond the shape curves; 1 where the grouped kernel is the dense GEMM's tile loop
         walked over experts (CUTLASS/cuBLAS grouped GEMMs, DeepGEMM: their losses are ``grouped_half_k``'s).
@@ -87,6 +92,7 @@ class Family:
     matrix_unit_dim: float = 0.0
     grouped_half_k: float = 0.0
     grouped_gemm_efficiency: float = 1.0
+    sdpa_attention_rate: float = 1.0
     dtensor_op_s: float = 20e-6
     dtensor_call_s: float = 0.0
     sync_s: float = 0.0
@@ -117,6 +123,13 @@ _FAMILY_TABLE = (
            net_efficiency=0.90,  # NCCL over NVLink4 / NDR IB, bounded above at 0.9
            collective_latency_s=20e-6, kernel_overhead_s=4e-6,
            grouped_half_k=400.0,  # DeepGEMM's H800 fp8 K sweep (the field's docstring)
+           # PyTorch SDPA's flash backend runs FlashAttention-2's kernels, without Hopper's wgmma/TMA: 329 against
+           # cuDNN's 631 and FlashAttention-3's 632 TFLOP/s forward at hd 128, 4608 tokens on an H100
+           # (pytorch/pytorch#142132, tritonbench), 0.52; FlashAttention-3's backward is 1.5-1.75x FlashAttention-2's at
+           # hd 128 (Shah et al. 2024, the backward benchmarks), ~0.6; the forward and the 2.5x backward together ~0.6. cuDNN attention is opt-in in torch 2.5-2.9
+           # (pytorch/pytorch#138522), preferred again once the bundled cuDNN passes 9.15 (sdp_utils.cpp,
+           # check_prefer_cudnn_attention): a run on such a torch takes a cluster file's sdpa_attention_rate 1
+           sdpa_attention_rate=0.6,
            tp_overlap=0.3),  # Megatron-Core/NeMo recipes enable TE userbuffer TP overlap, torchtitan async TP;
     # not every run uses them, so a part, not all
     # NVIDIA Blackwell (B200/GB200/GB300): first estimates from Hopper's (bf16 GEMMs a little higher at 0.63 for

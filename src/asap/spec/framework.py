@@ -122,6 +122,13 @@ DISPATCHERS = tuple(d.value for d in Dispatcher)
 BEST_DISPATCHER = len(DISPATCHERS)  # a planner row whose dispatcher is free: the cost model prices the fastest
 
 
+class AttentionKernel(str, Enum):
+    """Which attention kernel a stack calls."""
+
+    FUSED = "fused"  # its own fused kernel: Transformer Engine's cuDNN/FlashAttention-3, Splash, npu_fusion_attention
+    SDPA = "sdpa"  # PyTorch's F.scaled_dot_product_attention, default backend (Family.sdpa_attention_rate)
+
+
 class SelectivePolicy(str, Enum):
     """What ``recompute=selective`` means in a stack."""
 
@@ -257,6 +264,9 @@ class Framework:
     # (``asap.cost.layer_ops.moe_mlp_ops``); 0: none priced (cuBLAS/CUTLASS grouped GEMMs tile each expert's
     # rows in 64-256, a small share of the thousands of rows an expert gets)
     expert_row_tile: float = 0.0
+    # the attention kernel the stack calls: torchtitan's and the reference trainer's models call
+    # F.scaled_dot_product_attention (torchtitan models/attention.py ScaledDotProductAttention)
+    attention_kernel: AttentionKernel = AttentionKernel.FUSED
     # activation offload combines with pipeline parallelism (Megatron-Core's TransformerConfig refuses
     # cpu_offloading with pipeline_model_parallel_size > 1)
     offload_act_with_pp: bool = True
@@ -348,6 +358,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
+              attention_kernel=AttentionKernel.SDPA,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
@@ -381,7 +392,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
                       "fp8_param": (0,), "grad_bf16": (0,)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
-              dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2),
+              dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
+              attention_kernel=AttentionKernel.SDPA),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs
