@@ -125,10 +125,11 @@ _FAMILY_TABLE = (
            grouped_half_k=400.0,  # DeepGEMM's H800 fp8 K sweep (the field's docstring)
            # PyTorch SDPA's flash backend runs FlashAttention-2's kernels, without Hopper's wgmma/TMA: 329 against
            # cuDNN's 631 and FlashAttention-3's 632 TFLOP/s forward at hd 128, 4608 tokens on an H100
-           # (pytorch/pytorch#142132, tritonbench), 0.52; FlashAttention-3's backward is 1.5-1.75x FlashAttention-2's at
-           # hd 128 (Shah et al. 2024, the backward benchmarks), ~0.6; the forward and the 2.5x backward together ~0.6. cuDNN attention is opt-in in torch 2.5-2.9
-           # (pytorch/pytorch#138522), preferred again once the bundled cuDNN passes 9.15 (sdp_utils.cpp,
-           # check_prefer_cudnn_attention): a run on such a torch takes a cluster file's sdpa_attention_rate 1
+           # (pytorch/pytorch#142132, tritonbench), 0.52; FlashAttention-3's backward is 1.5-1.75x
+           # FlashAttention-2's at hd 128 (Shah et al. 2024, the backward benchmarks), ~0.6; the forward and the
+           # 2.5x backward together ~0.6. cuDNN attention is opt-in in torch 2.5-2.9 (pytorch/pytorch#138522),
+           # preferred again once the bundled cuDNN passes 9.15 (sdp_utils.cpp, check_prefer_cudnn_attention): a
+           # run on such a torch takes a cluster file's sdpa_attention_rate 1
            sdpa_attention_rate=0.6,
            tp_overlap=0.3),  # Megatron-Core/NeMo recipes enable TE userbuffer TP overlap, torchtitan async TP;
     # not every run uses them, so a part, not all
@@ -174,12 +175,13 @@ _FAMILY_TABLE = (
     # Ascend (910B/910C; against the Cube peaks of the catalog), every constant from a published figure, none
     # fitted on a run of the shipped files:
     Family(name="ascend",
-           # MindSpeed-LLM's README (commit 1ea39226) reports GPT-3 175B at MFU 0.538 on 128 NPUs of Atlas 900
-           # A2 PoDc (examples/gpt3/pretrain_gpt3_175B_ptd.sh: TP8 PP16 VPP3, SP, MC2, mbs 2, GBS 1024, seq 2048);
-           # this model reproduces that MFU with 0.67. A GEMM benchmark agrees in the way Hopper's does:
-           # mamf-finder on an Ascend910B2C (gameofdimension/gpu_benchmark README) peaks at 322.5 TF, 0.91 of the
-           # Cube peak (limulidae, gameofdimension/limulidae: 328 TF), and 0.67 is 0.74 of it, as Hopper's 0.62 is
-           # of the 0.83 the same tool measures on an H100 SXM (sustained clocks and power against a best trial)
+           # GEMMs at 0.67 of the Cube peak, from a GEMM benchmark read the way Hopper's is: mamf-finder on an
+           # Ascend910B2C (gameofdimension/gpu_benchmark README) peaks at 322.5 TF, 0.91 of the Cube peak
+           # (limulidae, gameofdimension/limulidae: 328 TF), and the same tool's 0.83 on an H100 SXM against
+           # Hopper's 0.62 (sustained clocks and power against a best trial) gives 0.91 x 0.62 / 0.83 = 0.68. As a
+           # check, not a fit: MindSpeed-LLM's README (commit 1ea39226) reports GPT-3 175B at MFU 0.538 on 128
+           # NPUs of Atlas 900 A2 PoDc (examples/gpt3/pretrain_gpt3_175B_ptd.sh: TP8 PP16 VPP3, SP, MC2, mbs 2,
+           # GBS 1024, seq 2048), which this model gives with 0.67
            gemm_efficiency=0.67, gemm_half_dim=128.0,  # Cube tiles are 16x16x16; CANN's L0/L1 tiles ~128-256
            attention_efficiency=0.30,  # npu_fusion_attention: no large-shape published rate; the GPUs' flash tier
            fp8_gemm_efficiency=0.50,  # (the 910B has no fp8; unused)
