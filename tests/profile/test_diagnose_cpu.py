@@ -24,11 +24,15 @@ import torch, torch.distributed as dist, torch.multiprocessing as mp
 from torch.profiler import ProfilerActivity, profile, schedule
 
 
-def step(mode, rank, a, b, grad, mm_per_step, extra_mm_per_rank):
+def step(mode, rank, a, b, grad, mm_per_step, extra_mm_per_rank, pending):
     if mode == "allreduce":  # data parallel: matmuls, then an all-reduce of the gradient
         for _ in range(mm_per_step + extra_mm_per_rank * rank):
             torch.relu(a @ b)
         dist.all_reduce(grad)
+    elif mode == "allreduce_async":  # the same, the all-reduce left in flight: no rank ever waits on the other
+        for _ in range(mm_per_step):
+            torch.relu(a @ b)
+        pending.append(dist.all_reduce(grad, async_op=True))
     else:  # two pipeline stages: stage 0 forward, send, stage 1 forward+backward, send back, stage 0 backward
         if rank == 0:
             for _ in range(mm_per_step):
@@ -53,9 +57,12 @@ def work(rank, world, out, port, mode, n_mm, mm_per_step, extra_mm_per_rank, n_g
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
                  schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
                  on_trace_ready=lambda p: p.export_chrome_trace(f"{out}/rank{rank}.json.gz")) as prof:
+        pending = []
         for _ in range(4):
-            step(mode, rank, a, b, grad, mm_per_step, extra_mm_per_rank)
+            step(mode, rank, a, b, grad, mm_per_step, extra_mm_per_rank, pending)
             prof.step()
+    for w in pending:  # after the profiled steps: the waits are never in a trace
+        w.wait()
     dist.barrier()
     dist.destroy_process_group()
     # The traces are written and the group is closed: leave without running C++ static destructors, where
@@ -93,7 +100,11 @@ def record_gloo_job(out: Path, n_mm: int, mm_per_step: int, n_grad: int, mode: s
 
 @pytest.fixture(scope="module")
 def compute_bound(tmp_path_factory) -> list[Path]:
-    return record_gloo_job(tmp_path_factory.mktemp("compute"), n_mm=768, mm_per_step=2, n_grad=1024)
+    """Compute-bound by construction: each step's all-reduce is left in flight (waited on after the profiled
+    steps), so a rank that the machine's load deschedules slows only its own matmuls, and no rank's trace holds
+    a wait for the other (with a blocking all-reduce a loaded machine turned the verdict into imbalance)."""
+    return record_gloo_job(tmp_path_factory.mktemp("compute"), n_mm=768, mm_per_step=2, n_grad=1024,
+                           mode="allreduce_async")
 
 
 @pytest.fixture(scope="module")

@@ -37,8 +37,8 @@ def config(job: Job, s) -> dict:
     if recompute_modules(s):
         raise refuse("recompute", NAME, f"recompute={s.recompute} ([activation_checkpoint] mode is none, "
                                         "selective or full)")
-    if model.moe is not None and s.dispatcher != Dispatcher.ALLTOALL:
-        raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher} (its MoE dispatch is all-to-all)")
+    if model.moe is not None and s.dispatcher not in (Dispatcher.ALLTOALL, Dispatcher.DEDUP):
+        raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher} (its MoE dispatch is all-to-all or DeepEP)")
     if model.moe is not None and s.a2a_overlap:
         raise refuse("a2a_overlap", NAME, "a2a_overlap=1 (no expert all-to-all overlap outside DualPipeV)")
     titan = model_args(model, train.seq_len)
@@ -55,6 +55,8 @@ def config(job: Job, s) -> dict:
         "expert_parallel_degree": s.ep,
         "expert_tensor_parallel_degree": s.etp if model.moe is not None else 1,
     }
+    if model.moe is not None and s.dispatcher == Dispatcher.DEDUP:  # the stack rules hold ep > 1, etp = 1
+        par["expert_parallel_comm_backend"] = "deepep"
     if s.zero == 2:
         par["fsdp_reshard_after_forward"] = "never"
     training = {"global_batch_size": train.global_batch, "seq_len": train.seq_len,

@@ -13,8 +13,9 @@ Sources, per stack:
   ``overlap_moe_expert_parallel_comm`` (expert parallelism, virtual stages under a pipeline, the alltoall or
   flex dispatcher, no full recomputation, bf16/fp16 weights, at most one MTP layer).
 - torchtitan v0.2.2: tensor parallelism is always sequence-parallel (``parallelize_llama``: SequenceParallel
-  norms); ``expert_tensor_parallel_degree`` is 1 or the TP degree; ``mixed_precision_param`` is bfloat16 or
-  float32; the looped schedules (Interleaved1F1B, InterleavedZeroBubble) need virtual stages, GPipe none.
+  norms); ``expert_tensor_parallel_degree`` is 1 or the TP degree; the DeepEP dispatch
+  (``expert_parallel_comm_backend = "deepep"``) needs expert parallelism and no expert TP
+  (``models/llama4/infra/parallelize.py``); ``mixed_precision_param`` is bfloat16 or float32; the looped schedules (Interleaved1F1B, InterleavedZeroBubble) need virtual stages, GPipe none.
 - maxtext: the expert axis is carved out of the batch axes (dp % ep); experts are sharded over the tensor axis
   or not at all; tensor, context and expert axes stay inside a slice (``dcn_*`` only for pipeline and batch).
 - deepspeed: expert parallelism lives in the model code (``deepspeed.moe.layer.MoE(ep_size=...)``), not the
@@ -38,6 +39,7 @@ from asap.spec.knobs import Recompute
 
 Cols = Mapping[str, np.ndarray]
 ALLGATHER = DISPATCHERS.index(Dispatcher.ALLGATHER.value)
+DEDUP = DISPATCHERS.index(Dispatcher.DEDUP.value)
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,10 @@ TORCHTITAN = (
               lambda s, j: "sp=0 with tp>1 (its tensor parallelism is always sequence-parallel)"),
     StackRule("etp", ("etp", "tp"), _etp_tp_or_one,
               lambda s, j: f"etp={s.etp} (expert_tensor_parallel_degree is 1 or tensor_parallel_degree)"),
+    StackRule("dispatcher", ("dispatcher", "ep", "etp"),
+              lambda c, j: (j.model.moe is None) | (c["dispatcher"] != DEDUP) | ((c["ep"] > 1) & (c["etp"] == 1)),
+              lambda s, j: f"dispatcher=dedup with ep={s.ep}, etp={s.etp} (expert_parallel_comm_backend deepep "
+                           "needs ep > 1 and etp = 1)"),
     StackRule("schedule", ("schedule", "vpp", "pp"),
               lambda c, j: (c["pp"] == 1) | (c["schedule"] != Schedule.ZB) | (c["vpp"] > 1),
               lambda s, j: "schedule=zb with vpp=1 (InterleavedZeroBubble is a looped schedule: vpp > 1)"),
