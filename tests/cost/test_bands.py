@@ -33,9 +33,14 @@ def test_extrapolated_precision_and_family_widen_the_band():
     assert relative_error_scale("cdna3", "bf16") == pytest.approx(1.5 * relative_error_scale("cdna3", "fp8"))
     assert relative_error_scale("cdna4", "bf16") > relative_error_scale("hopper", "bf16")
     m, t = load_model("llama3-8b"), TrainSpec(64, 8192)
+    # the same job on the same part: the precision its family's runs never used is priced with the wider band
+    bf16, fp8 = (estimate(Job.resolve(m, load_cluster("mi300x", nodes=1), TrainSpec(64, 8192, precision=p)), "tp=2")
+                 for p in ("bf16", "fp8"))
+    assert _width(bf16) > 1.3 * _width(fp8)
+    # a family without runs (CDNA4) against a calibrated one (Hopper), the same job
     h100 = estimate(Job.resolve(m, load_cluster("h100-sxm", nodes=1), t), "tp=2")
-    mi300 = estimate(Job.resolve(m, load_cluster("mi300x", nodes=1), t), "tp=2")
-    assert _width(mi300) > _width(h100)
+    mi355 = estimate(Job.resolve(m, load_cluster("mi355x", nodes=1), t), "tp=2")
+    assert _width(mi355) > _width(h100)
 
 
 def test_ties_are_decided_by_the_terms_that_differ():
