@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from asap.spec.families import REFERENCE_HEAD_DIM
 from asap.spec.hardware import Accelerator
 
 # bytes per GEMM operand element; the block-scaled 4-bit formats carry their scales: NVFP4 one fp8 scale per 16
@@ -101,7 +102,7 @@ def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0, grouped=Fa
     return count * (t + fam.kernel_overhead_s)
 
 
-REFERENCE_HEAD_DIM = 128.0  # the shape ``attention_efficiency`` is the rate of: head dim 128, causal 4096 tokens
+# the shape ``attention_efficiency`` is the rate of: head dim 128 (spec.families.REFERENCE_HEAD_DIM), causal 4096 tokens
 REFERENCE_KV_LEN = 2048.0  # (each query against 2048 keys on average)
 
 

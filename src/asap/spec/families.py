@@ -214,7 +214,7 @@ ZERO_ALLOWED_KEYS = ("tp_overlap", "matrix_unit_dim", "grouped_half_k", "overlap
                      "sync_s")
 
 
-REFERENCE_HEAD_DIM_FOR_SOFTMAX = 128.0  # the head dim ``attention_efficiency`` is quoted at (roofline.REFERENCE_HEAD_DIM)
+REFERENCE_HEAD_DIM = 128.0  # the head dim ``attention_efficiency`` is quoted at (its shape: roofline.attention_shape_factor)
 
 
 # NVIDIA Blackwell Ultra (B300, GB300): the same SMs and the same nominal dense bf16/fp8 peaks as its Blackwell
@@ -237,7 +237,7 @@ def ultra_variant(fam: Family, board_power_w: float, sibling_board_power_w: floa
     the board-power ratio, the attention's softmax share halved (the comment above)."""
     gain = board_power_w / sibling_board_power_w
     d_half = fam.attention_half_head_dim
-    sfu = (REFERENCE_HEAD_DIM_FOR_SOFTMAX + d_half) / (REFERENCE_HEAD_DIM_FOR_SOFTMAX + d_half / 2.0)
+    sfu = (REFERENCE_HEAD_DIM + d_half) / (REFERENCE_HEAD_DIM + d_half / 2.0)
     return replace(fam, gemm_efficiency=fam.gemm_efficiency * gain, fp8_gemm_efficiency=fam.fp8_gemm_efficiency * gain,
                    attention_efficiency=fam.attention_efficiency * gain * sfu, attention_half_head_dim=d_half / 2.0)
 

@@ -15,7 +15,8 @@ Sources, per stack:
 - torchtitan v0.2.2: tensor parallelism is always sequence-parallel (``parallelize_llama``: SequenceParallel
   norms); ``expert_tensor_parallel_degree`` is 1 or the TP degree; the DeepEP dispatch
   (``expert_parallel_comm_backend = "deepep"``) needs expert parallelism and no expert TP
-  (``models/llama4/infra/parallelize.py``); ``mixed_precision_param`` is bfloat16 or float32; the looped schedules (Interleaved1F1B, InterleavedZeroBubble) need virtual stages, GPipe none.
+  (``models/llama4/infra/parallelize.py``); ``mixed_precision_param`` is bfloat16 or float32; the looped
+  schedules (Interleaved1F1B, InterleavedZeroBubble) need virtual stages, GPipe none.
 - maxtext: the expert axis is carved out of the batch axes (dp % ep); experts are sharded over the tensor axis
   or not at all; tensor, context and expert axes stay inside a slice (``dcn_*`` only for pipeline and batch).
 - deepspeed: expert parallelism lives in the model code (``deepspeed.moe.layer.MoE(ep_size=...)``), not the
