@@ -27,3 +27,15 @@ def test_memory_bound_kernels_read_the_overridden_rate():
 def test_hbm_gbps_override_must_be_positive():
     with pytest.raises(AsapError, match="cluster.hbm_gbps"):
         cluster_from_dict({"accelerator": "h100-sxm", "hbm_gbps": 0})
+
+
+def test_an_h100_sxm_with_96_gb_is_metas_custom_part():
+    # the only H100 SXM sold with 96 GB: HBM2e at 2.4 TB/s, 500 W default limit (torchtitan docs/performance.md),
+    # its peak interpolated between the datasheet's NVL (835 TF at 400 W) and SXM (989 TF at 700 W) points
+    a = cluster_from_dict({"accelerator": "h100-sxm", "hbm_gb": 96}).accelerator
+    assert a.name == "h100-sxm-96gb" and a.hbm_gbps == 2400
+    assert a.peak_tflops["bf16"] == pytest.approx(835 + (500 - 400) / (700 - 400) * (989 - 835), abs=0.5)
+    # a rate given beside it still wins; other sizes keep the catalog part with the size overridden
+    assert cluster_from_dict({"accelerator": "h100-sxm", "hbm_gb": 96, "hbm_gbps": 2000}).accelerator.hbm_gbps == 2000
+    other = cluster_from_dict({"accelerator": "h100-sxm", "hbm_gb": 64}).accelerator
+    assert other.name == "h100-sxm" and other.hbm_gb == 64 and other.peak_tflops["bf16"] == 989

@@ -95,6 +95,15 @@ CATALOG: dict[str, Accelerator] = {
              # PCIe Gen5 x16; DGX H100: 2 Xeon 8480C, 8 x DDR5-4800 each
              host_mem_capacity_gb=256, host_link_gbps=64, host_mem_gbps=77,
              source="NVIDIA H100 datasheet; DGX H100 user guide; nvidia-smi total 81559 MiB"),
+        # Meta's custom H100 SXM (Grand Teton, on which torchtitan's published benchmarks ran): 96 GB of HBM2e at
+        # 2.4 TB/s and a 500 W default power limit (torchtitan docs/performance.md); "the actual peak TFLOPs should
+        # be between SXM and NVL" (TorchTitan, arXiv:2410.06511). Its peak is the H100 datasheet's two board-power
+        # points interpolated at 500 W: NVL 835 TF dense bf16 at 400 W, SXM 989 TF at 700 W -> 835 + 100/300 x 154
+        # = 886 TF (fp8 twice that). A cluster naming h100-sxm with hbm_gb: 96 is this part (MEMORY_VARIANTS).
+        _acc(name="h100-sxm-96gb", family="hopper", peak_tflops={"bf16": 886, "fp16": 886, "fp8": 1772}, hbm_gb=96,
+             hbm_gbps=2400, intra_node_gbps=450, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
+             host_mem_capacity_gb=256, host_link_gbps=64, host_mem_gbps=77,
+             source="torchtitan docs/performance.md (96 GB HBM2e, 2.4 TB/s, 500 W); arXiv:2410.06511; H100 datasheet"),
         # H800: H100 compute with NVLink cut to 400 GB/s bidirectional (DeepSeek-V3 report, sec. 3.1: 8x 400 Gb/s IB).
         _acc(name="h800", family="hopper", peak_tflops={"bf16": 989, "fp16": 989, "fp8": 1979}, hbm_gb=80,
              hbm_gbps=3350, intra_node_gbps=200, inter_node_gbps=50, devices_per_node=8, scale_up_domain=8,
@@ -250,6 +259,10 @@ CATALOG: dict[str, Accelerator] = {
              source="nominal figures for a 2-core x86 host; asap.profile measures the real ridge point"),
     ]
 }
+
+# A catalog part given another memory size (a cluster's ``hbm_gb``) that its vendor sold as a distinct part with
+# other figures is that part: (catalog name, GB) -> the variant's catalog name.
+MEMORY_VARIANTS: dict[tuple[str, float], str] = {("h100-sxm", 96.0): "h100-sxm-96gb"}
 
 
 def get_accelerator(name: str) -> Accelerator:

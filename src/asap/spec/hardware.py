@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from asap.errors import AsapError
 # the catalog and the family constants live in their own modules; every name stays importable from here
 from asap.spec.calibration_file import validate_measured
-from asap.spec.catalog import CATALOG, Accelerator, get_accelerator
+from asap.spec.catalog import CATALOG, MEMORY_VARIANTS, Accelerator, get_accelerator
 from asap.spec.families import EFFICIENCY_KEYS, FAMILIES, ZERO_ALLOWED_KEYS, Family
 from asap.spec.topology import Topology, topology_of
 
@@ -178,6 +178,8 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
     acc_raw = d["accelerator"]
     if isinstance(acc_raw, str):
         acc = get_accelerator(acc_raw)
+        if isinstance(d.get("hbm_gb"), (int, float)) and (acc.name, float(d["hbm_gb"])) in MEMORY_VARIANTS:
+            acc = get_accelerator(MEMORY_VARIANTS[(acc.name, float(d["hbm_gb"]))])
     elif isinstance(acc_raw, dict):
         acc = _custom_accelerator(acc_raw)
     else:
