@@ -371,3 +371,19 @@ def test_sdpa_attention_runs_flash_attention_2_on_hopper():
                 for fw in ("torchtitan", "megatron")}
         launch = acc.family_constants.kernel_overhead_s
         assert (core["megatron"] - launch) / (core["torchtitan"] - launch) == pytest.approx(rate, rel=1e-9)
+
+
+def test_blackwell_bf16_gemm_runs_at_its_sustained_matmul_rate_and_leaves_fp8_alone():
+    """B200 bf16 GEMMs at 0.56 of the 2250 TF peak: mamf-finder's power-saturated MSMF read against Hopper's,
+    0.62 x (1426 / 2250) / (699 / 989); the fp8 rate keeps its own constant (0.53 of the fp8 peak)."""
+    from asap.cost.roofline import gemm_efficiency, gemm_time_s
+    from asap.spec.hardware import get_accelerator
+    b200 = get_accelerator("b200")
+    assert b200.family_constants.gemm_efficiency == pytest.approx(0.62 * (1426 / 2250) / (699 / 989), abs=0.005)
+    d = 16384
+    t = float(gemm_time_s(b200, "bf16", d, d, d)) - b200.family_constants.kernel_overhead_s
+    assert 2 * d**3 / t == pytest.approx(2250e12 * float(gemm_efficiency(b200, d, d, d)), rel=1e-6)
+    shape = float(gemm_efficiency(b200, d, d, d)) / b200.family_constants.gemm_efficiency
+    fp8 = float(gemm_time_s(b200, "fp8", d, d, d))
+    cast = 3.0 * d * d / (8000e9 * b200.family_constants.hbm_efficiency) + b200.family_constants.kernel_overhead_s
+    assert 2 * d**3 / (fp8 - cast - b200.family_constants.kernel_overhead_s) == pytest.approx(4500e12 * 0.53 * shape, rel=1e-3)
