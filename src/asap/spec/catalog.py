@@ -190,10 +190,11 @@ CATALOG: dict[str, Accelerator] = {
              source="Google Cloud TPU v4 docs (a VM of 4 chips: 407 GB RAM); JAX scaling book (ICI 4.5e10 B/s "
                     "one-way per link)"),
         _acc(name="tpu-v5e", family="tpu", peak_tflops={"bf16": 197, "fp16": 197}, hbm_gb=16, hbm_gbps=819,
-             intra_node_gbps=90, inter_node_gbps=6.25, devices_per_node=4, scale_up_domain=256,
+             intra_node_gbps=90, inter_node_gbps=3.125, devices_per_node=4, scale_up_domain=256,
              matrix_unit_dim=128, interconnect="ici", torus_dims=2, host_mem_capacity_gb=64,
-             source="Google Cloud TPU v5e docs (DRAM per host 512 GiB, 8 chips per host); JAX scaling book (ICI "
-                    "4.5e10 B/s one-way per link)"),
+             source="Google Cloud TPU v5e docs (DRAM per host 512 GiB, 8 chips per host; 2 x 100 Gbps NICs per "
+                    "host, 6.4 Tbps DCN per 256-chip pod: 25 Gbps per chip); JAX scaling book (ICI 4.5e10 B/s "
+                    "one-way per link)"),
         _acc(name="tpu-v5p", family="tpu", peak_tflops={"bf16": 459, "fp16": 459}, hbm_gb=95, hbm_gbps=2765,
              intra_node_gbps=180, inter_node_gbps=12.5, devices_per_node=4, scale_up_domain=8960,
              matrix_unit_dim=128, interconnect="ici", torus_dims=3, host_mem_capacity_gb=112,
