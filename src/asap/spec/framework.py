@@ -30,6 +30,8 @@ Sources, per entry:
   backward. Data parallelism is DDP (zero 0), FSDP2 without resharding (zero 2) or FSDP2 (zero 3); no
   distributed optimizer (zero 1). Async TP is optional; MoE with the all-to-all dispatcher, or DeepEP's
   node-deduplicated dispatch (``expert_parallel_comm_backend = "deepep"``: dedup).
+  Its forced load balance (``_debug_force_load_balance``; NeMo AutoModel's ``fake_balanced_gate``) routes
+  round-robin: a token's experts are consecutive, on one or two neighbouring ranks (``round_robin_balance``).
 - MaxText (``MaxText/configs/base.yml``): XLA SPMD over named mesh axes; the latency-hiding scheduler issues
   collectives asynchronously, so FSDP weight gathers and gradient reduce-scatters overlap the neighbouring
   layers' compute; remat policies (none, a selective policy such as ``minimal``/``save_qkv_proj``, full);
