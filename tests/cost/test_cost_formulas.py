@@ -114,6 +114,33 @@ def test_dispatcher_traffic_per_token():
     assert inside["dedup"] == pytest.approx(inside["alltoall"] * 8 * (1 - (7 / 8) ** 8) / 8, rel=0.01)
 
 
+def test_round_robin_dispatch_hand_figures():
+    """torchtitan's forced balance (``_debug_force_load_balance``; AutoModel's FakeBalancedGate) sends token i to
+    experts 8i .. 8i+7. Qwen3-30B-A3B's 128 experts on 8 ranks of 16: one rank per token, so DeepEP's dedup
+    sends 7/8 copies, against 8 (1 - (7/8)^8) x 7/8 under uniform routing. DeepSeek-V3's 256 experts on 64
+    ranks of 4 (8 nodes of 32): 2 ranks, 1 node (7/8 remote) against 7 (1 - (7/8)^8) = 4.6 remote nodes.
+    gpt-oss's 4 of 128 experts over 64 ranks of 2: 2 ranks, 1 node. An unaligned window (6 of 160, blocks of
+    20): starts at even experts, 2 of 10 straddle a block, 1.2 blocks."""
+    from asap.cost.collectives import expert_dispatch_s, round_robin_blocks
+
+    assert round_robin_blocks(128, 8, 16) == 1.0 and round_robin_blocks(256, 8, 4) == 2.0
+    assert round_robin_blocks(256, 8, 32) == 1.0 and round_robin_blocks(128, 4, 2) == 2.0
+    assert round_robin_blocks(160, 6, 20) == pytest.approx(1.2)
+    assert list(round_robin_blocks(256, 8, np.array([1.0, 256.0]))) == [8.0, 1.0]
+    tokens, tb = 65536, 7168 * 2
+    node = load_cluster("h800", nodes=1)
+    uniform = expert_dispatch_s(node, tokens, 8, tb, 8, 1)["dedup"]
+    rr = expert_dispatch_s(node, tokens, 8, tb, 8, 1, round_robin_experts=128)["dedup"]
+    assert rr == pytest.approx(uniform / (8 * (1 - (7 / 8) ** 8)), rel=0.01)
+    cluster = load_cluster("h800", nodes=8)
+    uniform = expert_dispatch_s(cluster, tokens, 8, tb, 64, 1)["dedup"]
+    rr = expert_dispatch_s(cluster, tokens, 8, tb, 64, 1, round_robin_experts=256)["dedup"]
+    assert rr == pytest.approx(uniform * (7 / 8) / (7 * (1 - (7 / 8) ** 8)), rel=0.05)
+    # the flat all-to-all sends every routed copy whatever the routing
+    assert expert_dispatch_s(cluster, tokens, 8, tb, 64, 1, round_robin_experts=256)["alltoall"] == pytest.approx(
+        expert_dispatch_s(cluster, tokens, 8, tb, 64, 1)["alltoall"])
+
+
 def test_flat_all_to_all_pays_its_chunk_sort():
     """Megatron-Core's alltoall dispatcher reorders the received tokens expert-major (``sort_chunks_by_idxs``)
     when a rank holds several experts: on one B200 (8 TB/s at the family's 0.86), 65536 rows of 2880 x 2 B read

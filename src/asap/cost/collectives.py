@@ -25,6 +25,8 @@ All functions broadcast over numpy arrays.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from asap.spec.hardware import Cluster
@@ -192,7 +194,21 @@ def distinct_ranks(group, top_k: int):
     return g * (1.0 - (1.0 - 1.0 / g) ** top_k)
 
 
-def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, stride) -> dict[str, np.ndarray]:
+def round_robin_blocks(num_experts: float, top_k: int, block_experts):
+    """Blocks of ``block_experts`` consecutive experts (a rank's, or a scale-up domain's, share of an expert-
+    sharded mesh) that a token's ``top_k`` experts occupy on average under round-robin routing (token i to experts
+    k i .. k i + k - 1 mod E: ``Framework.round_robin_balance``). Its window starts at the multiples of gcd(k, E)
+    in turn and spans floor((s + k - 1) / b) - floor(s / b) + 1 blocks of b (wrapping at E, a whole number of
+    blocks, changes nothing); at most the E / b blocks there are."""
+    E, k = int(round(num_experts)), int(top_k)
+    b = np.maximum(np.asarray(block_experts, dtype=float), 1.0)
+    starts = np.arange(0, E, max(math.gcd(k, E), 1), dtype=float).reshape((-1,) + (1,) * b.ndim)
+    spanned = np.floor((starts + k - 1) / b) - np.floor(starts / b) + 1
+    return np.minimum(spanned.mean(axis=0), np.maximum(E / b, 1.0))
+
+
+def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, stride,
+                      round_robin_experts: float = 0.0) -> dict[str, np.ndarray]:
     """One MoE dispatch (or combine) of ``tokens`` per device, each to ``top_k`` experts spread evenly over an
     expert-parallel group of ``group`` ranks spaced ``stride`` apart, by each dispatcher
     (``asap.spec.framework.Dispatcher``):
@@ -210,6 +226,11 @@ def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, 
       hosts one of its experts, not once per expert (``get_dispatch_layout`` in csrc/kernels/layout.cu builds
       ``is_token_in_rank`` [tokens, ranks] and ``num_tokens_per_rank``; the receiving rank expands the copies for
       its local experts): ``distinct_ranks`` copies, g (1 - (1 - 1/g)^k) of a group of g, not k.
+
+    ``round_robin_experts`` (E > 0): the stack's forced balance routes round-robin instead of uniformly
+    (``round_robin_blocks``): a token's experts occupy r consecutive ranks of the E / g each holds and d
+    consecutive domains, d (n - 1) / n of them remote, so dedup sends d (n - 1)/n copies off the domain and r
+    over the scale-up links (Qwen3-30B-A3B, 128 experts top-8 on 8 ranks of 16: r = 1 against 5.25).
     """
     intra_Bps, inter_Bps = _tier_Bps(cluster)
     g = np.maximum(group, 1)
@@ -218,8 +239,12 @@ def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, 
     k = members_per_domain(cluster, g, stride)
     domains = np.maximum(g / k, 1.0)
     remote_domains = (domains - 1) * (1 - (1 - 1 / domains) ** top_k)
-    inter = dedup_internode_bytes(tokens * remote_domains, token_bytes) / inter_Bps
     ranks = distinct_ranks(g, top_k)  # DeepEP sends a token once per rank hosting one of its experts
+    if round_robin_experts > 0:
+        per_rank = round_robin_experts / g
+        ranks = round_robin_blocks(round_robin_experts, top_k, per_rank)
+        remote_domains = round_robin_blocks(round_robin_experts, top_k, per_rank * k) * (domains - 1) / domains
+    inter = dedup_internode_bytes(tokens * remote_domains, token_bytes) / inter_Bps
     intra = tokens * ranks * token_bytes * (k - 1) / k / intra_Bps
     hier = np.maximum(inter, intra) + 2 * _latency_s(cluster, g, k < g, ring=False)
     dedup = np.where(domains > 1, hier, all_to_all_s(cluster, tokens * ranks * token_bytes, g, stride))

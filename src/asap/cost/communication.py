@@ -84,8 +84,11 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
         shared_pairs = 1 if mo.shared_experts else 0
         tp_moe = (1 + shared_pairs) * passes * tp_pair
         # the busiest expert rank receives moe_imbalance times the mean of routed tokens
+        # a stack whose forced balance routes round-robin (``Framework.round_robin_balance``) does so when the run
+        # is force-balanced (moe_imbalance 1)
+        round_robin = mo.num_experts if job.framework.round_robin_balance and train.moe_imbalance == 1.0 else 0.0
         a2a, dispatcher = dispatch_s(cluster, T_sp * train.moe_imbalance, mo.top_k, h * ab, S,
-                                     local_experts=mo.num_experts / S.ep)
+                                     local_experts=mo.num_experts / S.ep, round_robin_experts=round_robin)
         etp_gather = all_reduce_s(cluster, T_sp * mo.top_k * S.etp * h * ab, *place.group("etp"))
         # recomputing the MoE block (``moe`` module) re-runs its dispatch and combine as full recompute does
         ep_passes = np.where(module_recomputed(S.recompute, RecomputeModule.MOE), 3, passes)
@@ -108,11 +111,14 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
                      tp_pair_s=np.broadcast_to(tp_pair, np.shape(tp_dense)), dispatcher=dispatcher)
 
 
-def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0):
+def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0,
+               round_robin_experts: float = 0.0):
     """(one dispatch per row under its dispatcher, the dispatcher priced): rows marked BEST_DISPATCHER (the
     planner leaves the switch free where the stack offers every dispatcher) take the fastest. The flat
-    all-to-all also pays its receive-side reordering (``chunk_sort_s``) where a rank holds several experts."""
-    by_name = expert_dispatch_s(cluster, tokens, top_k, token_bytes, *Placement.of(S).group("ep"))
+    all-to-all also pays its receive-side reordering (``chunk_sort_s``) where a rank holds several experts.
+    ``round_robin_experts``: the routing is round-robin over that many experts (``expert_dispatch_s``)."""
+    by_name = expert_dispatch_s(cluster, tokens, top_k, token_bytes, *Placement.of(S).group("ep"),
+                                round_robin_experts=round_robin_experts)
     by_name["alltoall"] = by_name["alltoall"] + chunk_sort_s(cluster, tokens * top_k * token_bytes, S.ep,
                                                              local_experts)
     table = np.stack([np.broadcast_to(by_name[name], np.shape(S.ep)) for name in DISPATCHERS])

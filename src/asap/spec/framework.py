@@ -30,6 +30,8 @@ Sources, per entry:
   backward. Data parallelism is DDP (zero 0), FSDP2 without resharding (zero 2) or FSDP2 (zero 3); no
   distributed optimizer (zero 1). Async TP is optional; MoE with the all-to-all dispatcher, or DeepEP's
   node-deduplicated dispatch (``expert_parallel_comm_backend = "deepep"``: dedup).
+  Its forced load balance (``_debug_force_load_balance``; NeMo AutoModel's ``fake_balanced_gate``) routes
+  round-robin: a token's experts are consecutive, on one or two neighbouring ranks (``round_robin_balance``).
 - MaxText (``MaxText/configs/base.yml``): XLA SPMD over named mesh axes; the latency-hiding scheduler issues
   collectives asynchronously, so FSDP weight gathers and gradient reduce-scatters overlap the neighbouring
   layers' compute; remat policies (none, a selective policy such as ``minimal``/``save_qkv_proj``, full);
@@ -300,6 +302,14 @@ class Framework:
     # operator. Not MaxText: ``weight_dtype: float32`` (base.yml) holds the parameters in fp32 and ``dtype:
     # bfloat16`` casts them in the computation.
     half_weight_copy: bool = True
+    # how the stack's forced load balance routes (what ``train.moe_imbalance`` 1.0 means): round-robin, token i
+    # of a rank's micro-batch to the top_k consecutive experts k i .. k i + k - 1 (mod E), so a token's experts
+    # sit on one or two neighbouring ranks of the expert-sharded mesh (torchtitan ``MoEArgs._debug_force_load_
+    # balance``, ``TokenChoiceTopKRouter._debug_force_load_balance_routing``; NeMo AutoModel's
+    # ``FakeBalancedGate``: ``arange(n_tokens * k).view(-1, k) % n_experts``, experts sharded Shard(0) over the
+    # ep mesh); False: random logits, every expert equally likely (Megatron-Core
+    # ``--moe-router-force-load-balancing``: ``apply_random_logits``), the uniform routing of ``expert_dispatch_s``
+    round_robin_balance: bool = False
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -360,7 +370,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
               attention_kernel=AttentionKernel.SDPA,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
-              dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False),
+              dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
+              round_robin_balance=True),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
