@@ -428,11 +428,14 @@ def unstated_defaults(framework: Framework, stated: Mapping, num_layers: int) ->
     """The knobs a published run of this stack had without stating them: its config's defaults (the
     data-parallel sharding, the recomputation; under a pipeline, the stack's ``pipeline_defaults``: micro-batch
     size, schedule, stages per rank and layer split), not the fastest completion. Keys in ``stated`` (a parsed
-    partial strategy) are left alone; a default the stack does not offer is left open. The MoE switches
-    (dispatcher, all-to-all overlap) stay open: MoE runs are published with tuned dispatch (DeepEP, the 1F1B
-    all-to-all overlap) named in prose rather than as knobs, and the stack's default would price a run it
-    did not make."""
-    out: dict = {"zero": framework.zero_default, "recompute": framework.recompute_default}
+    partial strategy) are left alone; a default the stack does not offer is left open. The expert all-to-all
+    overlap is an opt-in switch with a default (Megatron-Core ``overlap_moe_expert_parallel_comm = False``;
+    Megatron-Bridge's ``comm_overlap.py`` leaves it off unless a recipe turns it on, and the case files pin it
+    where their source names it): a run that does not state it had it off. The dispatcher stays open: every
+    MoE run uses one, the sources tune it, and Megatron-Core's default (allgather) would price runs it did not
+    make."""
+    out: dict = {"zero": framework.zero_default, "recompute": framework.recompute_default,
+                 "a2a_overlap": framework.a2a_overlap}
     pipe = framework.pipeline_defaults
     pp = int(stated.get("pp", 1))
     if pipe is not None and pp > 1:
