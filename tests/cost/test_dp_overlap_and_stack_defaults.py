@@ -117,9 +117,14 @@ def test_torchtitan_pipeline_defaults_from_its_config():
     assert d["schedule"] == "1f1b" and d["vpp"] == 1 and d["layer_split"] == (8, 9, 8, 7)
     # what the run states stays; without a pipeline no pipeline knob is pinned
     assert "mbs" not in unstated_defaults(tt, {"pp": 4, "mbs": 2}, 32)
-    assert set(unstated_defaults(tt, {"tp": 8}, 32)) == {"zero", "recompute"}
-    # Megatron: the distributed optimizer of its recipes, no recomputation, no pipeline defaults
-    assert unstated_defaults(FRAMEWORKS["megatron"], {"pp": 4}, 32) == {"zero": 1, "recompute": "none"}
+    assert set(unstated_defaults(tt, {"tp": 8}, 32)) == {"zero", "recompute", "a2a_overlap"}
+    # Megatron: the distributed optimizer of its recipes, no recomputation, the expert all-to-all overlap off
+    # (overlap_moe_expert_parallel_comm False unless a recipe turns it on), no pipeline defaults
+    assert unstated_defaults(FRAMEWORKS["megatron"], {"pp": 4}, 32) == {"zero": 1, "recompute": "none",
+                                                                        "a2a_overlap": 0}
+    # a run that states the overlap keeps it; the dispatcher is never pinned (the best completion's)
+    stated = unstated_defaults(FRAMEWORKS["megatron"], {"pp": 4, "a2a_overlap": 1}, 32)
+    assert "a2a_overlap" not in stated and "dispatcher" not in stated
     assert unstated_defaults(FRAMEWORKS["maxtext"], {}, 32)["recompute"] == "full"
 
 
