@@ -207,6 +207,20 @@ def round_robin_blocks(num_experts: float, top_k: int, block_experts):
     return np.minimum(spanned.mean(axis=0), np.maximum(E / b, 1.0))
 
 
+def dedup_fanout(group, members_per_domain, top_k: int, round_robin_experts: float = 0.0):
+    """(ranks, remote domains) one token's copies reach under DeepEP's dedup over a group of ``group`` ranks,
+    ``members_per_domain`` to a scale-up domain: uniform routing's ``distinct_ranks`` and (n - 1)(1 - (1 - 1/n)^k)
+    of n domains; round-robin routing over ``round_robin_experts`` experts (> 0) the blocks its window spans
+    (``round_robin_blocks``), (n - 1)/n of its domains remote."""
+    domains = np.maximum(group / members_per_domain, 1.0)
+    if round_robin_experts > 0:
+        per_rank = round_robin_experts / group
+        spanned_domains = round_robin_blocks(round_robin_experts, top_k, per_rank * members_per_domain)
+        return round_robin_blocks(round_robin_experts, top_k, per_rank), spanned_domains * (domains - 1) / domains
+    # DeepEP sends a token once per rank hosting one of its experts
+    return distinct_ranks(group, top_k), (domains - 1) * (1 - (1 - 1 / domains) ** top_k)
+
+
 def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, stride,
                       round_robin_experts: float = 0.0) -> dict[str, np.ndarray]:
     """One MoE dispatch (or combine) of ``tokens`` per device, each to ``top_k`` experts spread evenly over an
@@ -238,12 +252,7 @@ def expert_dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, group, 
     gathered = all_gather_s(cluster, g * tokens * token_bytes, g, stride)
     k = members_per_domain(cluster, g, stride)
     domains = np.maximum(g / k, 1.0)
-    remote_domains = (domains - 1) * (1 - (1 - 1 / domains) ** top_k)
-    ranks = distinct_ranks(g, top_k)  # DeepEP sends a token once per rank hosting one of its experts
-    if round_robin_experts > 0:
-        per_rank = round_robin_experts / g
-        ranks = round_robin_blocks(round_robin_experts, top_k, per_rank)
-        remote_domains = round_robin_blocks(round_robin_experts, top_k, per_rank * k) * (domains - 1) / domains
+    ranks, remote_domains = dedup_fanout(g, k, top_k, round_robin_experts)
     inter = dedup_internode_bytes(tokens * remote_domains, token_bytes) / inter_Bps
     intra = tokens * ranks * token_bytes * (k - 1) / k / intra_Bps
     hier = np.maximum(inter, intra) + 2 * _latency_s(cluster, g, k < g, ring=False)

@@ -178,8 +178,6 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
     acc_raw = d["accelerator"]
     if isinstance(acc_raw, str):
         acc = get_accelerator(acc_raw)
-        if isinstance(d.get("hbm_gb"), (int, float)) and (acc.name, float(d["hbm_gb"])) in MEMORY_VARIANTS:
-            acc = get_accelerator(MEMORY_VARIANTS[(acc.name, float(d["hbm_gb"]))])
     elif isinstance(acc_raw, dict):
         acc = _custom_accelerator(acc_raw)
     else:
@@ -190,6 +188,8 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
             overrides[key] = _positive_number(d[key], f"cluster.{key}")
     if "hbm_gb" in overrides:  # a part with other memory: its driver total is the figure given
         overrides["hbm_total_gb"] = 0.0
+        variant = MEMORY_VARIANTS.get((acc.name, overrides["hbm_gb"]))  # sold with this memory as another part
+        acc = get_accelerator(variant) if variant else acc
     if d.get("efficiency") is not None:
         overrides["efficiency"] = efficiency_from_dict(d["efficiency"], acc.family_constants, "cluster.efficiency")
     if overrides:
