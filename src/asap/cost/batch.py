@@ -18,9 +18,10 @@ from asap.spec.strategy import RecomputePolicy, Schedule, Strategy
 
 COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "dispatcher",
            "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param", "offload_layers",
-           "grad_bf16")
+           "grad_bf16", "dp_replicate")
 OPTIONAL = ("dispatcher", "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param",
             "offload_layers", "grad_bf16")  # default 0
+OPTIONAL_ONES = ("dp_replicate",)  # default 1
 
 
 @dataclass
@@ -46,12 +47,16 @@ class StrategyBatch:
     fp8_param: np.ndarray = cast(np.ndarray, None)
     offload_layers: np.ndarray = cast(np.ndarray, None)
     grad_bf16: np.ndarray = cast(np.ndarray, None)
+    dp_replicate: np.ndarray = cast(np.ndarray, None)  # OPTIONAL_ONES: ones after __post_init__
     layer_splits: tuple[tuple[int, ...], ...] = field(default=((),))
 
     def __post_init__(self):
         for name in OPTIONAL:
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(len(self.dp), dtype=np.int64))
+        for name in OPTIONAL_ONES:
+            if getattr(self, name) is None:
+                setattr(self, name, np.ones(len(self.dp), dtype=np.int64))
 
     def __len__(self) -> int:
         return int(self.dp.shape[0])

@@ -46,6 +46,16 @@ Sources, per entry:
   ZeRO-Offload; its ``cpu_checkpointing`` moves full-recompute checkpoints, not priced here); torchtitan offloads the
   optimizer with FSDP2's ``CPUOffloadPolicy`` (``training.enable_cpu_offload``) and no activations; MaxText both
   (the offloading ``remat_policy`` variants, ``optimizer_memory_host_offload``); MindFormers none here.
+- Hybrid sharding (``dp_replicate`` > 1, ``Framework.hsdp_zero``: the ZeRO stages a stack combines it with):
+  Megatron-Core ``--num-distributed-optimizer-instances`` (``DistributedDataParallelConfig.
+  num_distributed_optimizer_instances``: the distributed optimizer, zero 1, sharded within an instance and the
+  gradient shard all-reduced across instances, ``param_and_grad_buffer.py``; Megatron-FSDP, zero 3, turns HSDP
+  on with it, ``mcore_fsdp_adapter.py`` ``enable_hsdp``, ``outer_dp_sharding_strategy`` 'no_shard');
+  torchtitan ``data_parallel_replicate_degree`` x ``data_parallel_shard_degree`` (FSDP2 HSDP, zero 2 and 3);
+  MaxText ``dcn_data_parallelism`` x ``ici_fsdp_parallelism`` (zero 3); DeepSpeed MiCS ``mics_shard_size``
+  (ZeRO-3; its groups are runs of global ranks, ``mics_utils.create_mics_comm_groups``, so no tensor or
+  pipeline parallelism: ``asap.spec.stack_rules``); MindSpore's parallel optimizer
+  ``parallel_optimizer_config.optimizer_weight_shard_size`` (zero 1). The reference trainer has none.
 - asap, the reference trainer (``asap.runners.torch``; the CPU default, what ``asap run`` measures): DDP with
   ``no_sync`` (or one all-reduce after the backward under pp or DTensor TP), torch's ZeroRedundancyOptimizer
   for ZeRO-1 (a broadcast per parameter tensor after the step), FSDP2 per block for ZeRO-2/3, DTensor TP,
@@ -310,6 +320,9 @@ class Framework:
     # ep mesh); False: random logits, every expert equally likely (Megatron-Core
     # ``--moe-router-force-load-balancing``: ``apply_random_logits``), the uniform routing of ``expert_dispatch_s``
     round_robin_balance: bool = False
+    # the ZeRO stages the stack combines with hybrid sharding (``dp_replicate`` > 1; module docstring); ():
+    # none
+    hsdp_zero: tuple[int, ...] = ()
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -348,7 +361,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3)},
-              fsdp_grad_bytes=2.0, offload_act_with_pp=False),
+              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3)),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -359,7 +372,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
               # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it);
               # ZeRO-1/2 and plain data parallelism reduce in buckets of reduce_bucket_size = 5e8 elements
-              fsdp_grad_bytes=2.0, dp_bucket=(5e8, 0.0)),
+              fsdp_grad_bytes=2.0, dp_bucket=(5e8, 0.0), hsdp_zero=(3,)),
     Framework(name="torchtitan", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=True, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -371,7 +384,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               attention_kernel=AttentionKernel.SDPA,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
-              round_robin_balance=True),
+              round_robin_balance=True, hsdp_zero=(2, 3)),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -384,7 +397,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # configs/base.yml; its group metadata (make_group_metadata) visits a row tile shared by two
               # groups once per group
               expert_row_tile=512.0,
-              dp_bucket=(0.0, 0.0), fsdp_zero=0, half_weight_copy=False),  # XLA reduces per scanned layer
+              dp_bucket=(0.0, 0.0), fsdp_zero=0, half_weight_copy=False, hsdp_zero=(3,)),  # XLA reduces per scanned layer
     Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.DEDUP, a2a_overlap=1,
@@ -392,7 +405,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": ("alltoall", "dedup"),
                       "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,), "grad_bf16": (0,)},
               # MindSpore's comm_fusion "auto" mode fuses gradient all-reduces up to 64 MB (fp32 elements)
-              dp_bucket=(64 * 2 ** 20 / 4, 0.0)),
+              dp_bucket=(64 * 2 ** 20 / 4, 0.0), hsdp_zero=(1,)),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
     # torch's ZeroRedundancyOptimizer for zero 1 (a broadcast per parameter tensor after the step), FSDP2 per
     # block for zero 2/3, DTensor TP, torch.distributed.pipelining, eager kernels, experts in a loop

@@ -164,13 +164,15 @@ class Zero(IntEnum):
 RECOMPUTE = ("none", "selective", "full")  # the named policies; module sets are spelled out
 SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "a2a_overlap", "offload_act",
-            "offload_opt", "fp8_param", "offload_layers", "grad_bf16")
+            "offload_opt", "fp8_param", "offload_layers", "grad_bf16", "dp_replicate")
 # shown in a strategy string only when on (offload_layers: only when not 0, every layer)
 OFF_BY_DEFAULT = ("offload_act", "offload_opt", "fp8_param", "offload_layers", "grad_bf16")
 ZERO_ALLOWED = ("zero", "offload_layers")  # integer keys (not switches) whose 0 is a value
 SWITCH_KEYS = ("sp", "a2a_overlap", "offload_act", "offload_opt", "fp8_param", "grad_bf16")  # 0 or 1
 KEYS = INT_KEYS[:10] + ("recompute", "schedule", "dispatcher", "a2a_overlap", "layer_split", "offload_act",
-                        "offload_opt", "fp8_param", "offload_layers", "grad_bf16")
+                        "offload_opt", "fp8_param", "offload_layers", "grad_bf16", "dp_replicate")
+# keys printed (``Strategy.to_dict``, ``str``) only where they differ from this default
+PRINTED_UNLESS = {"offload_layers": 0, "grad_bf16": 0, "dp_replicate": 1}
 
 
 def plain_value(value: Any) -> Any:

@@ -103,6 +103,21 @@ RULES: tuple[Rule, ...] = (
                             "offload their activations)"),
     Rule("offload_layers", ("offload_layers",), lambda c, m, t, n: c["offload_layers"] <= m.num_layers,
          lambda s, m, t, n: f"offload_layers={s.offload_layers} is more than the model's {m.num_layers} layers"),
+    # hybrid sharding (HSDP): dp_replicate replicas of a dp/dp_replicate-way shard group; only sharded states
+    # have a shard group (torchtitan's DDP is dp_replicate alone; Megatron-Core's instances are distributed
+    # optimizers), and the expert data-parallel group splits the same way (Megatron-Core parallel_state:
+    # "Expert data parallel size should be divisible by partial DistOpt shard factor")
+    Rule("dp_replicate", ("dp_replicate", "dp"), lambda c, m, t, n: c["dp"] % c["dp_replicate"] == 0,
+         lambda s, m, t, n: f"dp_replicate={s.dp_replicate} does not divide dp={s.dp} (the shard group is "
+                            "dp/dp_replicate ranks)"),
+    Rule("dp_replicate", ("dp_replicate", "zero"), lambda c, m, t, n: (c["dp_replicate"] == 1) | (c["zero"] >= 1),
+         lambda s, m, t, n: f"dp_replicate={s.dp_replicate} with zero=0 (hybrid sharding replicates a ZeRO shard "
+                            "group: it needs zero >= 1; zero 0 replicates over all of dp already)"),
+    Rule("dp_replicate", ("dp_replicate", "dp", "tp", "cp", "ep", "etp"),
+         lambda c, m, t, n: (not _moe(m)) or ((c["tp"] * c["cp"] * c["dp"]) // np.maximum(c["etp"] * c["ep"], 1))
+         % c["dp_replicate"] == 0,
+         lambda s, m, t, n: f"dp_replicate={s.dp_replicate} does not divide the expert data-parallel size "
+                            f"edp={s.edp} (the experts' shard group is edp/dp_replicate ranks)"),
     Rule("offload_opt", ("offload_opt", "zero"), lambda c, m, t, n: (c["offload_opt"] == 0) | (c["zero"] >= 1),
          lambda s, m, t, n: "offload_opt=1 steps each rank's optimizer shard on its host, which needs zero >= 1 "
                             "(Megatron-Core's --optimizer-cpu-offload runs under the distributed optimizer)"),
@@ -177,6 +192,11 @@ def first_broken_rule(s, model, train, devices: int, field: str = "strategy",
         if s.pp > 1 and s.zero > framework.max_zero_with_pp:
             return AsapError(f"{field}.zero", f"zero={s.zero} with pp={s.pp} is not available in {framework.name} "
                                               f"(at most zero={framework.max_zero_with_pp} with a pipeline)")
+        if s.dp_replicate > 1 and int(s.zero) not in framework.hsdp_zero:
+            stages = " or ".join(map(str, framework.hsdp_zero)) or "none"
+            return AsapError(f"{field}.dp_replicate", f"dp_replicate={s.dp_replicate} with zero={int(s.zero)} is not "
+                                                      f"available in {framework.name} (hybrid sharding with zero "
+                                                      f"{stages})")
         for key, allowed in framework.offers.items():
             value = plain_value(getattr(s, key))
             if value not in allowed:

@@ -8,11 +8,20 @@ stride tp, dp stride tp*cp, pp stride tp*cp*dp. Expert layers fold a stage's tp*
 ``size`` ranks spaced ``stride`` apart (``Group``), which is what the topology asks to know which tier it
 crosses (``spec.topology``); the torch runner builds its device meshes from the same grids.
 
+Hybrid sharding (``dp_replicate`` = r > 1): dp splits into (replicate r, shard dp/r), the replicate axis
+outermost, as torchtitan's ``ParallelDims`` mesh (pp, dp_replicate, dp_shard, cp, tp) and Megatron-Core's
+distributed-optimizer instances (``parallel_state``: each instance a run of consecutive ranks of the dp-cp
+group). The shard group (``dp_shard``: dp/r x cp, stride tp) stays contiguous, so it fits a node or slice
+when it can; the replicate group (``dp_replicate``: r ranks, stride dp/r cp tp) crosses them. The experts'
+edp splits the same way (``edp_shard``, ``edp_replicate``).
+
 Named meshes (MaxText ``configs/base.yml``, the JAX runner and TPU plans): ``NAMED_MESH`` = (pipeline, data,
 fsdp, context, tensor, expert), outermost first; pp -> pipeline, dp -> data (zero 0) or fsdp (zero >= 1,
 sharded states), cp -> context, tp -> tensor, ep -> expert (MaxText's expert axis doubles as a batch axis for
 dense layers, so it is carved out of dp). The slowest-changing axes cross DCN: pipeline stages first, then
-data/fsdp; tensor, context and expert stay within a slice (``ici_split``).
+data/fsdp; tensor, context and expert stay within a slice (``ici_split``). Under hybrid sharding the batch
+devices are data (r: replicas, MaxText's ``dcn_data_parallelism`` across slices) x fsdp (dp/r: the shard
+group), and data takes the slices before fsdp.
 
 The degrees may be ints (one strategy) or numpy arrays of one shape (a batch of strategies, the cost model's
 vectorized rows); sizes and strides are the same products either way.
@@ -57,11 +66,14 @@ class Placement:
     ep: Any = 1
     etp: Any = 1
     zero: Any = 1
+    dp_replicate: Any = 1
 
     @classmethod
     def of(cls, s) -> "Placement":
-        """From anything with the degrees: a ``Strategy``, a batch of them, the torch runner's dims."""
-        return cls(dp=s.dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.etp, zero=s.zero)
+        """From anything with the degrees: a ``Strategy``, a batch of them, the torch runner's dims (no hybrid
+        sharding there: ``dp_replicate`` 1)."""
+        return cls(dp=s.dp, tp=s.tp, pp=s.pp, cp=s.cp, ep=s.ep, etp=s.etp, zero=s.zero,
+                   dp_replicate=getattr(s, "dp_replicate", 1))
 
     @property
     def world_size(self):
@@ -82,9 +94,20 @@ class Placement:
 
     def group(self, axis: str) -> Group:
         """The group along one axis of either grid (tp, cp, dp, pp; etp, ep, edp), or ``dp_cp``: the dense
-        gradients' group, dp x cp flattened (contiguous in rank order, so one stride)."""
+        gradients' group, dp x cp flattened (contiguous in rank order, so one stride); under hybrid sharding
+        ``dp_shard`` / ``edp_shard`` (the ZeRO shard groups) and ``dp_replicate`` / ``edp_replicate`` (the
+        replicas, outermost; size 1 without hybrid sharding)."""
+        r = np.maximum(self.dp_replicate, 1)
         if axis == "dp_cp":
             return Group(self.dp * self.cp, self.tp)
+        if axis == "dp_shard":
+            return Group(_whole(self.dp // r * self.cp), self.tp)
+        if axis == "dp_replicate":
+            return Group(_whole(r), _whole(self.dp // r * self.cp * self.tp))
+        if axis == "edp_shard":
+            return Group(_whole(np.maximum(self.edp // r, 1)), self.etp * self.ep)
+        if axis == "edp_replicate":
+            return Group(_whole(r), _whole(np.maximum(self.edp // r, 1) * self.etp * self.ep))
         mesh = self.expert_mesh() if axis in ("edp", "ep", "etp") else self.dense_mesh()
         names = tuple(mesh)
         stride = 1
@@ -104,6 +127,10 @@ class Placement:
         product is the device count. ``None`` when ep does not divide dp (the expert axis is carved out of dp)."""
         if self.dp % self.ep:
             return None
+        r = int(self.dp_replicate)
+        if r > 1 and self.zero >= Zero.OPTIMIZER and (self.dp // self.ep) % r == 0:  # hybrid: data x fsdp
+            return {"pipeline": self.pp, "data": r, "fsdp": self.dp // self.ep // r, "context": self.cp,
+                    "tensor": self.tp, "expert": self.ep}
         return {"pipeline": self.pp, self.batch_axis: self.dp // self.ep, "context": self.cp, "tensor": self.tp,
                 "expert": self.ep}
 
@@ -128,7 +155,10 @@ class Placement:
             return None
         slices = max(1, num_slices)
         dcn = {name: 1 for name in axes}
-        for name in (n if n != "batch" else self.batch_axis for n in DCN_FIRST):
+        order = [n if n != "batch" else self.batch_axis for n in DCN_FIRST]
+        if "data" in axes and "fsdp" in axes:  # hybrid sharding: the replicas take the slices first
+            order = ["pipeline", "data", "fsdp"]
+        for name in order:
             take = gcd(axes[name], slices)
             dcn[name] = take
             slices //= take

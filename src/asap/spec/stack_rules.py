@@ -20,7 +20,9 @@ Sources, per stack:
 - maxtext: the expert axis is carved out of the batch axes (dp % ep); experts are sharded over the tensor axis
   or not at all; tensor, context and expert axes stay inside a slice (``dcn_*`` only for pipeline and batch).
 - deepspeed: expert parallelism lives in the model code (``deepspeed.moe.layer.MoE(ep_size=...)``), not the
-  JSON; no fp8.
+  JSON; no fp8; MiCS (hybrid sharding, ``mics_shard_size``) builds its shard and replicate groups from runs of
+  global ranks over the whole world (``deepspeed/runtime/zero/mics_utils.py`` ``create_mics_comm_groups``), so
+  it runs without tensor or pipeline parallelism.
 - mindspore (MindFormers r1.5.0): ``recompute_config`` has whole-layer and selective recomputation only, experts
   are sharded by ``model_parallel`` (etp = tp), no fp8.
 """
@@ -141,6 +143,10 @@ DEEPSPEED = (
     StackRule("ep", ("ep",), lambda c, j: c["ep"] == 1,
               lambda s, j: f"ep={s.ep} (expert parallelism is set in the model code, not the config)"),
     StackRule("precision", (), lambda c, j: j.train.precision != "fp8", lambda s, j: "fp8 (bf16 or fp16 only)"),
+    StackRule("dp_replicate", ("dp_replicate", "tp", "pp"),
+              lambda c, j: (c["dp_replicate"] == 1) | (c["tp"] * c["pp"] == 1),
+              lambda s, j: f"dp_replicate={s.dp_replicate} with tp={s.tp}, pp={s.pp} (MiCS shards runs of global "
+                           "ranks: mics_shard_size needs data parallelism alone)"),
 )
 
 MINDSPORE = (

@@ -7,7 +7,8 @@ layer_split (layers per pipeline chunk, ``5/4/4/3``), offload_act (0|1: stored a
 offload_layers (under offload_act=1, how many of a device's layers offload; 0, the default: every layer),
 offload_opt (0|1: optimizer states to host memory, the step on the CPU), fp8_param (0|1: fp8 runs keep the
 compute weights in fp8 only), grad_bf16 (0|1: the gradient buffer and its data-parallel reduction in 16 bits,
-Megatron-Core DDP ``grad_reduce_in_fp32=False``).
+Megatron-Core DDP ``grad_reduce_in_fp32=False``), dp_replicate (hybrid sharded data parallelism: the dp ranks
+as dp_replicate replicas of a dp/dp_replicate-way ZeRO shard group; 1, the default, shards over all of dp).
 
 Defaults that ``estimate`` fills (documented in docs/cost_model.md):
   tp=pp=vpp=cp=ep=1, dp = devices / (tp*pp*cp), mbs=1, recompute=none, zero=1 (distributed optimizer, the
@@ -37,8 +38,8 @@ from typing import Any
 
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS, Dispatcher
-from asap.spec.knobs import (INT_KEYS, KEYS, OFF_BY_DEFAULT, SCHEDULES, SWITCH_KEYS, ZERO_ALLOWED, RecomputePolicy, Schedule, Zero,
-                             plain_value, recompute_code, recompute_label)
+from asap.spec.knobs import (INT_KEYS, KEYS, OFF_BY_DEFAULT, PRINTED_UNLESS, SCHEDULES, SWITCH_KEYS, ZERO_ALLOWED,
+                             RecomputePolicy, Schedule, Zero, plain_value, recompute_code, recompute_label)
 from asap.spec.layout import format_layer_split, parse_layer_split
 
 
@@ -74,6 +75,13 @@ class Strategy:
     # (Megatron-Core DistributedDataParallelConfig.grad_reduce_in_fp32=False, Megatron-LM --grad-reduce-in-bf16;
     # Megatron-Bridge's performance configs set it, e.g. scripts/performance/configs/gpt_oss/gpt_oss_llm_pretrain.py)
     grad_bf16: bool = False
+    # hybrid sharded data parallelism (HSDP): the dp ranks form dp_replicate replicas, each a ZeRO shard group of
+    # dp/dp_replicate ranks (x cp), contiguous in rank order (``asap.spec.placement``); the sharded gradients are
+    # all-reduced across the replicas. torchtitan ``data_parallel_replicate_degree`` with
+    # ``data_parallel_shard_degree`` (FSDP2 HSDP), MaxText ``dcn_data_parallelism`` x ``ici_fsdp_parallelism``,
+    # Megatron-Core ``--num-distributed-optimizer-instances``, DeepSpeed MiCS ``mics_shard_size``, MindSpore
+    # ``optimizer_weight_shard_size``. Needs sharded states (zero >= 1).
+    dp_replicate: int = 1
 
     def __post_init__(self) -> None:
         """Hold every knob as its type: values given in their printed spelling (``zero=1``, ``sp=0``,
@@ -100,7 +108,7 @@ class Strategy:
         """Every key in its printed spelling (``sp`` 0/1, ``zero`` 0..3, the schedule, dispatcher and recompute
         as text); ``layer_split`` is ``None`` for the default split."""
         d = {k: plain_value(getattr(self, k)) for k in KEYS
-             if not (k in ("offload_layers", "grad_bf16") and not getattr(self, k))}
+             if not (k in PRINTED_UNLESS and plain_value(getattr(self, k)) == PRINTED_UNLESS[k])}
         d["layer_split"] = format_layer_split(self.layer_split) if self.layer_split else None
         return d
 
@@ -286,7 +294,7 @@ def resolve_strategy(text: str | dict | None, model, train, devices: int, field:
 # ``name:value`` (``rc:sel``, ``split:5/4x30/3``: a run of three or more equal chunks as ``count x times``), or its bare value where that value names one key alone
 # (``dedup``, ``zb``). A field added to Strategy later takes part as its own name with no table entry.
 COMPACT_NAMES = {"recompute": "rc", "a2a_overlap": "a2a", "layer_split": "split", "offload_act": "offact", "offload_layers": "offl",
-                 "offload_opt": "offopt", "fp8_param": "fp8p", "grad_bf16": "gradbf"}
+                 "offload_opt": "offopt", "fp8_param": "fp8p", "grad_bf16": "gradbf", "dp_replicate": "dprep"}
 COMPACT_VALUES = {"recompute": {"selective": "sel"}}
 BARE_CHOICES = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}  # value sets that share no value
 COMPACT_DEFAULTS = "defaults"  # what a strategy with every key at its default prints as
