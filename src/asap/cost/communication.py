@@ -32,6 +32,16 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
   backward of the last micro-batch and the weight gather the forward of the first (Megatron-Core
   overlap_grad_reduce / overlap_param_gather); ZeRO-3 prefetches one layer ahead, leaving one layer's
   gather exposed per micro-batch.
+- Hybrid sharding (``dp_replicate`` = r > 1): the ZeRO collectives above run within a replica's shard group
+  (dp/r x cp ranks; edp/r for experts), and every gradient reduction adds an all-reduce of the reduced shard
+  (grads / shard group) across the r replicas, a group that spans nodes or slices (``placement``: replicas
+  outermost). Megatron-Core (``param_and_grad_buffer.py``, ``num_distributed_optimizer_instances > 1``):
+  each bucket's reduce-scatter in the instance, then the all-reduce of its shard over
+  ``inter_distributed_optimizer_instance_group``, once per step; FSDP2 HSDP (``foreach_reduce``): the
+  reduce-scatter's output all-reduced over the replicate mesh dim with every reduce-scatter (per micro-batch
+  where FSDP2 syncs each one; ``set_requires_all_reduce``); DeepSpeed MiCS (``allreduce_mics_shard_grads``)
+  at the accumulation boundary. The all-reduce follows its reduce-scatter bucket by bucket, so it is priced
+  inside ``grad_sync_s`` and overlaps as the reduction does.
 """
 
 from __future__ import annotations
@@ -162,7 +172,8 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     ``gather_nics_per_domain``: the NICs per scale-up domain each weight gather reaches
     (``collectives.all_gather_s``; None: all its members')."""
     place = Placement.of(S)
-    dense_group, expert_group = place.group("dp_cp"), place.group("edp")
+    # the ZeRO shard groups: dp x cp and edp, or one replica's share of them under hybrid sharding
+    dense_group, expert_group = place.group("dp_shard"), place.group("edp_shard")
     zero3 = S.zero >= Zero.PARAMETERS
     layers = np.maximum(layers_on_stage, 1.0)
     n_gather = np.where(zero3, layers * collectives_per_layer,
@@ -176,6 +187,7 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
 
     grad = np.where(S.zero == Zero.NONE, both(all_reduce_s, grad_bytes, n_reduce),
                     both(reduce_scatter_s, grad_bytes, n_reduce))
+    grad = grad + replica_all_reduce_s(cluster, place, dense_params, expert_params, grad_bytes, n_reduce)
     gather = both(all_gather_s, weight_bytes, n_gather, nics_per_domain=gather_nics_per_domain)
     if np.any(np.asarray(zero1_gathers) > 1.0):
         # ZeRO-1 by torch's ZeroRedundancyOptimizer: each tensor broadcast from the rank that stepped it
@@ -183,3 +195,18 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     # ZeRO-3 gathers for forward and again for backward; ZeRO-0 keeps the weights and gathers nothing
     gather = np.where(S.zero == Zero.NONE, 0.0, np.where(zero3, 2 * gather, gather))
     return DataParallelComm(grad_sync_s=grad, param_gather_s=gather)
+
+
+def replica_all_reduce_s(cluster: Cluster, place: Placement, dense_params, expert_params, grad_bytes,
+                         n_reduce=1.0):
+    """Hybrid sharding's all-reduce of the sharded gradients across the replicas (module docstring): per
+    reduction, n collectives of ``grad_bytes * params / (n * shard group)`` over the replicate group (r ranks,
+    stride of one replica: it crosses nodes or slices, priced on the tier it spans); 0 where dp_replicate is 1.
+    E.g. 2 nodes x 8 GPUs, dp=16, dp_replicate=2, an 8B model, fp32 gradients: a 4 GB shard per GPU, an
+    all-reduce over 2 ranks on the scale-out NICs."""
+    n = np.maximum(np.asarray(n_reduce, dtype=float), 1.0)
+    (d_shard, _), (e_shard, _) = place.group("dp_shard"), place.group("edp_shard")
+    d_rep, e_rep = place.group("dp_replicate"), place.group("edp_replicate")
+    dense = n * all_reduce_s(cluster, grad_bytes * dense_params / (n * np.maximum(d_shard, 1)), *d_rep)
+    experts = n * all_reduce_s(cluster, grad_bytes * expert_params / (n * np.maximum(e_shard, 1)), *e_rep)
+    return dense + (np.asarray(expert_params) > 0) * experts

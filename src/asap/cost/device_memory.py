@@ -6,7 +6,9 @@ torchtitan reduces in fp32), fp32 master weights + Adam m and v 12 B. ZeRO-1 sha
 parallel group d, ZeRO-2 also the gradients, ZeRO-3 everything:
     zero0: 2 + 4 + 12        zero1: 2 + 4 + 12/d        zero2: 2 + (4 + 12)/d        zero3: (2 + 4 + 12)/d
 d is dp*cp for dense parameters (context-parallel ranks hold the same weights) and the expert-data-parallel
-size edp for expert parameters (Megatron-Core parallel folding). fp8 runs keep a 1 B fp8 copy of each weight.
+size edp for expert parameters (Megatron-Core parallel folding); under hybrid sharding (``dp_replicate`` = r)
+the shard group is a replica's, dp/r * cp and edp/r (torchtitan FSDP2 HSDP shards over ``dp_shard``,
+Megatron-Core's distributed optimizer over its instance's ``intra_partial_data_parallel_group``). fp8 runs keep a 1 B fp8 copy of each weight.
 
 Activations per layer per micro-batch (Korthikanti et al. 2022, "Reducing Activation Recomputation", sec. 4,
 eq. 1-2: 34 s b h + 5 a s^2 b bytes for GPT with 2-byte activations), generalised term by term:
@@ -154,8 +156,10 @@ def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param
 
 def dense_and_expert_shards(S: StrategyBatch):
     """Data-parallel groups that shard model states: dp*cp for dense parameters (context-parallel ranks hold
-    the same weights), the expert-data-parallel size edp for routed experts."""
-    return S.dp * S.cp, Placement.of(S).edp
+    the same weights), the expert-data-parallel size edp for routed experts; under hybrid sharding one
+    replica's shard group of each, dp/dp_replicate * cp and edp/dp_replicate (``Placement.group``)."""
+    place = Placement.of(S)
+    return place.group("dp_shard").size, place.group("edp_shard").size
 
 
 def micro_batches_in_flight(m, pp, vpp, schedule, device):

@@ -39,11 +39,12 @@ from asap.spec.placement import Placement
 
 
 def dp_on_scale_out(cluster: Cluster, S: StrategyBatch) -> np.ndarray:
-    """Whether the dense data-parallel group (dp x cp ranks, tp apart) is paced by the scale-out NICs: it leaves
+    """Whether the dense data-parallel group (dp x cp ranks, tp apart; under hybrid sharding the ZeRO shard
+    group that carries the bulk of the traffic, dp/dp_replicate x cp) is paced by the scale-out NICs: it leaves
     its scale-up domain and its k members there reach less over k NICs than over the fabric
     (``asap.cost.collectives``: bus bandwidth min(intra, k inter))."""
     topo = cluster.topology
-    d, stride = Placement.of(S).group("dp_cp")
+    d, stride = Placement.of(S).group("dp_shard")
     k = topo.members_per_domain(d, stride)
     intra = topo.scale_up.gbps * topo.torus_axes_covered(d, stride)
     return (k < d) & (k * topo.scale_out.gbps < intra)
