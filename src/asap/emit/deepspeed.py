@@ -3,7 +3,10 @@
 Option names follow DeepSpeed v0.19.8 (``deepspeed/runtime/config.py``, ``zero/config.py``): train_batch_size,
 train_micro_batch_size_per_gpu, gradient_accumulation_steps, zero_optimization.stage, bf16/fp16.enabled,
 ``pipeline`` (stages, partition, activation_checkpoint_interval: read by the pipeline engine),
-``tensor_parallel.autotp_size`` (AutoTP training), ``activation_checkpointing`` (whole layers).
+``tensor_parallel.autotp_size`` (AutoTP training), ``activation_checkpointing`` (whole layers),
+``zero_optimization.mics_shard_size`` (dp_replicate > 1 under ZeRO-3: MiCS, ``deepspeed/runtime/zero/mics.py``,
+shards over dp / dp_replicate consecutive ranks and all-reduces the gradient shards across the replicas at the
+accumulation boundary).
 Refused (what the JSON and the Megatron-DeepSpeed pipeline engine cannot express): vpp > 1 and schedules other
 than 1F1B, sequence parallelism, context parallelism, expert parallelism (set in the model code,
 ``deepspeed.moe.layer.MoE(ep_size=...)``), ZeRO-2/3 with pipeline parallelism, recompute other than none or
@@ -50,6 +53,8 @@ def config(job: Job, s) -> dict:
         "fp16": {"enabled": train.precision == "fp16"},
         "gradient_clipping": 1.0,
     }
+    if s.dp_replicate > 1:  # the stack rules hold zero 3 and data parallelism alone
+        cfg["zero_optimization"]["mics_shard_size"] = s.dp // s.dp_replicate
     if s.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": s.tp}
     if s.pp > 1:

@@ -8,7 +8,8 @@ allowed), ``gradient_accumulation_steps``, ``num_pipeline_microbatches``, ``num_
 minimal | full; ``custom`` with ``decoder_layer_input: offload`` for offload_act=1), ``optimizer_memory_host_offload``
 (offload_opt=1), ``dtype`` / ``quantization``, and the model's ``base_*`` shape keys.
 Axes (the strategy's ``asap.spec.placement.Placement``, as ``asap.search.mesh``): pp -> pipeline, dp -> data
-(zero 0) or fsdp (zero 3), cp -> context, tp -> tensor, ep -> expert (carved out of dp); pipeline and
+(zero 0) or fsdp (zero 3; with dp_replicate > 1 data = dp_replicate, the replicas, x fsdp = dp / dp_replicate,
+MaxText's hybrid sharding: ``dcn_data_parallelism`` across slices, ``ici_fsdp_parallelism`` within), cp -> context, tp -> tensor, ep -> expert (carved out of dp); pipeline and
 data/fsdp cross DCN, the others stay on ICI.
 Refused: zero 1 and 2, recompute module sets, uneven layer splits, the zero-bubble schedule, dispatchers other
 than all-to-all, the expert all-to-all overlap, meshes that would put tensor, context or expert axes across

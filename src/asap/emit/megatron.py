@@ -4,7 +4,9 @@ Option names follow Megatron-LM core_r0.14.0 (``megatron/training/arguments.py``
 ``--num-virtual-stages-per-pipeline-rank``, ``--pipeline-model-parallel-layout`` (``E`` embedding, ``t`` a
 transformer layer, ``m`` an MTP layer, ``L`` the loss, ``|`` between virtual stages) for splits the uniform
 division cannot give, ``--use-distributed-optimizer`` (zero 1), Megatron-FSDP (``--use-megatron-fsdp
---data-parallel-sharding-strategy optim_grads|optim_grads_params``, zero 2/3), ``--recompute-granularity`` /
+--data-parallel-sharding-strategy optim_grads|optim_grads_params``, zero 2/3), ``--num-distributed-optimizer-
+instances`` (dp_replicate: the distributed optimizer, or Megatron-FSDP's HSDP, within each of that many replicas),
+``--recompute-granularity`` /
 ``--recompute-modules`` / ``--recompute-method``, ``--moe-token-dispatcher-type`` (``flex`` with
 ``--moe-enable-deepep`` for the node-deduplicated dispatcher) and ``--overlap-moe-expert-parallel-comm``.
 Not expressible (refused): the zero-bubble and GPipe schedules (no flag in Megatron-LM's training loop); the
@@ -73,7 +75,18 @@ def data_parallel_args(train, s) -> list[tuple[str, ...]]:
     (docs/discussions/megatron-fsdp-user-guide: --use-distributed-optimizer, --no-gradient-accumulation-fusion,
     --ckpt-format fsdp_dtensor), reducing in bf16 under zero 3 as asap prices it (Framework.fsdp_grad_bytes).
     The data-parallel collectives overlap compute (asap's megatron semantics): --overlap-grad-reduce, and
-    --overlap-param-gather with the distributed optimizer. ``grad_bf16`` (16-bit gradients): --grad-reduce-in-bf16."""
+    --overlap-param-gather with the distributed optimizer. ``grad_bf16`` (16-bit gradients): --grad-reduce-in-bf16.
+    ``dp_replicate`` > 1: --num-distributed-optimizer-instances (DistributedDataParallelConfig: the distributed
+    optimizer sharded within an instance, the gradient shards all-reduced across instances; Megatron-FSDP turns
+    HSDP on with it, ``mcore_fsdp_adapter.py``, outer_dp_sharding_strategy 'no_shard')."""
+    return data_parallel_sharding(train, s) + hybrid_args(s)
+
+
+def hybrid_args(s) -> list[tuple[str, ...]]:
+    return [("--num-distributed-optimizer-instances", str(s.dp_replicate))] if s.dp_replicate > 1 else []
+
+
+def data_parallel_sharding(train, s) -> list[tuple[str, ...]]:
     narrow: list[tuple[str, ...]]
     narrow = [("--grad-reduce-in-bf16",)] if s.grad_bf16 and s.zero < 3 and train.precision != "fp32" else []
     if s.zero == 0:

@@ -255,6 +255,8 @@ def ddp_section(train, s) -> dict[str, Any]:
                          "overlap_grad_reduce": True, "use_distributed_optimizer": s.zero >= 1,
                          "overlap_param_gather": s.zero >= 1, "grad_reduce_in_fp32": not ((s.zero == 3 or s.grad_bf16)
                                                                                           and train.precision != "fp32")}
+    if s.dp_replicate > 1:  # distributed-optimizer instances (Megatron-FSDP: HSDP), asap.emit.megatron.hybrid_args
+        d["num_distributed_optimizer_instances"] = s.dp_replicate
     if s.zero >= 2:
         d.update(use_megatron_fsdp=True,
                  data_parallel_sharding_strategy="optim_grads_params" if s.zero == 3 else "optim_grads")

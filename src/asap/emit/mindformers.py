@@ -3,7 +3,9 @@
 Option names follow MindFormers r1.5.0 (``mindformers/modules/transformer/transformer.py`` TransformerOpParallel
 Config, ``configs/*/pretrain_*.yaml``): ``parallel_config`` data_parallel, model_parallel, pipeline_stage,
 context_parallel, expert_parallel, micro_batch_num, vocab_emb_dp, use_seq_parallel, gradient_aggregation_group,
-optimizer_shard; ``parallel.enable_parallel_optimizer`` (zero 1) and ``parallel.pipeline_config`` (pipeline_
+optimizer_shard; ``parallel.enable_parallel_optimizer`` (zero 1) with ``parallel.parallel_optimizer_config.
+optimizer_weight_shard_size`` (dp_replicate > 1: the optimizer shards over dp * cp / dp_replicate of the ranks
+that hold the same weights, replicated across the rest; MindSpore's default -1 shards over all of them) and ``parallel.pipeline_config`` (pipeline_
 interleave); ``model.model_config`` pp_interleave_num and offset (the layer split: per stage, or per
 interleave and stage, the layers beyond num_layers // (pp * vpp)); ``recompute_config`` recompute (full) /
 select_recompute (selective); ``runner_config`` batch_size (the micro-batch) and gradient_accumulation_steps
@@ -60,6 +62,8 @@ def config(job: Job, s) -> dict:
         "model": {"model_config": {**model_config(model, train), "pp_interleave_num": s.vpp, "offset": offset},
                   "arch": arch(model)},
     }
+    if s.dp_replicate > 1:  # the legality table holds zero 1 (zero 0 has no shard group)
+        cfg["parallel"]["parallel_optimizer_config"] = {"optimizer_weight_shard_size": s.dp * s.cp // s.dp_replicate}
     if model.moe is not None:
         cfg["moe_config"] = moe_config(model, cluster, s)
     return cfg

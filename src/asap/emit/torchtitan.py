@@ -2,7 +2,8 @@
 
 Option names follow torchtitan v0.2.2 (``torchtitan/config/job_config.py``): ``[parallelism]``
 data_parallel_replicate_degree (zero 0, DDP) / data_parallel_shard_degree (FSDP2: zero 3, or zero 2 with
-``fsdp_reshard_after_forward = "never"``), tensor_parallel_degree (always sequence-parallel), pipeline_parallel_
+``fsdp_reshard_after_forward = "never"``; with dp_replicate > 1 both: FSDP2 HSDP, replicate x shard = dp,
+``ParallelDims``' mesh (dp_replicate, dp_shard) with the replicas outermost), tensor_parallel_degree (always sequence-parallel), pipeline_parallel_
 degree, pipeline_parallel_schedule (1F1B, Interleaved1F1B, InterleavedZeroBubble, GPipe; the looped schedules
 take pp * vpp stages), pipeline_parallel_microbatch_size, module_fqns_per_model_part (the layer split, chunk by
 chunk), context_parallel_degree, expert_parallel_degree, expert_tensor_parallel_degree; ``[training]``
@@ -47,8 +48,9 @@ def config(job: Job, s) -> dict:
     if s.pp > 1 and schedule is None:
         raise refuse("schedule", NAME, f"schedule={s.schedule} with vpp={s.vpp}")
     par: dict = {
-        "data_parallel_replicate_degree": s.dp if s.zero == 0 else 1,
-        "data_parallel_shard_degree": 1 if s.zero == 0 else s.dp,
+        # zero 0: DDP over dp; zero 2/3: FSDP2 over dp, or HSDP, dp_replicate replicas of dp/dp_replicate shards
+        "data_parallel_replicate_degree": s.dp if s.zero == 0 else s.dp_replicate,
+        "data_parallel_shard_degree": 1 if s.zero == 0 else s.dp // s.dp_replicate,
         "tensor_parallel_degree": s.tp,
         "pipeline_parallel_degree": s.pp,
         "context_parallel_degree": s.cp,
