@@ -193,10 +193,10 @@ def first_broken_rule(s, model, train, devices: int, field: str = "strategy",
             return AsapError(f"{field}.zero", f"zero={s.zero} with pp={s.pp} is not available in {framework.name} "
                                               f"(at most zero={framework.max_zero_with_pp} with a pipeline)")
         if s.dp_replicate > 1 and int(s.zero) not in framework.hsdp_zero:
-            stages = " or ".join(map(str, framework.hsdp_zero)) or "none"
+            offered = (f"hybrid sharding with zero {' or '.join(map(str, framework.hsdp_zero))}"
+                       if framework.hsdp_zero else "no hybrid sharding")
             return AsapError(f"{field}.dp_replicate", f"dp_replicate={s.dp_replicate} with zero={int(s.zero)} is not "
-                                                      f"available in {framework.name} (hybrid sharding with zero "
-                                                      f"{stages})")
+                                                      f"available in {framework.name} ({offered})")
         for key, allowed in framework.offers.items():
             value = plain_value(getattr(s, key))
             if value not in allowed:
