@@ -65,6 +65,8 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         # 16-bit gradients trade the fp32 reduction's precision for memory: the planner takes them only when
         # nothing fits without them (planner.plan), as Megatron-Bridge's performance configs do
         grad_bf16=[0],
+        # hybrid sharding is not searched (every stack's default, 1); ``--fix dp_replicate=N`` pins it
+        dp_replicate=[1],
     )
     labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}
     for key, allowed in framework.offers.items():
@@ -252,7 +254,7 @@ class Space:
                  dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
                  dict(recompute=c["recompute"], zero=c["zero"], offload_act=c["offload_act"],
                       offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"],
-                      grad_bf16=c["grad_bf16"]))
+                      grad_bf16=c["grad_bf16"], dp_replicate=c["dp_replicate"]))
         peak = len(rows)
         for n, values in enumerate(joins, start=1):
             cross = _Cross(cols, _grid(**values))
@@ -277,10 +279,12 @@ class Space:
         return S, mesh, peak
 
     def pipeline_ok(self, cols: Cols) -> np.ndarray:
-        """Where the stack runs the row's ZeRO stage and activation offload (with a pipeline, its limits)."""
+        """Where the stack runs the row's ZeRO stage and activation offload (with a pipeline, its limits) and
+        its hybrid sharding (``Framework.hsdp_zero``)."""
         fw = self.framework
-        return (cols["pp"] == 1) | ((cols["zero"] <= fw.max_zero_with_pp)
-                                    & ((cols["offload_act"] == 0) | fw.offload_act_with_pp))
+        hybrid = (cols["dp_replicate"] == 1) | np.isin(cols["zero"], fw.hsdp_zero)
+        return hybrid & ((cols["pp"] == 1) | ((cols["zero"] <= fw.max_zero_with_pp)
+                                              & ((cols["offload_act"] == 0) | fw.offload_act_with_pp)))
 
     def blocks(self, target_rows: int) -> Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]]:
         """The space in blocks of mesh rows: (the mesh rows, their strategies, each one's mesh row). The first
