@@ -62,6 +62,8 @@ def offers_text(fw: Framework) -> str:
         parts.append(f"with pp > 1 `zero` at most {fw.max_zero_with_pp}")
     if not fw.offload_act_with_pp:
         parts.append("`offload_act` only with pp = 1")
+    hybrid = f"with `zero` {_values(fw.hsdp_zero)}" if fw.hsdp_zero else "1 only"
+    parts.append(f"`dp_replicate` > 1 {hybrid}" if fw.hsdp_zero else f"`dp_replicate` {hybrid}")
     if fw.recompute_modules is not None:
         mods = _values(fw.recompute_modules) if fw.recompute_modules else "none"
         parts.append(f"recompute modules: {mods}")
