@@ -146,7 +146,7 @@ def policy_figures(values: dict[str, Value], reads, where: dict[str, Where]):
         if key in place:
             continue
         for op, share in values[key].producers:
-            rerun[op] = min(1.0, rerun.get(op, 0.0) + share)
+            rerun[op] = np.minimum(1.0, rerun.get(op, 0.0) + share)
         stack.extend(values[key].inputs)
     device = sum((values[k].bytes for k in seen if place.get(k) == Where.DEVICE), 0.0)
     offload = sum((values[k].bytes for k in seen if place.get(k) == Where.OFFLOAD), 0.0)
