@@ -134,6 +134,8 @@ def unique_index(S: StrategyBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, n
     code = np.zeros(len(S), dtype=np.int64)
     for k in keys:
         col = getattr(S, k)
+        if len(col) and int(col.max()) >= 1 << 16:  # large codes (MaxText remat policies): their ranks
+            col = np.unique(col, return_inverse=True)[1].reshape(-1)
         code = code * (int(col.max()) + 1 if len(col) else 1) + col
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)

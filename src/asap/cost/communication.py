@@ -60,6 +60,7 @@ from asap.spec.job import Job
 from asap.spec.placement import Placement
 from asap.spec.strategy import Zero
 from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
+from asap.spec.remat import is_maxtext
 
 
 @dataclass
@@ -81,7 +82,9 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
     h = model.hidden_size
     T = S.mbs * train.seq_len / S.cp
     T_sp = T / np.where(S.sp > 0, S.tp, 1)
-    passes = np.where(S.recompute == Recompute.FULL, 3, 2)  # forward, backward, and the recomputed forward
+    # forward, backward, and the recomputed forward; a MaxText remat policy re-runs the norms (no name saves
+    # their outputs, so their gathers repeat) and the dispatch (``asap.cost.remat``)
+    passes = np.where((S.recompute == Recompute.FULL) | is_maxtext(S.recompute), 3, 2)
     place = Placement.of(S)
     tp = place.group("tp")
     # a block's TP exchange: one all-reduce, or under SP an all-gather and a reduce-scatter of the same bytes

@@ -10,7 +10,7 @@ re-running each recompute module costs, the GEMMs alone (torchtitan's op-level S
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.layer_ops import (Shapes, embedding_table, head_table,
                                  layer_table)
 from asap.cost.operations import Axis, Block, OpKind
+from asap.cost.remat import remat_figures
 from asap.spec.framework import AttentionKernel, Framework, get_framework
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
@@ -43,6 +44,8 @@ class LayerCompute:
     dense_gemm_fwd_s: np.ndarray  # every GEMM of a dense layer's forward (torchtitan's op-level SAC redoes half)
     moe_gemm_fwd_s: np.ndarray
     attn_backward_s: np.ndarray  # the attention block's backward: each operation's forward times its factor
+    # MaxText remat policies (``asap.cost.remat``): what each layer kind re-runs, per row ("dense", "moe")
+    remat: dict = field(default_factory=dict)
 
     def attn_bwd_s(self):
         return self.attn_backward_s
@@ -77,4 +80,6 @@ def layer_compute(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: Strat
                         embed_fwd_s=embedding_table(x, S).fwd_s(acc), expert_fwd_s=expert,
                         dense_module_fwd_s=dense_modules, moe_module_fwd_s=moe_modules,
                         dense_gemm_fwd_s=dense.fwd_s(acc, dense.select(kind=OpKind.GEMM)), moe_gemm_fwd_s=moe_gemm,
-                        attn_backward_s=dense.bwd_s(acc, attention))
+                        attn_backward_s=dense.bwd_s(acc, attention),
+                        remat={"dense": remat_figures(dense, x, model, S.recompute, False, acc),
+                               "moe": remat_figures(moe, x, model, S.recompute, True, acc) if model.moe else None})

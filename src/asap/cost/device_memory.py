@@ -58,6 +58,7 @@ from asap.cost.roofline import BYTES, LOW_PRECISIONS
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
 from asap.spec.placement import Placement
+from asap.spec.remat import is_maxtext
 from asap.spec.strategy import Schedule, Zero
 from asap.spec.train import TrainSpec
 
@@ -222,14 +223,31 @@ def zero3_gathered_bytes(largest_layer_params, framework=None):
     return np.minimum(whole, part)
 
 
+def stored_under_remat(f, S: StrategyBatch, stored: np.ndarray) -> np.ndarray:
+    """The activations a device keeps ([N, K]) under a MaxText remat policy that offloads tensors
+    (``asap.cost.remat``): its device-saved tensors for every micro-batch in flight, of the offloaded ones a
+    window of layers (``asap.cost.offload.offloaded_activations``)."""
+    rows = np.flatnonzero(is_maxtext(S.recompute))
+    if not len(rows):
+        return stored
+    out = stored.copy()
+    fr = f.row.take(rows)
+    one = f.offloaded_bytes.take(fr, axis=0)  # one micro-batch's offloaded bytes
+    in_flight = stored[rows] * np.divide(one, f.kept_bytes.take(fr, axis=0),
+                                         out=np.zeros_like(one), where=f.kept_bytes.take(fr, axis=0) > 0)
+    out[rows] = stored[rows] - in_flight + offloaded_activations(one, f.layers.take(fr, axis=0), in_flight)
+    return out
+
+
 def stored_under_offload(f, S: StrategyBatch, stored: np.ndarray) -> np.ndarray:
     """The activations a device keeps ([N, K], ``stored`` without offload): under activation offload a window
     of layers (``asap.cost.offload.offloaded_activations``), priced only on the rows that offload (it is
     elementwise per row, so the figures are those of pricing every row and keeping these)."""
+    out = stored_under_remat(f, S, stored)
     off = np.flatnonzero(S.offload_act > 0)
     if not len(off):
-        return stored
-    out = stored.copy()
+        return out
+    out = out.copy()
     rows = f.row.take(off)
     out[off] = offloaded_activations(f.kept_bytes.take(rows, axis=0), f.layers.take(rows, axis=0), stored[off],
                                      S.offload_layers[off, None])

@@ -30,7 +30,8 @@ from asap.cost.communication import LayerComm, layer_comm
 from asap.cost.compute import LayerCompute, layer_compute
 from asap.cost.host import unit_host_s
 from asap.cost.activations import LAYER_UNITS, layer_saves
-from asap.cost.layer_ops import kv_heads_per_device
+from asap.cost.layer_ops import Shapes, kv_heads_per_device
+from asap.cost.remat import remat_figures
 from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM
 from asap.cost.roofline import act_bytes
 from asap.spec.layout import UNITS, Layout, Unit, layout
@@ -38,6 +39,7 @@ from asap.spec.model import ModelSpec
 from asap.spec.framework import SelectivePolicy
 from asap.spec.job import Job
 from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
+from asap.spec.remat import is_maxtext
 from asap.spec.train import TrainSpec
 
 TIME_PARTS = ("compute", "tp", "ep", "cp", "cp_total", "mem", "host")
@@ -69,7 +71,9 @@ def recompute_extra_s(lc: LayerCompute, fwd, recompute, moe: bool, selective: Se
     per_module = lc.moe_module_fwd_s if moe else lc.dense_module_fwd_s
     modules = sum(np.where(module_recomputed(recompute, m), per_module.get(m.label, 0.0), 0.0)
                   for m in RecomputeModule)
-    return np.select([recompute == Recompute.FULL, recompute == Recompute.SELECTIVE], [fwd, sel], modules)
+    out = np.select([recompute == Recompute.FULL, recompute == Recompute.SELECTIVE], [fwd, sel], modules)
+    policy = lc.remat.get("moe" if moe else "dense")
+    return out if policy is None else np.where(is_maxtext(recompute), policy.recompute_s, out)
 
 
 def layer_parts(lc: LayerCompute, cm: LayerComm, mlp_fwd, tp_comm, ep_comm, recompute, moe: bool = False,
@@ -140,11 +144,15 @@ def unit_offload_s(job: Job, S: StrategyBatch, parts):
     from asap.cost.offload import activation_offload_s, offloaded_share
 
     out = np.zeros_like(parts["compute"])
-    on = S.offload_act > 0
-    if not on.any():
+    on, policy = S.offload_act > 0, is_maxtext(S.recompute)
+    if not (on.any() or policy.any()):
         return out
-    stored = unit_activations(job.model, job.train, S, job.framework.selective).kept
+    acts = unit_activations(job.model, job.train, S, job.framework.selective)
+    stored = acts.kept
     fwd = parts["compute"] / (1.0 + BWD_GEMM)
+    # a MaxText remat policy copies its offloaded tensors alone (``asap.cost.remat``)
+    out = np.where(policy[:, None], activation_offload_s(job.cluster.accelerator, acts.offloaded, fwd,
+                                                         parts["compute"] - fwd), out)
     # a partial offload copies the stored bytes of its share of the stage's layers (``offloaded_share``)
     stage_layers = (job.model.num_layers + job.model.mtp_layers) / S.pp
     share = offloaded_share(S.offload_layers, stage_layers)[:, None]
@@ -226,6 +234,7 @@ class UnitActivations:
     kept: np.ndarray  # [N, len(Unit)] bytes kept per in-flight micro-batch
     working: np.ndarray  # [N, len(Unit)] one unit re-materialised during backward (full recompute)
     once: np.ndarray  # [N, len(Unit)] bytes that live for one micro-batch only (the logits)
+    offloaded: np.ndarray  # [N, len(Unit)] of ``kept``, what a MaxText remat policy keeps in host memory
 
 
 def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
@@ -238,7 +247,7 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
     n = len(S)
     ab = act_bytes(train.precision)
     T = S.mbs * train.seq_len / S.cp
-    kept, working = {}, {}
+    kept, working, offloaded = {}, {}, {}
     for kind, is_moe in (("dense", False), ("moe", model.moe is not None)):
         table = layer_saves(model, train, S, moe=is_moe)
         full = table.stored_bytes()
@@ -246,12 +255,19 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
         kept[kind] = np.select([S.recompute == Recompute.FULL, S.recompute == Recompute.SELECTIVE,
                                 S.recompute >= Recompute.MODULES],
                                [table.input_bytes(), sel_kept, table.module_kept_bytes(S.recompute)], full)
-        working[kind] = np.where(S.recompute == Recompute.FULL, full, 0.0)
+        # one layer re-materialised in backward: under full recompute and under a MaxText remat policy
+        working[kind] = np.where((S.recompute == Recompute.FULL) | is_maxtext(S.recompute), full, 0.0)
+        offloaded[kind] = np.zeros(n)
+        if is_maxtext(S.recompute).any():  # kept: on the device and in host memory; offloaded: the latter
+            policy = remat_figures(table, Shapes.of(model, train, S), model, S.recompute, is_moe)
+            kept[kind] = np.where(is_maxtext(S.recompute), policy.device_bytes + policy.offload_bytes, kept[kind])
+            offloaded[kind] = policy.offload_bytes
     per_logit = ab + 4.0 if logits_bytes is None else logits_bytes
     logits = T * model.vocab_size / S.tp * per_logit * (1 + model.mtp_layers)
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
                            working=_columns(n, dense=working["dense"], moe=working["moe"], mtp=working["moe"]),
-                           once=_columns(n, head=logits))
+                           once=_columns(n, head=logits),
+                           offloaded=_columns(n, dense=offloaded["dense"], moe=offloaded["moe"], mtp=offloaded["moe"]))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -343,6 +359,7 @@ class DeviceFigures:
     param_tensors: np.ndarray  # parameter tensors the device holds
     largest_layer_params: np.ndarray  # [n] the model's largest transformer layer on one device
     working_bytes: np.ndarray  # [n] the largest layer re-materialised under full recompute
+    offloaded_bytes: np.ndarray  # of kept_bytes, what a MaxText remat policy keeps in host memory
     time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n, K] seconds per micro-batch
     whole_time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n] seconds per micro-batch
 
@@ -379,7 +396,7 @@ class DeviceFigures:
 
 # the DeviceFigures fields with one entry per combination
 COMBINATION_FIELDS = ("device", "dense_params", "expert_params", "layers", "kept_bytes", "once_bytes",
-                      "param_tensors", "largest_layer_params", "working_bytes")
+                      "param_tensors", "largest_layer_params", "working_bytes", "offloaded_bytes")
 
 
 def with_times(f: DeviceFigures, ut: UnitTimes) -> DeviceFigures:
@@ -409,11 +426,12 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
     params, acts = unit_params(model, sub), unit_activations(model, train, sub, selective, logits_bytes)
     kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
     layer_mask = np.isin(np.arange(len(UNITS)), LAYER_UNITS).astype(float)
-    dense_p, expert_p, kept, once, tensors = st.per_device(params.dense, params.expert, acts.kept, acts.once,
-                                                           unit_tensors(model, sub))
+    dense_p, expert_p, kept, once, tensors, offloaded = st.per_device(params.dense, params.expert, acts.kept,
+                                                                      acts.once, unit_tensors(model, sub),
+                                                                      acts.offloaded)
     figures = DeviceFigures(
         row=row, stages=st, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
         kept_bytes=kept, once_bytes=once, param_tensors=tensors,
         largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
-        working_bytes=np.max(acts.working[:, kinds], axis=1))
+        working_bytes=np.max(acts.working[:, kinds], axis=1), offloaded_bytes=offloaded)
     return figures if ut is None else timed(figures, ut, first)

@@ -5,7 +5,9 @@ Option names follow MaxText's ``configs/base.yml`` (main branch, 2025): the mesh
 context, tensor, expert and pipeline; ``per_device_batch_size`` (global batch over all devices, fractional
 allowed), ``gradient_accumulation_steps``, ``num_pipeline_microbatches``, ``num_layers_per_pipeline_stage``
 (pp * vpp stages: the circular pipeline's repeats), ``max_target_length``, ``remat_policy`` (none |
-minimal | full; ``custom`` with ``decoder_layer_input: offload`` for offload_act=1), ``optimizer_memory_host_offload``
+minimal | full; ``custom`` with ``decoder_layer_input: offload`` for offload_act=1; a MaxText policy the
+strategy names, ``recompute=save_qkv_proj``, as itself, and ``recompute=custom:...`` as ``custom`` with every
+named tensor of ``asap.spec.remat.TENSORS`` set), ``optimizer_memory_host_offload``
 (offload_opt=1), ``dtype`` / ``quantization``, and the model's ``base_*`` shape keys.
 Axes (the strategy's ``asap.spec.placement.Placement``, as ``asap.search.mesh``): pp -> pipeline, dp -> data
 (zero 0) or fsdp (zero 3; with dp_replicate > 1 data = dp_replicate, the replicas, x fsdp = dp / dp_replicate,
@@ -19,7 +21,8 @@ slices.
 from __future__ import annotations
 
 from asap.spec.framework import Dispatcher
-from asap.spec.knobs import Schedule
+from asap.spec import remat
+from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
 from asap.emit.maxtext_model import stock
 from asap.spec.job import Job
@@ -76,7 +79,7 @@ def config(job: Job, s) -> dict:
     cfg["per_device_batch_size"] = int(per_device) if per_device == int(per_device) else per_device
     cfg["gradient_accumulation_steps"] = ga
     cfg["max_target_length"] = train.seq_len
-    cfg["remat_policy"] = REMAT[s.recompute.label]
+    cfg.update(remat_keys(s))
     if s.offload_act:
         cfg.update(offloaded_remat(s))
     if s.offload_opt:
@@ -91,6 +94,18 @@ def config(job: Job, s) -> dict:
 # base.yml's named tensors of the 'custom' remat policy (each 'remat', 'device' or 'offload')
 CUSTOM_REMAT_TENSORS = ("context", "mlpwi", "mlpwi_0", "mlpwi_1", "mlpwo", "query_proj", "key_proj", "value_proj",
                         "qkv_proj", "out_proj")
+
+
+def remat_keys(s) -> dict:
+    """``remat_policy``: asap's none / selective / full, or the MaxText policy the strategy names
+    (``asap.spec.remat``), with every named tensor's setting under ``custom``."""
+    if s.recompute.kind != Recompute.MAXTEXT:
+        return {"remat_policy": REMAT[s.recompute.label]}
+    name = remat.policy_name(s.recompute.code)
+    if name != "custom":
+        return {"remat_policy": name}
+    where = remat.assignment(s.recompute.code)
+    return {"remat_policy": "custom", **{t: where[t].label for t in remat.TENSORS}}
 
 
 def offloaded_remat(s) -> dict:

@@ -15,16 +15,20 @@ from typing import Any
 import numpy as np
 
 from asap.errors import AsapError
+from asap.spec import remat
+from asap.spec.remat import MAXTEXT_BASE
 
 
 class Recompute(IntEnum):
     """Activation recomputation: none; selective (the stack's own selective policy, ``Framework.selective``);
-    full (every layer); or a set of modules (``RecomputeModule``), coded ``MODULES + mask``."""
+    full (every layer); a set of modules (``RecomputeModule``), coded ``MODULES + mask``; or a MaxText remat
+    policy (``asap.spec.remat``), coded from ``MAXTEXT`` up."""
 
     NONE = 0
     SELECTIVE = 1
     FULL = 2
     MODULES = 8  # codes >= 8: MODULES + the bit mask of the recomputed modules
+    MAXTEXT = MAXTEXT_BASE  # codes >= 1024: a MaxText remat policy (``asap.spec.remat``)
 
     @property
     def label(self) -> str:
@@ -53,15 +57,19 @@ RECOMPUTE_MODULES = tuple(m.label for m in RecomputeModule)
 
 
 def recompute_code(label: str, field: str = "strategy.recompute") -> int:
-    """The batch code of a recompute value: none | selective | full, or modules joined by ``+``."""
+    """The batch code of a recompute value: none | selective | full, modules joined by ``+``, or a MaxText
+    remat policy (``asap.spec.remat``: a policy name, or ``custom:tensor=where+...``)."""
     text = str(label).strip().lower()
     if text in RECOMPUTE:
         return RECOMPUTE.index(text)
+    if remat.is_policy_text(text):
+        return remat.policy_code(text, field)
     names = [n.strip() for n in text.split("+")]
     unknown = [n for n in names if n not in RECOMPUTE_MODULES]
     if unknown or not names:
-        raise AsapError(field, f"must be none, selective, full or modules joined by '+' "
-                               f"({', '.join(RECOMPUTE_MODULES)}), got {label!r}")
+        raise AsapError(field, f"must be none, selective, full, modules joined by '+' "
+                               f"({', '.join(RECOMPUTE_MODULES)}) or a MaxText remat policy "
+                               f"({', '.join(remat.NAMES)}), got {label!r}")
     mask = 0
     for n in names:
         mask |= 1 << RECOMPUTE_MODULES.index(n)
@@ -72,6 +80,8 @@ def recompute_label(code: int) -> str:
     """The canonical spelling of a batch code (modules in ``RecomputeModule`` order)."""
     if code < Recompute.MODULES:
         return RECOMPUTE[code]
+    if code >= Recompute.MAXTEXT:
+        return remat.policy_label(code)
     mask = code - Recompute.MODULES
     return "+".join(m.label for m in RecomputeModule if mask >> m.value & 1)
 
@@ -79,10 +89,12 @@ def recompute_label(code: int) -> str:
 @dataclass(frozen=True)
 class RecomputePolicy:
     """A ``recompute`` value: its kind and, for ``Recompute.MODULES``, the set of recomputed modules. Prints as
-    its canonical text (``none``, ``selective``, ``full``, ``layernorm+moe_act``); ``code`` is its batch code."""
+    its canonical text (``none``, ``selective``, ``full``, ``layernorm+moe_act``, ``save_qkv_proj``); ``code`` is
+    its batch code (``maxtext``: a MaxText policy's, ``asap.spec.remat``)."""
 
     kind: Recompute = Recompute.NONE
     modules: frozenset[RecomputeModule] = frozenset()
+    maxtext: int = 0
 
     @classmethod
     def parse(cls, text: Any, field: str = "strategy.recompute") -> RecomputePolicy:
@@ -96,12 +108,16 @@ class RecomputePolicy:
         code = int(code)
         if code < Recompute.MODULES:
             return cls(Recompute(code))
+        if code >= Recompute.MAXTEXT:
+            return cls(Recompute.MAXTEXT, maxtext=code)
         mask = code - Recompute.MODULES
         return cls(Recompute.MODULES, frozenset(m for m in RecomputeModule if mask >> m.value & 1))
 
     @property
     def code(self) -> int:
         """The batch code: the kind, or ``MODULES`` + the modules' bit mask."""
+        if self.kind == Recompute.MAXTEXT:
+            return self.maxtext
         if self.kind != Recompute.MODULES:
             return int(self.kind)
         return int(Recompute.MODULES) + sum(1 << m.value for m in self.modules)
@@ -122,7 +138,7 @@ class RecomputePolicy:
 def module_recomputed(codes, module: RecomputeModule):
     """Per row: whether ``module`` is in the row's recompute module set (False for none/selective/full)."""
     codes = np.asarray(codes)
-    return (codes >= Recompute.MODULES) & (((codes - Recompute.MODULES) >> module.value) & 1 == 1)
+    return (codes >= Recompute.MODULES) & (codes < Recompute.MAXTEXT) & (((codes - Recompute.MODULES) >> module.value) & 1 == 1)
 
 
 class Schedule(IntEnum):

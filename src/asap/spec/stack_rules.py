@@ -77,7 +77,15 @@ def _overlap(c: Cols, j: RuleJob) -> np.ndarray:
     return (c["a2a_overlap"] == 1) & _moe(j)
 
 
+# a MaxText remat policy (``asap.spec.remat``) names MaxText's checkpoint_name tags: no other stack has them
+MAXTEXT_REMAT_ONLY = StackRule(
+    "recompute", ("recompute",), lambda c, j: c["recompute"] < Recompute.MAXTEXT,
+    lambda s, j: f"recompute={s.recompute} (a MaxText remat policy: its named tensors are MaxText's "
+                 "checkpoint_name tags)")
+
+
 MEGATRON = (
+    MAXTEXT_REMAT_ONLY,
     StackRule("offload_act", ("offload_act", "recompute"),
               lambda c, j: (c["offload_act"] == 0) | (c["recompute"] == Recompute.NONE),
               lambda s, j: f"offload_act=1 with recompute={s.recompute} (TransformerConfig refuses cpu_offloading "
@@ -105,6 +113,7 @@ def _etp_tp_or_one(c: Cols, j: RuleJob) -> np.ndarray:
 
 
 TORCHTITAN = (
+    MAXTEXT_REMAT_ONLY,
     StackRule("sp", ("sp", "tp"), lambda c, j: (c["tp"] == 1) | (c["sp"] == 1),
               lambda s, j: "sp=0 with tp>1 (its tensor parallelism is always sequence-parallel)"),
     StackRule("etp", ("etp", "tp"), _etp_tp_or_one,
@@ -137,9 +146,14 @@ MAXTEXT = (
     StackRule("tp", ("tp", "pp", "dp", "ep"), lambda c, j: _slices_left(c, j) == 1,
               lambda s, j: f"this mesh over {j.domains} slices (tensor, context and expert axes must stay within "
                            "a slice; pipeline and data cross DCN)"),
+    StackRule("offload_act", ("offload_act", "recompute"),
+              lambda c, j: (c["offload_act"] == 0) | (c["recompute"] < Recompute.MAXTEXT),
+              lambda s, j: f"offload_act=1 with recompute={s.recompute} (a remat policy states what it offloads, "
+                           "tensor by tensor)"),
 )
 
 DEEPSPEED = (
+    MAXTEXT_REMAT_ONLY,
     StackRule("ep", ("ep",), lambda c, j: c["ep"] == 1,
               lambda s, j: f"ep={s.ep} (expert parallelism is set in the model code, not the config)"),
     StackRule("precision", (), lambda c, j: j.train.precision != "fp8", lambda s, j: "fp8 (bf16 or fp16 only)"),

@@ -1,7 +1,8 @@
 """Parallel strategies: parse ``key=value`` lists, fill defaults, check legality.
 
-Keys (docs/design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full, or Megatron-Core's
-recompute modules joined by ``+``, e.g. ``layernorm+moe_act``), zero (0|1|2|3),
+Keys (docs/design.md): dp, tp, pp, vpp, cp, ep, etp, mbs, recompute (none|selective|full, Megatron-Core's
+recompute modules joined by ``+``, e.g. ``layernorm+moe_act``, or a MaxText remat policy, ``save_qkv_proj`` or
+``custom:query_proj=device+out_proj=offload``, ``asap.spec.remat``), zero (0|1|2|3),
 sp (0|1), schedule (1f1b|interleaved|zb|gpipe), dispatcher (alltoall|allgather|dedup), a2a_overlap (0|1),
 layer_split (layers per pipeline chunk, ``5/4/4/3``), offload_act (0|1: stored activations to host memory),
 offload_layers (under offload_act=1, how many of a device's layers offload; 0, the default: every layer),
@@ -191,7 +192,7 @@ def parse_strategy(text: str | dict | None, field: str = "strategy") -> dict[str
         for part in re.split(r"[,\s]+", str(text).strip()):
             if not part or part == COMPACT_DEFAULTS:
                 continue
-            if "=" in part:
+            if "=" in part and ":" not in part.split("=", 1)[0]:  # rc:custom:query_proj=device is compact
                 k, v = part.split("=", 1)
                 items.append((k.strip(), v.strip()))
             else:
