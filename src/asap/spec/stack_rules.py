@@ -177,7 +177,9 @@ UNIFORM_SPLIT_ONLY = ("deepspeed", "maxtext")
 
 STACK_RULES: Mapping[str, tuple[StackRule, ...]] = {"megatron": MEGATRON, "torchtitan": TORCHTITAN,
                                                     "maxtext": MAXTEXT, "deepspeed": DEEPSPEED,
-                                                    "mindspore": MINDSPORE}
+                                                    "mindspore": MINDSPORE,
+                                                    # the reference trainer (asap.runners) has no named tensors
+                                                    "asap": (MAXTEXT_REMAT_ONLY,)}
 
 
 def _rule_ok(rule: StackRule, cols: Cols, job: RuleJob) -> np.ndarray:
