@@ -10,7 +10,7 @@ import pytest
 
 from asap.cost.batch import StrategyBatch
 from asap.cost.host import D2H_SYNC_S
-from asap.cost.units import unit_times
+from asap.cost.units import paired_host_s, paired_hidden_s, unit_times
 from asap.spec.framework import FRAMEWORKS, FUSED_HOST_OPS, MEGATRON_HOST_OPS
 from asap.spec.hardware import load_cluster
 from asap.spec.job import Job
@@ -54,3 +54,14 @@ def test_a_thick_moe_layer_hides_its_host():
     host, device = _moe_unit(4)
     assert device > 1500 * HOST_OP_S
     assert host == pytest.approx(D2H_SYNC_S + HOST_OP_S, rel=1e-9)
+
+
+def test_pairing_shows_the_host_work_the_hidden_traffic_hid():
+    """A unit of 9 ms host work, 8 ms compute and 4 ms of EP traffic (12 ms on the device: the host hides).
+    Paired, min(2, 16/3) + min(2, 8/3) = 4 ms of the traffic hides, the device works 8 ms and the host shows
+    9 - 8 = 1 ms more; a unit whose host already showed (14 ms) adds the whole 4 ms; a host far below the
+    shorter device time adds nothing."""
+    assert paired_hidden_s(4e-3, 8e-3) == pytest.approx(4e-3)
+    assert paired_host_s(9e-3, 12e-3, 4e-3, 8e-3) == pytest.approx(1e-3)
+    assert paired_host_s(14e-3, 12e-3, 4e-3, 8e-3) == pytest.approx(4e-3)
+    assert paired_host_s(1e-3, 12e-3, 4e-3, 8e-3) == 0.0
