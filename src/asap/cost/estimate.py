@@ -39,7 +39,7 @@ from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.pipeline import (bubble_s, exposed_p2p_messages, overlapped_p2p_excess_s,
                                 uneven_chunk_excess_s, zb_small_batch_excess_s)
 from asap.cost.roofline import elementwise_time_s
-from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times
+from asap.cost.units import DeviceFigures, UnitTimes, device_figures, paired_hidden_s, unit_times
 from asap.spec.framework import Framework, GradSync
 from asap.spec.hardware import Cluster
 from asap.spec.job import Job
@@ -116,28 +116,24 @@ def expert_overlap(model: ModelSpec, S: StrategyBatch, m) -> np.ndarray:
             & (m >= 2) & (S.recompute != Recompute.FULL))
 
 
-def paired_hidden_s(ep_s, compute_s):
-    """The expert all-to-all time that pairing hides: the schedule overlaps one micro-batch's forward with
-    another's backward, so the forward's dispatch and combine (half of the exchange) hide behind the other's
-    backward compute (two thirds of the unit's) and the backward's behind the other's forward (one third), each
-    at most that: min(ep/2, 2c/3) + min(ep/2, c/3), never the whole exchange behind the whole computation."""
-    return np.minimum(ep_s / 2.0, compute_s * 2.0 / 3.0) + np.minimum(ep_s / 2.0, compute_s / 3.0)
-
-
 def stage_times(model: ModelSpec, S: StrategyBatch, f: DeviceFigures, m) -> StageTimes:
     """The critical device: the busiest representative once paired EP traffic hides (``expert_overlap``: up to
-    the paired micro-batch's computation; the unpaired warm-up and cool-down passes are ``compose``'s). Both
-    cases are ranked once per device-figure row, then each strategy takes its own."""
+    the paired micro-batch's computation; the unpaired warm-up and cool-down passes are ``compose``'s), its host
+    then the paired one (``asap.cost.units.paired_host_s``). Both cases are ranked once per device-figure row,
+    then each strategy takes its own."""
     paired = expert_overlap(model, S, m)
     t, w = f.time, f.whole_time
     assert t is not None and w is not None  # estimate_batch's figures are built with the unit times
     hidden = paired_hidden_s(t["ep"], t["compute"])
     busy = _busy(t)
-    critical = np.where(paired, f.rows(np.argmax(busy - hidden, axis=1)), f.rows(np.argmax(busy, axis=1)))
+    paired_busy = busy - hidden + t["host_paired"] - t["host"]  # the host a shorter device time leaves exposed
+    critical = np.where(paired, f.rows(np.argmax(paired_busy, axis=1)), f.rows(np.argmax(busy, axis=1)))
     parts = {k: f.at(v, critical) for k, v in t.items()}
     parts["ep_hidden"] = np.where(paired, f.at(hidden, critical), 0.0)
     parts["ep"] = parts["ep"] - parts["ep_hidden"]
-    whole_busy = f.rows(_busy(w)) - np.where(paired, f.rows(paired_hidden_s(w["ep"], w["compute"])), 0.0)
+    parts["host"] = np.where(paired, parts["host_paired"], parts["host"])
+    whole_busy = f.rows(_busy(w)) - np.where(
+        paired, f.rows(paired_hidden_s(w["ep"], w["compute"]) + w["host"] - w["host_paired"]), 0.0)
     return StageTimes(parts=parts, t_max_s=_busy(parts), t_avg_s=whole_busy / S.pp, critical=critical)
 
 

@@ -102,17 +102,23 @@ def unit_calls(model: ModelSpec, S: StrategyBatch) -> np.ndarray:
     return out
 
 
-def unit_host_s(model: ModelSpec, cluster: Cluster, fw: Framework, S: StrategyBatch, device_s: np.ndarray):
-    """[n, len(Unit)] host seconds per unit and micro-batch that the step waits for; ``device_s`` the units'
-    device time (compute and in-layer communication)."""
+def unit_host_work_s(model: ModelSpec, cluster: Cluster, fw: Framework, S: StrategyBatch) -> np.ndarray:
+    """[n, len(Unit)] host_u: the seconds the host spends on a unit's micro-batch (the module docstring)."""
     fam = cluster.accelerator.family_constants
     ops = unit_ops(model, fw, S)
     share = np.where(S.tp > 1, np.where(S.sp > 0, fw.host_ops.dtensor_share[1], fw.host_ops.dtensor_share[0]), 0.0)
     calls = unit_calls(model, S)
     # a stack whose TP runs on DTensor issues its TP collectives through functional collectives
     dtensor_calls = tp_calls(model, S) * (fw.host_ops.dtensor_share[0] > 0)
-    host = (ops * fam.host_op_s + share[:, None] * ops * fam.dtensor_op_s + calls * fam.sync_s
+    return (ops * fam.host_op_s + share[:, None] * ops * fam.dtensor_op_s + calls * fam.sync_s
             + dtensor_calls * fam.dtensor_call_s)
+
+
+def unit_host_s(model: ModelSpec, cluster: Cluster, fw: Framework, S: StrategyBatch, device_s: np.ndarray):
+    """[n, len(Unit)] host seconds per unit and micro-batch that the step waits for; ``device_s`` the units'
+    device time (compute and in-layer communication)."""
+    fam = cluster.accelerator.family_constants
+    host = unit_host_work_s(model, cluster, fw, S)
     hidden = np.maximum(0.0, host - device_s) if fam.async_host else host
     return hidden + moe_syncs(model, fw, S) * (D2H_SYNC_S + fam.host_op_s)
 

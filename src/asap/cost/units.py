@@ -28,7 +28,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, gather, unique_index
 from asap.cost.communication import LayerComm, layer_comm
 from asap.cost.compute import LayerCompute, layer_compute
-from asap.cost.host import unit_host_s
+from asap.cost.host import unit_host_s, unit_host_work_s
 from asap.cost.activations import LAYER_UNITS, layer_saves
 from asap.cost.layer_ops import Shapes, kv_heads_per_device
 from asap.cost.remat import remat_figures
@@ -42,7 +42,8 @@ from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
 from asap.spec.remat import is_maxtext
 from asap.spec.train import TrainSpec
 
-TIME_PARTS = ("compute", "tp", "ep", "cp", "cp_total", "mem", "host")
+# host_paired: the host time a unit shows when its micro-batch is paired with another (``paired_host_s``)
+TIME_PARTS = ("compute", "tp", "ep", "cp", "cp_total", "mem", "host", "host_paired")
 
 
 def _columns(n: int, **by_unit) -> np.ndarray:
@@ -123,7 +124,7 @@ def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) 
     dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, fw.selective)
     moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, fw.selective)
            if model.moe else dense)
-    parts = {k: _columns(n, dense=dense[k], moe=moe[k], mtp=moe[k]) for k in TIME_PARTS if k != "host"}
+    parts = {k: _columns(n, dense=dense[k], moe=moe[k], mtp=moe[k]) for k in TIME_PARTS if not k.startswith("host")}
     # the embedding lookup (memory-bound, backward scatters twice the bytes); the LM head and loss run once
     # per prediction depth (the main head and every MTP module's)
     parts["compute"][:, Unit.EMBEDDING] = lc.embed_fwd_s * (1 + BWD_ELEMENTWISE)
@@ -135,7 +136,27 @@ def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) 
     parts["tp"][:, Unit.HEAD] = cm.tp_pair_s * (1 + model.mtp_layers)
     device = parts["compute"] + parts["tp"] + parts["ep"] + parts["cp"]
     parts["host"] = unit_host_s(model, cluster, fw, S, device) + unit_offload_s(job, S, parts)
+    parts["host_paired"] = parts["host"] + paired_host_s(unit_host_work_s(model, cluster, fw, S), device,
+                                                         parts["ep"], parts["compute"])
     return UnitTimes(parts=parts, lc=lc, cm=cm, row=row)
+
+
+def paired_hidden_s(ep_s, compute_s):
+    """The expert all-to-all time that pairing hides: the schedule overlaps one micro-batch's forward with
+    another's backward, so the forward's dispatch and combine (half of the exchange) hide behind the other's
+    backward compute (two thirds of the unit's) and the backward's behind the other's forward (one third), each
+    at most that: min(ep/2, 2c/3) + min(ep/2, c/3), never the whole exchange behind the whole computation."""
+    return np.minimum(ep_s / 2.0, compute_s * 2.0 / 3.0) + np.minimum(ep_s / 2.0, compute_s / 3.0)
+
+
+def paired_host_s(host_work_s, device_s, ep_s, compute_s):
+    """[n, len(Unit)] the host time a unit adds when pairing hides its EP traffic (``paired_hidden_s``): the
+    device works that much less on the unit's micro-batch, so the host work it hid (``host_work_s``,
+    ``asap.cost.host.unit_host_work_s``) shows beyond the shorter device time, per unit (the MoE layer's
+    token-count sync leaves the host no lead to carry from one layer to the next):
+        max(0, host - (device - hidden)) - max(0, host - device)."""
+    hidden = paired_hidden_s(ep_s, compute_s)
+    return np.maximum(0.0, host_work_s - (device_s - hidden)) - np.maximum(0.0, host_work_s - device_s)
 
 
 def unit_offload_s(job: Job, S: StrategyBatch, parts):

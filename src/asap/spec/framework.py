@@ -185,6 +185,23 @@ TORCHTITAN_HOST_OPS = replace(EAGER_HOST_OPS, per_local_expert=(0, 0), optimizer
 # bias-activation kernels, grouped expert GEMMs, a multi-tensor fused Adam: about a third of the eager count
 FUSED_HOST_OPS = HostOps(dense_layer=(35, 55), moe_layer=(60, 90), per_local_expert=(0, 0), ends=(8, 12),
                          optimizer_per_tensor=0.1)
+# Megatron-Core's MoE layer on the host: its router (top-k, score function, aux loss), the token dispatcher's
+# preprocessing (token counts, splits, the permutes, the dispatch and combine calls) and Transformer Engine's
+# GroupedLinear (torch.split, output allocations per expert, then one cuBLAS GEMM per local expert over a few
+# streams: TransformerEngine#853, #1499 "It's the CPU overheads of PyTorch ops ... not trivial to eliminate"),
+# forward and backward, behind the dispatcher's token-count sync that leaves the host no lead (asap.cost.host).
+# Megatron-Core's MoE README names the bottleneck ("CPU Overhead Bottleneck: gaps between GPU kernels where CPU
+# cannot launch kernels fast enough"; remedies: CUDA graphs of attn/moe_router/moe_preprocess, a larger
+# micro-batch, a smaller TP) and sizes nothing, so the count is fitted on the two shipped files: 1500 operator
+# dispatches per MoE layer and micro-batch (9 ms at 6 us each), ten times the fused estimate above, split
+# forward/backward as it is (2:3). A layer whose device time exceeds it hides it (max(host, device)), so only
+# micro-batch-1 MoE runs of thin layers move: Qwen3-30B-A3B on 16 H100 -24.0% -> -1.5%, Qwen3-235B on 256
+# B200 -23.1% -> -14.3%. Checked, not fitted, on same-stack rows outside the files: the Model Zoo's Qwen3-235B
+# TP4 PP8 EP8 MBS1 on 256 H100 (29.0 s) -41.7% -> -4.4%, Megatron-Bridge 26.02's Qwen3-30B-A3B MBS1 on 8 B200
+# (9691 tokens/s/GPU) -56.6% -> +4.4%; the Model Zoo's TP2 EP32 runs (12-13 ms of device work per layer and
+# micro-batch) do not move.
+MEGATRON_MOE_HOST_OPS = (600.0, 900.0)
+MEGATRON_HOST_OPS = replace(FUSED_HOST_OPS, moe_layer=MEGATRON_MOE_HOST_OPS)
 # Megatron-DeepSpeed: Megatron's fused kernels without Transformer Engine, experts in a loop (DeepSpeed-MoE)
 DEEPSPEED_HOST_OPS = replace(FUSED_HOST_OPS, dense_layer=(50, 80), per_local_expert=(8, 23))
 # XLA compiles the whole step: the host launches one program
@@ -361,7 +378,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3)},
-              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3)),
+              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
