@@ -1,10 +1,11 @@
 """Every figure ``plan`` prints can be reproduced by ``estimate``: each candidate of ``asap plan --top 10 --json``,
 run through ``asap estimate --strategy <its strategy_string> --json``, gives the same step time and peak memory.
 
-Six workloads cover the paths that used to disagree: a dense pipeline (where the stage ILP may replace the
+Seven workloads cover the paths that used to disagree: a dense pipeline (where the stage ILP may replace the
 default layer split), a dense pp = 1 model (the one stage holds the embedding and the head), MoE with expert
 parallelism across nodes, a TPU v5p FSDP mesh written as hosts of 4 chips, a long-context CP run, and a small
-batch where zero-bubble wins (its m < pp cases are priced by the simulator). The CLI runs in-process.
+batch where zero-bubble wins (its m < pp cases are priced by the simulator), and hybrid sharding (dp_replicate > 1)
+over two TPU v5p slices. The CLI runs in-process.
 """
 
 import json
@@ -16,6 +17,7 @@ from asap.cli import _register_commands, app
 
 TOP = 10
 TPU_HOSTS = "accelerator: tpu-v5p\ndevices_per_node: 4\nnodes: 16\n"
+TWO_SLICES = "accelerator: tpu-v5p\ndevices_per_node: 4\nnodes: 64\nscale_up_domain: 128\n"  # 2 slices of 128
 
 WORKLOADS = {
     "dense_pipeline": ["-m", "llama3-70b", "-c", "dgx-h100-8", "-b", "64", "-s", "4096", "--fix", "pp=4"],
@@ -27,6 +29,9 @@ WORKLOADS = {
     # torchtitan runs torch's looped zero-bubble schedule (InterleavedZeroBubble: vpp > 1); Megatron-LM has none
     "small_batch_zb": ["-m", "llama3-70b", "-c", "dgx-h100-8", "-b", "16", "-s", "4096", "--framework", "torchtitan",
                        "--fix", "vpp=2"],
+    # MaxText over two slices: the shard group within a slice, the replicas over DCN (dcn_data_parallelism)
+    "hybrid_two_slices": ["-m", "llama3-8b", "-c", "{slices}", "-b", "256", "-s", "8192", "--framework", "maxtext",
+                          "--fix", "pp=1"],
 }
 
 
@@ -41,7 +46,9 @@ def invoke(*args) -> dict:
 def test_every_plan_candidate_is_what_estimate_says(name, tmp_path):
     tpu = tmp_path / "tpu-v5p-hosts.yaml"
     tpu.write_text(TPU_HOSTS)
-    args = [a.replace("{tpu}", str(tpu)) for a in WORKLOADS[name]]
+    slices = tmp_path / "tpu-v5p-2-slices.yaml"
+    slices.write_text(TWO_SLICES)
+    args = [a.replace("{tpu}", str(tpu)).replace("{slices}", str(slices)) for a in WORKLOADS[name]]
     plan = invoke("plan", *args, "--top", str(TOP), "--json")
     assert len(plan["candidates"]) == TOP
     job = [a for a in args[:args.index("--fix")]]
@@ -54,5 +61,7 @@ def test_every_plan_candidate_is_what_estimate_says(name, tmp_path):
         schedules.add(cand["strategy"]["schedule"])
     if name == "small_batch_zb":
         assert plan["candidates"][0]["strategy"]["schedule"] == "zb"
+    if name == "hybrid_two_slices":  # the planner offers the slices as replicas, and they win here
+        assert plan["candidates"][0]["strategy"].get("dp_replicate") == 2
     if name == "dense_pp1":
         assert {c["strategy"]["pp"] for c in plan["candidates"]} == {1}

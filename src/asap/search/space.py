@@ -65,7 +65,7 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         # 16-bit gradients trade the fp32 reduction's precision for memory: the planner takes them only when
         # nothing fits without them (planner.plan), as Megatron-Bridge's performance configs do
         grad_bf16=[0],
-        # hybrid sharding is not searched (every stack's default, 1); ``--fix dp_replicate=N`` pins it
+        # hybrid sharding: 1 here; ``Space.of`` adds each mesh shape's one hybrid degree (``hybrid_degree``)
         dp_replicate=[1],
     )
     labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}
@@ -154,6 +154,37 @@ def _where(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarra
     return {k: gather(v, rows) for k, v in cols.items()}
 
 
+def hybrid_degree(cols: Cols, scale_up_domain: int) -> np.ndarray:
+    """The hybrid-sharding degree that keeps each mesh shape's ZeRO shard group inside one scale-up domain (node
+    or slice): the domains its dp x cp group spans (the group, dp*cp ranks of stride tp, fills a run of
+    dp*cp*tp consecutive ranks: ``asap.spec.placement``), 1 where that run fits one domain or does not tile
+    domains evenly. E.g. 8 nodes of 8, tp=2, cp=1, dp=32: a run of 64 ranks over 8 nodes, so dp_replicate=8
+    (shard groups of 4 ranks x tp 2 within a node, replicas across nodes)."""
+    run = cols["dp"] * cols["cp"] * cols["tp"]
+    domain = max(1, scale_up_domain)
+    return np.where(run % domain == 0, run // domain, 1)
+
+
+def with_hybrid(mesh: dict[str, np.ndarray], scale_up_domain: int, cands: dict[str, list],
+                framework: Framework, pinned: bool = False) -> dict[str, np.ndarray]:
+    """The mesh shapes with their ``dp_replicate`` column: the candidate (1, or the one ``--fix`` pins) for
+    each, and, unless pinned, each shape whose dp x cp group spans several domains once more right after it
+    with its ``hybrid_degree`` (hybrid sharding beats sharding over the network where the replicas' all-reduce
+    of a shard moves less than the ZeRO collectives across domains; the estimate decides), when the stack
+    shards hybrid with a ZeRO stage still in the space (``Framework.hsdp_zero``). The legality rules then
+    drop the degrees that do not divide dp (or edp)."""
+    ones = np.ones(len(mesh["tp"]), dtype=np.int64)
+    degree = hybrid_degree(mesh, scale_up_domain)
+    if pinned or not set(cands["zero"]) & set(framework.hsdp_zero) or not (degree > 1).any():
+        return {**mesh, "dp_replicate": ones * cands["dp_replicate"][0]}
+    copies = np.where(degree > 1, 2, 1)
+    rows = np.repeat(np.arange(len(ones)), copies)
+    second = np.r_[False, rows[1:] == rows[:-1]]  # a shape's hybrid copy, right after it
+    out = {k: v[rows] for k, v in mesh.items()}
+    out["dp_replicate"] = np.where(second, degree[rows], 1)
+    return out
+
+
 def redundant_rows(cols: Cols, fixed: dict[str, Any]) -> np.ndarray:
     """Spellings that are legal but never better than another one kept in the space (unless pinned): sp off
     when tp > 1 (SP only removes replicated work and memory), a schedule name without a pipeline, a non-
@@ -236,6 +267,7 @@ class Space:
         cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
         if "dp" in fixed:
             cols = _where(cols, cols["dp"] == int(fixed["dp"]))
+        cols = with_hybrid(cols, scale_up_domain, c, framework, "dp_replicate" in fixed)
         job = RuleJob(model, train, devices, domains_of(devices, scale_up_domain))
         cols = _where(cols, legal_rows(cols, model, train, devices) & runnable_rows(cols, framework.name, job))
         return cls(model, train, devices, fixed, framework, c, free_overlap, cols, job)
@@ -254,7 +286,7 @@ class Space:
                  dict(ep=c["ep"], etp=c["etp"], dispatcher=c["dispatcher"], a2a_overlap=c["a2a_overlap"]),
                  dict(recompute=c["recompute"], zero=c["zero"], offload_act=c["offload_act"],
                       offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"],
-                      grad_bf16=c["grad_bf16"], dp_replicate=c["dp_replicate"]))
+                      grad_bf16=c["grad_bf16"]))
         peak = len(rows)
         for n, values in enumerate(joins, start=1):
             cross = _Cross(cols, _grid(**values))
