@@ -139,3 +139,50 @@ def test_unsupported_hf_model_type():
     with pytest.raises(AsapError) as e:
         model_from_hf({"model_type": "bert"})
     assert e.value.field == "config.json.model_type"
+
+
+_GPT_OSS_STYLE = {"model_type": "gpt_oss", "num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 512,
+                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000,
+                  "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 128,
+                  "layer_types": ["sliding_attention", "full_attention"] * 2}
+
+
+def test_hf_layer_types_give_the_window_cycle():
+    m = model_from_hf(_GPT_OSS_STYLE)
+    assert (m.sliding_window, m.sliding_window_cycle, m.num_window_layers, m.attention_sinks) == (128, 2, 2, True)
+    gemma3_like = dict(_GPT_OSS_STYLE, num_hidden_layers=8, layer_types=["sliding_attention"] * 5
+                       + ["full_attention"] + ["sliding_attention"] * 2)
+    assert (model_from_hf(gemma3_like).sliding_window_cycle, model_from_hf(gemma3_like).num_window_layers) == (6, 7)
+    all_full = dict(_GPT_OSS_STYLE, layer_types=["full_attention"] * 4)
+    assert model_from_hf(all_full).sliding_window == 0
+
+
+def test_hf_qwen2_max_window_layers():
+    """Qwen2Config: layer i slides when use_sliding_window and i >= max_window_layers."""
+    base = {"model_type": "qwen2", "num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 512,
+            "num_attention_heads": 4, "vocab_size": 1000, "sliding_window": 4096, "max_window_layers": 4}
+    assert model_from_hf(base).sliding_window == 0  # use_sliding_window false (the shipped Qwen2 configs)
+    assert model_from_hf(dict(base, use_sliding_window=True)).sliding_window == 0  # all 4 layers full
+    every = model_from_hf(dict(base, use_sliding_window=True, max_window_layers=0))
+    assert (every.sliding_window, every.num_window_layers) == (4096, 4)
+    with pytest.raises(AsapError, match=r"^config\.json\.layer_types: only a repeating pattern"):
+        model_from_hf(dict(base, use_sliding_window=True, max_window_layers=2))
+
+
+def test_mistral_window_on_every_layer():
+    m = model_from_hf({"model_type": "mistral", "num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 512,
+                       "num_attention_heads": 4, "vocab_size": 1000, "sliding_window": 4096})
+    assert (m.sliding_window, m.sliding_window_cycle, m.num_window_layers) == (4096, 0, 4)
+
+
+@pytest.mark.parametrize("patch, field", [({"sliding_window": -1}, "sliding_window"),
+                                          ({"sliding_window": "x"}, "sliding_window"),
+                                          ({"sliding_window_cycle": 2}, "sliding_window_cycle"),
+                                          ({"sliding_window": 128, "sliding_window_cycle": 1}, "sliding_window_cycle"),
+                                          ({"attention_sinks": "yes"}, "attention_sinks")])
+def test_bad_window_fields_are_named(patch, field):
+    d = dict(name="m", num_layers=4, hidden_size=256, ffn_hidden_size=512, num_attention_heads=4, vocab_size=1000)
+    with pytest.raises(AsapError, match=rf"^model\.{field}: "):
+        model_from_dict(dict(d, **patch))
+    with pytest.raises(AsapError, match=r"^config\.json\.layer_types: must list"):
+        model_from_hf(dict(_GPT_OSS_STYLE, layer_types=["local"] * 4))

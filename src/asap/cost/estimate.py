@@ -31,6 +31,7 @@ from asap.cost.classes import Counterfactuals, classify
 from asap.cost.communication import data_parallel_comm
 from asap.cost.dp_overlap import bucketed_exposed_s, dp_buckets, dp_link_busy_s
 from asap.cost.host import step_host_s
+from asap.cost.layer_ops import window_keys_ratio
 from asap.cost.operations import BWD_GEMM
 from asap.cost.bands import error_bands, prediction_band, relative_error_scale
 from asap.cost.device_memory import (MemoryBreakdown, dense_and_expert_shards, fits_memory, fits_with_headroom, memory,
@@ -65,7 +66,9 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
         d_v = model.mla.v_head_dim
     else:
         d_qk = d_v = model.head_dim
-    layers = model.num_layers + model.mtp_layers
+    layers = float(model.num_layers + model.mtp_layers)  # a sliding-window layer counts its share of the pairs
+    if model.num_window_layers:
+        layers -= model.num_window_layers * (1.0 - float(window_keys_ratio(seq_len, model.sliding_window)))
     attention = 6.0 * layers * seq_len * model.num_attention_heads * (d_qk + d_v)
     return 6.0 * n + attention
 

@@ -8,6 +8,9 @@ them (T = b s / cp tokens); tensor parallelism splits heads and FFN columns by t
 
 Attention FLOPs (causal): QK^T and PV each cost 2 * b * s_q * s_k * heads * d per full square; causal
 masking halves the work (flash kernels skip masked tiles), so forward = 2 * b * s^2 * heads * (d_qk + d_v) / 2.
+A sliding-window layer's query sees min(W, position + 1) keys (``window_keys_ratio``); the table's one attention
+block is the mean layer (``attention_core_work``). Attention sinks (GPT-OSS: one learned logit per head added to
+the softmax's denominator) add O(s heads) work against the kernel's O(s W heads d) and are not priced.
 
 Stored tensors (Korthikanti et al. 2022, sec. 4, eq. 1-2, generalised term by term; ``asap.cost.device_memory``'s
 module docstring): every operation saves what its backward reads, attached to the operation below with the
@@ -67,6 +70,37 @@ def attention_flops_fwd(model: ModelSpec, b, s, cp, tp):
     """Causal attention core FLOPs per device: each device owns s/cp queries against, on average, s/2 keys."""
     d_qk, d_v = attention_head_dims(model)
     return 2.0 * b * (s / cp) * s * (model.num_attention_heads / tp) * (d_qk + d_v) / 2.0
+
+
+def window_keys_ratio(s, window):
+    """Query-key pairs of a causal sliding-window layer over a full causal layer's, per sequence of s tokens:
+    query i sees min(W, i + 1) keys, sum_i = W s - W (W - 1) / 2 for s >= W (else s (s + 1) / 2, ratio 1),
+    over s (s + 1) / 2 (Beltagy et al. 2020, Longformer, sec. 3.1; Mistral 7B, arXiv:2310.06825, sec. 1)."""
+    s = np.maximum(np.asarray(s, dtype=float), 1.0)
+    w = np.minimum(float(window), s)
+    return (w * s - w * (w - 1.0) / 2.0) / (s * (s + 1.0) / 2.0)
+
+
+def attention_core_work(model: ModelSpec, b, s, cp, tp, work=1.0):
+    """(forward FLOPs, keys per query per kernel call) of the attention kernel averaged over the model's layers:
+    ``model.num_window_layers`` of them slide (``window_keys_ratio`` of a causal layer's pairs; with document
+    masking, ``work`` (``Shapes.attn_work``) or the window's ratio, whichever is smaller: an upper bound, short
+    documents see less than the window), the rest attend causally. The kernel's time is linear in FLOPs over
+    ``attention_shape_factor``'s kv / (kv + l0), so a layer's time is a + l0 a / kv and averaging the FLOPs
+    and, harmonically by FLOPs, the keys per query (kv = F / mean(F_i / kv_i)) prices the mean layer exactly.
+    Context parallelism: each rank's load-balanced chunks (Megatron-Core's 2 cp chunks per sequence) keep the
+    window's share of the pairs; a windowed call's keys are at most the window's mean (ring traffic unchanged)."""
+    full = attention_flops_fwd(model, b, s, cp, tp) * work
+    kv_full = attention_kv_len(s, cp)
+    n_win = model.num_window_layers
+    if not n_win:
+        return full, kv_full
+    ratio = window_keys_ratio(s, model.sliding_window)
+    win = attention_flops_fwd(model, b, s, cp, tp) * np.minimum(work, ratio)
+    kv_win = np.minimum(kv_full, ratio * (s + 1.0) / 2.0)  # the window's mean keys per query, W s - W (W - 1) / 2 over s
+    f_win = n_win / model.num_layers
+    flops = (1.0 - f_win) * full + f_win * win
+    return flops, flops / ((1.0 - f_win) * full / kv_full + f_win * win / kv_win)
 
 
 @dataclass
@@ -157,11 +191,11 @@ def attention_ops(model: ModelSpec, x: Shapes) -> list[Operation]:
     else:
         qkv_width = nh * (2 * d_qk + d_v) / tp  # the up-projected Q, K and V
         proj = _mla_projections(model, x)
-    # document-masked packed samples: the slowest dp rank's sum(l^2) over (its samples x seq_len^2)
+    # document-masked packed samples: the slowest dp rank's sum(l^2) over (its samples x seq_len^2); sliding windows
+    flops, kv_len = attention_core_work(model, x.b, x.s, x.cp, tp, x.attn_work)
     core = Operation("core_attn", ATTENTION, A, Axis.TP, (M.CORE_ATTN,),
                      (Saved(T * ab * qkv_width, (M.MLA_UP_PROJ,)),), precision="fp32" if x.p == "fp32" else "bf16",
-                     flops=attention_flops_fwd(model, x.b, x.s, x.cp, tp) * x.attn_work, head_dims=(d_qk, d_v),
-                     kv_len=attention_kv_len(x.s, x.cp), sdpa=x.sdpa)
+                     flops=flops, head_dims=(d_qk, d_v), kv_len=kv_len, sdpa=x.sdpa)
     out_width = nh * d_v
     return [x.norm("input_norm", A), *proj, core,
             x.gemm("out_proj", A, Axis.TP, T, x.h, out_width / tp, saves=(Saved(T * x.gemm_in * out_width / tp),)),

@@ -118,7 +118,12 @@ def arch_from_dict(d: dict, where: str) -> dict[str, Any]:
     theta = d.get("rope_theta", ARCH_DEFAULTS["rope_theta"])
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1.0 < float(theta) < 1e12:
         raise AsapError(f"{where}.rope_theta", f"must be a number between 1 and 1e12, got {theta!r}")
-    cycle = _count(d, "sliding_window_cycle", where, 0)
+    window, cycle = _count(d, "sliding_window", where, 0), _count(d, "sliding_window_cycle", where, 0)
+    if cycle and not window:
+        raise AsapError(f"{where}.sliding_window_cycle", f"{cycle} needs a sliding_window (tokens > 0)")
+    if cycle == 1:
+        raise AsapError(f"{where}.sliding_window_cycle", "1 leaves no sliding-window layer (0: every layer slides, "
+                                                         "n >= 2: the last of every n attends fully)")
     return {"norm": _choice(d, "norm", where, "rmsnorm", NORMS),
             "position_embedding": _choice(d, "position_embedding", where, "rope", POSITION_EMBEDDINGS),
             "rope_theta": float(theta),
@@ -127,7 +132,7 @@ def arch_from_dict(d: dict, where: str) -> dict[str, Any]:
             "rope_scaling": rope_scaling_from_dict(d.get("rope_scaling"), f"{where}.rope_scaling"),
             "attention_bias": _choice(d, "attention_bias", where, "none", ATTENTION_BIAS),
             "mlp_bias": _flag(d, "mlp_bias", where, False),
-            "sliding_window": _count(d, "sliding_window", where, 0),
+            "sliding_window": window,
             "sliding_window_cycle": cycle,
             "attention_sinks": _flag(d, "attention_sinks", where, False),
             "swiglu_limit": _number(d, "swiglu_limit", where, 0.0),

@@ -163,20 +163,39 @@ def _arch(d: dict, mt: str) -> dict[str, Any]:
         out["attention_bias"] = "all"  # LlamaAttention / GptOssAttention: every projection
     if d.get("mlp_bias") or mt == "gpt_oss":
         out["mlp_bias"] = True  # GptOssExperts carry gate_up / down biases
-    window = d.get("sliding_window")
-    if window and (mt in ("mistral", "mixtral", "gpt_oss") or d.get("use_sliding_window")):
-        out["sliding_window"] = _get_int(d, "sliding_window")
-        out["sliding_window_cycle"] = _window_cycle(d.get("layer_types"))
+    out.update(_window(d, mt))
     if mt == "gpt_oss":
         out.update(attention_sinks=True, swiglu_limit=_get(d, "swiglu_limit", 7.0))
     return out
 
 
-def _window_cycle(layer_types: Any) -> int:
-    """``layer_types``' period with its full-attention layer last (0: every layer slides)."""
+def _window(d: dict, mt: str) -> dict[str, Any]:
+    """The sliding window and its layers: Mistral/Mixtral's ``sliding_window`` on every layer; ``layer_types``
+    (GPT-OSS, Gemma 3, recent transformers' Qwen2/Qwen3 configs); Qwen2/Qwen3's ``use_sliding_window`` with
+    ``max_window_layers`` (Qwen2Config: layer i slides when i >= max_window_layers); none where no layer slides."""
+    window = d.get("sliding_window")
+    if not window or (mt.startswith("qwen") and not d.get("use_sliding_window")):
+        return {}
+    layer_types = d.get("layer_types")
+    if layer_types is None and mt.startswith("qwen"):
+        first_full = _get_int(d, "max_window_layers", 0)
+        layers = _get_int(d, "num_hidden_layers")
+        layer_types = ["sliding_attention" if i >= first_full else "full_attention" for i in range(layers)]
+    cycle = _window_cycle(layer_types)
+    if cycle is None:
+        return {}
+    return {"sliding_window": _get_int(d, "sliding_window"), "sliding_window_cycle": cycle}
+
+
+def _window_cycle(layer_types: Any) -> int | None:
+    """``layer_types``' period with its full-attention layer last (0: every layer slides; None: none does)."""
     if not layer_types:
         return 0
+    if not isinstance(layer_types, list) or any(t not in ("full_attention", "sliding_attention") for t in layer_types):
+        raise AsapError("config.json.layer_types", f"must list full_attention / sliding_attention, got {layer_types!r}")
     full = [i for i, t in enumerate(layer_types) if t == "full_attention"]
+    if len(full) == len(layer_types):
+        return None
     if not full:
         return 0
     cycle = full[0] + 1

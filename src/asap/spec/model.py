@@ -116,6 +116,14 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.moe is not None
 
+    @property
+    def num_window_layers(self) -> int:
+        """Layers that attend over a sliding window: all with no cycle, else all but the last of each cycle."""
+        if not self.sliding_window:
+            return 0
+        c = self.sliding_window_cycle
+        return self.num_layers - (self.num_layers // c if c else 0)
+
     # ---- parameters per module -------------------------------------------------------------------------
     def attention_params(self) -> int:
         h = self.hidden_size
