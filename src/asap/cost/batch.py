@@ -14,13 +14,14 @@ from typing import Any, Iterable, cast
 import numpy as np
 
 from asap.spec.framework import DISPATCHERS, Dispatcher
+from asap.spec.knobs import CP_COMMS, CpComm
 from asap.spec.strategy import RecomputePolicy, Schedule, Strategy
 
 COLUMNS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "zero", "sp", "schedule", "dispatcher",
            "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param", "offload_layers",
-           "grad_bf16", "dp_replicate")
+           "grad_bf16", "dp_replicate", "cp_comm")
 OPTIONAL = ("dispatcher", "a2a_overlap", "split", "offload_act", "offload_opt", "fp8_param",
-            "offload_layers", "grad_bf16")  # default 0
+            "offload_layers", "grad_bf16", "cp_comm")  # default 0
 OPTIONAL_ONES = ("dp_replicate",)  # default 1
 
 
@@ -48,6 +49,7 @@ class StrategyBatch:
     offload_layers: np.ndarray = cast(np.ndarray, None)
     grad_bf16: np.ndarray = cast(np.ndarray, None)
     dp_replicate: np.ndarray = cast(np.ndarray, None)  # OPTIONAL_ONES: ones after __post_init__
+    cp_comm: np.ndarray = cast(np.ndarray, None)  # index into CP_COMMS (0: p2p, the ring)
     layer_splits: tuple[tuple[int, ...], ...] = field(default=((),))
 
     def __post_init__(self):
@@ -83,6 +85,7 @@ class StrategyBatch:
         cols = {"recompute": [s.recompute.code for s in rows],
                 "schedule": [int(s.schedule) for s in rows],
                 "dispatcher": [s.dispatcher.code for s in rows],
+                "cp_comm": [s.cp_comm.code for s in rows],
                 "split": [splits.index(s.layer_split) for s in rows]}
         for name in COLUMNS:
             if name not in cols:
@@ -111,6 +114,7 @@ class StrategyBatch:
         d["schedule"] = Schedule(d["schedule"])
         code = d["dispatcher"] if dispatcher is None else dispatcher
         d["dispatcher"] = Dispatcher(DISPATCHERS[code if code < len(DISPATCHERS) else 0])
+        d["cp_comm"] = CpComm(CP_COMMS[d["cp_comm"]])
         return Strategy(**d, layer_split=self.layer_split(i))
 
     @property

@@ -18,9 +18,11 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
   all-to-all adds its receive-side reordering of the tokens by local expert (``chunk_sort_s``); etp > 1 adds an all-gather/reduce-scatter of the
   routed tokens inside the etp group. With a pipeline, estimate.py hides it behind the paired micro-batch's
   computation (DualPipe, Megatron-Core 1F1B A2A overlap).
-- CP (ring attention, Liu et al. 2023; Megatron-Core context parallel): cp-1 ring steps each passing the local
-  K,V chunk (T kv_width/tp ab); backward passes K,V and their gradients (2x). Overlapped with the attention
-  kernel of the same step, so only the excess is exposed.
+- CP (``cp_comm``, ``cp_exchange_s``): p2p (ring attention, Liu et al. 2023; Megatron-Core context parallel):
+  cp-1 ring steps each passing the local K,V chunk (T kv_width/tp ab); backward passes K,V and their gradients
+  (2x). Overlapped with the attention kernel of the same step, so only the excess is exposed. a2a (Ulysses):
+  four all-to-alls per pass (Q, K, V in, O out), exposed; allgather: K,V gathered over the cp group (backward:
+  again, and dK,dV reduce-scattered), exposed.
 - PP (Narayanan et al. 2021): one activation (forward) and one gradient (backward) message of T_sp h ab per
   micro-batch and virtual stage; those on the critical path by the schedule are exposed
   (asap.cost.pipeline.exposed_p2p_messages: blocking 1F1B; interleaved 1F1B hides all but the warm-up and
@@ -51,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.collectives import (all_gather_s, all_reduce_s, broadcast_s, expert_dispatch_s, p2p_s,
+from asap.cost.collectives import (all_gather_s, all_reduce_s, all_to_all_s, broadcast_s, expert_dispatch_s, p2p_s,
                                    reduce_scatter_s, spans_domains)
 from asap.cost.roofline import act_bytes, elementwise_time_s
 from asap.spec.hardware import Cluster
@@ -59,7 +61,7 @@ from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
 from asap.spec.job import Job
 from asap.spec.placement import Placement
 from asap.spec.strategy import Zero
-from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
+from asap.spec.knobs import module_recomputed, CpComm, Recompute, RecomputeModule
 from asap.spec.remat import is_maxtext
 
 
@@ -70,7 +72,9 @@ class LayerComm:
     tp_dense_s: np.ndarray
     tp_moe_s: np.ndarray
     ep_s: np.ndarray
-    cp_fwd_s: np.ndarray  # one forward ring pass; backward is 2x
+    cp_fwd_s: np.ndarray  # one forward ring pass; backward is 2x (0 where cp_comm is not p2p)
+    cp_serial_fwd_s: np.ndarray  # a2a / allgather: the exchange of one forward pass, before the kernel (exposed)
+    cp_serial_bwd_s: np.ndarray  # ... and of the backward
     pp_msg_s: np.ndarray  # one p2p message between stages
     tp_pair_s: np.ndarray  # one TP exchange of a micro-batch's T h ab (the embedding's and the head's)
     dispatcher: np.ndarray  # the dispatcher priced (index into DISPATCHERS; the fastest for BEST_DISPATCHER rows)
@@ -110,18 +114,50 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
         tp_moe = np.zeros_like(tp_dense)
         ep = np.zeros_like(tp_dense)
         dispatcher = np.asarray(S.dispatcher)
-    if model.mla is not None:
-        m = model.mla
-        kv_width = model.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-    else:
-        kv_width = 2 * model.num_kv_heads * model.head_dim
-    kv_chunk = T * kv_width / S.tp * ab
-    cp_spans = spans_domains(cluster, *place.group("cp"))
-    cp_fwd = np.where(S.cp > 1, (S.cp - 1) * p2p_s(cluster, kv_chunk, cp_spans), 0.0)
+    cp_fwd, cp_serial_fwd, cp_serial_bwd = cp_exchange_s(job, S, T, place)
     pp_spans = spans_domains(cluster, *place.group("pp"))
     pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
-    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, pp_msg_s=pp_msg,
+    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, cp_serial_fwd_s=cp_serial_fwd,
+                     cp_serial_bwd_s=cp_serial_bwd, pp_msg_s=pp_msg,
                      tp_pair_s=np.broadcast_to(tp_pair, np.shape(tp_dense)), dispatcher=dispatcher)
+
+
+def attention_widths(model) -> tuple[int, int, int]:
+    """(query, key+value, output) widths of one token's attention inputs and output, all heads."""
+    if model.mla is not None:
+        m = model.mla
+        q = model.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        return q, q + model.num_attention_heads * m.v_head_dim, model.num_attention_heads * m.v_head_dim
+    heads = model.num_attention_heads * model.head_dim
+    return heads, 2 * model.num_kv_heads * model.head_dim, heads
+
+
+def cp_exchange_s(job: Job, S: StrategyBatch, T, place: Placement):
+    """(one forward ring pass, one forward serial exchange, one backward serial exchange) per layer and
+    micro-batch, by ``S.cp_comm`` (``CpComm``), with T = b s / cp tokens per rank and widths over tp:
+    - p2p (ring attention): cp-1 steps each passing the local K,V chunk T w_kv ab; overlapped (units.layer_parts).
+    - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023; TE ``AttnFuncWithCPAndQKVOA2A``): forward all-to-alls of Q,
+      K and V (sequence to head sharding) and of O back, each moving (cp-1)/cp of its T w ab bytes
+      (``all_to_all_s``); backward the same four (dO in; dQ, dK, dV out). They precede / follow the kernel:
+      exposed.
+    - allgather (TE ``AttnFuncWithCPAndKVAllGather``, Megatron-Core cp_comm_type=allgather; MaxText's context
+      parallelism): forward all-gathers the cp T w_kv ab of K,V; backward gathers them again and
+      reduce-scatters dK,dV (the same bytes). Exposed: the gather precedes the kernel."""
+    model, cluster, ab = job.model, job.cluster, act_bytes(job.train.precision)
+    q_w, kv_w, o_w = attention_widths(model)
+    kv_chunk = T * kv_w / S.tp * ab
+    cp_group = place.group("cp")
+    ring = np.where((S.cp > 1) & (S.cp_comm == CpComm.P2P.code),
+                    (S.cp - 1) * p2p_s(cluster, kv_chunk, spans_domains(cluster, *cp_group)), 0.0)
+    a2a = (all_to_all_s(cluster, T * q_w / S.tp * ab, *cp_group) + 2 * all_to_all_s(cluster, kv_chunk / 2, *cp_group)
+           + all_to_all_s(cluster, T * o_w / S.tp * ab, *cp_group))
+    gathered = S.cp * kv_chunk
+    ag_fwd = all_gather_s(cluster, gathered, *cp_group)
+    ag_bwd = ag_fwd + reduce_scatter_s(cluster, gathered, *cp_group)
+    on = S.cp > 1
+    fwd = np.select([on & (S.cp_comm == CpComm.A2A.code), on & (S.cp_comm == CpComm.ALLGATHER.code)], [a2a, ag_fwd], 0.0)
+    bwd = np.select([on & (S.cp_comm == CpComm.A2A.code), on & (S.cp_comm == CpComm.ALLGATHER.code)], [a2a, ag_bwd], 0.0)
+    return ring, fwd, bwd
 
 
 def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0,

@@ -91,8 +91,11 @@ def layer_parts(lc: LayerCompute, cm: LayerComm, mlp_fwd, tp_comm, ep_comm, reco
     cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
                   + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * BWD_ATTENTION)
                   + np.where(full, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
-    return dict(compute=fwd + bwd + extra, tp=tp_comm, ep=ep_comm, cp=cp_exposed,
-                cp_total=cm.cp_fwd_s * np.where(full, 4, 3), mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))
+    # a2a / allgather exchanges precede the kernel: exposed, the forward's again under full recompute
+    serial = cm.cp_serial_fwd_s * np.where(full, 2, 1) + cm.cp_serial_bwd_s
+    return dict(compute=fwd + bwd + extra, tp=tp_comm, ep=ep_comm, cp=cp_exposed + serial,
+                cp_total=cm.cp_fwd_s * np.where(full, 4, 3) + serial,
+                mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))
 
 
 @dataclass

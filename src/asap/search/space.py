@@ -20,7 +20,7 @@ from asap.spec.legality import Cols, legal_rows
 from asap.spec.model import ModelSpec
 from asap.spec.stack_rules import RuleJob, domains_of, runnable_rows
 from asap.spec.strategy import KEYS, SCHEDULES, Schedule, Zero, recompute_code, recompute_label
-from asap.spec.knobs import RECOMPUTE, Recompute
+from asap.spec.knobs import CP_COMMS, RECOMPUTE, Recompute
 from asap.spec.train import TrainSpec
 
 MAX_CP = 32  # context parallelism beyond 32 ranks is not offered by any stack the catalog targets
@@ -67,8 +67,10 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         grad_bf16=[0],
         # hybrid sharding: 1 here; ``Space.of`` adds each mesh shape's one hybrid degree (``hybrid_degree``)
         dp_replicate=[1],
+        # context parallelism's exchange: the stack's default (``Framework.cp_comm``), not searched
+        cp_comm=[CP_COMMS.index(framework.cp_comm)],
     )
-    labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS}
+    labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS, "cp_comm": CP_COMMS}
     for key, allowed in framework.offers.items():
         names = labels.get(key)
         cands[key] = [v for v in cands[key] if (_label(key, v, names)) in allowed] or cands[key][:1]
@@ -265,6 +267,7 @@ class Space:
         cols = _grid(tp=c["tp"], pp=c["pp"], cp=c["cp"])
         cols = _where(cols, devices % (cols["tp"] * cols["pp"] * cols["cp"]) == 0)
         cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
+        cols["cp_comm"] = np.where(cols["cp"] > 1, c["cp_comm"][0], 0)  # cp=1 exchanges nothing: the ring's code
         if "dp" in fixed:
             cols = _where(cols, cols["dp"] == int(fixed["dp"]))
         cols = with_hybrid(cols, scale_up_domain, c, framework, "dp_replicate" in fixed)

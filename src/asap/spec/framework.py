@@ -260,6 +260,11 @@ class Framework:
     dispatcher: Dispatcher  # the default MoE dispatcher
     a2a_overlap: int  # the default of the expert all-to-all overlap switch
     offers: Mapping[str, tuple]  # the options the stack has, per strategy key (absent: every option)
+    # context parallelism's exchange when cp > 1 (``asap.spec.knobs.CpComm``): Megatron-Core's --cp-comm-type
+    # default p2p (transformer_config.py ``cp_comm_type``); MaxText all-gathers K,V (its only context
+    # parallelism); MindFormers' ``context_parallel_algo`` default ``colossalai_cp`` (K,V all-gathered, Q kept
+    # sharded; ``ulysses_cp`` the all-to-all); torchtitan's context_parallel passes K,V around a ring
+    cp_comm: str = "p2p"
     zero_default: int = 1  # the data-parallel sharding a run gets when it names none
     elementwise_traffic: float = 1.0  # HBM traffic of norms, RoPE, activations, residuals over fused kernels
     # does the stack run fused elementwise kernels by default: Megatron-Core / Transformer Engine (fused
@@ -377,7 +382,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
-              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3)},
+              offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3),
+                      "cp_comm": ("p2p", "a2a", "allgather")},
               fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
@@ -393,7 +399,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
     Framework(name="torchtitan", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=True, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
-              offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"),
+              offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"), "cp_comm": ("p2p",),
                       "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,), "grad_bf16": (0,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
@@ -406,8 +412,9 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
-                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "grad_bf16": (0,)},
-              zero_default=3,
+                      "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "grad_bf16": (0,),
+                      "cp_comm": ("allgather",)},
+              zero_default=3, cp_comm="allgather",
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
               # MaxText's sparse_matmul runs megablox gmm (Pallas) with tiling (tile_batch_seq 512, ...) from
@@ -417,10 +424,10 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dp_bucket=(0.0, 0.0), fsdp_zero=0, half_weight_copy=False, hsdp_zero=(3,)),  # XLA reduces per scanned layer
     Framework(name="mindspore", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
-              dispatcher=Dispatcher.DEDUP, a2a_overlap=1,
+              dispatcher=Dispatcher.DEDUP, a2a_overlap=1, cp_comm="allgather",
               # MindFormers' moe_config: all-to-all, or deduplicated (enable_deredundency); no all-gather dispatcher
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": ("alltoall", "dedup"),
-                      "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,), "grad_bf16": (0,)},
+                      "cp_comm": ("allgather", "a2a"), "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,), "grad_bf16": (0,)},
               # MindSpore's comm_fusion "auto" mode fuses gradient all-reduces up to 64 MB (fp32 elements)
               dp_bucket=(64 * 2 ** 20 / 4, 0.0), hsdp_zero=(1,)),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
@@ -430,7 +437,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,), "offload_act": (0,), "offload_opt": (0,),
-                      "fp8_param": (0,), "grad_bf16": (0,)},
+                      "fp8_param": (0,), "grad_bf16": (0,), "cp_comm": ("p2p",)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
@@ -466,6 +473,8 @@ def unstated_defaults(framework: Framework, stated: Mapping, num_layers: int) ->
     make."""
     out: dict = {"zero": framework.zero_default, "recompute": framework.recompute_default,
                  "a2a_overlap": framework.a2a_overlap}
+    if int(stated.get("cp", 1)) > 1:  # context parallelism's exchange: the stack's default (``Framework.cp_comm``)
+        out["cp_comm"] = framework.cp_comm
     pipe = framework.pipeline_defaults
     pp = int(stated.get("pp", 1))
     if pipe is not None and pp > 1:

@@ -168,6 +168,37 @@ class Schedule(IntEnum):
         return format(self.label, spec)
 
 
+class CpComm(str, Enum):
+    """How context parallelism exchanges attention's inputs (Megatron-Core ``--cp-comm-type``,
+    ``TransformerConfig.cp_comm_type``, TE ``DotProductAttention`` ``cp_comm_type``)."""
+
+    P2P = "p2p"  # ring: cp-1 steps each pass a K,V chunk, overlapped with the attention of the held chunk
+    A2A = "a2a"  # DeepSpeed-Ulysses: all-to-all of Q, K, V to heads/cp over the full sequence, and of O back
+    ALLGATHER = "allgather"  # all-gather of K, V over the cp group; each rank attends its own queries
+
+    @classmethod
+    def parse(cls, text: Any, field: str = "strategy.cp_comm") -> CpComm:
+        if isinstance(text, CpComm):
+            return text
+        if str(text) not in CP_COMMS:
+            raise AsapError(field, f"must be one of {', '.join(CP_COMMS)}, got {text!r}")
+        return cls(str(text))
+
+    @property
+    def code(self) -> int:
+        """The batch code (the index in ``CP_COMMS``)."""
+        return CP_COMMS.index(self.value)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+CP_COMMS = tuple(c.value for c in CpComm)
+
+
 class Zero(IntEnum):
     """ZeRO stage: what the data-parallel group shards (Rajbhandari et al. 2020)."""
 
@@ -186,9 +217,9 @@ OFF_BY_DEFAULT = ("offload_act", "offload_opt", "fp8_param", "offload_layers", "
 ZERO_ALLOWED = ("zero", "offload_layers")  # integer keys (not switches) whose 0 is a value
 SWITCH_KEYS = ("sp", "a2a_overlap", "offload_act", "offload_opt", "fp8_param", "grad_bf16")  # 0 or 1
 KEYS = INT_KEYS[:10] + ("recompute", "schedule", "dispatcher", "a2a_overlap", "layer_split", "offload_act",
-                        "offload_opt", "fp8_param", "offload_layers", "grad_bf16", "dp_replicate")
+                        "offload_opt", "fp8_param", "offload_layers", "grad_bf16", "dp_replicate", "cp_comm")
 # keys printed (``Strategy.to_dict``, ``str``) only where they differ from this default
-PRINTED_UNLESS = {"offload_layers": 0, "grad_bf16": 0, "dp_replicate": 1}
+PRINTED_UNLESS = {"offload_layers": 0, "grad_bf16": 0, "dp_replicate": 1, "cp_comm": "p2p"}
 
 
 def plain_value(value: Any) -> Any:

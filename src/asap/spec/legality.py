@@ -16,7 +16,7 @@ import numpy as np
 
 from asap.errors import AsapError
 from asap.spec.layout import check_layer_split
-from asap.spec.knobs import KEYS, RecomputePolicy, Schedule, plain_value
+from asap.spec.knobs import KEYS, CpComm, RecomputePolicy, Schedule, plain_value
 
 Cols = Mapping[str, np.ndarray]
 PIPELINE_SCHEDULES_WITH_CHUNKS = (Schedule.INTERLEAVED, Schedule.ZB)
@@ -43,11 +43,22 @@ class Rule:
     problem: Callable[[Any, Any, Any, int], str]  # the one-line problem for a scalar strategy (a Strategy)
 
 
+def _a2a_heads_ok(model, tp, cp):
+    """Ulysses (cp_comm=a2a) hands each cp rank heads/(tp cp) query heads and as many KV heads: TE's
+    ``AttnFuncWithCPAndQKVOA2A`` asserts that cp divides both head counts of its tp rank (no KV replication)."""
+    kv = model.num_attention_heads if model.mla is not None else model.num_kv_heads
+    return (model.num_attention_heads % (tp * cp) == 0) & (kv % (tp * cp) == 0)
+
+
 def _moe(model) -> bool:
     return model.moe is not None
 
 
 RULES: tuple[Rule, ...] = (
+    Rule("cp_comm", ("cp_comm", "tp", "cp"),
+         lambda c, m, t, n: (c["cp_comm"] != CpComm.A2A.code) | (c["cp"] == 1) | _a2a_heads_ok(m, c["tp"], c["cp"]),
+         lambda s, m, t, n: f"cp_comm=a2a with tp*cp={s.tp * s.cp} not dividing num_attention_heads="
+                            f"{m.num_attention_heads} and the KV heads ({m.num_kv_heads}): Ulysses splits heads"),
     Rule("dp", ("dp", "tp", "pp", "cp"), lambda c, m, t, n: c["dp"] * c["tp"] * c["pp"] * c["cp"] == n,
          lambda s, m, t, n: f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.devices} but the cluster has {n} devices"),
     Rule("tp", ("tp",), lambda c, m, t, n: m.num_attention_heads % c["tp"] == 0,
@@ -144,8 +155,9 @@ def legal_rows(cols: Cols, model, train, devices: int, only_new: tuple[str, ...]
 
 def strategy_columns(s) -> dict[str, np.ndarray]:
     """One strategy (a ``Strategy``; this module reads its knobs, not the class) as the columns the rules read."""
-    cols = {k: np.array([getattr(s, k)], dtype=np.int64) for k in KEYS if k not in ("recompute", "schedule",
-                                                                                    "dispatcher", "layer_split")}
+    cols = {k: np.array([getattr(s, k)], dtype=np.int64) for k in KEYS
+            if k not in ("recompute", "schedule", "dispatcher", "layer_split", "cp_comm")}
+    cols["cp_comm"] = np.array([s.cp_comm.code], dtype=np.int64)
     cols["recompute"] = np.array([s.recompute.code], dtype=np.int64)
     cols["schedule"] = np.array([int(s.schedule)], dtype=np.int64)
     cols["dispatcher"] = np.array([s.dispatcher.code], dtype=np.int64)
@@ -199,7 +211,7 @@ def first_broken_rule(s, model, train, devices: int, field: str = "strategy",
                                                       f"available in {framework.name} ({offered})")
         for key, allowed in framework.offers.items():
             value = plain_value(getattr(s, key))
-            if value not in allowed:
+            if value not in allowed and not (key == "cp_comm" and s.cp == 1):  # cp=1 exchanges nothing
                 return AsapError(f"{field}.{key}", f"{key}={value} is not available in {framework.name} "
                                                    f"(offers {', '.join(map(str, allowed))})")
         if (err := _modules_error(s.recompute, framework, field)) is not None:

@@ -39,8 +39,8 @@ from typing import Any
 
 from asap.errors import AsapError
 from asap.spec.framework import DISPATCHERS, Dispatcher
-from asap.spec.knobs import (INT_KEYS, KEYS, OFF_BY_DEFAULT, PRINTED_UNLESS, SCHEDULES, SWITCH_KEYS, ZERO_ALLOWED,
-                             RecomputePolicy, Schedule, Zero, plain_value, recompute_code, recompute_label)
+from asap.spec.knobs import (CP_COMMS, INT_KEYS, KEYS, OFF_BY_DEFAULT, PRINTED_UNLESS, SCHEDULES, SWITCH_KEYS, ZERO_ALLOWED,
+                             CpComm, RecomputePolicy, Schedule, Zero, plain_value, recompute_code, recompute_label)
 from asap.spec.layout import format_layer_split, parse_layer_split
 
 
@@ -83,6 +83,9 @@ class Strategy:
     # Megatron-Core ``--num-distributed-optimizer-instances``, DeepSpeed MiCS ``mics_shard_size``, MindSpore
     # ``optimizer_weight_shard_size``. Needs sharded states (zero >= 1).
     dp_replicate: int = 1
+    # context parallelism's exchange (``CpComm``): p2p ring, a2a (Ulysses), allgather of K,V; Megatron-Core
+    # --cp-comm-type, MindSpeed --context-parallel-algo, MaxText's all-gather context parallelism
+    cp_comm: CpComm = CpComm.P2P
 
     def __post_init__(self) -> None:
         """Hold every knob as its type: values given in their printed spelling (``zero=1``, ``sp=0``,
@@ -131,7 +134,7 @@ class Strategy:
 
 _TYPED = {"recompute": RecomputePolicy, "zero": Zero, "sp": bool, "schedule": Schedule, "dispatcher": Dispatcher,
           "a2a_overlap": bool, "offload_act": bool, "offload_opt": bool, "fp8_param": bool,
-          "grad_bf16": bool}
+          "grad_bf16": bool, "cp_comm": CpComm}
 
 
 def _typed_value(k: str, v: Any, field: str = "strategy") -> Any:
@@ -144,6 +147,8 @@ def _typed_value(k: str, v: Any, field: str = "strategy") -> Any:
         return RecomputePolicy.parse(v, f"{field}.recompute")
     if k == "schedule":
         return Schedule.parse(v, f"{field}.schedule")
+    if k == "cp_comm":
+        return CpComm.parse(v, f"{field}.cp_comm")
     return Dispatcher.parse(v, f"{field}.dispatcher")
 
 
@@ -174,7 +179,7 @@ def _parse_value(k: str, v: Any, field: str) -> Any:
         return parse_layer_split(v, f"{field}.layer_split")
     if k == "recompute":
         return recompute_label(recompute_code(v, f"{field}.recompute"))
-    choices = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}[k]
+    choices = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS, "cp_comm": CP_COMMS}[k]
     if str(v) not in choices:
         raise AsapError(f"{field}.{k}", f"must be one of {', '.join(choices)}, got {v!r}")
     return str(v)
@@ -238,6 +243,7 @@ def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strat
         p.setdefault("dispatcher", framework.dispatcher.value)
         p.setdefault("a2a_overlap", int(framework.a2a_overlap))
         p.setdefault("zero", int(framework.zero_default))
+        p.setdefault("cp_comm", framework.cp_comm if cp > 1 else "p2p")  # cp=1: no exchange, the ring's code
         for key in ("sp", "schedule"):  # a default the stack does not offer: its first option
             allowed = framework.offers.get(key)
             if key not in partial and allowed is not None and p[key] not in allowed:
