@@ -54,6 +54,8 @@ def parallel_args(model, train, s) -> list[tuple[str, ...]]:
         ("--pipeline-model-parallel-size", str(s.pp)),
         ("--context-parallel-size", str(s.cp)),
     ]
+    if s.cp > 1 and s.cp_comm != "p2p":  # TransformerConfig.cp_comm_type (default p2p)
+        a.append(("--cp-comm-type", str(s.cp_comm)))
     if s.pp > 1:
         uniform = not s.layer_split and model.num_layers % (s.pp * s.vpp) == 0 and not model.mtp_layers
         if uniform:

@@ -229,6 +229,8 @@ def parallel_fields(model, train, s) -> dict[str, Any]:
     f: dict[str, Any] = {"tensor_model_parallel_size": s.tp, "pipeline_model_parallel_size": s.pp,
                          "context_parallel_size": s.cp, "sequence_parallel": bool(s.sp), "seq_length": train.seq_len,
                          "make_vocab_size_divisible_by": vocab_divisor(model, s.tp, NAME)}
+    if s.cp > 1 and s.cp_comm != "p2p":  # TransformerConfig.cp_comm_type (default p2p)
+        f["cp_comm_type"] = str(s.cp_comm)
     if s.pp > 1:
         uniform = not s.layer_split and model.num_layers % (s.pp * s.vpp) == 0 and not model.mtp_layers
         if uniform:

@@ -50,6 +50,8 @@ def config(job: Job, s) -> dict:
     pc = {"data_parallel": s.dp, "model_parallel": s.tp, "pipeline_stage": s.pp, "context_parallel": s.cp,
           "expert_parallel": s.ep, "micro_batch_num": n_micro if s.pp > 1 else 1, "vocab_emb_dp": False,
           "use_seq_parallel": bool(s.sp), "gradient_aggregation_group": 4, "optimizer_shard": s.zero == 1}
+    if s.cp > 1:  # OpParallelConfig.context_parallel_algo: colossalai_cp (K,V all-gathered) or ulysses_cp
+        pc["context_parallel_algo"] = "ulysses_cp" if s.cp_comm == "a2a" else "colossalai_cp"
     cfg: dict = {
         "parallel": {"parallel_mode": 1, "enable_parallel_optimizer": s.zero == 1,
                      "pipeline_config": {"pipeline_interleave": s.vpp > 1, "pipeline_scheduler": "1f1b"}},
