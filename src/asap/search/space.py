@@ -19,7 +19,7 @@ from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framew
 from asap.spec.legality import Cols, RuleJob, legal_rows
 from asap.spec.model import ModelSpec
 from asap.spec.stack_rules import domains_of, runnable_rows
-from asap.spec.knobs import KEYS, KNOB, Recompute, Schedule, Zero, recompute_code
+from asap.spec.knobs import KEYS, KNOB, KNOBS, KnobKind, Recompute, Schedule, Zero, recompute_code
 from asap.spec.train import TrainSpec
 
 MAX_CP = 32  # context parallelism beyond 32 ranks is not offered by any stack the catalog targets
@@ -71,6 +71,9 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
     )
     for key, allowed in framework.offers.items():  # each candidate's code in its printed spelling (the knob table's)
         cands[key] = [v for v in cands[key] if KNOB[key].printed_of_code(v) in allowed] or cands[key][:1]
+    for knob in KNOBS:  # a knob the space does not search (a new row of the table): its default, or its pin
+        if knob.name not in cands and knob.kind is not KnobKind.SPLIT and knob.name != "dp":
+            cands[knob.name] = [knob.default_code]
     cands["fp8_param"] = cands["fp8_param"][-1:]  # on where offered (never slower nor larger)
     if cands["offload_act"] == [0]:  # no activation offload in this stack: no partial one either
         cands["offload_layers"] = [0]
@@ -279,6 +282,8 @@ class Space:
                  dict(recompute=c["recompute"], zero=c["zero"], offload_act=c["offload_act"],
                       offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"],
                       grad_bf16=c["grad_bf16"]))
+        covered = set(cols) | {k for values in joins for k in values}
+        joins[-1].update({k: v for k, v in c.items() if k not in covered})  # knobs searched nowhere above
         peak = len(rows)
         for values in joins:
             cross = _Cross(cols, _grid(**values))
