@@ -78,7 +78,10 @@ def read(path: Path, text: str, *, model=None, seq_len=None, cluster=None) -> Pa
     train = _section(d, "train", TRAIN_KEYS)
     ddp = _section(d, "ddp", DDP_KEYS)
     ds = _section(d, "dataset", DATASET_KEYS)
-    target = m_sec.get("_target_", "megatron.bridge.models.gpt_provider.GPTModelProvider")
+    if "_target_" not in m_sec:
+        raise AsapError("model._target_", "missing: an override of a Megatron-Bridge Python recipe (the recipe names "
+                                          "the model provider); read the whole ConfigContainer (ConfigContainer.to_yaml)")
+    target = m_sec["_target_"]
     table = providers()
     if target not in table:
         raise refuse_key(FMT, "model._target_", f"{target} (asap reads Megatron-Bridge 0.3.1's GPT, MLA, Llama 3, "

@@ -30,7 +30,7 @@ from asap.errors import AsapError
 from asap.spec.model import ModelSpec, model_from_dict
 
 FMT = "maxtext"
-MARKER = re.compile(r"(MaxText\.train|maxtext\.trainers\.pre_train\.train|MaxText/train\.py|train_compile)$")
+MARKER = re.compile(r"(MaxText\.train|maxtext\.trainers\.pre_train\.\w*|MaxText/train\.py|train_compile)$")
 AXES = ("data", "fsdp", "context", "tensor", "expert", "pipeline")
 OTHER_AXES = ("fsdp_transpose", "sequence", "tensor_transpose", "tensor_sequence", "autoregressive",
               "context_autoregressive", "context_usp_ulysses", "diloco")
@@ -66,7 +66,8 @@ IGNORED = ("run_name", "base_output_directory", "hardware", "steps", "log_period
            "xprof_tpu_power_trace_level", "profile_cleanly", "enable_jax_profiler", "max_prefill_predict_length",
            "trainable_position_size", "allow_split_physical_axes", "custom_mesh", "use_post_attn_norm",
            "use_post_ffw_norm", "prefill_cache_axis_order", "ar_cache_axis_order", "use_vertex_tensorboard",
-           "vertex_tensorboard_project", "vertex_tensorboard_region", "enable_pathways_goodput")
+           "vertex_tensorboard_project", "vertex_tensorboard_region", "enable_pathways_goodput",
+           "max_position_embeddings", "max_segments_per_seq")
 
 
 def _overrides(path: Path, text: str) -> tuple[dict[str, Any], list[tuple[str, Any]]]:

@@ -87,7 +87,8 @@ IGNORED = (
     "--apply-layernorm-1p", "--attention-softmax-in-fp32", "--accumulate-allreduce-grads-in-fp32",
     "--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin", "--use-mcore-models",
     "--no-position-embedding", "--max-position-embeddings", "--encoder-seq-length", "--mscale-all-dim-ignore",
-    "--rerun-mode", "--manual-gc", "--manual-gc-interval", "--empty-unused-memory-level",
+    "--rerun-mode", "--use-persistent-ckpt-worker", "--dist-ckpt-optim-fully-reshardable",
+    "--init-model-with-meta-device", "--manual-gc", "--manual-gc-interval", "--empty-unused-memory-level",
     "--distributed-timeout-minutes", "--distributed-backend", "--transformer-impl", "--attention-backend",
     "--use-flash-attn", "--spec", "--untie-embeddings-and-output-weights-ignore",
     # data-parallel and kernel settings asap prices one way (docs/read.md: overlapped collectives, fused kernels,
@@ -391,7 +392,8 @@ def _moe(a: Args, layers: int, ffn: int) -> dict[str, Any]:
 def read_strategy(a: Args, model: ModelSpec) -> dict[str, Any]:
     tp, pp = a.int("--tensor-model-parallel-size", 1), a.int("--pipeline-model-parallel-size", 1)
     s: dict[str, Any] = {"tp": tp, "pp": pp, "cp": a.int("--context-parallel-size", 1),
-                         "mbs": a.int("--micro-batch-size", 1), "sp": int(a.has("--sequence-parallel"))}
+                         "mbs": a.int("--micro-batch-size", 1),
+                         "sp": int(a.has("--sequence-parallel") and tp > 1)}  # validate_args: tp=1 turns it off
     cp_comm = a.flags.get("--cp-comm-type", ["p2p"])
     if len(set(cp_comm)) != 1 or cp_comm[0] not in ("p2p", "a2a", "allgather"):
         raise refuse_key(FMT, "--cp-comm-type", f"{' '.join(cp_comm)} (one of p2p, a2a, allgather for every layer)")

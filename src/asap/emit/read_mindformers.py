@@ -33,7 +33,7 @@ TOP_IGNORED = ("seed", "output_dir", "load_checkpoint", "src_strategy_path_or_di
                "eval_step_interval", "eval_epoch_interval", "ignore_data_skip", "data_skip_steps", "use_legacy",
                "pretrained_model_dir", "print_separate_loss", "check_for_nan_in_loss_and_grad", "load_ckpt_format",
                "profile_level", "profile_rank_ids", "profile_pipeline", "stand_alone", "mstx", "swap_config_",
-               "train_precision_sync", "infer_precision_sync", "postprocess_use_numpy", "moe_config_")
+               "train_precision_sync", "infer_precision_sync", "postprocess_use_numpy", "remote_save_url")
 KEYS = {
     "parallel_config": ("data_parallel", "model_parallel", "pipeline_stage", "context_parallel", "expert_parallel",
                         "micro_batch_num", "vocab_emb_dp", "use_seq_parallel", "gradient_aggregation_group",
