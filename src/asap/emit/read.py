@@ -115,7 +115,8 @@ def _yaml_format(text: str) -> str:
         raise AsapError("config", "a YAML config must be a mapping")
     if "MODEL_ARGS" in d:
         return "megatron"
-    if "ConfigContainer" in str(d.get("_target_", "")) or ("model" in d and "ddp" in d):
+    if "ConfigContainer" in str(d.get("_target_", "")) or \
+            (isinstance(d.get("model"), dict) and isinstance(d.get("train"), dict)):
         return "megatron-bridge"
     if "parallel_config" in d or "runner_config" in d:
         return "mindformers"
@@ -168,7 +169,7 @@ def assemble(parsed: Parsed, fmt: str, source: str, cluster: Cluster | None) -> 
     leaves out (only the knobs that do not act here: a dense model's dispatcher, cp=1's exchange) and checked as
     ``asap estimate`` checks one."""
     from asap.spec.framework import get_framework
-    from asap.spec.strategy import complete_strategy, fit_strategy
+    from asap.spec.strategy import complete_strategy, fit_strategy, parse_strategy
 
     framework = FRAMEWORK_OF[fmt]
     train = TrainSpec(parsed.global_batch, parsed.seq_len, parsed.precision, framework,
@@ -176,7 +177,7 @@ def assemble(parsed: Parsed, fmt: str, source: str, cluster: Cluster | None) -> 
     devices, cluster = _devices(parsed, cluster, fmt)
     family = cluster.accelerator.family if cluster is not None else "gpu"
     fw = get_framework(framework, family)
-    s = complete_strategy(parsed.strategy, devices, "strategy", fw)
+    s = complete_strategy(parse_strategy(parsed.strategy, "strategy"), devices, "strategy", fw)
     s = fit_strategy(s, parsed.model, train, devices, "strategy", fw)
     if train.global_batch % (s.dp * s.mbs):
         raise AsapError("strategy.mbs", f"global batch {train.global_batch} is not a multiple of dp*mbs="

@@ -28,7 +28,8 @@ PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "conte
             "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout", "expert_model_parallel_size",
             "expert_tensor_parallel_size", "moe_grouped_gemm", "moe_token_dispatcher_type", "moe_enable_deepep",
             "overlap_moe_expert_parallel_comm", "recompute_granularity", "recompute_method", "recompute_num_layers",
-            "recompute_modules", "fp8_param_gather")
+            "recompute_modules", "fp8_param_gather", "cpu_offloading", "cpu_offloading_activations",
+            "cpu_offloading_weights", "cpu_offloading_num_layers")
 # model-section keys that do not change a step: initialisation, dropout, numerics of the loss, kernel choices
 # asap prices one way (fused, flash attention)
 MODEL_IGNORED = ("_target_", "init_method_std", "attention_dropout", "hidden_dropout", "persist_layer_norm",
@@ -100,8 +101,23 @@ def read(path: Path, text: str, *, model=None, seq_len=None, cluster=None) -> Pa
     if "global_batch_size" not in train:
         raise AsapError("train.global_batch_size", "missing")
     s = bridge_strategy(m_sec, train, ddp, mdl, MIXED[prec])
+    s.update(_offload(m_sec, d.get("optimizer") or {}, mdl))
     return Parsed(mdl, positive_int(train["global_batch_size"], "train.global_batch_size"),
                   positive_int(seq, "dataset.seq_length"), MIXED[prec], s)
+
+
+def _offload(m: dict, opt: dict, model: ModelSpec) -> dict[str, Any]:
+    """TransformerConfig's activation offload (``cpu_offloading_num_layers`` L - 1, its most: every layer) and
+    OptimizerConfig's ``optimizer_cpu_offload``."""
+    out: dict[str, Any] = {}
+    if m.get("cpu_offloading") and int(m.get("cpu_offloading_num_layers", 0)):
+        if m.get("cpu_offloading_weights") or not m.get("cpu_offloading_activations", True):
+            raise refuse_key(FMT, "model.cpu_offloading_weights", "weight offload (asap offloads activations)")
+        n = int(m.get("cpu_offloading_num_layers", 0))
+        out.update(offload_act=1, offload_layers=0 if n >= model.num_layers - 1 else n)
+    if isinstance(opt, dict) and opt.get("optimizer_cpu_offload"):
+        out["offload_opt"] = 1
+    return out
 
 
 def _act(v: Any) -> str:

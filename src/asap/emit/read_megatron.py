@@ -33,7 +33,7 @@ TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
 # The flags every reader function below maps (anything else must be in IGNORED or is refused).
 MAPPED = (
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--kv-channels", "--vocab-size",
-    "--make-vocab-size-divisible-by", "--normalization", "--norm-epsilon", "--layernorm-epsilon",
+    "--make-vocab-size-divisible-by", "--normalization", "--norm-epsilon",
     "--position-embedding-type", "--rotary-base", "--rotary-percent", "--rope-type", "--rotary-scaling-factor",
     "--mscale", "--mscale-all-dim", "--use-rope-scaling", "--rope-scaling-factor",
     "--rotary-seq-len-interpolation-factor", "--group-query-attention", "--num-query-groups", "--swiglu",
@@ -54,7 +54,7 @@ MAPPED = (
     "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--recompute-modules",
     "--recompute-activations", "--moe-token-dispatcher-type", "--moe-enable-deepep",
     "--overlap-moe-expert-parallel-comm", "--bf16", "--fp16", "--fp8-format", "--fp8-recipe", "--fp8-param-gather",
-    "--cpu-offloading", "--cpu-offloading-num-layers", "--optimizer-cpu-offload", "--moe-grouped-gemm")
+    "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--moe-grouped-gemm")
 
 # Flags that do not change what a step computes or how long it takes, skipped by name (docs/read.md):
 IGNORED = (
@@ -262,7 +262,7 @@ def read_model(a: Args, name: str) -> ModelSpec:
         "name": name, "num_layers": layers, "hidden_size": h, "ffn_hidden_size": ffn, "num_attention_heads": heads,
         "vocab_size": vocab, "vocab_pad_multiple": 1 if padded == vocab else step, "activation": act,
         "norm": _choice(a, "--normalization", {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}, "LayerNorm"),
-        "norm_eps": a.float("--norm-epsilon", a.float("--layernorm-epsilon", 1e-5)),
+        "norm_eps": a.float("--norm-epsilon", 1e-5),
         "tie_embeddings": not a.has("--untie-embeddings-and-output-weights"), "qk_norm": False,
         "num_kv_heads": a.int("--num-query-groups", heads) if a.has("--group-query-attention") else heads}
     if a.has("--kv-channels"):
@@ -506,10 +506,8 @@ def _recompute(a: Args, model: ModelSpec, pp: int, vpp: int) -> str:
 
 
 def _offload(a: Args) -> dict[str, Any]:
+    """``--optimizer-cpu-offload`` (activation offload is TransformerConfig's, no core_r0.14.0 argument)."""
     out: dict[str, Any] = {}
-    if a.has("--cpu-offloading"):
-        out["offload_act"] = 1
-        out["offload_layers"] = a.int("--cpu-offloading-num-layers", 0) if a.has("--cpu-offloading-num-layers") else 0
     if a.has("--optimizer-cpu-offload"):
         out["offload_opt"] = 1
     return out
