@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from asap.emit.megatron_bridge import ACTIVATIONS, ARCH_FIELDS, providers
-from asap.emit.read import Parsed, check_model_given, positive_int, refuse_key
+from asap.emit.read_common import Parsed, check_model_given, positive_int, refuse_key
 from asap.emit.read_megatron import layer_freq
 from asap.errors import AsapError
 from asap.spec.model import ModelSpec, model_from_dict
@@ -202,7 +202,7 @@ def _rope(f: dict[str, Any]) -> dict[str, Any]:
 
 
 def _moe(f: dict[str, Any]) -> dict[str, Any]:
-    width = f.get("moe_ffn_hidden_size") or f.get("ffn_hidden_size")
+    width = int(f.get("moe_ffn_hidden_size") or f.get("ffn_hidden_size") or 4 * f["hidden_size"])
     shared = f.get("moe_shared_expert_intermediate_size") or 0
     if shared % width:
         raise refuse_key(FMT, "model.moe_shared_expert_intermediate_size", f"{shared}, not a multiple of {width}")

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from asap.emit.read import Parsed, positive_int, refuse_key
+from asap.emit.read_common import Parsed, positive_int, refuse_key
 from asap.errors import AsapError
 
 FMT = "deepspeed"

@@ -25,7 +25,7 @@ from typing import Any
 
 from asap.emit.maxtext import CUSTOM_REMAT_TENSORS
 from asap.emit.maxtext_model import ARCH_KEYS, implied, tables
-from asap.emit.read import Parsed, check_model_given, number, positive_int, refuse_key
+from asap.emit.read_common import Parsed, check_model_given, number, positive_int, refuse_key
 from asap.errors import AsapError
 from asap.spec.model import ModelSpec, model_from_dict
 

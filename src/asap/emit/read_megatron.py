@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from asap.emit.read import Parsed, check_model_given, number, positive_int, refuse_key
+from asap.emit.read_common import Parsed, check_model_given, number, positive_int, refuse_key
 from asap.errors import AsapError
 from asap.spec.layout import default_chunk_layers
 from asap.spec.model import ModelSpec, model_from_dict

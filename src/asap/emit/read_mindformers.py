@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from asap.emit.read import Parsed, check_model_given, positive_int, refuse_key
+from asap.emit.read_common import Parsed, check_model_given, positive_int, refuse_key
 from asap.errors import AsapError
 from asap.spec.model import ModelSpec, model_from_dict
 

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from asap.emit.read import Parsed, check_model_given, positive_int, refuse_key
+from asap.emit.read_common import Parsed, check_model_given, positive_int, refuse_key
 from asap.emit.torchtitan_model import _llama3_ffn, _tables, flavors
 from asap.errors import AsapError
 from asap.spec.model import ModelSpec, model_from_dict
