@@ -135,6 +135,8 @@ REAL = {
     ("deepspeed", "ds_config_fp16_z3.json"): "train_micro_batch_size_per_gpu",
     ("deepspeed", "ds_config_gpt_base_random_ltd.json"): "data_efficiency",
     ("deepspeed", "tensor_parallel_ds_config.json"): "gradient_accumulation_steps",
+    ("deepspeed", "pretrain_llama2_distributed.sh"): "--vocab-size",  # GPTSentencePieceTokenizer: a file's
+    ("deepspeed", "ds_pretrain_gpt_1.3B_dense.sh"): "--deepspeed_config",  # made from a template by sed
     ("mindformers", "pretrain_llama2_7b.yaml"): ("ascend-910b-64node", "fp16", 64, 4096, None),
     ("mindformers", "pretrain_mixtral-8x7b.yaml"): ("ascend-910b-64node", "fp16", 128, 4096, None),
     ("mindformers", "pretrain_llama2_70b_bf16_64p.yaml"): "recompute_config.select_recompute",
@@ -186,6 +188,24 @@ def test_the_models_real_files_describe():
     assert (script.nodes, script.devices_per_node, script.cluster.num_devices) == (1, 8, 8)
 
 
+def test_a_megatron_deepspeed_script_reads_its_heredoc_json_and_launcher(tmp_path):
+    """Megatron-DeepSpeed's Llama 2 example with the vocabulary stated (its tokenizer is a file): the model and
+    parallel sizes from the Megatron arguments, the batch, ZeRO stage and precision from the JSON the script writes
+    with ``cat <<EOT``, the size from torchrun's arguments."""
+    text = (DATA / "deepspeed" / "pretrain_llama2_distributed.sh").read_text()
+    script = tmp_path / "llama2.sh"
+    script.write_text(text.replace("--tokenizer-type GPTSentencePieceTokenizer",
+                                   "--tokenizer-type GPTSentencePieceTokenizer --vocab-size 32000"))
+    got = read_job(script)
+    assert got.format == "deepspeed" and (got.nodes, got.devices_per_node) == (1, 8)
+    assert (got.train.global_batch, got.train.seq_len, got.train.precision) == (32, 2048, "bf16")
+    assert (got.strategy.dp, got.strategy.tp, got.strategy.pp, got.strategy.mbs, int(got.strategy.zero)) == \
+        (2, 2, 2, 4, 0)
+    m = got.model
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_kv_heads, m.activation, m.norm) == \
+        (24, 2048, 5504, 4, "swiglu", "rmsnorm")
+
+
 # ---- the pieces ---------------------------------------------------------------------------------------------------
 
 def test_the_shell_evaluator_builds_the_launch_line_as_bash_would():
@@ -213,6 +233,15 @@ def test_the_shell_evaluator_builds_the_launch_line_as_bash_would():
     before, after, _ = launch_line(script, re.compile(r"pretrain_gpt\.py$"), "script")
     assert before == ["torchrun", "--nproc_per_node", "8", "--nnodes", "3"]
     assert after == ["--tensor-model-parallel-size", "4", "--num-layers", "2", "--bf16", "--seq-length", "16"]
+
+
+def test_a_heredoc_is_written_with_the_script_s_variables():
+    from asap.emit.read_shell import launch_line
+
+    script = 'B=64\ncat <<EOT > /tmp/ds.json\n{"train_batch_size": $B}\nEOT\nif [ $B -gt 8 ]; then\n X=1\nfi\n' \
+             'deepspeed pretrain_gpt.py --x $X\n'
+    _, after, shell = launch_line(script, re.compile(r"pretrain_gpt\.py$"), "script")
+    assert json.loads(shell.files["/tmp/ds.json"]) == {"train_batch_size": 64} and after == ["--x", "1"]
 
 
 def test_a_condition_it_cannot_decide_that_sets_variables_is_refused():

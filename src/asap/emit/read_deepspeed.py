@@ -15,6 +15,7 @@ checkpoint I/O, the ZeRO buckets and overlap switches asap prices as overlapped)
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,71 @@ def _check(d: dict) -> None:
                 raise refuse_key(FMT, f"{sec}.{k}", "'auto' (Hugging Face's integration fills it at launch)")
 
 
+# Megatron-DeepSpeed's own spellings of what Megatron-LM names otherwise (megatron/arguments.py of
+# deepspeedai/Megatron-DeepSpeed), and its DeepSpeed switches, which the JSON decides
+DS_FLAGS = {"--num-key-value-heads": "--num-query-groups", "--checkpoint-activations": "--recompute-granularity"}
+DS_SWITCHES = ("--deepspeed", "--deepspeed_config", "--deepspeed-config", "--zero-stage",
+               "--deepspeed-activation-checkpointing", "--partition-activations", "--no-pipeline-parallel",
+               "--data-impl", "--no-query-key-layer-scaling", "--use-rotary-position-embeddings", "--normalization")
+
+
+def read_script(path: Path, text: str, model, cluster) -> Parsed:
+    """A Megatron-DeepSpeed launch script: the model, sequence and parallel sizes from its Megatron arguments, the
+    batch, ZeRO and precision from the JSON ``--deepspeed_config`` names (the file the script writes with
+    ``cat <<EOT``, else the path beside the script), the cluster's size from the launcher."""
+    import re
+
+    from asap.emit import read_megatron as mg
+    from asap.emit.read_shell import launch_line
+
+    launcher, words, shell = launch_line(text, mg.MARKER, "script")
+    flags = mg.parse_args(words)
+    where = (flags.get("--deepspeed_config") or flags.get("--deepspeed-config") or [""])[0]
+    if not where:
+        raise AsapError("--deepspeed_config", "missing: the launch line names no DeepSpeed JSON")
+    body = shell.files.get(where)
+    if body is None:
+        beside = path.parent / where
+        if not beside.is_file():
+            raise AsapError("--deepspeed_config", f"{where}: neither written by the script nor beside it")
+        body = beside.read_text()
+    if flags.pop("--use-rotary-position-embeddings", None) is not None:
+        flags["--position-embedding-type"] = ["rope"]
+    if "--normalization" in flags:
+        flags["--normalization"] = [{"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(v.lower(), v)
+                                    for v in flags["--normalization"]]
+    for ds_name, lm_name in DS_FLAGS.items():
+        if ds_name in flags:
+            value = flags.pop(ds_name)
+            flags[lm_name] = value or ["full"]
+            if lm_name == "--num-query-groups":
+                flags["--group-query-attention"] = []
+    for k in [k for k in flags if k in DS_SWITCHES and k != "--normalization"]:
+        flags.pop(k)
+    mg.check_known(flags)
+    a = mg.Args(flags)
+    stated = mg.read_model(a, re.sub(r"\W+", "-", path.stem))
+    if model is not None and replace(model, name=stated.name) != stated:
+        raise AsapError("model", f"the script describes a different model than {model.name}")
+    size = mg.launcher_size(launcher)
+    devices = size["nodes"] * size["devices_per_node"] if size.get("nodes") and size.get("devices_per_node") else \
+        (cluster.num_devices if cluster is not None else None)
+    seq = a.int("--seq-length")
+    if seq is None:
+        raise AsapError("--seq-length", "missing")
+    parsed = read_json(path, body, model or stated, seq, devices, mg.read_strategy(a, stated))
+    return replace(parsed, nodes=size.get("nodes"), devices_per_node=size.get("devices_per_node"))
+
+
 def read(path: Path, text: str, *, model=None, seq_len=None, cluster=None) -> Parsed:
+    if not text.lstrip().startswith("{"):
+        return read_script(path, text, model, cluster)
+    return read_json(path, text, model, seq_len, cluster.num_devices if cluster is not None else None)
+
+
+def read_json(path: Path, text: str, model, seq_len, devices: int | None, megatron: dict | None = None) -> Parsed:
+    """The JSON; ``megatron`` the strategy keys a Megatron-DeepSpeed script's arguments state (tp, pp,
+    recompute), which the JSON's own keys override."""
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
@@ -78,17 +143,18 @@ def read(path: Path, text: str, *, model=None, seq_len=None, cluster=None) -> Pa
     if seq_len is None:
         raise AsapError("seq_len", "a DeepSpeed JSON carries no sequence length: give it (--seq-len)")
     z = d.get("zero_optimization", {})
-    tp = positive_int(d.get("tensor_parallel", {}).get("autotp_size", d.get("tensor_parallel", {}).get("tp_size", 1)),
-                      "tensor_parallel.autotp_size")
+    lm = megatron or {}
+    tp = positive_int(d.get("tensor_parallel", {}).get("autotp_size", d.get("tensor_parallel", {}).get(
+        "tp_size", lm.get("tp", 1))), "tensor_parallel.autotp_size")
     pipe = d.get("pipeline", {})
-    pp = positive_int(pipe.get("stages", 1), "pipeline.stages")
+    pp = positive_int(pipe.get("stages", lm.get("pp", 1)), "pipeline.stages")
     s: dict[str, Any] = {"tp": tp, "pp": pp, "cp": 1, "vpp": 1, "sp": 0, "schedule": "1f1b",
                          "zero": int(z.get("stage", 0))}
     if s["zero"] not in (0, 1, 2, 3):
         raise AsapError("zero_optimization.stage", f"must be 0, 1, 2 or 3, got {s['zero']!r}")
     if model.moe is not None:
         s["ep"] = 1  # expert parallelism is set in the model code (deepspeed.moe.layer.MoE), not the JSON
-    dp, gb, s["mbs"] = _batch(d, cluster, tp * pp)
+    dp, gb, s["mbs"] = _batch(d, devices, tp * pp)
     s["dp"] = dp
     if z.get("mics_shard_size", -1) not in (-1, None):
         shard = positive_int(z["mics_shard_size"], "zero_optimization.mics_shard_size")
@@ -96,10 +162,12 @@ def read(path: Path, text: str, *, model=None, seq_len=None, cluster=None) -> Pa
             raise AsapError("zero_optimization.mics_shard_size", f"{shard} does not divide dp={dp}")
         s["dp_replicate"] = dp // shard
     s.update(_offload(z, d))
+    if lm.get("recompute", "none") != "none" and s["recompute"] == "none":
+        s["recompute"] = lm["recompute"]
     return Parsed(model, gb, seq_len, _precision(d), s, devices=dp * tp * pp)
 
 
-def _batch(d: dict, cluster, per_replica: int) -> tuple[int, int, int]:
+def _batch(d: dict, devices: int | None, per_replica: int) -> tuple[int, int, int]:
     """(dp, global batch, micro-batch) from train = micro x accumulation x dp (DeepSpeed's
     ``_configure_train_batch_size``)."""
     tb, mb, ga = (d.get(k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
@@ -107,7 +175,7 @@ def _batch(d: dict, cluster, per_replica: int) -> tuple[int, int, int]:
     tb = None if tb is None else positive_int(tb, "train_batch_size")
     mb = None if mb is None else positive_int(mb, "train_micro_batch_size_per_gpu")
     ga = None if ga is None else positive_int(ga, "gradient_accumulation_steps")
-    dp = cluster.num_devices // per_replica if cluster is not None else None
+    dp = devices // per_replica if devices else None
     if tb and mb and ga:
         if tb % (mb * ga):
             raise AsapError("train_batch_size", f"{tb} is not micro {mb} x accumulation {ga} x dp")

@@ -31,6 +31,8 @@ class Shell:
 
     scalars: dict[str, str] = field(default_factory=dict)
     arrays: dict[str, list[str]] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # what ``cat <<EOT > FILE`` wrote, by the path as expanded
+    heredocs: list[tuple[str, str, bool]] = field(default_factory=list)  # (target, body, expand?) by index
 
     def expand(self, text: str) -> str:
         """``text`` with its expansions made (arrays as their words joined by spaces)."""
@@ -66,6 +68,36 @@ class Shell:
             return [w for w in shlex.split(self.expand(text), comments=True) if w]
         except ValueError:
             return self.expand(text).split()
+
+
+_NUMERIC = {"-eq": lambda a, b: a == b, "-ne": lambda a, b: a != b, "-gt": lambda a, b: a > b,
+            "-ge": lambda a, b: a >= b, "-lt": lambda a, b: a < b, "-le": lambda a, b: a <= b}
+_HEREDOC = re.compile(r"^\s*cat\s+<<-?\s*(['\"]?)(\w+)\1\s*>\s*(\S+)\s*$")
+
+
+def cut_heredocs(text: str, shell: Shell) -> str:
+    """``cat <<EOT > FILE ... EOT`` blocks (how Megatron-DeepSpeed's scripts write their DeepSpeed JSON) replaced by
+    a ``__heredoc__ N`` line; the shell writes FILE when it reaches that line."""
+    out, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = _HEREDOC.match(lines[i])
+        if m is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == m.group(2)), len(lines))
+        shell.heredocs.append((m.group(3), "\n".join(lines[i + 1:end]), m.group(1) == ""))
+        out.append(f"__heredoc__ {len(shell.heredocs) - 1}")
+        i = end + 1
+    return "\n".join(out)
+
+
+def _write_heredoc(shell: Shell, line: str) -> bool:
+    if not line.startswith("__heredoc__ "):
+        return False
+    target, body, expand = shell.heredocs[int(line.split()[1])]
+    shell.files[" ".join(shell.words(target))] = shell.expand(body) if expand else body
+    return True
 
 
 def logical_lines(text: str) -> list[str]:
@@ -144,10 +176,14 @@ def _test(shell: Shell, part: str) -> bool | None:
     if len(w) <= 2 and raw.split() and raw.split()[0] in ("-n", "-z"):
         value = w[1] if len(w) == 2 else ""
         return (value != "") if raw.split()[0] == "-n" else (value == "")
-    m = re.fullmatch(r"(.*?)\s+(==|=|!=)\s+(.*)", raw)
+    m = re.fullmatch(r"(.*?)\s+(==|=|!=|-eq|-ne|-gt|-ge|-lt|-le)\s+(.*)", raw)
     if m is None:
         return None
     left, right = (" ".join(shell.words(x)) for x in (m.group(1), m.group(3)))
+    if m.group(2) in _NUMERIC:
+        if not (left.lstrip("-").isdigit() and right.lstrip("-").isdigit()):
+            return None
+        return _NUMERIC[m.group(2)](int(left), int(right))
     return (left == right) != (m.group(2) == "!=")
 
 
@@ -155,12 +191,15 @@ def launch_line(text: str, marker: re.Pattern[str], what: str) -> tuple[list[str
     """(the launcher's words before the first word matching ``marker``, the trainer's words after it, the shell's
     variables then)."""
     shell = Shell()
-    lines = logical_lines(text)
+    lines = logical_lines(cut_heredocs(text, shell))
     i = 0
     while i < len(lines):
         line = lines[i]
         if re.match(r"^if\s", line):
             i = _branch(shell, lines, i)
+            continue
+        if _write_heredoc(shell, line):
+            i += 1
             continue
         m = _ASSIGN.match(line)
         if m is not None and " " not in m.group(1):
@@ -217,6 +256,9 @@ def _run(shell: Shell, body: list[str]) -> None:
     while i < len(body):
         if re.match(r"^if\s", body[i]):
             i = _branch(shell, body, i)
+            continue
+        if _write_heredoc(shell, body[i]):
+            i += 1
             continue
         m = _ASSIGN.match(body[i])
         if m is not None:
