@@ -301,3 +301,15 @@ def test_asap_read_prints_one_json_document_and_refuses_in_one_line(cli):
     assert_one_line_error(bad, "--step-batch-size-schedule")
     no_cluster = cli("read", str(DATA / "torchtitan" / "llama3_8b.toml"))
     assert_one_line_error(no_cluster, "training.global_batch_size")
+
+
+def test_deepspeed_takes_the_offload_emit_now_writes():
+    """The offload emit used to drop (found by the round trip): DeepSpeed 0.19.8's own DeepSpeedConfig reads it."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    j = JobOptions("llama3-8b", "dgx-h100-1node", 16, 4096, "bf16").load()
+    j = j.with_train(replace(j.train, framework="deepspeed"))
+    text = emit_strategy("deepspeed", j, "tp=2,pp=4,mbs=2,zero=1,recompute=full,offload_opt=1")
+    cfg = DeepSpeedConfig(json.loads(text))  # dp=1: DeepSpeedConfig takes a world size of 1 without a process group
+    assert cfg.zero_config.offload_optimizer.device == "cpu" and cfg.zero_optimization_stage == 1

@@ -9,7 +9,8 @@ sets. The mesh: ``ici_*`` x ``dcn_*`` per axis (base.yml: ``ici_fsdp_parallelism
 -1, the axes that fill the devices: the cluster's per-slice and slice counts); pipeline -> pp, tensor -> tp (with
 sequence-parallel activations), context -> cp (all-gather exchange), expert -> ep (carved out of the batch), data
 x fsdp x expert -> dp (fsdp > 1: ZeRO 3, with data > 1 hybrid sharding; fsdp = 1: ZeRO 0). The batch:
-``per_device_batch_size`` x devices x ``gradient_accumulation_steps``; micro-batches ``num_pipeline_microbatches``
+``int(per_device_batch_size`` x devices) x ``gradient_accumulation_steps`` (pyconfig's
+``calculate_global_batch_sizes``); micro-batches ``num_pipeline_microbatches``
 under a pipeline (-1: the pipeline's stage count); ``num_layers_per_pipeline_stage`` gives vpp. ``remat_policy``
 none / minimal (selective) / full or a MaxText policy (``asap.spec.remat``), ``minimal_offloaded`` and ``custom``
 with ``decoder_layer_input: offload`` (activation offload); ``optimizer_memory_host_offload``; ``dtype`` and
