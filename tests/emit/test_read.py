@@ -129,7 +129,8 @@ REAL = {
     ("maxtext", "v5e_llama2_13b.sh"): ("tpu-v5p-256chip", "bf16", 2048, 2048, "dp=256,tp=1,pp=1,vpp=1,cp=1,ep=1,"
                                        "etp=1,mbs=8,zero=3,sp=0,recompute=qkv_proj_offloaded,schedule=1f1b,"
                                        "dispatcher=alltoall,a2a_overlap=0"),
-    ("maxtext", "v5p_128b.sh"): "global_parameter_scale",
+    ("maxtext", "v5p_128b.sh"): ("tpu-v5p-256chip", "bf16", 256, 2048, "dp=32,tp=8,pp=1,vpp=1,cp=1,ep=1,etp=1,mbs=8,"
+                                 "zero=3,sp=1,recompute=selective,schedule=1f1b,dispatcher=alltoall,a2a_overlap=0"),
     ("deepspeed", "pipeline_parallelism_ds_config.json"): ("dgx-h100-1node", "fp32", 256, 2048, None),
     ("deepspeed", "deepspeed_bsz64k_lamb_config_seq128.json"): "sparse_attention",
     ("deepspeed", "ds_config_fp16_z3.json"): "train_micro_batch_size_per_gpu",
@@ -180,6 +181,9 @@ def test_the_models_real_files_describe():
         load_model("llama3.1-8b").num_params()
     dsv3 = _read("maxtext", "deepseek3-671b.yml", "tpu-v5p-256chip").model
     assert dsv3.mla is not None and dsv3.moe.num_experts == 256 and dsv3.moe.first_dense_layers == 3
+    big = _read("maxtext", "v5p_128b.sh", "tpu-v5p-256chip").model  # base.yml's 16 x 2048 model, scale 128 = 2^(3*2+1)
+    assert (big.num_layers, big.hidden_size, big.num_attention_heads, big.ffn_hidden_size) == (16 * 4, 2048 * 4, 16 * 8,
+                                                                                                7168 * 8)
     mf = _read("mindformers", "pretrain_llama2_7b.yaml", "ascend-910b-64node")
     assert mf.model.ffn_hidden_size == 11008 and mf.devices == 8 and str(mf.strategy).startswith("dp=8,")
     mixtral = _read("mindformers", "pretrain_mixtral-8x7b.yaml", "ascend-910b-64node")

@@ -39,7 +39,7 @@ OTHER_AXES = ("fsdp_transpose", "sequence", "tensor_transpose", "tensor_sequence
 BASE: dict[str, Any] = {"per_device_batch_size": 12.0, "max_target_length": 2048, "gradient_accumulation_steps": 1,
                         "num_pipeline_microbatches": -1, "num_layers_per_pipeline_stage": 1, "remat_policy": "full",
                         "dtype": "bfloat16", "quantization": "", "optimizer_memory_host_offload": False,
-                        "decoder_layer_input": "device", "model_name": "default",
+                        "decoder_layer_input": "device", "model_name": "default", "global_parameter_scale": 1,
                         **{f"ici_{a}_parallelism": 1 for a in AXES + OTHER_AXES},
                         **{f"dcn_{a}_parallelism": 1 for a in AXES + OTHER_AXES},
                         "ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1}
@@ -226,8 +226,30 @@ def _remat(cfg: dict) -> dict[str, Any]:
 
 # ---- the model ---------------------------------------------------------------------------------------------------
 
+def scaled(c: dict[str, Any]) -> dict[str, Any]:
+    """The ``base_*`` sizes scaled by ``global_parameter_scale`` (a power of 2) as pyconfig's
+    ``get_individual_scales`` does: log2 = 3b + r; heads and MLP widths x 2^(b + (r > 0)), the embedding
+    x 2^(b + (r > 1)), layers x 2^b."""
+    scale = int(c.get("global_parameter_scale", 1))
+    log2 = scale.bit_length() - 1
+    if scale < 1 or 2 ** log2 != scale:
+        raise AsapError("global_parameter_scale", f"must be a power of 2, got {scale}")
+    if scale == 1:
+        return c
+    base, rem = divmod(log2, 3)
+    heads, emb = base + int(rem > 0), base + int(rem > 1)
+    out = dict(c)
+    for key, exp in (("base_emb_dim", emb), ("base_num_query_heads", heads), ("base_num_kv_heads", heads),
+                     ("base_mlp_dim", heads), ("base_moe_mlp_dim", heads), ("base_num_decoder_layers", base)):
+        if isinstance(out.get(key), int) and out[key] > 0:
+            out[key] = out[key] * 2 ** exp
+    return out
+
+
 def maxtext_model(c: dict[str, Any], name: str) -> ModelSpec:
-    """asap's model from the architecture keys (``asap.emit.maxtext_model.keys`` inverted)."""
+    """asap's model from the architecture keys (``asap.emit.maxtext_model.keys`` inverted), scaled by
+    ``global_parameter_scale``."""
+    c = scaled(c)
     block = c.get("decoder_block", "llama2")
     if block not in ("llama2", "mistral", "mixtral", "qwen3", "qwen3_moe", "deepseek", "gpt_oss"):
         raise refuse_key(FMT, "decoder_block", f"{block} (asap reads llama2, mistral, mixtral, qwen3, qwen3_moe, "
