@@ -223,6 +223,22 @@ def zero3_gathered_bytes(largest_layer_params, framework=None):
     return np.minimum(whole, part)
 
 
+def fsdp_holds_gathered(framework, zero) -> np.ndarray:
+    """Rows whose ZeRO-2 is FSDP without resharding after forward (a stack with ``Framework.fsdp_zero`` 2:
+    torchtitan's ``fsdp_reshard_after_forward = "never"``, the reference trainer's
+    ``fully_shard(reshard_after_forward=False)``): FSDP2 all-gathers each block's parameters in its forward
+    and frees them only after that block's backward (``FSDPParamGroup.post_forward`` reshards only when
+    ``reshard_after_forward``; ``post_backward`` always does), so at the end of the forward every block's
+    unsharded ``param_dtype`` weights are live: the stage's parameters x 2 B (70.6B parameters: 131.5 GiB).
+    They are allocated and freed every step, so the allocator's reserve counts them (``memory``'s transient).
+    DeepSpeed's ZeRO-2 (``stage_1_and_2.py``) keeps its 16-bit parameters whole anyway (``half_weight_copy``),
+    Megatron-Core has no zero 2."""
+    z = np.asarray(zero)
+    if framework is None or framework.fsdp_zero > Zero.GRADIENTS:
+        return np.zeros(z.shape, dtype=bool)
+    return z == Zero.GRADIENTS
+
+
 def stored_under_remat(f, S: StrategyBatch, stored: np.ndarray) -> np.ndarray:
     """The activations a device keeps ([N, K]) under a MaxText remat policy that offloads tensors
     (``asap.cost.remat``): its device-saved tensors for every micro-batch in flight, of the offloaded ones a
@@ -273,8 +289,11 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     zero = np.where(kept, Zero.OPTIMIZER, S.zero)
     g = (framework.grad_bytes(train.precision, S.zero, S.grad_bf16) if framework is not None
          else np.where((S.grad_bf16 > 0) & (train.precision != "fp32"), 2.0, 4.0))
-    # a stack without a 16-bit copy still holds one where FSDP keeps a stage's gathered weights (``kept``)
-    half = kept | (framework.half_weight_copy if framework is not None else True)
+    # a stack without a 16-bit copy still holds one where FSDP keeps a stage's gathered weights (``kept``), and
+    # where its zero 2 is FSDP without resharding (``held``: every block's gathered weights from forward to
+    # backward)
+    held = fsdp_holds_gathered(framework, S.zero)
+    half = kept | held | (framework.half_weight_copy if framework is not None else True)
     (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt, half)
                                   for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
@@ -304,7 +323,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
     # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
     # gathered weights); the model states are allocated once at start-up and never freed
-    transient = at(a, which) + gathered
+    transient = at(a, which) + gathered + np.where(held | kept, dense_at * wd + expert_at * we, 0.0)
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
     _, _, od_all = state_bytes_per_param(train.precision, zero, dense_shard, g)
     _, _, oe_all = state_bytes_per_param(train.precision, zero, edp, g)
