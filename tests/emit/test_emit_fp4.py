@@ -59,3 +59,16 @@ def test_the_spellings_are_the_stacks_own():
     got = json.loads(out.strip().splitlines()[-1])
     assert (got["fp4"], got["fp4_recipe"], got["bf16"]) == ("e2m1", "nvfp4", True)
     assert got["fp4_flag"] == ["--fp4-format"] and "'nvfp4'" in got["recipes"]
+
+
+def test_the_bridge_recipe_reads_back_as_nvfp4(tmp_path):
+    """(Megatron-LM's reader keeps refusing --fp4-format: the core_v0.14.0 arguments.py it checks flags against
+    predates fp4.)"""
+    from asap.emit.read import read_job
+    from asap.spec.hardware import load_cluster
+
+    for fmt, name in (("megatron-bridge", "run.yaml"),):
+        path = tmp_path / name
+        path.write_text(run(fmt, "nvfp4"))
+        got = read_job(path, fmt, cluster=load_cluster("gb200", nodes=2))
+        assert got.train.precision == "nvfp4", fmt
