@@ -8,7 +8,7 @@ learns from a user's measured runs (``asap.cost.learning``: one path, not two).
     scale_out  divides the scale-out fabric's bandwidth (IB/RoCE NICs, DCN) and multiplies the collective, hop and
                sync latencies, which cross-node hops dominate: ``inter_node_gbps``.
 
-These are ``asap.cost.learning.TUNE_TERMS``: the loop's trials are one job on one machine in one precision, so
+These are ``asap.cost.learning.TUNE_TERMS`` (scale_out: its ``scale_out_latency`` row): the loop's trials are one job on one machine in one precision, so
 the kernel classes ``asap learn`` tells apart (GEMM, fp8 GEMM, attention, memory-bound, host) move together here.
 A factor is applied to the cost model's inputs, never to its outputs, so overlap is priced again on the corrected
 machine: a slower fabric exposes communication that the catalog's machine hid behind compute, which a scale on
@@ -39,6 +39,7 @@ from asap.spec.hardware import Cluster
 from asap.spec.job import Job
 
 FACTORS = TUNE_TERMS
+NAMES = ("compute", "scale_up", "scale_out")  # each factor's name in the loop's output
 # How far (log) each factor of a real machine is from its family's catalog figures, one standard deviation
 # (asap.cost.learning.TERMS, with their sources)
 PRIOR_SIGMA = np.array([TERMS[t].prior_sigma for t in FACTORS])
@@ -65,7 +66,7 @@ class Correction:
 
     def to_dict(self) -> dict[str, Any]:
         return {"compute": self.compute, "scale_up": self.scale_up, "scale_out": self.scale_out,
-                "trials": self.trials, "uncertainty": dict(zip(FACTORS, self.uncertainty, strict=True))}
+                "trials": self.trials, "uncertainty": dict(zip(NAMES, self.uncertainty, strict=True))}
 
     def short(self) -> str:
         return f"{self.compute:.2f} / {self.scale_up:.2f} / {self.scale_out:.2f}"

@@ -72,18 +72,23 @@ class Term:
 _HOST_TIMES = ("host_op_s", "kernel_overhead_s")
 _NET_TIMES = ("collective_latency_s", "hop_latency_s", "sync_s")
 # The terms, one row each. Prior widths: large GEMMs reach 0.55-0.75 of peak across libraries, clocks and shapes
-# (1.25); fp8 GEMMs vary more with scaling recipes and shapes (1.3); attention kernels more again (FlashAttention
-# 2 vs 3, cuDNN, splash: 1.5); streaming kernels 1.3; host dispatch with the Python and launch stack (1.5);
+# (1.25); fp8 GEMMs vary more with scaling recipes and shapes (1.3); attention kernels as GEMMs once the kernel
+# (FlashAttention 2 or 3, cuDNN, splash) is the stack's (1.25: a term that carries a tenth of a step must not take
+# a run's whole error); streaming kernels 1.2; host dispatch with the Python and launch stack (1.5);
 # NVLink/ICI/HCCS deliver 0.6-0.9 of nominal to collectives (1.5); scale-out fabrics range from half the
-# catalog's NICs per GPU to shared, unoptimised fabrics (2.0).
+# catalog's NICs per GPU to shared, unoptimised fabrics (2.0); launch and sync latencies with the library and
+# its tuning (1.5).
 TERMS: dict[str, Term] = {t.name: t for t in (
     Term("gemm", "bf16/fp16 GEMM rate", math.log(1.25), efficiencies=("gemm_efficiency",)),
     Term("fp8_gemm", "fp8/fp4 GEMM rate", math.log(1.3), efficiencies=("fp8_gemm_efficiency",)),
-    Term("attention", "attention kernels", math.log(1.5), efficiencies=("attention_efficiency",)),
-    Term("memory_bound", "memory-bound kernels", math.log(1.3), efficiencies=("hbm_efficiency",)),
+    Term("attention", "attention kernels", math.log(1.25), efficiencies=("attention_efficiency",)),
+    Term("memory_bound", "memory-bound kernels", math.log(1.2), efficiencies=("hbm_efficiency",)),
     Term("host", "host dispatch and launch", math.log(1.5), times=_HOST_TIMES),
     Term("scale_up", "scale-up fabric (NVLink, ICI, HCCS)", math.log(1.5), bandwidths=("intra_node_gbps",)),
-    Term("scale_out", "scale-out fabric (IB/RoCE, DCN)", math.log(2.0), times=_NET_TIMES,
+    Term("scale_out", "scale-out fabric (IB/RoCE, DCN)", math.log(2.0), bandwidths=("inter_node_gbps",)),
+    Term("latency", "collective launch, hop and sync latencies", math.log(1.5), times=_NET_TIMES),
+    # the tune loop's fabric: the scale-out bandwidth with the latencies cross-node hops dominate
+    Term("scale_out_latency", "scale-out fabric and its latencies", math.log(2.0), times=_NET_TIMES,
          bandwidths=("inter_node_gbps",)),
     # the tune loop's one machine and one precision: every compute constant at once
     Term("compute", "every compute kernel and the host", math.log(1.25),
@@ -91,9 +96,9 @@ TERMS: dict[str, Term] = {t.name: t for t in (
          times=_HOST_TIMES),
 )}
 # what ``asap learn`` fits from a user's runs: each kernel class and fabric apart
-LEARN_TERMS = ("gemm", "fp8_gemm", "attention", "memory_bound", "host", "scale_up", "scale_out")
+LEARN_TERMS = ("gemm", "fp8_gemm", "attention", "memory_bound", "host", "scale_up", "scale_out", "latency")
 # what the tune loop fits from its own trials (one machine, one precision: compute as one)
-TUNE_TERMS = ("compute", "scale_up", "scale_out")
+TUNE_TERMS = ("compute", "scale_up", "scale_out_latency")
 
 LOG_BOUND = math.log(8.0)  # no factor outside [1/8, 8]: beyond that the runs are not the job the model prices
 TUNE_STEPS = 4  # the tune loop's Gauss-Newton steps; the step is < 1e-3 in log after three on its trials
@@ -152,8 +157,10 @@ class Learned:
 def corrected_cluster(cluster: Cluster, factors: Mapping[str, float]) -> Cluster:
     """The cluster with each term's constants scaled by its factor (``Term``), applied to the accelerator as
     written: a calibrated CPU cluster derives its devices' share of the machine from that again
-    (``Cluster.__post_init__``), so the share is not taken twice. Terms sharing a constant multiply."""
-    acc = cluster.written_accelerator or cluster.accelerator
+    (``Cluster.__post_init__``), so the share is not taken twice; any other cluster's accelerator as it prices
+    (constants given to it, ``validate_case(efficiency=...)``, kept). Terms sharing a constant multiply."""
+    written = cluster.written_accelerator if cluster.measured is not None else None
+    acc = written or cluster.accelerator
     fam = acc.family_constants
     eff: dict[str, float] = {}
     acc_fields: dict[str, float] = {}
@@ -235,8 +242,10 @@ def posterior_covariance(jacobian: np.ndarray, sigmas: np.ndarray, terms: Sequen
 MEASUREMENT_SIGMA = 0.03  # one measured step time's scatter between runs of one job: a few per cent
 # The cost model's own run-to-run scatter within one stack and family once its terms are right (what is left of
 # the held-out residuals after a source's common offset: the shipped files' within-source spread, ~5%)
-MODEL_SIGMA = 0.05
-OTHER_CLUSTER_SIGMA = 0.05  # another cluster of the same family: other clocks, NICs, software versions
+MODEL_SIGMA = 0.08
+OTHER_CLUSTER_SIGMA = 0.05  # another cluster of the same accelerator: other clocks, NICs, software versions
+# another accelerator of the family (v5e against v6e, H100 against H200): other generations' kernels and fabrics
+OTHER_ACCELERATOR_SIGMA = 0.15
 SIZE_SIGMA = 0.10  # per e-fold of model size between the run and the job: other shapes, other kernels
 SCALE_SIGMA = 0.04  # per e-fold of device count: other collectives' sizes, another share of the fabric
 
@@ -244,13 +253,15 @@ SCALE_SIGMA = 0.04  # per e-fold of device count: other collectives' sizes, anot
 def run_sigma(run_job: Job, job: Job, same_job: bool = False) -> float:
     """sigma_i: how far (log, one standard deviation) a run's measured step may sit from the model's once the
     terms are right, for predicting ``job``: the measurement alone for a trial of the same job (``same_job``),
-    else sqrt(MEASUREMENT^2 + MODEL^2 + OTHER_CLUSTER^2 [another cluster] + (SIZE ln(P_run / P_job))^2
-    + (SCALE ln(devices_run / devices_job))^2)."""
+    else sqrt(MEASUREMENT^2 + MODEL^2 + OTHER_CLUSTER^2 [another cluster] + OTHER_ACCELERATOR^2 [another
+    accelerator of the family] + (SIZE ln(P_run / P_job))^2 + (SCALE ln(devices_run / devices_job))^2)."""
     if same_job:
         return MEASUREMENT_SIGMA
     var = MEASUREMENT_SIGMA ** 2 + MODEL_SIGMA ** 2
     if not same_cluster(run_job.cluster, job.cluster):
         var += OTHER_CLUSTER_SIGMA ** 2
+    if run_job.cluster.accelerator.name != job.cluster.accelerator.name:
+        var += OTHER_ACCELERATOR_SIGMA ** 2
     size = math.log(run_job.model.num_params() / job.model.num_params())
     scale = math.log(run_job.devices / job.devices)
     return math.sqrt(var + (SIZE_SIGMA * size) ** 2 + (SCALE_SIGMA * scale) ** 2)
