@@ -23,32 +23,17 @@ from typing import Any, Iterable
 
 from asap.cost.learning import LEARN_TERMS, Learned, MeasuredRun, fit, run_sigma
 from asap.errors import AsapError
-from asap.memory import DuplicateRun, Memory, MeasuredRunRow
+from asap.memory import DuplicateRun, Memory, MeasuredRunRow, job_document, store_run
 from asap.spec.hardware import Cluster, cluster_from_dict, load_cluster
 from asap.spec.job import Job
 from asap.spec.model import model_from_dict
 from asap.spec.strategy import Strategy, resolve_strategy
 from asap.spec.train import TrainSpec
 
-TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "framework", "moe_imbalance")
-
 
 # --------------------------------------------------------------------------------------------------------
 # A job as the Memory stores it, and back
 # --------------------------------------------------------------------------------------------------------
-
-
-def train_document(train: TrainSpec) -> dict[str, Any]:
-    d = {k: getattr(train, k) for k in TRAIN_FIELDS}
-    return {k: v for k, v in d.items() if v is not None and not (k == "moe_imbalance" and v == 1.0)}
-
-
-def job_document(job: Job, cluster_spec: Any = None) -> dict[str, Any]:
-    """``{model, cluster, train}``: the model's mapping, the cluster as given (a preset name, a mapping; its
-    ``to_dict`` where none is given) and the train spec, with the stack resolved."""
-    train = train_document(replace(job.train, framework=job.framework.name))
-    return {"model": job.model.to_dict(), "cluster": cluster_spec if cluster_spec is not None else
-            job.cluster.to_dict(), "train": train}
 
 
 def job_of(doc: dict[str, Any]) -> Job:
@@ -59,14 +44,6 @@ def job_of(doc: dict[str, Any]) -> Job:
 
 def strategy_of(job: Job, keys: dict[str, Any]) -> Strategy:
     return resolve_strategy(keys, job.model, job.train, job.devices, framework=job.framework)
-
-
-def store_run(mem: Memory, job: Job, doc: dict[str, Any], strategy: Strategy, step_s: float, **provenance) -> int:
-    """One measured run into ``mem`` (``Memory.add_measured_run``), its stack and machine from ``job``."""
-    acc = job.cluster.accelerator
-    return mem.add_measured_run(stack=job.framework.name, accelerator=acc.name, accelerator_family=acc.family,
-                                cluster_name=job.cluster.name, devices=job.devices, precision=job.train.precision,
-                                job=doc, strategy=strategy.to_dict(), measured_step_time_s=step_s, **provenance)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from asap.cli.root import app
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, err_console, job_options, out_console, print_json,
+                             print_learned, with_learned,
                              strategy_column, widest_token)
 from asap.cli.format import seconds
 from asap.errors import AsapError

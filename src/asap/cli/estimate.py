@@ -181,6 +181,10 @@ def validate(
     out_console.print(validation_table(result))
     for line in summary_lines(result):
         out_console.print(line)
+    for c in result["cases"] if memory is not None else []:
+        moved = ", ".join(f"{t} x{f:.3f}" for t, f in (c.get("corrections") or {}).items()) or "nothing moved"
+        runs = ", ".join(str(i) for i in c.get("learned_from") or []) or "none"
+        out_console.print(f"{c['id']}: learned from measured runs {runs}: {moved}", highlight=False, soft_wrap=True)
 
 
 def _case_learner(memory: str):

@@ -162,8 +162,8 @@ def corrected_cluster(cluster: Cluster, factors: Mapping[str, float]) -> Cluster
     written = cluster.written_accelerator if cluster.measured is not None else None
     acc = written or cluster.accelerator
     fam = acc.family_constants
-    eff: dict[str, float] = {}
-    acc_fields: dict[str, float] = {}
+    eff: dict[str, Any] = {}
+    acc_fields: dict[str, Any] = {}
     for name, f in factors.items():
         term = TERMS[name]
         for k in term.efficiencies:

@@ -36,12 +36,12 @@ and ``store`` (``Memory``, all of them together). Every name is importable from 
 from asap.memory.records import (KEY_FIELDS, WORKLOAD_FIELDS, canonical_strategy, normalize_workload,
                                         workload_key)
 from asap.memory.rows import Experiment, Trial
-from asap.memory.runs import SOURCE_KINDS, DuplicateRun, MeasuredRunRow, run_key
+from asap.memory.runs import SOURCE_KINDS, DuplicateRun, MeasuredRunRow, job_document, run_key, store_run
 from asap.memory.schema import (BUSY_TIMEOUT_S, FINISHED, FOREIGN_HOST_STALE, KILLED_REASON, MIGRATIONS,
                                        SCHEMA_VERSION, STATUSES, default_memory_path)
 from asap.memory.similarity import workload_similarity
 from asap.memory.store import Memory
 
-__all__ = ["BUSY_TIMEOUT_S", "DuplicateRun", "Experiment", "MeasuredRunRow", "SOURCE_KINDS", "run_key", "FINISHED", "FOREIGN_HOST_STALE", "KEY_FIELDS", "KILLED_REASON",
+__all__ = ["BUSY_TIMEOUT_S", "DuplicateRun", "job_document", "store_run", "Experiment", "MeasuredRunRow", "SOURCE_KINDS", "run_key", "FINISHED", "FOREIGN_HOST_STALE", "KEY_FIELDS", "KILLED_REASON",
            "MIGRATIONS", "Memory", "Trial", "SCHEMA_VERSION", "STATUSES", "WORKLOAD_FIELDS", "canonical_strategy", "default_memory_path",
            "normalize_workload", "workload_key", "workload_similarity"]

@@ -8,13 +8,20 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from asap.errors import AsapError
 from asap.memory.connection import Store
 from asap.memory.records import _dumps, _now
 
+if TYPE_CHECKING:
+    from asap.memory.store import Memory
+    from asap.spec.job import Job
+    from asap.spec.strategy import Strategy
+
 SOURCE_KINDS = ("case", "log", "trial")
+TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "framework", "moe_imbalance")
 
 
 class DuplicateRun(AsapError):
@@ -115,3 +122,22 @@ class MeasuredRuns(Store):
             sql += " WHERE " + " AND ".join(f"{c} = ?" for c, _ in where)
             args = [v for _, v in where]
         return [MeasuredRunRow.from_row(r) for r in self._read(sql + " ORDER BY id", args)]
+
+
+def job_document(job: "Job", cluster_spec: Any = None) -> dict[str, Any]:
+    """``{model, cluster, train}`` as a measured run keeps its job: the model's mapping, the cluster as given (a
+    preset name, a mapping; its ``to_dict`` where none is given) and the train spec with the stack resolved."""
+    train = replace(job.train, framework=job.framework.name)
+    doc = {k: getattr(train, k) for k in TRAIN_FIELDS}
+    doc = {k: v for k, v in doc.items() if v is not None and not (k == "moe_imbalance" and v == 1.0)}
+    return {"model": job.model.to_dict(), "cluster": cluster_spec if cluster_spec is not None else
+            job.cluster.to_dict(), "train": doc}
+
+
+def store_run(mem: "Memory", job: "Job", doc: dict[str, Any], strategy: "Strategy", step_s: float,
+              **provenance) -> int:
+    """One measured run into ``mem`` (``add_measured_run``), its stack and machine read from ``job``."""
+    acc = job.cluster.accelerator
+    return mem.add_measured_run(stack=job.framework.name, accelerator=acc.name, accelerator_family=acc.family,
+                                cluster_name=job.cluster.name, devices=job.devices, precision=job.train.precision,
+                                job=doc, strategy=strategy.to_dict(), measured_step_time_s=step_s, **provenance)
