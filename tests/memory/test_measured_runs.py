@@ -125,3 +125,20 @@ def test_asap_learn_and_memory_list_the_runs(tmp_path):
     bad = subprocess.run([*ASAP, "learn", "--memory", str(db)], capture_output=True,
                          text=True)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_estimate_with_memory_names_the_runs_and_factors_and_without_it_is_unchanged(tmp_path):
+    """The fp4 runs (all slower than priced) learned; an nvfp4 job on GB200 with Megatron-LM: the JSON names the
+    runs and the fp8/fp4 GEMM factor (above 1); without --memory the same estimate and no new keys."""
+    db = tmp_path / "m.sqlite"
+    subprocess.run([*ASAP, "learn", "--cases", str(REFERENCE / "fp4_runs_2025.json"), "--memory", str(db)],
+                   capture_output=True, text=True, check=True)
+    job = ["estimate", "-m", "llama3-8b", "-c", "gb200", "--devices", "8", "-b", "32", "-s", "8192",
+           "--precision", "nvfp4", "--framework", "megatron", "-S", "tp1 mbs2", "--json"]
+    plain = json.loads(subprocess.run([*ASAP, *job], capture_output=True, text=True, check=True).stdout)
+    learned = json.loads(subprocess.run([*ASAP, *job, "--memory", str(db)], capture_output=True, text=True,
+                                        check=True).stdout)
+    assert "learned_from" not in plain and "corrections" not in plain
+    assert learned["learned_from"] == [1, 2, 3, 4]
+    assert learned["corrections"]["fp8_gemm"] > 1.05
+    assert learned["step_time_s"] > plain["step_time_s"]

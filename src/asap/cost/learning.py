@@ -241,12 +241,14 @@ def posterior_covariance(jacobian: np.ndarray, sigmas: np.ndarray, terms: Sequen
 
 MEASUREMENT_SIGMA = 0.03  # one measured step time's scatter between runs of one job: a few per cent
 # The cost model's own run-to-run scatter within one stack and family once its terms are right (what is left of
-# the held-out residuals after a source's common offset: the shipped files' within-source spread, ~5%)
-MODEL_SIGMA = 0.08
+# the held-out residuals after a source's common offset: the shipped files' within-source spread, ~5-10%)
+MODEL_SIGMA = 0.10
 OTHER_CLUSTER_SIGMA = 0.05  # another cluster of the same accelerator: other clocks, NICs, software versions
 # another accelerator of the family (v5e against v6e, H100 against H200): other generations' kernels and fabrics
 OTHER_ACCELERATOR_SIGMA = 0.15
-SIZE_SIGMA = 0.10  # per e-fold of model size between the run and the job: other shapes, other kernels
+# a dense run for an MoE job or the other way: grouped expert GEMMs, dispatch and their host work are other kernels
+OTHER_ARCHITECTURE_SIGMA = 0.15
+SIZE_SIGMA = 0.15  # per e-fold of model size between the run and the job: other shapes, other kernels
 SCALE_SIGMA = 0.04  # per e-fold of device count: other collectives' sizes, another share of the fabric
 
 
@@ -254,7 +256,8 @@ def run_sigma(run_job: Job, job: Job, same_job: bool = False) -> float:
     """sigma_i: how far (log, one standard deviation) a run's measured step may sit from the model's once the
     terms are right, for predicting ``job``: the measurement alone for a trial of the same job (``same_job``),
     else sqrt(MEASUREMENT^2 + MODEL^2 + OTHER_CLUSTER^2 [another cluster] + OTHER_ACCELERATOR^2 [another
-    accelerator of the family] + (SIZE ln(P_run / P_job))^2 + (SCALE ln(devices_run / devices_job))^2)."""
+    accelerator of the family] + OTHER_ARCHITECTURE^2 [MoE against dense] + (SIZE ln(P_run / P_job))^2
+    + (SCALE ln(devices_run / devices_job))^2)."""
     if same_job:
         return MEASUREMENT_SIGMA
     var = MEASUREMENT_SIGMA ** 2 + MODEL_SIGMA ** 2
@@ -262,6 +265,8 @@ def run_sigma(run_job: Job, job: Job, same_job: bool = False) -> float:
         var += OTHER_CLUSTER_SIGMA ** 2
     if run_job.cluster.accelerator.name != job.cluster.accelerator.name:
         var += OTHER_ACCELERATOR_SIGMA ** 2
+    if (run_job.model.moe is None) != (job.model.moe is None):
+        var += OTHER_ARCHITECTURE_SIGMA ** 2
     size = math.log(run_job.model.num_params() / job.model.num_params())
     scale = math.log(run_job.devices / job.devices)
     return math.sqrt(var + (SIZE_SIGMA * size) ** 2 + (SCALE_SIGMA * scale) ** 2)
