@@ -215,8 +215,11 @@ def learned_job(job: Job, memory: str | Path | Memory | None) -> tuple[Job, Lear
 
 
 def learned_fields(learned: Learned) -> dict[str, Any]:
-    """The JSON's ``learned_from`` (the runs' ids) and ``corrections`` (term: factor, the terms that moved)."""
-    return {"learned_from": list(learned.learned_from), "corrections": learned.corrections()}
+    """The JSON's ``learned_from`` (the runs' ids), ``corrections`` (term: factor, the terms that moved) and
+    ``learned_spread`` (the runs' relative residuals after the correction, their standard deviation; None with
+    fewer than two runs: what ``asap.cost.bands`` narrows the interval toward)."""
+    return {"learned_from": list(learned.learned_from), "corrections": learned.corrections(),
+            "learned_spread": learned.residual_spread}
 
 
 def learned_text(learned: Learned) -> str:

@@ -82,11 +82,15 @@ class CaseResult:
     # with --memory: the measured runs that corrected it and the factors (absent from the dict without)
     learned_from: list[Any] | None = None
     corrections: dict[str, float] | None = None
+    learned_spread: float | None = None
     learned: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
-        return {k: v for k, v in d.items() if k not in ("learned_from", "corrections", "learned") or v is not None}
+        return {k: v for k, v in d.items() if k not in _LEARNED_KEYS or v is not None}
+
+
+_LEARNED_KEYS = ("learned_from", "corrections", "learned_spread", "learned")
 
 
 def source_of(case: dict[str, Any]) -> str:

@@ -128,6 +128,9 @@ class Learned:
     log_sigma: tuple[float, ...] = ()
     learned_from: tuple[Any, ...] = ()
     catalog_s: tuple[float, ...] = ()
+    # the relative residuals' standard deviation of the runs after the correction (linearised: r - J x), what the
+    # prediction interval narrows toward with the runs (``asap.cost.bands``: learned_runs, learned_spread)
+    residual_spread: float | None = None
     jacobian: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -217,7 +220,8 @@ def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] = LEARN_TERMS, steps: 
     x = np.zeros(len(terms))
     base, jac = sensitivities(runs, terms, x)
     catalog = np.exp(base)
-    for i in range(steps):
+    d = np.zeros(len(terms))
+    for i in range(max(steps, 1)):
         if i:
             base, jac = sensitivities(runs, terms, x)
         d = np.linalg.solve(jac.T @ (w[:, None] * jac) + p, jac.T @ (w * (log_m - base)) - p @ x)
@@ -225,8 +229,10 @@ def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] = LEARN_TERMS, steps: 
         if np.max(np.abs(d)) < 1e-4:
             break
     cov = np.linalg.inv(jac.T @ (w[:, None] * jac) + p)
+    left = log_m - base - jac @ d  # what the corrected model still misses (linearised at the last step's start)
+    spread = float(np.sqrt(np.mean(np.expm1(left) ** 2))) if len(runs) > 1 else None
     return Learned(terms, tuple(float(v) for v in x), tuple(float(v) for v in np.sqrt(np.diag(cov))),
-                   tuple(r.id for r in runs), tuple(float(v) for v in catalog), jacobian=jac)
+                   tuple(r.id for r in runs), tuple(float(v) for v in catalog), spread, jacobian=jac)
 
 
 def posterior_covariance(jacobian: np.ndarray, sigmas: np.ndarray, terms: Sequence[str]) -> np.ndarray:
