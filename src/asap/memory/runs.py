@@ -16,7 +16,6 @@ from asap.memory.connection import Store
 from asap.memory.records import _dumps, _now
 
 if TYPE_CHECKING:
-    from asap.memory.store import Memory
     from asap.spec.job import Job
     from asap.spec.strategy import Strategy
 
@@ -134,7 +133,7 @@ def job_document(job: "Job", cluster_spec: Any = None) -> dict[str, Any]:
             job.cluster.to_dict(), "train": doc}
 
 
-def store_run(mem: "Memory", job: "Job", doc: dict[str, Any], strategy: "Strategy", step_s: float,
+def store_run(mem: "MeasuredRuns", job: "Job", doc: dict[str, Any], strategy: "Strategy", step_s: float,
               **provenance) -> int:
     """One measured run into ``mem`` (``add_measured_run``), its stack and machine read from ``job``."""
     acc = job.cluster.accelerator
