@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape as html_escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -89,8 +90,14 @@ def test_each_trial_shows_throughput_mfu_and_memory(page):
 
 
 def test_the_best_is_the_job_to_launch_with_its_cost(page):
-    _, html, _ = page
-    assert 'id="asap-emitted"' in html and "--tensor-model-parallel-size" in html  # Megatron-LM, the GPU default
+    """The emitted job is what ``asap emit`` writes for the best strategy in the stack's format (Megatron-LM's
+    arguments, or Megatron-Bridge's YAML where the arguments cannot express it)."""
+    _, html, result = page
+    fmt = re.search(r"The job \(([a-z-]+), as", html).group(1)
+    assert fmt in ("megatron", "megatron-bridge")  # the GPU default stack
+    emitted = run_cli("emit", "--format", fmt, *ARGS[:8], "-S", result["best"]["strategy_string"], "--json")
+    assert emitted.returncode == 0, emitted.stderr
+    assert html_escape(json.loads(emitted.stdout)["text"]) in html
     assert re.search(r"15T tokens: [\d,.]+ days, [\d,]+ device-hours \(\$[\d.]+[KMB]? at \$2\.50/device-hour\)", html)
 
 

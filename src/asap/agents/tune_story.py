@@ -26,9 +26,11 @@ SAME = 0.02  # a factor within 2% of 1 reads "as the catalog says"
 DEFAULT_TOKENS = 1e12  # the budget the report prices when tune was given no --tokens: 1T tokens
 FACTOR_WORDS = {"compute": "its compute (GEMMs, attention, HBM)", "scale_up": "its scale-up fabric",
                 "scale_out": "its scale-out fabric"}
-# the emit format of each stack asap models (asap.emit.FRAMEWORK_OF, read the other way)
-FORMAT_OF = {"megatron": "megatron", "torchtitan": "torchtitan", "maxtext": "maxtext", "mindspore": "mindformers",
-             "deepspeed": "deepspeed"}
+# the emit formats of each stack asap models (asap.emit.FRAMEWORK_OF, read the other way), in the order tried:
+# Megatron-LM's arguments first, Megatron-Bridge's YAML where they cannot express the strategy (activation
+# offload: Megatron-LM core_v0.14.0 has no flag for it, Bridge's model.cpu_offloading does)
+FORMATS_OF = {"megatron": ("megatron", "megatron-bridge"), "torchtitan": ("torchtitan",), "maxtext": ("maxtext",),
+              "mindspore": ("mindformers",), "deepspeed": ("deepspeed",)}
 
 
 @dataclass
@@ -107,11 +109,14 @@ def emitted_job(job: Job, strategy) -> dict[str, str]:
     """The best strategy as its stack's launch config, or the one-line reason the stack cannot express it."""
     from asap.emit import emit
 
-    fmt = FORMAT_OF.get(job.train.framework or "", "megatron")
-    try:
-        return {"format": fmt, "text": emit(fmt, job, strategy)}
-    except AsapError as e:
-        return {"format": fmt, "refused": str(e)}
+    formats = FORMATS_OF.get(job.train.framework or "", FORMATS_OF["megatron"])
+    refusals = []
+    for fmt in formats:
+        try:
+            return {"format": fmt, "text": emit(fmt, job, strategy)}
+        except AsapError as e:
+            refusals.append(str(e))
+    return {"format": " or ".join(formats), "refused": "; ".join(refusals)}
 
 
 def best_budget(job: Job, trials: list[dict], tokens: float | None, price: float | None) -> dict[str, float]:
