@@ -152,10 +152,7 @@ def cluster_spec_of(text: str | None) -> Any:
 def learn_job_log(mem: Memory, config: str, log: str, cluster: str | None = None) -> dict[str, Any]:
     """``asap learn --job CONFIG --log LOG [--cluster C]``: the stack's config read (``asap.emit.read.read_job``)
     into the job and strategy, the log into its steps, one measured run stored."""
-    try:
-        from asap.emit.read import read_job  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise AsapError("job", "reading a stack's config needs asap.emit.read (not in this build)") from None
+    from asap.emit.read import read_job
     spec = cluster_spec_of(cluster)
     read = read_job(config, cluster=load_cluster(spec) if spec is not None else None)
     if read.cluster is None:

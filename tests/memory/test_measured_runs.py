@@ -142,3 +142,27 @@ def test_estimate_with_memory_names_the_runs_and_factors_and_without_it_is_uncha
     assert learned["learned_from"] == [1, 2, 3, 4]
     assert learned["corrections"]["fp8_gemm"] > 1.05
     assert learned["step_time_s"] > plain["step_time_s"]
+
+
+def test_asap_learn_job_reads_the_stacks_config_and_its_log(tmp_path):
+    """The torchtitan config ``asap emit`` writes for the logged run (tiny-dense dp=2 zero=3 -b 8 -s 64 fp32 on 2
+    CPU processes) read back by ``read_job``, the real log beside it: one measured run, the median after warm-up;
+    the same config with a file that is no training log: one line, non-zero exit."""
+    cfg = tmp_path / "tt.toml"
+    emitted = subprocess.run([*ASAP, "emit", "-f", "torchtitan", "-m", "tiny-dense", "-c", "local-cpu", "--devices",
+                              "2", "-b", "8", "-s", "64", "--precision", "fp32", "-S", "dp=2,zero=3"],
+                             capture_output=True, text=True, check=True)
+    cfg.write_text(emitted.stdout)
+    db = str(tmp_path / "m.sqlite")
+    log = LOGS / "torchtitan-0.2.2-cpu-fsdp.log"
+    out = subprocess.run([*ASAP, "learn", "--job", str(cfg), "--log", str(log), "--cluster", "local-cpu",
+                          "--memory", db, "--json"], capture_output=True, text=True, check=True)
+    added = json.loads(out.stdout)["added"][0]
+    assert added["steps"] == 2 and added["measured_step_time_s"] == pytest.approx((512 / 808 + 512 / 458) / 2)
+    with Memory.open(db) as mem:
+        row = mem.measured_runs()[0]
+    assert (row.stack, row.devices, row.source_file, row.strategy["zero"]) == ("torchtitan", 2, str(cfg), 3)
+    bad = subprocess.run([*ASAP, "learn", "--job", str(cfg), "--log", str(LOGS / "README.md"), "--cluster",
+                          "local-cpu", "--memory", db], capture_output=True, text=True)
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+    assert "is not a torchtitan training log" in bad.stderr
