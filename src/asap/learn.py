@@ -154,7 +154,7 @@ def learn_job_log(mem: Memory, config: str, log: str, cluster: str | None = None
     into the job and strategy, the log into its steps, one measured run stored."""
     from asap.emit.read import read_job
     spec = cluster_spec_of(cluster)
-    read = read_job(config, cluster=load_cluster(spec) if spec is not None else None)
+    read = read_job(Path(config), cluster=load_cluster(spec) if spec is not None else None)
     if read.cluster is None:
         raise AsapError("cluster", f"{config} does not state the cluster: name it with --cluster")
     train = read.train if read.framework is None else replace(read.train, framework=_framework_name(read.framework))
