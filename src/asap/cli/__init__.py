@@ -44,7 +44,7 @@ def register_commands() -> None:
     from asap.cli import estimate as _estimate  # noqa: F401
 
     for optional in ("diagnose", "run", "plan", "compare", "schedule", "calibrate", "memory", "agents", "balance",
-                     "emit", "align", "read"):
+                     "emit", "align", "read", "learn"):
         try:
             __import__(f"asap.cli.{optional}")
         except ModuleNotFoundError as e:

@@ -14,7 +14,8 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, err_console, job_options, out_console, print_json,
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, err_console, job_options, out_console,
+                             print_json, print_learned, with_learned,
                              strategy_column, widest_token)
 from asap.cli.format import seconds
 from asap.errors import AsapError
@@ -79,7 +80,7 @@ def propose(
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
 
-    job = options.load()
+    job, learned = with_learned(options.load(), memory)
     current = parse_current(strategy, job)
     diagnosis = Analyzer(job.cluster).analyze(estimate(job, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
@@ -97,6 +98,7 @@ def propose(
     if llm:  # what the model added: its kept candidates (priced like the rest), or why the proposals fell back
         out["llm"] = {"fallback": proposer.llm_fallback, "narrative": proposer.narrative,
                       "considered": [c for c in result.considered if c.get("source") == "llm"]}
+    out.update(learned)
     if json_out:
         print_json(out)
         return
@@ -107,6 +109,7 @@ def propose(
     for i, (p, cmd) in enumerate(zip(result.proposals, commands, strict=True), 1):
         _print_proposal(i, p, cmd)
     out_console.print(result.note, highlight=False, markup=False, soft_wrap=True)
+    print_learned(learned)
 
 
 def compact_strategy(s, job) -> str:

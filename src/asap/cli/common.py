@@ -183,3 +183,26 @@ def job_options(command):
     run.__signature__ = sig.replace(parameters=params)
     run.__annotations__ = {k: v for k, v in command.__annotations__.items() if k not in names and k != "options"}
     return run
+
+
+LearnMemoryOpt = typer.Option(None, "--memory", help="A Sharding Memory (SQLite) file with measured runs (asap learn): "
+                                                     "price with the cost model's terms corrected by the runs of the "
+                                                     "same stack on the same accelerator family (JSON: learned_from, "
+                                                     "corrections).")
+
+
+def with_learned(job: "Job", memory: Optional[str]) -> tuple["Job", dict[str, Any]]:
+    """``job`` corrected by the measured runs in ``memory`` (``asap.learn.learned_job``) and the JSON fields that
+    say so (``learned_from``, ``corrections``); without ``memory``: the job as it is and no fields."""
+    if memory is None:
+        return job, {}
+    from asap.learn import learned_fields, learned_job, learned_text
+
+    job, learned = learned_job(job, memory)
+    return job, {**learned_fields(learned), "learned": learned_text(learned)}
+
+
+def print_learned(fields: dict[str, Any]) -> None:
+    """The human output's line: which runs corrected the model and by how much."""
+    if fields:
+        out_console.print(fields["learned"], highlight=False, soft_wrap=True)

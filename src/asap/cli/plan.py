@@ -11,8 +11,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
-                             out_console, print_json, strategy_column)
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, LearnMemoryOpt, PriceOpt, TokensOpt, err_console,
+                             job_options, out_console, print_json, print_learned, strategy_column, with_learned)
 from asap.budget import budget_of, with_budget
 from asap.cli.format import compact_of, mfu_peak_name, readable_keys, seconds
 
@@ -47,6 +47,7 @@ def plan(
     memory_margin=JOB,
     emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
                                                              "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
+    memory: Optional[str] = LearnMemoryOpt,
     json_out: bool = JsonOpt,
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
@@ -65,6 +66,7 @@ def plan(
 
     job, aw, _ = options.load_lengths()
     job = plan_headroom(job, options.memory_margin)  # unset: the default headroom
+    job, learned = with_learned(job, memory)
     budget, price = budget_of(tokens, price_per_device_hour)
     fixed = parse_strategy(fix, field="fix")
     with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
@@ -84,13 +86,14 @@ def plan(
                               "command": f"asap estimate {args} -S {quote(compact_of(e, job))}"}
                              for d, e in zip(out["candidates"], result.candidates, strict=True)]
         print_json({**out, "limits": limits, **({"emit": emitted} if emitted else {}),
-                    **({"lengths": {**aw.to_dict(), "file": options.lengths}} if aw is not None else {})})
+                    **({"lengths": {**aw.to_dict(), "file": options.lengths}} if aw is not None else {}), **learned})
         return
     if emitted:
         assert emit is not None  # emitted is only set when --emit names a format
         _print_emitted(emit, emitted, result, job)
         return
     _print_plan(job, result, limits, args, include_oom, budget, price)
+    print_learned(learned)
 
 
 def candidates_table(result, devices: int, moe: bool, framework=None, include_oom: bool = False,
