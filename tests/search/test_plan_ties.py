@@ -1,0 +1,97 @@
+"""Ties and sensitivity in ``asap plan``: every row is marked alike with the best by the same interval rule, and
+the plan names the input its #1 leans on.
+
+Before the 80% intervals, a row was a tie when its margin was within the weighted terms in which it differed
+from the best, so a 0.9% slower row could go unmarked beside a 0.95% slower one marked (issue 45, point 8), and
+``tie_with_best`` did not follow the printed ranges. Now a row is a tie exactly when its ``step_time_range_s``
+overlaps the best's by more than half of the narrower (``asap.cost.bands.overlap_fraction``), so the ties of the
+fitting rows, fastest first, are a prefix.
+"""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from asap.cli import _register_commands, app
+from asap.cost.bands import TIE_OVERLAP, overlap_fraction
+from asap.search.planner import plan
+from asap.search.sensitivity import FACTOR, INPUTS, changes, sensitivity
+from asap.spec.hardware import load_cluster
+from asap.spec.job import Job
+from asap.spec.loader import load_model
+from asap.spec.train import TrainSpec
+
+JOBS = {
+    "dense_70b": ["-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "256", "-s", "8192"],
+    "torchtitan_8b": ["-m", "llama3-8b", "-c", "h200", "--nodes", "8", "-b", "256", "-s", "8192",
+                      "--framework", "torchtitan"],
+}
+
+
+def invoke(*args) -> dict:
+    _register_commands()
+    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_every_row_is_a_tie_exactly_when_its_interval_overlaps_the_best_by_more_than_half(name):
+    out = invoke("plan", *JOBS[name], "--top", "10", "--json")
+    rows = out["candidates"]
+    best = rows[0]["step_time_range_s"]
+    marks = [r["tie_with_best"] for r in rows]
+    assert marks == [overlap_fraction(best, r["step_time_range_s"]) > TIE_OVERLAP for r in rows]
+    fitting = [r for r in rows if r["fits"]]
+    steps = [r["step_time_s"] for r in fitting]
+    assert steps == sorted(steps)
+    ties = [r["tie_with_best"] for r in fitting]
+    assert ties == sorted(ties, reverse=True), "a slower row marked while a faster one is not"
+    # the plan says which input its #1 leans on
+    sens = out["sensitivity"]
+    assert sens["factor"] == FACTOR and sens["summary"]
+    assert len(sens["changes"]) == 2 * len(INPUTS)
+    assert sens["most_sensitive"]["lead_of_first"] == min(c["lead_of_first"] for c in sens["changes"])
+
+
+def test_repricing_the_candidates_unchanged_gives_their_steps_and_worse_inputs_never_speed_a_row():
+    job = Job.resolve(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192))
+    result = plan(job, {}, top=6)
+    cands = [e for e in result.candidates if e.fits]
+    places = list(range(len(cands)))
+    same = changes(job, cands, places, factor=1.0)
+    for c in same:
+        assert c.step_time_s == pytest.approx([e.step_time_s for e in cands], rel=1e-9)
+        assert c.winner == 0
+    found = changes(job, cands, places)
+    for c in found:
+        base = [e.step_time_s for e in cands]
+        worse = c.direction == ("higher" if c.input == "host overhead" else "lower")
+        assert all((t >= b * (1 - 1e-12)) if worse else (t <= b * (1 + 1e-12))
+                   for t, b in zip(c.step_time_s, base, strict=True)), c.input
+    by = {(c.input, c.direction): c for c in found}
+    # a 70B model on 64 H100 with tp=8 inside the node: its steps lean on the GEMMs far more than on the host
+    gemm = by[("GEMM efficiency", "lower")].step_time_s[0] / cands[0].step_time_s
+    host = by[("host overhead", "higher")].step_time_s[0] / cands[0].step_time_s
+    assert gemm > 1.2 and host < gemm
+
+
+def test_a_row_that_leans_on_the_network_suffers_most_when_the_network_gets_slower():
+    """Two fitting layouts of Llama 3 70B on 64 H100: ZeRO-3 with cp=4, which gathers and reduce-scatters every
+    layer's weights over the inter-node links each step, and tp=8 inside the node with pp=2 (only the gradient
+    all-reduce crosses nodes). Slowing the NICs 1.5x costs the ZeRO-3 row the larger share of its step; the
+    change's winner is the faster row under it."""
+    from asap.cost.estimate import estimate_spelled as estimate
+
+    job = Job.resolve(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192))
+    zero3, tp = estimate(job, "cp=4,zero=3"), estimate(job, "tp=8,pp=2")
+    assert zero3.fits and tp.fits
+    found = {(c.input, c.direction): c for c in changes(job, [zero3, tp], [0, 1])}
+    slow = found[("inter-node bandwidth", "lower")]
+    assert slow.step_time_s[0] / zero3.step_time_s > slow.step_time_s[1] / tp.step_time_s
+    for c in found.values():
+        assert c.winner == min((0, 1), key=lambda i: c.step_time_s[i])
+        assert c.lead == pytest.approx(c.step_time_s[1] / c.step_time_s[0] - 1)
+    s = sensitivity(job, [zero3, tp])
+    assert s is not None and s["most_sensitive"]["lead_of_first"] == min(c.lead for c in found.values())
