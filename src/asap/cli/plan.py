@@ -269,7 +269,7 @@ def _print_plan(job, result, limits: list[str], args: str, include_oom: bool, bu
         out_console.print(f"reproduce #1: asap estimate {args} -S {quote(best)}", highlight=False, soft_wrap=True)
     if result.sensitivity is not None:
         out_console.print(f"sensitivity: {result.sensitivity['summary']} (each input {result.sensitivity['factor']:g}x "
-                          f"worse and better, the top {result.sensitivity['candidates']} repriced)",
+                          f"worse in turn, the top {result.sensitivity['candidates']} repriced)",
                           highlight=False, soft_wrap=True)
     if len(result.pareto) > 1:
         out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))

@@ -1,11 +1,13 @@
 """Which input a plan's #1 leans on: the plan's candidates repriced with one hardware input changed at a time.
 
-Each input of ``INPUTS`` is made ``FACTOR`` (1.5) times worse and then better, one at a time, on the job's
-accelerator: the inter-node bandwidth (NIC per device, or TPU DCN), the scale-up bandwidth (NVLink, ICI, HCCS),
+Each input of ``INPUTS`` is made ``FACTOR`` (1.5) times worse (``both_ways``: and then better), one at a time,
+on the job's accelerator: the inter-node bandwidth (NIC per device, or TPU DCN), the scale-up bandwidth (NVLink, ICI, HCCS),
 the GEMM efficiencies (bf16 and fp8: the fraction of peak the matrix units reach), the HBM bandwidth, and the host
 overheads (the per-kernel launch gap and the per-operator and DTensor dispatch times). The plan's fitting
 candidates (its top rows: their strategies, memory unchanged by any of these) are repriced in one
-``estimate_batch`` per change, not searched again, and re-ranked. The input the #1 is most sensitive to is the
+``estimate_batch`` per change, not searched again, and re-ranked. Worse only by default: the catalog's figures
+are what a well-tuned machine reaches, a user's more often falls short of them, and each direction costs a
+repricing (about a tenth of a 405B plan's search per direction, ``benchmarks/plan_speed.py``). The input the #1 is most sensitive to is the
 one under whose change the #1 loses by the most to another candidate, or, where it holds under every change, the
 one that shrinks its lead the most: ``lead = step(best other) / step(#1) - 1`` under the change.
 """
@@ -76,13 +78,14 @@ def with_accelerator(job: Job, move: Callable[[Accelerator, float], Accelerator]
                                         written_accelerator=move(c.written_accelerator, k)))
 
 
-def changes(job: Job, candidates: Sequence[Estimate], places: Sequence[int], factor: float = FACTOR) -> list[Change]:
-    """Every input of ``INPUTS`` ``factor`` times worse, then better, with the candidates (at ``places`` in the
-    plan, the first the #1) re-ranked."""
+def changes(job: Job, candidates: Sequence[Estimate], places: Sequence[int], factor: float = FACTOR,
+            both_ways: bool = False) -> list[Change]:
+    """Every input of ``INPUTS`` ``factor`` times worse (``both_ways``: then better), with the candidates (at
+    ``places`` in the plan, the first the #1) re-ranked."""
     S = StrategyBatch.from_strategies([e.strategy for e in candidates])
     out = []
     for name, move, worse, better in INPUTS:
-        for k, word in ((1.0 / factor, worse), (factor, better)):
+        for k, word in ((1.0 / factor, worse), (factor, better))[:2 if both_ways else 1]:
             steps = [float(t) for t in estimate_batch(with_accelerator(job, move, k), S).step_time_s]
             winner = min(range(len(steps)), key=lambda i: (steps[i], i))
             best_other = min(t for i, t in enumerate(steps) if i != 0)
@@ -95,13 +98,14 @@ def most_sensitive(found: Sequence[Change]) -> Change:
     return min(found, key=lambda c: c.lead)
 
 
-def sensitivity(job: Job, candidates: Sequence[Estimate], factor: float = FACTOR) -> dict[str, Any] | None:
+def sensitivity(job: Job, candidates: Sequence[Estimate], factor: float = FACTOR,
+                both_ways: bool = False) -> dict[str, Any] | None:
     """``{factor, most_sensitive: {input, change, winner, lead_of_first, sentence}, changes: [...]}`` for the
     plan's fitting candidates; None with fewer than two."""
     places = [i for i, e in enumerate(candidates) if e.fits]
     if len(places) < 2 or places[0] != 0:
         return None
-    found = changes(job, [candidates[i] for i in places], places, factor)
+    found = changes(job, [candidates[i] for i in places], places, factor, both_ways)
     top = most_sensitive(found)
     holds = all(c.winner == 0 for c in found)
     summary = (f"#1 holds under each {factor:g}x change; its lead shrinks most " + top.sentence.split(", #1")[0]
