@@ -97,3 +97,20 @@ def test_a_row_that_leans_on_the_network_suffers_most_when_the_network_gets_slow
     s = sensitivity(job, [zero3, tp])
     worse = [c for c in found.values() if c.direction == ("higher" if c.input == "host overhead" else "lower")]
     assert s is not None and s["most_sensitive"]["lead_of_first"] == min(c.lead for c in worse)
+
+
+def test_compare_calls_a_pair_alike_by_the_same_overlap_rule():
+    """``compare``'s "within the model's error band" is the plan's tie: intervals overlapping by more than half."""
+    from asap.compare import verdict
+    from asap.cost.estimate import estimate_spelled as estimate
+
+    job = Job.resolve(load_model("llama3-70b"), load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192))
+    a = estimate(job, "tp=8,pp=2")
+    seen = set()
+    for s in ("tp=8,pp=2,recompute=selective", "tp=8,pp=2,recompute=full", "tp=8,pp=4", "cp=4,zero=3"):
+        b = estimate(job, s)
+        assert a.fits and b.fits, s
+        alike = overlap_fraction(a.step_time_range_s, b.step_time_range_s) > TIE_OVERLAP
+        assert ("within the model's error band" in verdict(a, b, "A", "B")) == alike, s
+        seen.add(alike)
+    assert seen == {True, False}  # both answers met
