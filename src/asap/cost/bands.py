@@ -9,7 +9,7 @@ so signed residual quantiles [e_lo, e_hi] give the interval
     [p / (1 + e_hi), p / (1 + e_lo)]                         (asymmetric where the residuals are)
 
 **Comparable runs** (``comparable_residuals``): the shipped runs of the same accelerator family and stack when
-there are at least ``MIN_GROUP`` of them, else the family's runs when it has that many, else every run.
+there are at least ``MIN_GROUP`` (15) of them, else the family's runs when it has that many, else every run.
 
 **The quantiles** are split-conformal order statistics at ``COVERAGE`` = 0.8: of n sorted residuals, the
 floor(0.1 (n + 1))-th smallest and the ceil(0.9 (n + 1))-th (clamped to the first and the last), so a new run
@@ -49,7 +49,7 @@ from importlib import resources
 from typing import Sequence
 
 COVERAGE = 0.8  # the documented probability that a run's true step lies in step_time_range_s
-MIN_GROUP = 8  # fewer comparable runs than this: the next wider group (family, then every run)
+MIN_GROUP = 15  # fewer comparable runs: the next wider group (8 covered 66% by leave-one-source-out, 15 80%)
 LEARNED_PRIOR_RUNS = 4  # the shipped residuals weigh as this many of the user's own runs
 Z_HIGH = 1.2816  # the standard normal's 0.9 quantile: an 80% central interval is +-1.2816 sigma
 TIE_OVERLAP = 0.5  # two intervals overlapping by more than this fraction of the narrower are a tie
