@@ -23,6 +23,7 @@ import sys
 import time
 
 from asap.search.planner import plan, plan_headroom
+from asap.search.sensitivity import sensitivity
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.job import Job
@@ -35,12 +36,18 @@ JOBS = [
 TARGET_S = 1.0
 
 
-def series(job: Job, repeat: int) -> tuple[list[float], object]:
+def series(job: Job, repeat: int, sens: list[float] | None = None) -> tuple[list[float], object]:
+    """``repeat`` plans' wall times; with ``sens``, also each plan's sensitivity (``asap plan`` computes it after
+    the search: the top rows repriced under each input changed), its seconds appended to ``sens``."""
     times, r = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
         r = plan(job, top=5)
         times.append(time.perf_counter() - t0)
+        if sens is not None:
+            t1 = time.perf_counter()
+            sensitivity(job, r.candidates)
+            sens.append(time.perf_counter() - t1)
     return times, r
 
 
@@ -57,10 +64,12 @@ def main() -> None:
         job = plan_headroom(Job.resolve(load_model(model), load_cluster(acc, nodes=nodes), TrainSpec(gb, seq)))
         plan(job, top=5)  # warm-up: the per-process caches
         load = os.getloadavg()[0]
-        quiet, r = series(job, args.repeat)
+        sens: list[float] = []
+        quiet, r = series(job, args.repeat, sens)
         best = r.candidates[0]
         line = (f"{title}: {r.searched:,} configurations ({r.fitting:,} fit); quiet (load {load:.1f}) median "
-                f"{statistics.median(quiet):.2f} s (min {min(quiet):.2f}, max {max(quiet):.2f})")
+                f"{statistics.median(quiet):.2f} s (min {min(quiet):.2f}, max {max(quiet):.2f}), then the "
+                f"sensitivity (asap plan's top rows repriced) median {statistics.median(sens):.3f} s")
         if not args.no_hog:
             procs = hogs(os.cpu_count() or 2)
             try:

@@ -77,6 +77,9 @@ def plan(
 
         result = run_plan(job, fixed=fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit)
+    from asap.search.sensitivity import sensitivity
+
+    result.sensitivity = sensitivity(job, result.candidates)
     emitted = emit_best(emit, job, result.candidates) if emit is not None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
     args = options.args()
@@ -104,9 +107,10 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
 
     shape = "the fastest of each tp, pp, cp, ep shape (--all: every row)" if result.distinct else "every row"
     table = Table(title=f"fastest configurations: {shape}", title_justify="left", caption_justify="left",
-                  caption="asap estimate ... -S '<strategy>' gives each row (the job's options as here). ≈: its "
-                          "margin over the best is within the model's error on the terms in which they differ "
-                          "(tie_with_best), a tie the model cannot break: measure to decide. GiB: peak reserved per "
+                  caption="asap estimate ... -S '<strategy>' gives each row (the job's options as here). likely range: "
+                          "the 80% prediction interval. ≈: its interval overlaps the best's by more than half of "
+                          "the narrower (tie_with_best), a tie the model cannot break: measure to decide. GiB: peak "
+                          "reserved per "
                           f"device, at most {result.memory_limit_gb:.1f} GiB: the device's "
                           f"{result.device_memory_gb:.1f} less {result.headroom_gb:.1f} GiB of headroom "
                           "(--memory-margin; by default 8% for allocator fragmentation and NCCL buffers, 0: the "
@@ -242,6 +246,10 @@ def _print_plan(job, result, limits: list[str], args: str, include_oom: bool, bu
     if result.candidates:
         best = compact_of(result.candidates[0], job)
         out_console.print(f"reproduce #1: asap estimate {args} -S {quote(best)}", highlight=False, soft_wrap=True)
+    if result.sensitivity is not None:
+        out_console.print(f"sensitivity: {result.sensitivity['summary']} (each input {result.sensitivity['factor']:g}x "
+                          f"worse in turn, the top {result.sensitivity['candidates']} repriced)",
+                          highlight=False, soft_wrap=True)
     if len(result.pareto) > 1:
         out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
     for mesh in result.meshes:
