@@ -100,3 +100,18 @@ def test_runs_unlike_the_job_weigh_less():
     elsewhere = run_sigma(replace(job, cluster=load_cluster("dgx-h100-1node")), job)
     assert same < elsewhere and same < bigger
     assert set(LEARN_TERMS) <= set(TERMS)
+
+
+def test_learned_runs_narrow_the_prediction_interval():
+    """The corrected job carries the runs' count and spread; its estimate's 80% interval narrows toward them
+    (``asap.cost.bands.shrink_to_learned``), while the same job without runs keeps the held-out interval."""
+    job = _job(load_cluster("dgx-h100-1node"))
+    runs = [_run(job, {"tp": t, "mbs": 1, "recompute": "none"}, slower=1.1 + 0.01 * t, rid=t) for t in (1, 2, 4)]
+    learned = fit(runs, LEARN_TERMS)
+    corrected = learned.apply_job(job)
+    assert corrected.learned_runs == 3 and corrected.learned_spread is not None
+    s = runs[0].strategy
+    width = {name: (lambda e: (e.step_time_range_s[1] - e.step_time_range_s[0]) / e.step_time_s)(estimate(j, s))
+             for name, j in (("catalog", job), ("learned", corrected))}
+    assert width["learned"] < width["catalog"]
+    assert corrected.with_train(job.train).learned_runs == 3  # kept when the training spec is swapped

@@ -502,7 +502,8 @@ def estimate_from_batch(job: Job, S: StrategyBatch, be: BatchEstimate, i: int) -
     peak = mfu_peak_flops(cluster.accelerator)
     own = cluster.accelerator.peak_flops(train.precision)  # fp32 without a figure of its own: half of bf16
     exposed = {k: float(v[i]) for k, v in be.exposed_s.items()}
-    band = error_quantiles(cluster.accelerator.family, job.framework.name, train.precision)
+    band = error_quantiles(cluster.accelerator.family, job.framework.name, train.precision,
+                           learned_runs=job.learned_runs, learned_spread=job.learned_spread)
     alternatives = {}
     saving = float(np.broadcast_to(be.ep_split_saving_s, be.step_time_s.shape)[i])
     if saving > 0:

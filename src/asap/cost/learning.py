@@ -154,7 +154,11 @@ class Learned:
         return corrected_cluster(cluster, self.factors)
 
     def apply_job(self, job: Job) -> Job:
-        return job if not self.corrections() else replace(job, cluster=self.apply(job.cluster))
+        """The job on its corrected cluster, carrying the runs' count and spread for its prediction interval."""
+        if not self.learned_from:
+            return job
+        cluster = self.apply(job.cluster) if self.corrections() else job.cluster
+        return replace(job, cluster=cluster, learned_runs=len(self.learned_from), learned_spread=self.residual_spread)
 
 
 def corrected_cluster(cluster: Cluster, factors: Mapping[str, float]) -> Cluster:
