@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli.root import app
+from asap.cli.choices import EXECUTORS, LAUNCHERS, choice
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, err_console, job_options, out_console, print_json,
                              strategy_column, widest_token)
 from asap.cli.format import seconds
@@ -296,14 +297,15 @@ def _numerics_check(ex, m, t):
     return NumericsCheck(m, t.global_batch, t.seq_len, ex.precision, device=ex.device, timeout_s=ex.timeout_s)
 
 
-ExecutorOpt = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax (asap's "
-                                                     "reference trainers), torchtitan, deepspeed or maxtext (the "
-                                                     "stack on its emitted config), or command (--launch TEMPLATE).")
+ExecutorOpt = choice("sim", "--executor", values=EXECUTORS, what="executor",
+                     help="sim (the cost model of --sim-machine), torch or jax (asap's reference trainers), "
+                          "torchtitan, deepspeed or maxtext (the stack on its emitted config), or command "
+                          "(--launch TEMPLATE).")
 LaunchOpt = typer.Option(None, "--launch", help="With --executor command: the stack's command line, with "
                                                 "placeholders ({tp}, {config}, {emitted_args}, {trial_dir}, ...: "
                                                 "docs/tune.md).")
-LauncherOpt = typer.Option("local", "--launcher", help="With --launch: local, torchrun or srun (the prefix put "
-                                                       "before the template).")
+LauncherOpt = choice("local", "--launcher", values=LAUNCHERS, what="launcher",
+                     help="With --launch: the prefix put before the template.")
 VarOpt = typer.Option(None, "--var", help="KEY=VALUE for a {KEY} placeholder (repeatable).")
 StepRegexOpt = typer.Option(None, "--step-time-regex", help="With --launch and no --framework: a regex around the "
                                                             "step time; --step-time-scale converts it to seconds.")

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.console import Console
 
+from asap.cli.choices import FRAMEWORK_ALIASES, FRAMEWORKS, PRECISIONS, choice
+
 if TYPE_CHECKING:
     from asap.spec.job import Job
 
@@ -67,12 +69,14 @@ NodesOpt = typer.Option(None, "--nodes", help="Override the cluster's node count
 DevicesOpt = typer.Option(None, "--devices", help="Override the cluster's device count.")
 BatchOpt = typer.Option(..., "--global-batch", "-b", help="Global batch in sequences.")
 SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
-PrecisionOpt = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp32")
+PrecisionOpt = choice("bf16", "--precision", values=PRECISIONS, what="precision",
+                      help="The training precision (fp8, nvfp4 and mxfp4: the GEMMs quantised, the rest of the step in "
+                           "bf16; nvfp4 and mxfp4 need an accelerator with an fp4 peak).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
-FrameworkOpt = typer.Option(None, "--framework",
-                            help="megatron | deepspeed | torchtitan | maxtext | mindspore (| asap, the reference "
-                                 "trainer): the stack whose semantics the cost model follows (default by accelerator "
-                                 "family: GPU megatron, TPU maxtext, Ascend mindspore, CPU asap).")
+FrameworkOpt = choice(None, "--framework", values=FRAMEWORKS, aliases=FRAMEWORK_ALIASES, what="framework",
+                      help="The stack whose semantics the cost model follows (default by accelerator family: GPU "
+                           "megatron, TPU maxtext, Ascend mindspore, CPU asap, the reference trainer; megatron-bridge "
+                           "runs Megatron-Core and is priced as megatron).")
 LengthsOpt = typer.Option(None, "--lengths", help="A JSON file of packed samples (lists of document lengths) or "
                                                   "document lengths: price the attention work they leave on the "
                                                   "slowest data-parallel rank (see asap balance).")

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from asap.cli.root import app
+from asap.cli.choices import FORMATS, FRAMEWORK_ALIASES, FRAMEWORKS, choice
 from asap.cli.common import JOB, OPTIONS, JobOptions, JsonOpt, job_options, print_json
 
 
@@ -28,23 +29,24 @@ def emit_strategy(fmt: str, job, strategy) -> str:
 @app.command("emit")
 @job_options
 def emit_command(
-    fmt: str = typer.Option(..., "--format", "-f", help="megatron | torchtitan | maxtext | mindformers | deepspeed"),
+    fmt: str = choice(..., "--format", "-f", values=FORMATS, what="format",
+                      help="The stack whose own option names the config is written in."),
     model=JOB,
     cluster=JOB,
     global_batch=JOB,
     seq_len=JOB,
     strategy: str = typer.Option("", "--strategy", "-S", help="'tp8 pp2 rc:sel' or key=value,... (completed as asap estimate does)"),
     precision=JOB,
-    framework: Optional[str] = typer.Option(None, "--framework",
-                                            help="The stack whose defaults complete the strategy (default: the "
-                                                 "format's own; mindformers -> mindspore)."),
+    framework: Optional[str] = choice(None, "--framework", values=FRAMEWORKS, aliases=FRAMEWORK_ALIASES,
+                                      what="framework", help="The stack whose defaults complete the strategy "
+                                                             "(default: the format's own; mindformers -> mindspore)."),
     nodes=JOB,
     devices=JOB,
     json_out: bool = JsonOpt,
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
-    """Write a strategy in a framework's own option names: Megatron-LM arguments, torchtitan TOML, MaxText YAML,
-    MindFormers YAML or DeepSpeed JSON."""
+    """Write a strategy in a framework's own option names: Megatron-LM arguments, a Megatron-Bridge
+    ConfigContainer YAML, torchtitan TOML, MaxText YAML, MindFormers YAML or DeepSpeed JSON."""
     from asap.emit import check_format
 
     from dataclasses import replace

@@ -11,6 +11,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
+from asap.cli.choices import FORMATS, choice
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
                              out_console, print_json, strategy_column)
 from asap.errors import AsapError
@@ -50,8 +51,8 @@ def plan(
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
     memory_margin=JOB,
-    emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
-                                                             "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
+    emit: Optional[str] = choice(None, "--emit", values=FORMATS, what="format",
+                                 help="Also write the best plan as this stack's launch config (asap emit)."),
     json_out: bool = JsonOpt,
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):

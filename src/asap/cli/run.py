@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from asap.cli.root import app
+from asap.cli.choices import BACKENDS, DEVICE_REQUESTS, RUN_PRECISIONS, choice
 from asap.cli.common import print_json
 from asap.errors import AsapError
 
@@ -25,12 +26,15 @@ def run_command(
     global_batch: int = typer.Option(..., "--global-batch", "-b", help="Sequences per step."),
     seq_len: int = typer.Option(..., "--seq-len", "-s", help="Tokens per sequence."),
     steps: int = typer.Option(5, "--steps", help="Training steps (the first is warm-up when there are several)."),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 or bf16 (default: fp32 on CPU, bf16 on CUDA)."),
+    precision: Optional[str] = choice(None, "--precision", values=RUN_PRECISIONS, what="precision",
+                                     help="The run's precision (default: fp32 on CPU, bf16 on CUDA)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Write a PyTorch profiler trace per rank into DIR "
                                                                 "(jax: a perfetto trace and an XProf .xplane.pb)."),
-    backend: str = typer.Option("torch", "--backend", help="torch (torchrun, the reference trainer) or jax (one "
-                                                         "process, GSPMD on a named device mesh)."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when there are GPUs), cpu or cuda."),
+    backend: str = choice("torch", "--backend", values=BACKENDS, what="backend",
+                                help="torch (torchrun, the reference trainer) or jax (one process, GSPMD on a named "
+                                     "device mesh)."),
+    device: str = choice("auto", "--device", values=DEVICE_REQUESTS, what="device",
+                               help="auto: CUDA when there are GPUs."),
     data: Optional[str] = typer.Option(None, "--data", help="A text file (one byte per token) instead of the seeded synthetic stream."),
     lengths: Optional[str] = typer.Option(None, "--lengths", help="Packed samples (a JSON list of document-length "
                                                                    "lists, or document lengths to pack): "
@@ -60,7 +64,9 @@ def run_command(
         raise AsapError("steps", f"must be >= 1, got {steps}")
     if timeout is not None and timeout <= 0:
         raise AsapError("timeout", f"must be positive, got {timeout}")
-    if backend not in ("torch", "jax"):
+    from asap.runners.common import BACKENDS
+
+    if backend not in BACKENDS:
         raise AsapError("backend", f"must be torch or jax, got {backend!r}")
     spec = load_model(model)
     train = TrainSpec(global_batch, seq_len, precision or "fp32")

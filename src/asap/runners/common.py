@@ -18,6 +18,8 @@ from asap.spec.words import FailureKind
 from asap.subprocs import wait_or_kill
 
 RUN_PRECISIONS = ("fp32", "bf16")
+BACKENDS = ("torch", "jax")  # asap run --backend: the reference trainer on torchrun, or JAX meshes
+DEVICE_REQUESTS = ("auto", "cpu", "cuda")  # auto: CUDA when there are GPUs
 
 
 def failure_kind(text: str) -> FailureKind:
