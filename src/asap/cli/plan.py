@@ -81,7 +81,7 @@ def plan(
         result = run_plan(job, fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
                           time_limit_s=time_limit, ilp_work_limit_nodes=ilp_work_limit)
-    emitted = _emit_best(emit, job, result) if emit is not None else None
+    emitted = _emit_best(emit, job, result, budget) if emit is not None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
     args = options.args()
     if json_out:
@@ -99,21 +99,21 @@ def plan(
     _print_plan(job, result, limits, args, include_oom, budget, price)
 
 
-def _emit_best(fmt: str, job, result) -> dict:
+def _emit_best(fmt: str, job, result, tokens: Optional[float] = None) -> dict:
     """The best candidate the format can express, in its own options (``asap emit``), planned with the stack
     the format is; the faster candidates it cannot express are listed with the reason."""
-    from asap.cli.emit import emit_strategy
+    from asap.cli.emit import emitted_job
 
     if not result.candidates:
         raise AsapError("emit", "no fitting candidate to emit")
     skipped = []
     for e in result.candidates:
         try:
-            text = emit_strategy(fmt, job, e.strategy)
+            emitted = emitted_job(fmt, job, e.strategy, tokens)
         except AsapError as err:
             skipped.append({"strategy_string": str(e.strategy), "reason": str(err)})
             continue
-        return {"format": fmt, "text": text, "strategy_string": str(e.strategy), "skipped": skipped}
+        return {**emitted, "strategy_string": str(e.strategy), "skipped": skipped}
     raise AsapError("emit", f"none of the {len(result.candidates)} best candidates can be written as {fmt}: "
                             f"{skipped[0]['reason']}")
 
