@@ -42,7 +42,9 @@ def align_command(
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise AsapError("align", "real runs need PyTorch (pip install torch)") from None
+        from asap.runners.common import TORCH_CPU_INSTALL
+
+        raise AsapError("align", f"real runs need PyTorch: {TORCH_CPU_INSTALL}") from None
     spec = load_model(model)
     try:
         result = align(spec, strategy_a, strategy_b, precision_a=precision_a, precision_b=precision_b,

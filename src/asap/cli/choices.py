@@ -48,5 +48,10 @@ def choice(default: Any, *decls: str, values: tuple[str, ...], help: str, what: 
     lists them; anything else is a usage error naming the option and the choices."""
     aliases = aliases or {}
     shown = listed(values + tuple(aliases))
+    every = values + tuple(aliases)
+
+    def complete(incomplete: str) -> list[str]:  # shell completion (asap --install-completion) of the value
+        return [v for v in every if v.startswith(incomplete)]
+
     return typer.Option(default, *decls, help=f"{help} Choices: {shown}.", metavar=what.upper().replace(" ", "-"),
-                        callback=_check(what, values, aliases), **kw)
+                        callback=_check(what, values, aliases), autocompletion=complete, **kw)

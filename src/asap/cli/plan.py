@@ -200,11 +200,12 @@ def pareto_table(result, devices: int, moe: bool, framework=None) -> Table:
 def stage_split_line(i: int, e, split: dict) -> str:
     layers = "/".join(str(x) for x in split["layers_per_stage"])
     if split.get("adopted"):
-        return (f"#{i}: layers placed by the stage ILP ({split['solver']}), {layers}: "
+        return (f"#{i}: layers placed by the layer-split search ({split['solver']}), {layers}: "
                 f"{split['default_split_step_time_s']:.3f} s with the default split")
     if "adopted" in split:
-        return f"#{i}: the stage ILP's split {layers} is not faster than the default split under the estimate; kept"
-    return f"#{i}: the stage ILP keeps the default split ({split['solver']})"
+        return (f"#{i}: the layer-split search's split {layers} is not faster than the default split under the "
+                "estimate; kept")
+    return f"#{i}: the layer-split search keeps the default split ({split['solver']})"
 
 
 def plan_limits(result, devices: int, global_batch: int, fixed: dict, top: int, include_oom: bool) -> list[str]:

@@ -81,7 +81,9 @@ def run_command(
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise AsapError("run", "real runs need PyTorch (pip install torch)") from None
+        from asap.runners.common import TORCH_CPU_INSTALL
+
+        raise AsapError("run", f"real runs need PyTorch: {TORCH_CPU_INSTALL}") from None
     dev = detect_device(device, s.devices)
     prec = precision or ("bf16" if dev == "cuda" else "fp32")
     train = TrainSpec(global_batch, seq_len, prec)
