@@ -11,7 +11,7 @@ from asap.spec.remat import TENSORS
 
 
 def job():
-    return JobOptions("llama3-8b", "tpu-v5p-256", 256, 8192, "bf16").load()
+    return JobOptions("llama3-8b", "v5p-512", 256, 8192, "bf16").load()
 
 
 @pytest.mark.parametrize("policy", ["minimal", "save_qkv_proj", "save_dot_except_mlp", "save_out_proj",

@@ -67,6 +67,9 @@ ModelOpt = typer.Option(..., "--model", "-m", help="Preset name, native model fi
 ClusterOpt = typer.Option(..., "--cluster", "-c", help="Cluster preset, accelerator name, or cluster file.")
 NodesOpt = typer.Option(None, "--nodes", help="Override the cluster's node count.")
 DevicesOpt = typer.Option(None, "--devices", help="Override the cluster's device count.")
+SlicesOpt = typer.Option(None, "--slices", help="This many copies of the cluster (after --nodes/--devices) joined by "
+                                                "the scale-out network, each its own scale-up domain: TPU multislice "
+                                                "(v5p-512 --slices 4: four 256-chip slices over DCN), or racks.")
 BatchOpt = typer.Option(..., "--global-batch", "-b", help="Global batch in sequences.")
 SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
 PrecisionOpt = choice("bf16", "--precision", values=PRECISIONS, what="precision",
@@ -112,6 +115,7 @@ class JobOptions:
     lengths: Optional[str] = None
     fused_kernels: Optional[bool] = None
     memory_margin: Optional[float] = None  # None: the command's default (plan: the headroom; else 0)
+    slices: Optional[int] = None
 
     def load(self) -> "Job":
         """The job with every option applied, ``--lengths`` included (``load_lengths``)."""
@@ -133,7 +137,7 @@ class JobOptions:
         from asap.spec.train import LOW_PRECISIONS, TrainSpec
 
         m = load_model(self.model)
-        c = load_cluster(self.cluster, nodes=self.nodes, devices=self.devices)
+        c = load_cluster(self.cluster, nodes=self.nodes, devices=self.devices, slices=self.slices)
         t = TrainSpec(self.global_batch, self.seq_len, self.precision, self.framework, self.moe_imbalance,
                       fused_elementwise=self.fused_kernels, memory_margin_gb=self.memory_margin or 0.0)
         c.accelerator.peak_flops("bf16" if self.precision in LOW_PRECISIONS else self.precision)
@@ -149,6 +153,7 @@ class JobOptions:
         parts = ["-m", quote(self.model), "-c", quote(self.cluster)]
         parts += ["--nodes", str(self.nodes)] if self.nodes is not None else []
         parts += ["--devices", str(self.devices)] if self.devices is not None else []
+        parts += ["--slices", str(self.slices)] if self.slices is not None else []
         parts += ["-b", str(self.global_batch), "-s", str(self.seq_len)]
         parts += ["--precision", quote(self.precision)] if self.precision != "bf16" else []
         parts += ["--framework", quote(self.framework)] if self.framework else []
@@ -164,7 +169,8 @@ JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
     "precision": (str, PrecisionOpt), "framework": (Optional[str], FrameworkOpt),
     "moe_imbalance": (float, MoEImbalanceOpt), "nodes": (Optional[int], NodesOpt),
     "devices": (Optional[int], DevicesOpt), "lengths": (Optional[str], LengthsOpt),
-    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (Optional[float], MemoryMarginOpt)}
+    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (Optional[float], MemoryMarginOpt),
+    "slices": (Optional[int], SlicesOpt)}
 assert set(JOB_OPTIONS) == {f.name for f in fields(JobOptions)}
 
 

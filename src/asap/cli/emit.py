@@ -71,6 +71,7 @@ def emit_command(
                                                              "(default: the format's own; mindformers -> mindspore)."),
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     tokens: Optional[str] = typer.Option(None, "--tokens", help="A training budget in tokens (2T, 300B, 2e12): the "
                                                                 "run's steps, its learning-rate warmup and decay and "
                                                                 "its checkpoint interval follow from it."),

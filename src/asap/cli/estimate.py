@@ -36,6 +36,7 @@ def estimate(
     moe_imbalance=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     lengths=JOB,
     fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,

@@ -46,6 +46,7 @@ def plan(
     moe_imbalance=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     lengths=JOB,
     fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
