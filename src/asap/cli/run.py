@@ -54,20 +54,15 @@ def run_command(
     """Train MODEL for a few steps under STRATEGY on torch.distributed and report what was measured."""
     from asap.spec.loader import load_model
     from asap.spec.train import TrainSpec
-    from asap.runners.torch.launch import (RUN_PRECISIONS, RunConfig, check_devices_per_node, check_inputs,
-                                   check_supported, detect_device, resolve_run_strategy)
+    from asap.runners.torch.launch import (RunConfig, check_devices_per_node, check_inputs, check_supported,
+                                           detect_device, resolve_run_strategy)
     from asap.runners.torch.launch import run as run_training
 
-    if precision is not None and precision not in RUN_PRECISIONS:
-        raise AsapError("precision", f"must be fp32 or bf16, got {precision!r}")
+    # --precision, --backend and --device are checked by their options (asap.cli.choices)
     if steps < 1:
         raise AsapError("steps", f"must be >= 1, got {steps}")
     if timeout is not None and timeout <= 0:
         raise AsapError("timeout", f"must be positive, got {timeout}")
-    from asap.runners.common import BACKENDS
-
-    if backend not in BACKENDS:
-        raise AsapError("backend", f"must be torch or jax, got {backend!r}")
     spec = load_model(model)
     train = TrainSpec(global_batch, seq_len, precision or "fp32")
     s = resolve_run_strategy(strategy, spec, train, layer_split=layer_split)
@@ -78,12 +73,7 @@ def run_command(
                                       "two-level collectives)")
         _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, json_out)
         return
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        from asap.runners.common import TORCH_CPU_INSTALL
-
-        raise AsapError("run", f"real runs need PyTorch: {TORCH_CPU_INSTALL}") from None
+    need_torch("run")
     dev = detect_device(device, s.devices)
     prec = precision or ("bf16" if dev == "cuda" else "fp32")
     train = TrainSpec(global_batch, seq_len, prec)
@@ -155,3 +145,13 @@ def _documents(path: Optional[str], seq_len: int):
 
     samples, _ = parse_samples(read_lengths(path), seq_len)
     return samples
+
+
+def need_torch(command: str) -> None:
+    """A real run's first check: PyTorch imports, else one line naming the install that works (its CPU build)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from asap.runners.common import TORCH_CPU_INSTALL
+
+        raise AsapError(command, f"real runs need PyTorch: {TORCH_CPU_INSTALL}") from None
