@@ -65,7 +65,8 @@ FILE_MARKERS = {
              "test_compare_budget", "test_diagnose_labels", "test_memory_store", "test_trace_streaming",
              "test_diagnose_hta", "test_balance", "test_fused_kernels", "test_tune_explain", "test_tune_stacks",
              "test_tune_maxtext", "test_proposals_expert", "test_next_commands", "test_compact_tables",
-             "test_report_layout", "test_tune_noise", "test_diagnose_fsdp", "test_llm_local", "test_quickstart"),
+             "test_report_layout", "test_tune_noise", "test_diagnose_fsdp", "test_llm_local", "test_quickstart",
+             "test_read"),
 }
 
 

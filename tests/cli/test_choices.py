@@ -12,6 +12,7 @@ from asap.cli import _register_commands, app, main
 def code_values() -> dict[str, tuple[str, ...]]:
     """Each kind of choice as the code that acts on it spells it."""
     from asap.emit import FORMATS
+    from asap.emit.read import READ_FORMATS
     from asap.execute.factory import ExecutorKind
     from asap.execute.launch import Launcher
     from asap.runners.common import BACKENDS, DEVICE_REQUESTS, RUN_PRECISIONS
@@ -20,7 +21,7 @@ def code_values() -> dict[str, tuple[str, ...]]:
     from asap.spec.train import PRECISIONS
 
     return {"precision": tuple(PRECISIONS), "run-precision": tuple(RUN_PRECISIONS),
-            "framework": tuple(FRAMEWORK_NAMES) + ("megatron-bridge",), "format": tuple(FORMATS),
+            "framework": tuple(FRAMEWORK_NAMES) + ("megatron-bridge",), "format": tuple(FORMATS), "read-format": tuple(READ_FORMATS),
             "executor": tuple(e.value for e in ExecutorKind), "launcher": tuple(x.value for x in Launcher),
             "backend": tuple(BACKENDS), "device": tuple(DEVICE_REQUESTS), "schedule": tuple(SCHEDULES)}
 
@@ -31,7 +32,7 @@ ENUM_OPTIONS = {
                                                      "balance", "diagnose")},
     **{(cmd, "--framework"): "framework" for cmd in ("estimate", "plan", "compare", "propose", "tune", "emit",
                                                      "validate")},
-    ("emit", "--format"): "format", ("plan", "--emit"): "format", ("tune", "--executor"): "executor",
+    ("emit", "--format"): "format", ("plan", "--emit"): "format", ("read", "--format"): "read-format", ("tune", "--executor"): "executor",
     ("tune", "--launcher"): "launcher", ("run", "--backend"): "backend", ("run", "--precision"): "run-precision",
     ("run", "--device"): "device", ("align", "--device"): "device", ("calibrate", "--device"): "device",
     ("align", "--a-precision"): "run-precision", ("align", "--b-precision"): "run-precision",

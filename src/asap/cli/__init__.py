@@ -43,7 +43,7 @@ def _register_commands() -> None:
     from asap.cli import estimate as _estimate  # noqa: F401
 
     for optional in ("diagnose", "run", "plan", "compare", "schedule", "calibrate", "memory", "agents", "balance",
-                     "emit", "align"):
+                     "emit", "align", "read"):
         try:
             __import__(f"asap.cli.{optional}")
         except ModuleNotFoundError as e:

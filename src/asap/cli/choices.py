@@ -19,6 +19,7 @@ FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "maxtext", "mindspore", "as
 # spelled as the stack a user runs; priced as the one whose semantics it has (Megatron-Bridge runs Megatron-Core)
 FRAMEWORK_ALIASES = {"megatron-bridge": "megatron"}
 FORMATS = ("megatron", "torchtitan", "maxtext", "mindformers", "deepspeed", "megatron-bridge")  # asap.emit.FORMATS
+READ_FORMATS = ("megatron", "megatron-bridge", "torchtitan", "maxtext", "deepspeed", "mindformers")  # emit.read
 EXECUTORS = ("sim", "torch", "jax", "command", "torchtitan", "deepspeed", "maxtext")  # execute.factory.ExecutorKind
 LAUNCHERS = ("local", "torchrun", "srun")  # asap.execute.launch.Launcher
 BACKENDS = ("torch", "jax")  # asap run --backend
