@@ -37,15 +37,18 @@ def test_config_json_without_model_type(tmp_path):
 def test_shell_completion():
     """Typer's completion: --show-completion prints the script; the script's protocol completes commands and an
     option's choices."""
-    shown = run_cli("--show-completion", "bash")
-    assert shown.returncode == 0 and "complete -o default -F _asap_completion asap" in shown.stdout
+    import os
+
+    def asap(*args, **env):
+        return subprocess.run([sys.executable, "-c", "from asap.cli import main; main()", *args], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, **env})
+
+    # the shell named, not detected from the parent process (a test's parent is Python, not a shell)
+    shown = asap("--show-completion", "bash", _TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION="1")
+    assert shown.returncode == 0 and "complete -o default -F _asap_completion asap" in shown.stdout, shown.stderr
 
     def complete(words, cword):
-        env = {"_ASAP_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
-        import os
-
-        return subprocess.run([sys.executable, "-c", "from asap.cli import main; main()"], capture_output=True,
-                              text=True, timeout=120, env={**os.environ, **env}).stdout.split()
+        return asap(_ASAP_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=str(cword)).stdout.split()
 
     assert complete("asap es", 1) == ["estimate"]
     assert complete("asap tune --executor torcht", 3) == ["torchtitan"]
