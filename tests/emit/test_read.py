@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from asap.cli.common import JobOptions
-from asap.cli.emit import emit_strategy
+from asap.search.advice import emit_strategy
 from asap.emit import FRAMEWORK_OF
 from asap.emit.read import READ_FORMATS, read_job
 from asap.errors import AsapError
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.presets import MODEL_PRESETS
+from asap.spec.job import Job
 from conftest import assert_one_line_error
 
 DATA = Path(__file__).parents[1] / "data" / "stack_configs"
@@ -46,7 +46,7 @@ STRATEGIES = {
 def job_for(fmt: str, model, strategy: str):
     from asap.cost.estimate import estimate_spelled
 
-    job = JobOptions(model, CLUSTER[fmt], 512, 4096, "bf16", devices=64).load()
+    job = Job.from_names(model, CLUSTER[fmt], 512, 4096, "bf16", devices=64)
     job = job.with_train(replace(job.train, framework=FRAMEWORK_OF[fmt]))
     try:
         s = estimate_spelled(job, strategy).strategy
@@ -312,7 +312,7 @@ def test_deepspeed_takes_the_offload_emit_now_writes():
     pytest.importorskip("deepspeed")
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    j = JobOptions("llama3-8b", "dgx-h100-1node", 16, 4096, "bf16").load()
+    j = Job.from_names("llama3-8b", "dgx-h100-1node", 16, 4096, "bf16")
     j = j.with_train(replace(j.train, framework="deepspeed"))
     text = emit_strategy("deepspeed", j, "tp=2,pp=4,mbs=2,zero=1,recompute=full,offload_opt=1")
     cfg = DeepSpeedConfig(json.loads(text))  # dp=1: DeepSpeedConfig takes a world size of 1 without a process group

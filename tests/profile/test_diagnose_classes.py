@@ -13,19 +13,9 @@ import pytest
 pytest.importorskip("torch")
 
 from asap.profile.diagnose import diagnose  # noqa: E402
+from conftest import MEMORY_BOUND_CPU_JOB  # noqa: E402
 
-JOB = r'''
-import sys, torch
-from torch.profiler import ProfilerActivity, profile, schedule
-torch.set_num_threads(1)
-a, b, bias = torch.randn(2048, 6), torch.randn(6, 2048), torch.randn(2048, 2048)
-with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=schedule(wait=0, warmup=1, active=2),
-             on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as prof:
-    for _ in range(3):
-        for _ in range(3):
-            y = torch.relu(a @ b + bias) * 0.5
-        prof.step()
-'''
+JOB = MEMORY_BOUND_CPU_JOB  # the workload (tests/conftest.py, shared with tests/cli/test_cli_diagnose_next.py)
 
 
 def test_small_gemms_under_the_ridge_are_memory_bound(tmp_path):
@@ -40,16 +30,3 @@ def test_small_gemms_under_the_ridge_are_memory_bound(tmp_path):
     assert all(o.bound == "memory" for o in d.top_ops if o.intensity is not None)
     assert d.bottleneck == "memory" and d.bottleneck_class == "memory_bandwidth"
     assert d.classes[0].saving_s > 0 and "memory-bound operators" in d.classes[0].figure
-
-
-def test_a_dense_trace_gets_no_moe_advice(tmp_path):
-    """The trace has no all-to-all: diagnose's next moves come from entries that apply to a dense model."""
-    from asap.agents.knowledge import load_knowledge
-    from asap.cli.diagnose import next_steps
-
-    trace = tmp_path / "membound.json"
-    subprocess.run([sys.executable, "-c", JOB, str(trace)], capture_output=True, text=True, timeout=240, check=True)
-    moves = next_steps(diagnose([trace]))["knowledge"]
-    kinds = {e.id: e.model_kinds for e in load_knowledge()}
-    assert moves and all(kinds[m["id"]] == ["any"] or "dense" in kinds[m["id"]] for m in moves)
-    assert "moe-load-imbalance" not in {m["id"] for m in moves}

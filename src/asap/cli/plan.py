@@ -31,14 +31,10 @@ def plan(
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
     all_rows: bool = typer.Option(False, "--all", help="Every ranked row, not only the fastest of each (tp, pp, cp, ep) "
                                                        "shape."),
-    ilp_candidates: int = typer.Option(32, "--ilp-candidates", min=0,
-                                       help="At most this many pipelined rows get the layer-split search, in the "
-                                            "order of the least step a split could give them (0: none)."),
-    ilp_time_limit: Optional[float] = typer.Option(None, "--ilp-time-limit", min=0.05,
-                                                   help="Accepted for compatibility: the layer-split search no "
-                                                        "longer runs HiGHS (it counts moves, not seconds)."),
-    ilp_work_limit: int = typer.Option(500, "--ilp-work-limit", min=1,
-                                       help="Accepted for compatibility (the former HiGHS ILP's node limit)."),
+    split_candidates: int = typer.Option(32, "--split-candidates", "--ilp-candidates", min=0,
+                                         help="At most this many pipelined rows get the layer-split search, in the "
+                                              "order of the least step a split could give them (0: none; "
+                                              "--ilp-candidates is its former name)."),
     time_limit: float = typer.Option(60.0, "--time-limit", help="The whole search's budget (s): past it the plan "
                                                                   "ranks what it priced and says it stopped early."),
     precision=JOB,
@@ -79,9 +75,8 @@ def plan(
         def on_chunk(done: int, total: int) -> None:  # shown only for searches that take more than a chunk
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
-        result = run_plan(job, fixed, top=top, include_oom=include_oom, progress=on_chunk,
-                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
-                          time_limit_s=time_limit, ilp_work_limit_nodes=ilp_work_limit)
+        result = run_plan(job, fixed=fixed, top=top, include_oom=include_oom, progress=on_chunk,
+                          split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit)
     emitted = _emit_best(emit, job, result, budget) if emit is not None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
     args = options.args()

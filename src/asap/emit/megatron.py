@@ -120,11 +120,19 @@ def recompute_args(model, s) -> list[tuple[str, ...]]:
 def precision_args(train) -> list[tuple[str, ...]]:
     """bf16 weights for bf16 and fp8 (Transformer Engine's fp8 GEMMs, E4M3 forward / E5M2 backward, per-tensor
     current scaling: TransformerConfig refuses the default delayed scaling with the layernorm / moe_act
-    recomputation asap's selective recompute is); fp16; fp32 has no flag."""
+    recomputation asap's selective recompute is); fp16; fp32 has no flag. nvfp4: bf16 weights and Transformer
+    Engine's NVFP4BlockScaling recipe on every transformer layer's linear layers (``--fp4-format e2m1
+    --fp4-recipe nvfp4``: TransformerConfig's ``fp4`` / ``fp4_recipe``, megatron-core 0.16 ``fp4_utils.
+    get_fp4_recipe``; ``--first-last-layers-bf16`` stays off, its default, as asap prices every layer in fp4).
+    mxfp4 has no Megatron recipe (``fp4_recipe`` is 'nvfp4' or 'custom'): refused."""
     p = train.precision
-    a: list[tuple[str, ...]] = [("--bf16",)] if p in ("bf16", "fp8") else [("--fp16",)] if p == "fp16" else []
+    if p == "mxfp4":
+        raise refuse("precision", "megatron", "mxfp4 (its fp4 recipe is Transformer Engine's nvfp4)")
+    a: list[tuple[str, ...]] = [("--bf16",)] if p in ("bf16", "fp8", "nvfp4") else [("--fp16",)] if p == "fp16" else []
     if p == "fp8":
         a += [("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise")]
+    if p == "nvfp4":
+        a += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     return a
 
 

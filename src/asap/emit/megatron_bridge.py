@@ -289,8 +289,18 @@ def ddp_section(train, s) -> dict[str, Any]:
 
 
 PLACEHOLDER_ITERS, PLACEHOLDER_WARMUP = 1000, 10  # without a --tokens budget (said in the header)
-MIXED = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed", "fp32": None}
+# Bridge's registered recipes (megatron/bridge/training/mixed_precision.py): bf16_with_nvfp4_mixed sets fp4 "e2m1",
+# fp4_recipe "nvfp4" (Transformer Engine's NVFP4BlockScaling) over bf16; mxfp4 has none (refused)
+MIXED = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed", "fp32": None,
+         "nvfp4": "bf16_with_nvfp4_mixed"}
 CFG = "megatron.bridge.training.config"
+
+
+def mixed_precision(precision: str) -> str | None:
+    """Bridge's recipe name for a precision (``MIXED``); one Bridge has no recipe for is refused."""
+    if precision not in MIXED:
+        raise refuse("precision", "megatron-bridge", f"{precision} (no mixed-precision recipe of its own)")
+    return MIXED[precision]
 
 
 def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> dict[str, Any]:
@@ -312,7 +322,7 @@ def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> d
         "train": {"_target_": f"{CFG}.TrainingConfig", "global_batch_size": train.global_batch,
                   "micro_batch_size": s.mbs, "train_iters": iters},
         "optimizer": {"_target_": "megatron.core.optimizer.OptimizerConfig", "optimizer": "adam", "lr": 3e-4,
-                      "min_lr": 3e-5, "weight_decay": 0.1, "bf16": train.precision in ("bf16", "fp8"),
+                      "min_lr": 3e-5, "weight_decay": 0.1, "bf16": train.precision in ("bf16", "fp8", "nvfp4"),
                       "fp16": train.precision == "fp16", "use_distributed_optimizer": s.zero >= 1,
                       **({"optimizer_cpu_offload": True, "use_precision_aware_optimizer": True} if s.offload_opt
                          else {})},
@@ -329,7 +339,7 @@ def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> d
         "checkpoint": {"_target_": f"{CFG}.CheckpointConfig",
                        "ckpt_format": "fsdp_dtensor" if s.zero >= 2 else "torch_dist",
                        "save_interval": run.checkpoint_interval or PLACEHOLDER_ITERS},
-        "mixed_precision": MIXED[train.precision],
+        "mixed_precision": mixed_precision(train.precision),
     }
 
 

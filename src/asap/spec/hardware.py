@@ -22,6 +22,7 @@ from asap.errors import AsapError
 from asap.spec.calibration_file import validate_measured
 from asap.spec.catalog import CATALOG, MEMORY_VARIANTS, Accelerator, get_accelerator
 from asap.spec.families import EFFICIENCY_KEYS, FAMILIES, ZERO_ALLOWED_KEYS, Family
+from asap.spec.kernel_table import load_kernel_table, packaged_table
 from asap.spec.topology import Topology, topology_of
 
 
@@ -189,7 +190,7 @@ MAX_SCALE_UP_DOMAIN = 1 << 20
 
 
 _CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "scale_up_domain", "hbm_gb", "hbm_gbps",
-                 "intra_node_gbps", "inter_node_gbps", "name", "efficiency", "measured"}
+                 "intra_node_gbps", "inter_node_gbps", "name", "efficiency", "measured", "kernel_table"}
 # A catalog part sold with other memory stacks (``hbm_gb``) may run them at another rate (``hbm_gbps``): Meta's
 # Grand Teton H100s, on which torchtitan's published benchmarks ran, carry 96 GB of HBM2e at 2.4 TB/s against the
 # catalog H100 SXM's 80 GB of HBM3 at 3.35 TB/s (torchtitan docs/performance.md); every memory-bound kernel and
@@ -226,6 +227,10 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
         overrides["hbm_total_gb"] = 0.0
         variant = MEMORY_VARIANTS.get((acc.name, overrides["hbm_gb"]))  # sold with this memory as another part
         acc = get_accelerator(variant) if variant else acc
+    table = load_kernel_table(d["kernel_table"]) if d.get("kernel_table") else packaged_table(acc.name)
+    if table is not None:  # measured kernel rates (asap.spec.kernel_table) before a file's own constants
+        acc = replace(acc, efficiency=efficiency_from_dict(table["efficiency"], acc.family_constants,
+                                                           "cluster.kernel_table.efficiency"))
     if d.get("efficiency") is not None:
         overrides["efficiency"] = efficiency_from_dict(d["efficiency"], acc.family_constants, "cluster.efficiency")
     if overrides:
