@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     try:
-        rv = app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False, prog_name="asap")  # "asap" in usage and completion under python -c too
         if isinstance(rv, int) and rv:
             return _exit(rv)
     except AsapError as e:

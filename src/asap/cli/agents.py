@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli.root import app
+from asap.cli.choices import EXECUTORS, LAUNCHERS, choice
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, err_console, job_options, out_console,
                              print_json, print_learned, with_learned,
                              strategy_column, widest_token)
@@ -66,6 +67,7 @@ def propose(
     lengths=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     memory: Optional[str] = MemoryOpt,
     memory_margin=JOB,
     llm: bool = LlmOpt,
@@ -311,14 +313,15 @@ def _numerics_check(ex, m, t):
     return NumericsCheck(m, t.global_batch, t.seq_len, ex.precision, device=ex.device, timeout_s=ex.timeout_s)
 
 
-ExecutorOpt = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax (asap's "
-                                                     "reference trainers), torchtitan, deepspeed or maxtext (the "
-                                                     "stack on its emitted config), or command (--launch TEMPLATE).")
+ExecutorOpt = choice("sim", "--executor", values=EXECUTORS, what="executor",
+                     help="sim (the cost model of --sim-machine), torch or jax (asap's reference trainers), "
+                          "torchtitan, deepspeed or maxtext (the stack on its emitted config), or command "
+                          "(--launch TEMPLATE).")
 LaunchOpt = typer.Option(None, "--launch", help="With --executor command: the stack's command line, with "
                                                 "placeholders ({tp}, {config}, {emitted_args}, {trial_dir}, ...: "
                                                 "docs/tune.md).")
-LauncherOpt = typer.Option("local", "--launcher", help="With --launch: local, torchrun or srun (the prefix put "
-                                                       "before the template).")
+LauncherOpt = choice("local", "--launcher", values=LAUNCHERS, what="launcher",
+                     help="With --launch: the prefix put before the template.")
 VarOpt = typer.Option(None, "--var", help="KEY=VALUE for a {KEY} placeholder (repeatable).")
 StepRegexOpt = typer.Option(None, "--step-time-regex", help="With --launch and no --framework: a regex around the "
                                                             "step time; --step-time-scale converts it to seconds.")
@@ -360,6 +363,7 @@ def tune(
     framework=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     memory: Optional[str] = TuneMemoryOpt,
     report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML page of the run."),
     write_cluster: Optional[str] = typer.Option(None, "--write-cluster",

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.console import Console
 
+from asap.cli.choices import FRAMEWORK_ALIASES, FRAMEWORKS, PRECISIONS, choice
+
 if TYPE_CHECKING:
     from asap.spec.job import Job
 
@@ -65,14 +67,19 @@ ModelOpt = typer.Option(..., "--model", "-m", help="Preset name, native model fi
 ClusterOpt = typer.Option(..., "--cluster", "-c", help="Cluster preset, accelerator name, or cluster file.")
 NodesOpt = typer.Option(None, "--nodes", help="Override the cluster's node count.")
 DevicesOpt = typer.Option(None, "--devices", help="Override the cluster's device count.")
+SlicesOpt = typer.Option(None, "--slices", help="This many copies of the cluster (after --nodes/--devices) joined by "
+                                                "the scale-out network, each its own scale-up domain: TPU multislice "
+                                                "(v5p-512 --slices 4: four 256-chip slices over DCN), or racks.")
 BatchOpt = typer.Option(..., "--global-batch", "-b", help="Global batch in sequences.")
 SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
-PrecisionOpt = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp32")
+PrecisionOpt = choice("bf16", "--precision", values=PRECISIONS, what="precision",
+                      help="The training precision (fp8, nvfp4 and mxfp4: the GEMMs quantised, the rest of the step in "
+                           "bf16; nvfp4 and mxfp4 need an accelerator with an fp4 peak).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
-FrameworkOpt = typer.Option(None, "--framework",
-                            help="megatron | deepspeed | torchtitan | maxtext | mindspore (| asap, the reference "
-                                 "trainer): the stack whose semantics the cost model follows (default by accelerator "
-                                 "family: GPU megatron, TPU maxtext, Ascend mindspore, CPU asap).")
+FrameworkOpt = choice(None, "--framework", values=FRAMEWORKS, aliases=FRAMEWORK_ALIASES, what="framework",
+                      help="The stack whose semantics the cost model follows (default by accelerator family: GPU "
+                           "megatron, TPU maxtext, Ascend mindspore, CPU asap, the reference trainer; megatron-bridge "
+                           "runs Megatron-Core and is priced as megatron).")
 LengthsOpt = typer.Option(None, "--lengths", help="A JSON file of packed samples (lists of document lengths) or "
                                                   "document lengths: price the attention work they leave on the "
                                                   "slowest data-parallel rank (see asap balance).")
@@ -108,6 +115,7 @@ class JobOptions:
     lengths: Optional[str] = None
     fused_kernels: Optional[bool] = None
     memory_margin: Optional[float] = None  # None: the command's default (plan: the headroom; else 0)
+    slices: Optional[int] = None
 
     def load(self) -> "Job":
         """The job with every option applied, ``--lengths`` included (``load_lengths``)."""
@@ -125,6 +133,19 @@ class JobOptions:
         then the precision's peak on the accelerator."""
         from asap.spec.job import Job
 
+        if self.slices is not None:  # --slices: the cluster of that many copies (asap.spec.hardware.with_slices)
+            from asap.spec.hardware import load_cluster
+            from asap.spec.loader import load_model
+            from asap.spec.train import LOW_PRECISIONS, TrainSpec
+
+            m = load_model(self.model)
+            c = load_cluster(self.cluster, nodes=self.nodes, devices=self.devices, slices=self.slices)
+            t = TrainSpec(self.global_batch, self.seq_len, self.precision, self.framework, self.moe_imbalance,
+                          fused_elementwise=self.fused_kernels, memory_margin_gb=self.memory_margin or 0.0)
+            c.accelerator.peak_flops("bf16" if self.precision in LOW_PRECISIONS else self.precision)
+            if self.precision in LOW_PRECISIONS:
+                c.accelerator.peak_flops(self.precision)
+            return Job.resolve(m, c, t)
         return Job.from_names(self.model, self.cluster, self.global_batch, self.seq_len, self.precision,
                               self.framework, self.moe_imbalance, self.nodes, self.devices, self.fused_kernels,
                               self.memory_margin or 0.0)
@@ -137,6 +158,7 @@ class JobOptions:
         parts = ["-m", quote(self.model), "-c", quote(self.cluster)]
         parts += ["--nodes", str(self.nodes)] if self.nodes is not None else []
         parts += ["--devices", str(self.devices)] if self.devices is not None else []
+        parts += ["--slices", str(self.slices)] if self.slices is not None else []
         parts += ["-b", str(self.global_batch), "-s", str(self.seq_len)]
         parts += ["--precision", quote(self.precision)] if self.precision != "bf16" else []
         parts += ["--framework", quote(self.framework)] if self.framework else []
@@ -152,7 +174,8 @@ JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
     "precision": (str, PrecisionOpt), "framework": (Optional[str], FrameworkOpt),
     "moe_imbalance": (float, MoEImbalanceOpt), "nodes": (Optional[int], NodesOpt),
     "devices": (Optional[int], DevicesOpt), "lengths": (Optional[str], LengthsOpt),
-    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (Optional[float], MemoryMarginOpt)}
+    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (Optional[float], MemoryMarginOpt),
+    "slices": (Optional[int], SlicesOpt)}
 assert set(JOB_OPTIONS) == {f.name for f in fields(JobOptions)}
 
 

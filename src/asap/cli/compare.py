@@ -29,6 +29,7 @@ def compare(
     moe_imbalance=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     lengths=JOB,
     fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,

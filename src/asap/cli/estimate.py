@@ -9,6 +9,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
+from asap.cli.choices import FRAMEWORK_ALIASES, FRAMEWORKS, choice
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, LearnMemoryOpt, PriceOpt, TokensOpt, err_console,
                              job_options, out_console, print_json, print_learned, with_learned)
 from asap.cli.format import (compact_of, does_not_fit_lines, estimate_table, figures_line, headline, lengths_line,
@@ -35,6 +36,7 @@ def estimate(
     moe_imbalance=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     lengths=JOB,
     fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
@@ -140,8 +142,9 @@ def fitting_next(job, pins: dict, options: JobOptions) -> str:
 def validate(
     cases: Optional[str] = typer.Option(None, "--cases", help="A calibration-case file (default: both shipped "
                                         "files, calibration_runs.json and published_runs_2024_2026.json)."),
-    framework: Optional[str] = typer.Option(None, "--framework",
-                                            help="The stack for cases that do not name theirs (train.framework)."),
+    framework: Optional[str] = choice(None, "--framework", values=FRAMEWORKS, aliases=FRAMEWORK_ALIASES,
+                                      what="framework",
+                                      help="The stack for cases that do not name theirs (train.framework)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown (docs/accuracy.md)."),
     memory: Optional[str] = typer.Option(None, "--memory", help="A Sharding Memory (SQLite) file with measured runs "
                                          "(asap learn): each case priced with the terms its stack's runs on its "

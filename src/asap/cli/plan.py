@@ -11,6 +11,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
+from asap.cli.choices import FORMATS, choice
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, LearnMemoryOpt, PriceOpt, TokensOpt, err_console,
                              job_options, out_console, print_json, print_learned, strategy_column, with_learned)
 from asap.budget import budget_of, with_budget
@@ -40,13 +41,14 @@ def plan(
     moe_imbalance=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     lengths=JOB,
     fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
     memory_margin=JOB,
-    emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
-                                                             "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
+    emit: Optional[str] = choice(None, "--emit", values=FORMATS, what="format",
+                                 help="Also write the best plan as this stack's launch config (asap emit)."),
     memory: Optional[str] = LearnMemoryOpt,
     json_out: bool = JsonOpt,
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
@@ -80,7 +82,7 @@ def plan(
     from asap.search.sensitivity import sensitivity
 
     result.sensitivity = sensitivity(job, result.candidates)
-    emitted = emit_best(emit, job, result.candidates) if emit is not None else None
+    emitted = emit_best(emit, job, result.candidates, budget) if emit is not None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
     args = options.args()
     if json_out:
@@ -182,11 +184,12 @@ def pareto_table(result, devices: int, moe: bool, framework=None) -> Table:
 def stage_split_line(i: int, e, split: dict) -> str:
     layers = "/".join(str(x) for x in split["layers_per_stage"])
     if split.get("adopted"):
-        return (f"#{i}: layers placed by the stage ILP ({split['solver']}), {layers}: "
+        return (f"#{i}: layers placed by the layer-split search ({split['solver']}), {layers}: "
                 f"{split['default_split_step_time_s']:.3f} s with the default split")
     if "adopted" in split:
-        return f"#{i}: the stage ILP's split {layers} is not faster than the default split under the estimate; kept"
-    return f"#{i}: the stage ILP keeps the default split ({split['solver']})"
+        return (f"#{i}: the layer-split search's split {layers} is not faster than the default split under the "
+                "estimate; kept")
+    return f"#{i}: the layer-split search keeps the default split ({split['solver']})"
 
 
 def plan_limits(result, devices: int, global_batch: int, fixed: dict, top: int, include_oom: bool) -> list[str]:
