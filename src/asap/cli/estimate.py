@@ -202,7 +202,9 @@ def validation_markdown(result) -> str:
 
 
 def validation_table(result) -> Table:
-    table = Table(title="published vs predicted step time")
+    table = Table(title="published vs predicted step time", caption_justify="left",
+                  caption="each run's stated knobs completed by the fastest strategy that fits the device memory "
+                          "(no headroom: the runs trained)")
     just: JustifyMethod  # the second item of each pair below
     for col, just in (("case", "left"), ("published s", "right"), ("predicted s", "right"), ("error", "right"),
                       ("strategy (best completion)", "left")):

@@ -52,7 +52,8 @@ def headline(est, devices: int, capacity_gb: float, precision: str = "bf16", mfu
            if est.precision_peak_utilization is not None else "")
     from asap.cost.device_memory import HEADROOM_SHARE
 
-    fit = ("fits" if est.fits_with_headroom else f"fits the device, not under the {HEADROOM_SHARE:.0%} headroom a plan "
+    # judged against the device (less any --memory-margin); the headroom the choosing commands keep beside it
+    fit = (f"fits (and under the {HEADROOM_SHARE:.0%} headroom a plan keeps)" if est.fits_with_headroom else f"fits the device, not under the {HEADROOM_SHARE:.0%} headroom a plan "
            "keeps (fits_with_headroom false)") if est.fits else "[bold red]DOES NOT FIT[/]"
     allocated = est.memory_gb.get("allocated")
     alloc = f" ({allocated:.1f} GiB allocated)" if allocated is not None else ""
