@@ -59,7 +59,8 @@ def headline(est, devices: int, capacity_gb: float, precision: str = "bf16", mfu
     alloc = f" ({allocated:.1f} GiB allocated)" if allocated is not None else ""
     return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
             f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_device:,.0f} per device, {devices} devices) · "
-            f"MFU {est.mfu:.1%} (of the {mfu_peak} peak{own})",
+            f"MFU {est.mfu:.1%} (of the {mfu_peak} peak{own}; attention FLOPs counted non-causal, "
+            f"causal: {est.mfu_causal:.1%})",
             f"memory {est.peak_memory_gb:.1f} GiB reserved{alloc} of {round(capacity_gb, 1):g} GiB per device: {fit}"]
 
 
