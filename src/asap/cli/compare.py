@@ -55,7 +55,7 @@ def compare(
     names = [format_compact(e.strategy, c.num_devices, m.moe is not None, job.framework) for e in estimates]
     if plan_best:
         names[-1] = f"best: {names[-1]}"
-    result = run_compare(estimates, names)
+    result = run_compare(estimates, names, job)
     result["estimates"] = [with_budget(d, c.num_devices, budget, price) for d in result["estimates"]]
     if json_out:
         print_json(result)
@@ -64,6 +64,10 @@ def compare(
                       f"{t.seq_len} tokens", soft_wrap=True)
     out_console.print(compare_table(result, names))
     out_console.print(result["verdict"], soft_wrap=True, highlight=False)
+    from asap.compare import path_lines
+
+    for line in path_lines(result["path"], names[0], result["path_to"]):
+        out_console.print(line, soft_wrap=True, highlight=False)
 
 
 def signed(d: float, fmt) -> str:
