@@ -111,5 +111,7 @@ def compare_table(result: dict, names: list[str]) -> Table:
         if two:
             cells.append("" if isinstance(vals[0], bool) else signed(vals[1] - vals[0], fmt))
         table.add_row(label, *cells)
-    table.add_row("bottleneck", *[e["bottleneck"] for e in ests], *([""] if two else []))
+    from asap.spec.words import human_word
+
+    table.add_row("bottleneck", *[human_word(e["bottleneck"], e["bottleneck_class"]) for e in ests], *([""] if two else []))
     return table

@@ -101,7 +101,10 @@ def print_estimate(job, est, strategy_text: str, options: JobOptions) -> None:
         out_console.print(line, soft_wrap=True)
     out_console.print(estimate_table(est))
     if est.fits:
-        out_console.print(f"bottleneck: [bold]{est.bottleneck_class}[/] ({est.bottleneck}-bound: {est.evidence[0]})",
+        from asap.spec.words import human_word
+
+        out_console.print(f"bottleneck: [bold]{human_word(est.bottleneck_class)}[/] ({human_word(est.bottleneck, est.bottleneck_class)}"
+                          f"-bound: {est.evidence[0]})",
                           soft_wrap=True)
         return
     pins = {k: v for k, v in given.items() if k in ("tp", "pp", "cp", "ep")}

@@ -16,6 +16,7 @@ from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, Tokens
 from asap.errors import AsapError
 from asap.budget import budget_of, with_budget
 from asap.cli.format import compact_of, mfu_peak_name, readable_keys, seconds
+from asap.spec.words import human_word
 
 
 @app.command()
@@ -144,7 +145,7 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
         low, high = e.step_time_range_s
         row = [f"{i}{' ≈' if tie and i > 1 else ''}", name,
                seconds(e.step_time_s), f"{seconds(low)}-{seconds(high)}", f"{e.tokens_per_s:,.0f}", f"{e.mfu:.1%}",
-               f"{e.peak_memory_gb:.1f}", f"{result.device_memory_gb - e.peak_memory_gb:.1f}", e.bottleneck]
+               f"{e.peak_memory_gb:.1f}", f"{result.device_memory_gb - e.peak_memory_gb:.1f}", human_word(e.bottleneck, e.bottleneck_class)]
         row += (["yes" if e.fits else "[red]no[/]"] if include_oom else [])
         table.add_row(*row)
     return table
