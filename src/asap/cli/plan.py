@@ -99,6 +99,11 @@ def plan(
         _print_emitted(emit, emitted, result, job)
         return
     _print_plan(job, result, limits, args, include_oom, budget, price)
+    _print_tight(tight)
+
+
+def _print_tight(tight: dict | None) -> None:
+    """The tight row (``tight_row``) under the table, where there is one."""
     if tight:
         out_console.print(f"tight: {tight['strategy_compact']} {seconds(tight['step_time_s'])} at "
                           f"{tight['peak_memory_gb']:.1f} GiB ({tight['device_share']:.0%} of the device): "
