@@ -87,7 +87,10 @@ def propose(
     diagnosis = Analyzer(job.cluster).analyze(estimate(job, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
     args = options.args()
-    proposer = Proposer(job, mem, llm=_llm(llm, llm_base_url, llm_model, llm_key), job_args=args)
+    # the proposals (the re-plan included) are chosen under the headroom ``plan`` keeps; the diagnosis above
+    # judges the current strategy against the device
+    proposer = Proposer(options.load_choosing(), mem, llm=_llm(llm, llm_base_url, llm_model, llm_key),
+                        job_args=args)
     result = proposer.propose(current, diagnosis)
     names = [compact_strategy(p.strategy, job) for p in result.proposals]
     commands = [f"asap estimate {args} -S {quote(n)}" for n in names]
@@ -388,7 +391,8 @@ def tune(
     from asap.agents.coordinator import Coordinator
     from asap.execute.factory import tune_framework
 
-    job = replace(options, framework=tune_framework(executor, options.framework)).load()
+    # chosen under the headroom ``plan`` keeps (``JobOptions.load_choosing``): its start and proposals
+    job = replace(options, framework=tune_framework(executor, options.framework)).load_choosing()
     budget_args = budget_of(tokens, price_per_device_hour)
     if profile and executor == "sim":
         raise AsapError("profile", f"needs real runs (--executor torch, jax, a stack or command), got {executor}")

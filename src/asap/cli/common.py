@@ -121,6 +121,15 @@ class JobOptions:
         """The job with every option applied, ``--lengths`` included (``load_lengths``)."""
         return self.load_lengths()[0]
 
+    def load_choosing(self) -> "Job":
+        """The job of a command that chooses a strategy (``plan``, ``compare --plan-best``, ``propose``, ``tune``):
+        ``--memory-margin`` kept free per device, or unset the one default headroom
+        (``asap.search.planner.plan_headroom``), so that every command's best is the same row. ``estimate`` and
+        ``validate`` judge against the device (``load``) and report ``fits_with_headroom`` beside it."""
+        from asap.search.planner import plan_headroom
+
+        return plan_headroom(self.load(), self.memory_margin)
+
     def load_lengths(self) -> tuple["Job", Any, Any]:
         """(the job with every option applied; the ``--lengths`` file's attention work and its parsed document,
         both None without one: ``asap.balance.with_lengths``)."""

@@ -52,12 +52,14 @@ def compare(
     if plan_best:
         from asap.search.planner import plan as run_plan
 
-        best = run_plan(job, top=1).candidates[0]
+        # chosen under the headroom ``plan`` keeps (``JobOptions.load_choosing``): the same best as ``plan``
+        choosing, _ = with_learned(options.load_choosing(), memory)
+        best = run_plan(choosing, top=1).candidates[0]
         estimates.append(best)
     names = [format_compact(e.strategy, c.num_devices, m.moe is not None, job.framework) for e in estimates]
     if plan_best:
         names[-1] = f"best: {names[-1]}"
-    result = run_compare(estimates, names)
+    result = run_compare(estimates, names, job)
     result["estimates"] = [with_budget(d, c.num_devices, budget, price) for d in result["estimates"]]
     if json_out:
         print_json({**result, **learned})
@@ -66,6 +68,10 @@ def compare(
                       f"{t.seq_len} tokens", soft_wrap=True)
     out_console.print(compare_table(result, names))
     out_console.print(result["verdict"], soft_wrap=True, highlight=False)
+    from asap.compare import path_lines
+
+    for line in path_lines(result["path"], names[0], result["path_to"]):
+        out_console.print(line, soft_wrap=True, highlight=False)
     print_learned(learned)
 
 
@@ -93,7 +99,8 @@ def compare_table(result: dict, names: list[str]) -> Table:
     rows: list[tuple[str, Callable[..., Any], Callable[[Any], str]]]
     rows = [("step", lambda e: e["step_time_s"], seconds),
             ("tokens/s", lambda e: e["tokens_per_s"], lambda x: f"{x:,.0f}"),
-            ("MFU (of the bf16 peak)", lambda e: e["mfu"], lambda x: f"{x:.1%}"),
+            ("MFU (of the bf16 peak; attention counted non-causal)", lambda e: e["mfu"], lambda x: f"{x:.1%}"),
+            ("MFU causal (attention pairs a causal mask keeps)", lambda e: e["mfu_causal"], lambda x: f"{x:.1%}"),
             ("peak memory GiB reserved", lambda e: e["peak_memory_gb"], lambda x: f"{x:.1f}"),
             ("fits", lambda e: e["fits"], lambda x: "yes" if x else "no")]
     rows += [(f"exposed {k}", lambda e, k=k: e["exposed_s"].get(k, 0.0), seconds) for k in ests[0]["exposed_s"]]
@@ -109,5 +116,7 @@ def compare_table(result: dict, names: list[str]) -> Table:
         if two:
             cells.append("" if isinstance(vals[0], bool) else signed(vals[1] - vals[0], fmt))
         table.add_row(label, *cells)
-    table.add_row("bottleneck", *[e["bottleneck"] for e in ests], *([""] if two else []))
+    from asap.spec.words import human_word
+
+    table.add_row("bottleneck", *[human_word(e["bottleneck"], e["bottleneck_class"]) for e in ests], *([""] if two else []))
     return table

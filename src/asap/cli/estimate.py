@@ -106,7 +106,10 @@ def print_estimate(job, est, strategy_text: str, options: JobOptions) -> None:
         out_console.print(line, soft_wrap=True)
     out_console.print(estimate_table(est))
     if est.fits:
-        out_console.print(f"bottleneck: [bold]{est.bottleneck_class}[/] ({est.bottleneck}-bound: {est.evidence[0]})",
+        from asap.spec.words import human_word
+
+        out_console.print(f"bottleneck: [bold]{human_word(est.bottleneck_class)}[/] ({human_word(est.bottleneck, est.bottleneck_class)}"
+                          f"-bound: {est.evidence[0]})",
                           soft_wrap=True)
         return
     pins = {k: v for k, v in given.items() if k in ("tp", "pp", "cp", "ep")}
@@ -223,7 +226,9 @@ def validation_markdown(result) -> str:
 
 
 def validation_table(result) -> Table:
-    table = Table(title="published vs predicted step time")
+    table = Table(title="published vs predicted step time", caption_justify="left",
+                  caption="each run's stated knobs completed by the fastest strategy that fits the device memory "
+                          "(no headroom: the runs trained)")
     just: JustifyMethod  # the second item of each pair below
     for col, just in (("case", "left"), ("published s", "right"), ("predicted s", "right"), ("error", "right"),
                       ("strategy (best completion)", "left")):

@@ -52,13 +52,15 @@ def headline(est, devices: int, capacity_gb: float, precision: str = "bf16", mfu
            if est.precision_peak_utilization is not None else "")
     from asap.cost.device_memory import HEADROOM_SHARE
 
-    fit = ("fits" if est.fits_with_headroom else f"fits the device, not under the {HEADROOM_SHARE:.0%} headroom a plan "
+    # judged against the device (less any --memory-margin); the headroom the choosing commands keep beside it
+    fit = (f"fits (and under the {HEADROOM_SHARE:.0%} headroom a plan keeps)" if est.fits_with_headroom else f"fits the device, not under the {HEADROOM_SHARE:.0%} headroom a plan "
            "keeps (fits_with_headroom false)") if est.fits else "[bold red]DOES NOT FIT[/]"
     allocated = est.memory_gb.get("allocated")
     alloc = f" ({allocated:.1f} GiB allocated)" if allocated is not None else ""
     return [f"step {seconds(est.step_time_s)} (likely {seconds(low)} to {seconds(high)}) · "
             f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_device:,.0f} per device, {devices} devices) · "
-            f"MFU {est.mfu:.1%} (of the {mfu_peak} peak{own})",
+            f"MFU {est.mfu:.1%} (of the {mfu_peak} peak{own}; attention FLOPs counted non-causal, "
+            f"causal: {est.mfu_causal:.1%})",
             f"memory {est.peak_memory_gb:.1f} GiB reserved{alloc} of {round(capacity_gb, 1):g} GiB per device: {fit}"]
 
 

@@ -16,7 +16,10 @@ runs, so MFU stays comparable across precisions):
     model FLOPs per token = 6 N_matmul + 6 L s n_heads (d_qk + d_v) / 2 * 2
 where N_matmul counts the parameters each token multiplies (active experts, the LM head, MTP modules; not
 the embedding lookup) and the attention term is PaLM's 12 L H Q T (Chowdhery et al. 2022, App. B) written
-for separate key and value head sizes (without causal savings, as published MFUs count it).
+for separate key and value head sizes (without causal savings, as published MFUs count it). ``mfu_causal``
+counts the pairs a causal mask keeps (half the square, as the Llama 3 report's 38-43% do):
+    causal model FLOPs per token = 6 N_matmul + 6 L s n_heads (d_qk + d_v) / 2
+the two differ by 3 L s n_heads (d_qk + d_v), which grows with s: at 128K tokens the attention term dominates.
 """
 
 from __future__ import annotations
@@ -57,7 +60,13 @@ UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recomput
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+# what ``mfu`` counts for attention (``mfu_causal`` beside it counts the causal half)
+MFU_ATTENTION_CONVENTION = "non-causal: 6 L s heads (d_qk + d_v) per token (PaLM App. B); mfu_causal: half of it"
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
+    """Model FLOPs per token (the module docstring's formula); ``causal``: the attention term counts the half
+    of the query-key square a causal mask keeps (``mfu_causal``), else the whole square (``mfu``, PaLM's)."""
     n = model.num_active_params(include_mtp=True) - model.embedding_params()
     if model.tie_embeddings:
         n += model.embedding_params()  # the tied head still multiplies
@@ -70,7 +79,7 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     if model.num_window_layers:
         layers -= model.num_window_layers * (1.0 - float(window_keys_ratio(seq_len, model.sliding_window)))
     attention = 6.0 * layers * seq_len * model.num_attention_heads * (d_qk + d_v)
-    return 6.0 * n + attention
+    return 6.0 * n + (attention / 2 if causal else attention)
 
 
 @dataclass
@@ -437,6 +446,8 @@ class Estimate:
     # within the device memory less the default headroom a plan keeps (``asap.cost.device_memory.HEADROOM_SHARE``);
     # ``fits`` is within the device memory (less any --memory-margin), what a published run that trained met
     fits_with_headroom: bool = True
+    # MFU with the causal attention count (``model_flops_per_token(causal=True)``); ``mfu`` counts the square
+    mfu_causal: float = 0.0
 
     @property
     def bottleneck_class(self) -> str | None:  # None until name_bottleneck sets the verdict
@@ -453,6 +464,8 @@ class Estimate:
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
             "model_tflops_per_device": self.model_tflops_per_device,
             "mfu": self.mfu,
+            "mfu_causal": self.mfu_causal,
+            "mfu_attention_flops": MFU_ATTENTION_CONVENTION,
             **({"precision_peak_utilization": self.precision_peak_utilization}
                if self.precision_peak_utilization is not None else {}),
             "peak_memory_gb": self.peak_memory_gb,
@@ -514,6 +527,7 @@ def estimate_from_batch(job: Job, S: StrategyBatch, be: BatchEstimate, i: int) -
     est = Estimate(
         strategy=S.strategy(i, dispatcher=priced), step_time_s=step, tokens_per_s=tokens / step,
         tokens_per_s_per_device=tokens / step / devices, model_tflops_per_device=mft / 1e12, mfu=mft / peak,
+        mfu_causal=model_flops_per_token(model, train.seq_len, causal=True) * tokens / step / devices / peak,
         precision_peak_utilization=mft / own if own != peak else None,
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,

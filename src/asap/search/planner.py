@@ -38,7 +38,7 @@ from asap.spec.legality import check_offered
 from asap.spec.job import Job
 from asap.spec.stack_rules import UNIFORM_SPLIT_ONLY, RuleJob, first_unrunnable
 from asap.spec.layout import layout
-from asap.spec.strategy import Strategy, check_strategy, complete_strategy
+from asap.spec.strategy import Strategy, complete_strategy, fit_strategy
 
 # A layer split can only remove the stages' imbalance (the heaviest stage's excess over the mean): when the
 # estimate puts it under this share of the step, no split gains more than the model resolves, and no split is
@@ -150,7 +150,8 @@ def explain_empty_space(job: Job, fixed: dict[str, Any]) -> AsapError:
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     try:
         s = complete_strategy(fixed, cluster.num_devices, field="fix", framework=fw)
-        check_strategy(s, model, train, cluster.num_devices, field="fix", framework=fw)
+        # as ``estimate`` reads it (expert TP 1 for a dense model, not the tp the completion copied)
+        s = fit_strategy(s, model, train, cluster.num_devices, field="fix", framework=fw)
     except AsapError as e:
         return e
     if (err := first_unrunnable(s, fw.name, RuleJob.of(job), field="fix")) is not None:

@@ -43,8 +43,9 @@ def _job() -> RuleJob:
     """A stand-in for a ``RuleJob`` whose figures are placeholders (it has the attributes a rule's message reads)."""
     p = _Placeholder
     return cast(RuleJob, SimpleNamespace(
-        model=SimpleNamespace(num_layers=p("<num_layers>"), mtp_layers=p("<mtp_layers>")),
-        train=SimpleNamespace(precision=p("<precision>")), devices=p("<devices>"), domains=p("<domains>")))
+        model=SimpleNamespace(num_layers=p("<num_layers>"), mtp_layers=p("<mtp_layers>"),
+                              num_kv_heads=p("<num_kv_heads>")),
+        train=SimpleNamespace(precision=p("<precision>"), seq_len=p("<seq_len>")), devices=p("<devices>"), domains=p("<domains>")))
 
 
 def rule_text(rule: StackRule) -> str:

@@ -4,26 +4,33 @@ The planner (``search.space``) drops the rows a rule breaks, so it never ranks w
 cannot run; every emitter (``asap.emit``) checks the same rules first and refuses with the rule's line. A rule
 names the strategy key it blames, the columns it reads (a rule applies once they exist, like
 ``asap.spec.legality``'s), a test over integer columns (``recompute`` / ``schedule`` / ``dispatcher`` codes)
-and the problem it reports for one strategy. ``estimate`` does not apply them: it prices what-ifs, including
-a combination no stack offers.
+and the problem it reports for one strategy. ``estimate`` refuses with the same line (``runnable_strategy``)
+unless ``--any-stack``, which prices a combination no stack offers as a what-if.
 
-Sources, per stack:
-- megatron: Megatron-Core core_r0.14.0 ``TransformerConfig.__post_init__`` on ``cpu_offloading`` (no
+Sources, per stack (each row cites its file and line; the config validation each stack runs at start-up):
+- megatron: Megatron-Core core_r0.14.0 ``TransformerConfig.__post_init__`` on the query groups (tp divides
+  num_query_groups), ``ModelParallelConfig`` (expert with tensor parallelism needs sequence parallelism),
+  ``arguments.py`` (no expert parallelism in fp16), the sequence-parallel scatter (seq_len/cp divides over tp);
+  the vocabulary is padded to a multiple of make_vocab_size_divisible_by x tp and the layers are placed by
+  ``--pipeline-model-parallel-layout`` (neither refuses a degree); ``TransformerConfig.__post_init__`` on
+  ``cpu_offloading`` (no
   recompute granularity with it) and on
   ``overlap_moe_expert_parallel_comm`` (expert parallelism, virtual stages under a pipeline, the alltoall or
   flex dispatcher, no full recomputation, bf16/fp16 weights, at most one MTP layer).
-- torchtitan v0.2.2: tensor parallelism is always sequence-parallel (``parallelize_llama``: SequenceParallel
+- torchtitan v0.2.2: whole KV heads per tensor-parallel rank, seq_len divisible by tp x 2 cp; tensor
+  parallelism is always sequence-parallel (``parallelize_llama``: SequenceParallel
   norms); ``expert_tensor_parallel_degree`` is 1 or the TP degree; the DeepEP dispatch
   (``expert_parallel_comm_backend = "deepep"``) needs expert parallelism and no expert TP
   (``models/llama4/infra/parallelize.py``); ``mixed_precision_param`` is bfloat16 or float32; the looped
   schedules (Interleaved1F1B, InterleavedZeroBubble) need virtual stages, GPipe none.
-- maxtext: the expert axis is carved out of the batch axes (dp % ep); experts are sharded over the tensor axis
+- maxtext: no KV-head rule (GSPMD replicates a KV head over more tensor ranks than heads); the expert axis is carved out of the batch axes (dp % ep); experts are sharded over the tensor axis
   or not at all; tensor, context and expert axes stay inside a slice (``dcn_*`` only for pipeline and batch).
-- deepspeed: expert parallelism lives in the model code (``deepspeed.moe.layer.MoE(ep_size=...)``), not the
+- deepspeed: AutoTP deals whole KV heads to the tensor-parallel ranks; expert parallelism lives in the model code (``deepspeed.moe.layer.MoE(ep_size=...)``), not the
   JSON; no fp8; MiCS (hybrid sharding, ``mics_shard_size``) builds its shard and replicate groups from runs of
   global ranks over the whole world (``deepspeed/runtime/zero/mics_utils.py`` ``create_mics_comm_groups``), so
   it runs without tensor or pipeline parallelism.
-- mindspore (MindFormers r1.5.0): ``recompute_config`` has whole-layer and selective recomputation only, experts
+- mindspore (MindFormers r1.5.0): whole KV heads per ``model_parallel`` rank; a vocabulary model_parallel
+  does not divide falls back to an unsharded loss (``llama.py``: a warning, not a refusal); ``recompute_config`` has whole-layer and selective recomputation only, experts
   are sharded by ``model_parallel`` (etp = tp), no fp8.
 """
 
@@ -57,6 +64,22 @@ def _overlap(c: Cols, j: RuleJob) -> np.ndarray:
     return (c["a2a_overlap"] == 1) & _moe(j)
 
 
+def _kv_heads_split(why: str) -> StackRule:
+    """tp divides the KV heads (query groups): the stack gives each tensor-parallel rank whole KV heads and
+    never replicates one over several ranks (``asap.spec.legality`` allows tp a multiple of them: MaxText's
+    GSPMD replicates a head). An MLA model has no query groups (every head has its own latent K/V)."""
+    return StackRule("tp", ("tp",), lambda c, j: (j.model.mla is not None) | (j.model.num_kv_heads % c["tp"] == 0),
+                     lambda s, j: f"tp={s.tp} with num_kv_heads={j.model.num_kv_heads} ({why})")
+
+
+def _seq_split(why: str, cp_factor: int) -> StackRule:
+    """seq_len divisible by tp x cp_factor x cp: sequence-parallel regions split the sequence over the tp ranks
+    of each context-parallel chunk."""
+    return StackRule("tp", ("tp", "cp", "sp"),
+                     lambda c, j: (c["sp"] == 0) | (j.train.seq_len % (c["tp"] * cp_factor * c["cp"]) == 0),
+                     lambda s, j: f"tp={s.tp}, cp={s.cp} with seq_len={j.train.seq_len} ({why})")
+
+
 # a MaxText remat policy (``asap.spec.remat``) names MaxText's checkpoint_name tags: no other stack has them
 MAXTEXT_REMAT_ONLY = StackRule(
     "recompute", ("recompute",), lambda c, j: c["recompute"] < Recompute.MAXTEXT,
@@ -66,6 +89,21 @@ MAXTEXT_REMAT_ONLY = StackRule(
 
 MEGATRON = (
     MAXTEXT_REMAT_ONLY,
+    # megatron/core/transformer/transformer_config.py:696 (core_r0.14.0): "num_query_groups must be a multiple
+    # of tensor_model_parallel_size" (core_v0.16 added sub-sharding of a KV head over several ranks)
+    _kv_heads_split("TransformerConfig: num_query_groups must be a multiple of tensor_model_parallel_size"),
+    # megatron/core/model_parallel_config.py:388-393: "When using expert parallelism and tensor parallelism,
+    # sequence parallelism must be used"
+    StackRule("sp", ("sp", "tp", "ep"), lambda c, j: (c["ep"] == 1) | (c["tp"] == 1) | (c["sp"] == 1),
+              lambda s, j: f"sp=0 with tp={s.tp}, ep={s.ep} (ModelParallelConfig: expert and tensor parallelism "
+                           "need sequence parallelism)"),
+    # megatron/training/arguments.py:955 (core_r0.14.0): "Expert parallelism is not supported with fp16 training"
+    StackRule("ep", ("ep",), lambda c, j: (c["ep"] == 1) | (j.train.precision != "fp16"),
+              lambda s, j: f"ep={s.ep} with precision fp16 (arguments.py: expert parallelism is not supported "
+                           "with fp16 training)"),
+    # megatron/core/tensor_parallel/mappings.py:68-70 ``_split_along_first_dim`` asserts the [s/cp, b, h]
+    # activation's first dimension divides over the tp ranks when sequence-parallel
+    _seq_split("scatter_to_sequence_parallel_region splits seq_len/cp over the tp ranks", 1),
     StackRule("offload_act", ("offload_act", "recompute"),
               lambda c, j: (c["offload_act"] == 0) | (c["recompute"] == Recompute.NONE),
               lambda s, j: f"offload_act=1 with recompute={s.recompute} (TransformerConfig refuses cpu_offloading "
@@ -94,6 +132,12 @@ def _etp_tp_or_one(c: Cols, j: RuleJob) -> np.ndarray:
 
 TORCHTITAN = (
     MAXTEXT_REMAT_ONLY,
+    # torchtitan/models/llama3/infra/parallelize.py:230-231 shards attention.wk/wv colwise over tp and
+    # models/llama3/model/model.py:256-258 views each rank's K/V as (-1, head_dim): whole heads per rank
+    _kv_heads_split("attention.wk/wv are ColwiseParallel: each rank views whole KV heads"),
+    # torchtitan/distributed/parallel_dims.py:365-372 seq_len_divisor = tp * (cp * 2), asserted by
+    # models/llama3/infra/parallelize.py:69-73
+    _seq_split("parallelize asserts seq_len divisible by seq_len_divisor = tp * 2 * cp", 2),
     StackRule("sp", ("sp", "tp"), lambda c, j: (c["tp"] == 1) | (c["sp"] == 1),
               lambda s, j: "sp=0 with tp>1 (its tensor parallelism is always sequence-parallel)"),
     StackRule("etp", ("etp", "tp"), _etp_tp_or_one,
@@ -134,6 +178,10 @@ MAXTEXT = (
 
 DEEPSPEED = (
     MAXTEXT_REMAT_ONLY,
+    # deepspeed/module_inject/tp_shard.py:119-123 (v0.19.8) ``get_shard_size``: AutoTP deals whole KV heads to
+    # the ranks (num_kv_heads // tp, one more to the first num_kv_heads % tp): with tp > num_kv_heads a rank
+    # gets none, and an uneven deal leaves the ranks' query/KV groups unequal
+    _kv_heads_split("AutoTP get_shard_size deals whole KV heads to the tp ranks"),
     StackRule("ep", ("ep",), lambda c, j: c["ep"] == 1,
               lambda s, j: f"ep={s.ep} (expert parallelism is set in the model code, not the config)"),
     StackRule("precision", (), lambda c, j: j.train.precision != "fp8", lambda s, j: "fp8 (bf16 or fp16 only)"),
@@ -144,6 +192,9 @@ DEEPSPEED = (
 )
 
 MINDSPORE = (
+    # mindformers/models/llama/llama_transformer.py:190-196 (r1.5.0): "n_kv_head must be a multiple of
+    # parallel_config.model_parallel * ulysses_cp_num" (the Ulysses part: asap.spec.legality's cp_comm rule)
+    _kv_heads_split("LLamaAttention: n_kv_head must be a multiple of parallel_config.model_parallel"),
     StackRule("recompute", ("recompute",), lambda c, j: c["recompute"] <= Recompute.FULL,
               lambda s, j: f"recompute={s.recompute} (recompute_config: recompute or select_recompute)"),
     StackRule("etp", ("etp", "tp"), lambda c, j: (not _moe(j)) | (c["etp"] == c["tp"]),

@@ -28,6 +28,21 @@ class Bottleneck(Word):
 
 BOTTLENECKS = tuple(b.value for b in Bottleneck)
 
+# the words as the text for people says them (JSON keeps the values above): "memory" is HBM bandwidth
+# (the coarse ``memory`` covers both memory classes: ``human_word`` reads the class to tell them apart)
+HUMAN_WORDS = {"memory": "HBM bandwidth", "memory_bandwidth": "HBM bandwidth", "memory_capacity": "capacity",
+               "pipeline_bubble": "pipeline bubble"}
+
+
+def human_word(word, cls=None) -> str:
+    """A bottleneck (or class) word as printed for people: ``memory_bandwidth`` (and ``memory``) -> "HBM
+    bandwidth", ``memory_capacity`` -> "capacity", an underscore a space. ``cls``: the estimate's bottleneck
+    class, read where the coarse word is ``memory`` (capacity or bandwidth)."""
+    text = str(word) if word is not None else ""
+    if text == Bottleneck.MEMORY.value and str(cls) == "memory_capacity":
+        text = "memory_capacity"
+    return HUMAN_WORDS.get(text, text.replace("_", " "))
+
 
 class BottleneckClass(Word):
     """What can be won, finer than ``Bottleneck``: each class is a term of the step that a named move removes
