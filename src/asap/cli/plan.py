@@ -81,11 +81,8 @@ def plan(
 
         result = run_plan(job, fixed=fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit)
-    from asap.search.sensitivity import sensitivity
-
-    result.sensitivity = sensitivity(job, result.candidates)
+    tight = _sensitivity_and_tight(job, fixed, result, options)
     emitted = emit_best(emit, job, result.candidates, budget) if emit is not None else None
-    tight = tight_row(job, fixed, result, options.args()) if options.memory_margin is None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
     args = options.args()
     if json_out:
@@ -104,6 +101,15 @@ def plan(
     _print_plan(job, result, limits, args, include_oom, budget, price)
     print_learned(learned)
     _print_tight(tight)
+
+
+def _sensitivity_and_tight(job, fixed: dict, result, options: JobOptions) -> dict | None:
+    """Set the plan's ``sensitivity`` (``asap.search.sensitivity``) and return its tight row (``tight_row``;
+    only under the default headroom)."""
+    from asap.search.sensitivity import sensitivity
+
+    result.sensitivity = sensitivity(job, result.candidates)
+    return tight_row(job, fixed, result, options.args()) if options.memory_margin is None else None
 
 
 def _print_tight(tight: dict | None) -> None:
