@@ -427,7 +427,9 @@ class Proposer:
         for c in unique.values():
             reason = not_proposable(c, base, targets, self.cluster.hbm_gb)
             if reason is None:
-                c.target = attacked_class(c, base, targets) or c.target
+                keep = c.target is not None and (term_cut_s(c.estimate, base, c.target.cls) > 0
+                                                 or c.target.cls == BottleneckClass.MEMORY_CAPACITY)
+                c.target = c.target if keep else attacked_class(c, base, targets)
                 proposable.append(c)
             else:
                 considered.append({"strategy": str(c.strategy), "source": c.source, "kept": False, "why": reason})
@@ -489,7 +491,7 @@ class Proposer:
                         f"faster beyond the band", 1.0, (1.0, 1.0), base.step_time_s, (lo, hi),
                         tradeoffs(base, base, self.usable_gb, self.train.global_batch),
                         [f"diagnosis:{named}={target.saving_s if target else 0.0:.3g}s"], base.fits, "none",
-                        kind="none", attacks=figure, attacks_class=named,
+                        kind="none", attacks=figure, attacks_class=named, term_changes_s=deltas(base, base)["deltas_s"],
                         estimate_command=f"asap estimate {self.job_args} -S {base.strategy}")
 
     def _proposal(self, c: Candidate, base: Estimate, diagnosis: Analysis) -> Proposal:
