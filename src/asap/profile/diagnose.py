@@ -121,6 +121,10 @@ class Diagnosis:
     precision: str | None = None  # of most compute-bound operator time: the ridge the ops compare against
     # what can be won, verdict first (``ClassSaving``: to_dict {class, bottleneck, saving_s, figure})
     classes: list[ClassSaving] = field(default_factory=list)
+    # what the trace holds (asap.profile.workload.Workload.to_dict: kind llm | recommendation | cnn | other), and
+    # the host's time per step split into Python dispatch, kernel launches and the data loader (Kineto traces)
+    workload: dict | None = None
+    host_split: dict | None = None
 
     @property
     def bottleneck_class(self) -> str:
@@ -584,6 +588,28 @@ def diagnose(traces: list[str | Path], accelerator: AcceleratorHint = None, top:
              jitter_threshold: float = DEFAULT_JITTER_THRESHOLD, fusion: bool = False) -> Diagnosis:
     """Diagnose one job from its traces (one file, or a folder of them, per rank); traces of several jobs are
     refused (``check_one_job``)."""
-    timelines = [tl for path in expand_paths(list(traces)) for tl in load_timelines(path)]
+    paths = expand_paths(list(traces))
+    timelines = [tl for path in paths for tl in load_timelines(path)]
     check_one_job(timelines)
-    return diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold, fusion)
+    d = diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold, fusion)
+    read_workload(d, paths)
+    return d
+
+
+def read_workload(d: Diagnosis, paths: list[Path]) -> None:
+    """The workload kind and the host split, from the first Kineto trace of the job (one rank's file); a
+    host-bound verdict gets the split as evidence."""
+    from asap.profile.workload import host_split, raw_events, workload_of
+
+    for path in paths:
+        events = raw_events(path)
+        kind = workload_of(events) if events else None
+        if kind is None:
+            continue
+        d.workload = kind.to_dict()
+        split = host_split(events)
+        d.host_split = split.to_dict() if split else None
+        d.evidence.insert(0, f"workload: {kind.kind.value} ({kind.evidence})")
+        if split and d.bottleneck == Bottleneck.HOST:
+            d.evidence.insert(1, split.line())
+        return
