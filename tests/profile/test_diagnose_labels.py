@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from asap.agents.knowledge import load_knowledge
 from asap.cli.format import seconds
 from asap.profile.devices import roofline_for
 from asap.profile.diagnose import OVERHEAD_UTILIZATION, _Group, _row, _t, bottleneck_scores, bound_fractions

@@ -21,6 +21,7 @@ from asap.profile.fusion import fusion_table
 from asap.profile.load import load_timelines
 from asap.profile.trace import HookRole, Timeline, expand_paths, hook_role, is_matrix, is_p2p
 from asap.profile.windows import US, Intervals, window_figures, window_index
+from asap.profile.workload import read_workload
 from asap.spec.hardware import Accelerator
 from asap.spec.words import Bottleneck, BottleneckClass, ClassSaving, duration_text
 
@@ -594,22 +595,3 @@ def diagnose(traces: list[str | Path], accelerator: AcceleratorHint = None, top:
     d = diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold, fusion)
     read_workload(d, paths)
     return d
-
-
-def read_workload(d: Diagnosis, paths: list[Path]) -> None:
-    """The workload kind and the host split, from the first Kineto trace of the job (one rank's file); a
-    host-bound verdict gets the split as evidence."""
-    from asap.profile.workload import host_split, raw_events, workload_of
-
-    for path in paths:
-        events = raw_events(path)
-        kind = workload_of(events) if events else None
-        if kind is None:
-            continue
-        d.workload = kind.to_dict()
-        split = host_split(events)
-        d.host_split = split.to_dict() if split else None
-        d.evidence.insert(0, f"workload: {kind.kind.value} ({kind.evidence})")
-        if split and d.bottleneck == Bottleneck.HOST:
-            d.evidence.insert(1, split.line())
-        return

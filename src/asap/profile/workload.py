@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from asap.spec.words import Bottleneck
+
 
 class WorkloadKind(str, Enum):
     LLM = "llm"  # attention and matmul layers: a transformer (language model) step
@@ -180,3 +182,21 @@ def host_split(events: list[dict]) -> HostSplit | None:
     n = len(windows)
     python_us = max(cpu_us - launch_us - loader_us, 0.0)
     return HostSplit(python_us / n / 1e6, launch_us / n / 1e6, loader_us / n / 1e6, n)
+
+
+def read_workload(d: Any, paths: list[Path]) -> None:
+    """Set ``d``'s (``asap.profile.diagnose.Diagnosis``) workload kind and host split, from the first Kineto trace
+    of the job (one rank's file); a
+    host-bound verdict gets the split as evidence."""
+    for path in paths[:2]:  # a rank's file tells; a folder of non-Kineto files is not read through
+        events = raw_events(path)
+        kind = workload_of(events) if events else None
+        if kind is None:
+            continue
+        d.workload = kind.to_dict()
+        split = host_split(events)
+        d.host_split = split.to_dict() if split else None
+        d.evidence.insert(0, f"workload: {kind.kind.value} ({kind.evidence})")
+        if split and d.bottleneck == Bottleneck.HOST:
+            d.evidence.insert(1, split.line())
+        return
