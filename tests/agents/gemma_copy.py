@@ -48,7 +48,10 @@ def make_copy(out: Path) -> Path:
     config = loaded.config
     config.quantization_config = None
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict(), strict=False)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:  # only the head tied to the embeddings may be absent
+        raise RuntimeError(f"the GGUF's weights do not fill the model: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
     model.generation_config.eos_token_id = [tok.eos_token_id, tok.convert_tokens_to_ids("<end_of_turn>")]
     out.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(out)
