@@ -4,10 +4,10 @@
 
 For each case of ``asap.validate.load_cases()`` two plans are timed, ``--repeat`` times each:
 
-* published: the case's published knobs fixed, ``plan(Job.resolve(model, cluster, train), fixed, top=5)``, as ``asap validate``
+* published: the case's published knobs fixed, ``plan(Job.resolve(model, cluster, train), fixed=fixed, top=5)``, as ``asap validate``
   completes a case; when nothing fits it falls back to ``include_oom=True`` (as ``best_completion`` does), and
   the row is marked ``oom``;
-* free: nothing fixed, ``plan(plan_headroom(Job.resolve(model, cluster, train)), {}, top=5)`` as ``asap plan``
+* free: nothing fixed, ``plan(plan_headroom(Job.resolve(model, cluster, train)), top=5)`` as ``asap plan``
   plans it (the default headroom); if the planner refuses (``AsapError``) the one-line reason is printed instead
   of a time.
 
@@ -68,9 +68,9 @@ def time_plan(run: Callable[[], tuple[PlanResult, bool]], repeat: int) -> Timing
 
 def published_plan(model, cluster, train, fixed: dict[str, Any]) -> tuple[PlanResult, bool]:
     try:
-        return plan(Job.resolve(model, cluster, train), fixed, top=5), False
+        return plan(Job.resolve(model, cluster, train), fixed=fixed, top=5), False
     except NoFitError:
-        return plan(Job.resolve(model, cluster, train), fixed, top=5, include_oom=True), True
+        return plan(Job.resolve(model, cluster, train), fixed=fixed, top=5, include_oom=True), True
 
 
 def load(case: dict[str, Any], index: int):
@@ -112,7 +112,7 @@ def main() -> None:
             continue
         pub = time_plan(lambda model=model, cluster=cluster, train=train, fixed=fixed:
                         published_plan(model, cluster, train, fixed), args.repeat)
-        free = time_plan(lambda model=model, cluster=cluster, train=train: (plan(plan_headroom(Job.resolve(model, cluster, train)), {}, top=5), False),
+        free = time_plan(lambda model=model, cluster=cluster, train=train: (plan(plan_headroom(Job.resolve(model, cluster, train)), top=5), False),
                          args.repeat)
         rows.append((cid, pub, free))
         line = f"{cid:<{width}}  {cell(pub)}  {cell(free)}"

@@ -52,12 +52,12 @@ def main() -> None:
     timed(planner, "adopt_stage_splits", "layer-split tail")
     for model, acc, nodes, gb, seq in JOBS:
         job = planner.plan_headroom(Job.resolve(load_model(model), load_cluster(acc, nodes=nodes), TrainSpec(gb, seq)))
-        planner.plan(job, {}, top=5)
+        planner.plan(job, top=5)
         spent.clear()
         cpu, walls = 0.0, []
         for _ in range(n):
             c0, w0 = time.process_time(), time.perf_counter()
-            planner.plan(job, {}, top=5)
+            planner.plan(job, top=5)
             cpu += time.process_time() - c0
             walls.append(time.perf_counter() - w0)
         print(f"{model}: process CPU {cpu / n:.3f} s per plan, wall median {statistics.median(walls):.3f} s; "

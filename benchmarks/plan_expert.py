@@ -51,8 +51,8 @@ def rank_case(case: dict, margin_gb: float | None):
     shape = (int(fixed.get("tp", 1)), int(fixed.get("pp", 1)))
     keep = {k: v for k, v in fixed.items() if k not in SHAPE_KEYS}
     job = Job.resolve(model, cluster, train)
-    expert = plan(job, {**keep, "tp": shape[0], "pp": shape[1]}, top=1).candidates[0]
-    shapes = shape_times(plan(plan_headroom(job, margin_gb), keep, top=5000))
+    expert = plan(job, fixed={**keep, "tp": shape[0], "pp": shape[1]}, top=1).candidates[0]
+    shapes = shape_times(plan(plan_headroom(job, margin_gb), fixed=keep, top=5000))
     strict = shape in shapes  # the expert's shape also fits under the headroom
     shapes[shape] = min(shapes.get(shape, expert.step_time_s), expert.step_time_s)
     rank = 1 + sum(t < shapes[shape] * (1 - TIE) for s, t in shapes.items() if s != shape)

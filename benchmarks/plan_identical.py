@@ -54,7 +54,7 @@ def main() -> None:
             for oom in (False, True):
                 t0, c0 = time.perf_counter(), time.process_time()
                 try:
-                    d = without_timing(plan(job, {}, top=5, include_oom=oom).to_dict())
+                    d = without_timing(plan(job, top=5, include_oom=oom).to_dict())
                 except AsapError as e:
                     d = {"error": str(e)}
                 print(f"{model} {acc} {nodes} {fw} include_oom={oom}: {time.perf_counter() - t0:.2f} s wall, "

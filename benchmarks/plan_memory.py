@@ -35,7 +35,7 @@ def main() -> None:
     model = dataclasses.replace(base, num_layers=a.layers, num_attention_heads=a.heads,
                                 moe=dataclasses.replace(base.moe, num_experts=a.experts))
     t0 = time.perf_counter()
-    r = plan(Job.resolve(model, load_cluster("gb200", devices=a.devices), TrainSpec(a.global_batch, a.seq_len)), {},
+    r = plan(Job.resolve(model, load_cluster("gb200", devices=a.devices), TrainSpec(a.global_batch, a.seq_len)),
              time_limit_s=a.time_limit)
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

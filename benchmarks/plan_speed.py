@@ -39,7 +39,7 @@ def series(job: Job, repeat: int) -> tuple[list[float], object]:
     times, r = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
-        r = plan(job, {}, top=5)
+        r = plan(job, top=5)
         times.append(time.perf_counter() - t0)
     return times, r
 
@@ -55,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     for title, model, acc, nodes, gb, seq in JOBS:
         job = plan_headroom(Job.resolve(load_model(model), load_cluster(acc, nodes=nodes), TrainSpec(gb, seq)))
-        plan(job, {}, top=5)  # warm-up: the per-process caches
+        plan(job, top=5)  # warm-up: the per-process caches
         load = os.getloadavg()[0]
         quiet, r = series(job, args.repeat)
         best = r.candidates[0]

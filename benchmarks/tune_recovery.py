@@ -46,7 +46,7 @@ def main() -> None:
           f"{'best/machine':>12} {'err corr':>8} {'err cat':>8} {'s':>5}")
     for hidden in HIDDEN:
         machine = corrected_cluster(c, hidden)
-        machine_best = plan(Job.resolve(m, machine, t), {}, top=1, ilp_candidates=0).candidates[0].step_time_s
+        machine_best = plan(Job.resolve(m, machine, t), top=1, split_candidates=0).candidates[0].step_time_s
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp, Memory.open(Path(tmp) / "m.sqlite") as mem:
             r = Coordinator(Job.resolve(m, c, t), SimExecutor(Job.resolve(m, machine, t)), mem, budget=args.budget).run()

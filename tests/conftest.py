@@ -54,18 +54,20 @@ FILE_MARKERS = {
               "test_execute_torch", "test_fusion", "test_hier_ep", "test_host_overhead", "test_layout_trainer",
               "test_run_balance", "test_run_cli", "test_run_preflight", "test_train_distributed", "test_train_model",
               "test_tune_explain", "test_subprocess_hygiene", "test_emit", "test_tune_stacks", "test_execute_logs",
-              "test_diagnose_classes", "test_tune_noise", "test_diagnose_fsdp"),
+              "test_diagnose_classes", "test_cli_diagnose_next", "test_tune_noise", "test_diagnose_fsdp"),
     # JAX programs on virtual CPU devices
-    "jax": ("test_tune_maxtext", "test_diagnose_jax", "test_jax_bottlenecks", "test_jax_meshes", "test_jax_tune", "test_jax_xplane"),
+    "jax": ("test_tune_maxtext", "test_diagnose_jax", "test_jax_bottlenecks", "test_jax_meshes", "test_jax_tune", "test_jax_xplane",
+            "test_cli_diagnose_xplane"),
     # more than about a minute for the file, or many CLI processes and whole-space plans (what keeps the fast
     # set under a minute)
     "slow": ("test_docs_commands", "test_align", "test_calibrate", "test_agents", "test_host_overhead",
              "test_jax_meshes", "test_train_distributed", "test_mixed_jobs", "test_report", "test_plan",
-             "test_plan_estimate_agree", "test_plan_blocks", "test_plan_budget", "test_lengths", "test_cli_polish",
+             "test_cli_plan_estimate_agree", "test_plan_blocks", "test_plan_budget", "test_lengths", "test_cli_first_use", "test_cli_diagnose_compare",
              "test_compare_budget", "test_diagnose_labels", "test_memory_store", "test_trace_streaming",
              "test_diagnose_hta", "test_balance", "test_fused_kernels", "test_tune_explain", "test_tune_stacks",
              "test_tune_maxtext", "test_proposals_expert", "test_next_commands", "test_compact_tables",
-             "test_report_layout", "test_tune_noise", "test_diagnose_fsdp", "test_llm_local", "test_quickstart"),
+             "test_report_layout", "test_tune_noise", "test_diagnose_fsdp", "test_llm_local", "test_quickstart",
+             "test_read"),
 }
 
 
@@ -142,3 +144,19 @@ def chat_server(answers: list[str], seen: list[dict] | None = None):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+# A memory-bound CPU workload for the PyTorch profiler (skinny GEMMs of about 3 FLOP/B with element-wise work
+# around them): `python -c MEMORY_BOUND_CPU_JOB TRACE.json` writes its trace (tests/profile/test_diagnose_classes.py)
+MEMORY_BOUND_CPU_JOB = r'''
+import sys, torch
+from torch.profiler import ProfilerActivity, profile, schedule
+torch.set_num_threads(1)
+a, b, bias = torch.randn(2048, 6), torch.randn(6, 2048), torch.randn(2048, 2048)
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=schedule(wait=0, warmup=1, active=2),
+             on_trace_ready=lambda p: p.export_chrome_trace(sys.argv[1])) as prof:
+    for _ in range(3):
+        for _ in range(3):
+            y = torch.relu(a @ b + bias) * 0.5
+        prof.step()
+'''

@@ -89,7 +89,7 @@ def test_tune_reaches_the_planners_best_and_never_repeats(tmp_path):
     plan's best in at most 6 trials; a second run with the same Memory runs none of the first run's
     strategies again."""
     m, c, t = load_model("deepseek-v3"), load_cluster("h800", devices=2048), TrainSpec(15360, 4096)
-    best = plan(Job.resolve(m, c, t), {}, top=1).candidates[0].step_time_s
+    best = plan(Job.resolve(m, c, t), top=1).candidates[0].step_time_s
     db = tmp_path / "memory.sqlite"
     with Memory.open(db) as mem:
         r1 = Coordinator(Job.resolve(m, c, t), SimExecutor(Job.resolve(m, c, t)), mem, budget=6, start="tp=8,pp=1,ep=8,recompute=full").run()
@@ -185,8 +185,8 @@ def test_the_loop_learns_a_machine_that_differs_from_the_catalog(tmp_path):
     path.write_text(SLOW_MACHINE)
     m, c, t = load_model("llama3-70b"), load_cluster("h100-sxm", devices=128), TrainSpec(512, 8192)
     machine = load_cluster(str(path))
-    machine_best = plan(Job.resolve(m, machine, t), {}, top=1).candidates[0]
-    assert str(machine_best.strategy) != str(plan(Job.resolve(m, c, t), {}, top=1).candidates[0].strategy)
+    machine_best = plan(Job.resolve(m, machine, t), top=1).candidates[0]
+    assert str(machine_best.strategy) != str(plan(Job.resolve(m, c, t), top=1).candidates[0].strategy)
     with Memory.open(tmp_path / "memory.sqlite") as mem:
         r = Coordinator(Job.resolve(m, c, t), SimExecutor(Job.resolve(m, machine, t)), mem, budget=8).run()
     assert len(r["trials"]) <= 8

@@ -8,11 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from asap.memory import Memory
-from asap.cli import _register_commands, app
+from asap.cli import register_commands, app
 
 pytestmark = pytest.mark.jax
 pytest.importorskip("jax")
-_register_commands()
+register_commands()
 
 
 def test_tune_with_the_jax_executor_ends_no_slower_than_its_first_trial(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from asap.agents.analyzer import Analyzer
 from asap.agents.knowledge import load_knowledge
 from asap.agents.proposer import Proposer, parse_current
-from asap.cli import _register_commands, app
+from asap.cli import register_commands, app
 from asap.cli.common import JobOptions
 from asap.cost.estimate import estimate_spelled as estimate  # text is parsed at this edge
 from asap.spec.hardware import load_cluster
@@ -173,7 +173,7 @@ def test_scenario(name, model, cluster, gb, seq, current, options, named, expect
         assert p.term_changes_s["step_time_s"] == pytest.approx(p.predicted_step_time_s - estimate(Job.resolve(m, c, t), s).step_time_s)
     if not estimate(Job.resolve(m, c, t), s).fits:
         assert not ps.within_error and "within the model's error" not in ps.note
-    _register_commands()
+    register_commands()
     runner = CliRunner()
     for p in props:  # every prediction reproduced by the command it prints
         args = shlex.split(p.estimate_command)[1:] + ["--json"]  # drop "asap"

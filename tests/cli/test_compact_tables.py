@@ -109,7 +109,7 @@ def test_compact_round_trips_over_the_planners_strategies(model, cluster, batch,
     m, c, t = load_model(model), load_cluster(cluster), TrainSpec(batch, seq)
     job = Job.resolve(m, c, t)
     fw = job.framework
-    result = plan(job, {}, top=10, distinct=False)
+    result = plan(job, top=10, distinct=False)
     for e in result.candidates + result.pareto:
         text = format_compact(e.strategy, c.num_devices, m.moe is not None, fw)
         back = complete_strategy(parse_strategy(text), c.num_devices, framework=fw)
@@ -141,7 +141,7 @@ def test_bad_compact_tokens_name_the_field(text, field):
 
 def test_plan_table_at_100_columns():
     # no stage ILP: its 0.2 s HiGHS limit could end on different splits in the two runs compared here
-    job = ["-m", "deepseek-v3", "-c", "gb200-nvl72", "-b", "1024", "-s", "4096", "--top", "5", "--ilp-candidates", "0"]
+    job = ["-m", "deepseek-v3", "-c", "gb200-nvl72", "-b", "1024", "-s", "4096", "--top", "5", "--split-candidates", "0"]
     text = on_terminal("plan", *job, "--tokens", "15T")
     assert_width(text)
     cands = json.loads(asap("plan", *job, "--json").stdout)["candidates"]

@@ -4,7 +4,6 @@ figures (Llama 3 8B, s = 32K, cp = 4 inside one H100 node), the a2a head rule, a
 import numpy as np
 import pytest
 
-from asap.cli.common import JobOptions
 from asap.cost.batch import StrategyBatch
 from asap.cost.collectives import _tier_Bps, all_gather_s, all_to_all_s
 from asap.cost.communication import cp_exchange_s
@@ -12,12 +11,13 @@ from asap.cost.estimate import estimate_spelled
 from asap.errors import AsapError
 from asap.spec.placement import Placement
 from asap.spec.strategy import Strategy
+from asap.spec.job import Job
 
 MIB = 2 ** 20
 
 
 def job(framework="megatron", model="llama3-8b", nodes=1):
-    return JobOptions(model, "dgx-h100-8node", 8, 32768, "bf16", framework=framework, nodes=nodes).load()
+    return Job.from_names(model, "dgx-h100-8node", 8, 32768, "bf16", framework=framework, nodes=nodes)
 
 
 def _exchange(comm: str):

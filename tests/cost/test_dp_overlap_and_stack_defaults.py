@@ -1,4 +1,4 @@
-"""Issue 25's semantics, against figures worked out by hand: data-parallel traffic that shares links with TP/CP
+"""Against figures worked out by hand: data-parallel traffic that shares links with TP/CP
 traffic or meets the step boundary (asap.cost.dp_overlap), and the stack defaults a published run leaves
 unstated (asap.spec.framework.unstated_defaults, torchtitan's pipeline config)."""
 

@@ -4,7 +4,6 @@ all-reduce of the sharded gradients across replicas, against hand figures on 2 n
 import numpy as np
 import pytest
 
-from asap.cli.common import JobOptions
 from asap.cost.batch import StrategyBatch
 from asap.cost.collectives import spans_domains
 from asap.cost.communication import data_parallel_comm, replica_all_reduce_s
@@ -13,12 +12,14 @@ from asap.cost.estimate import estimate_spelled
 from asap.errors import AsapError
 from asap.spec.placement import Placement
 from asap.spec.strategy import Strategy
+from asap.spec.job import Job
+from asap.spec.stack_rules import runnable_strategy
 
 GIB = 2 ** 30
 
 
 def job(framework="megatron", model="llama3-8b"):
-    return JobOptions(model, "dgx-h100-8node", 64, 8192, "bf16", framework=framework, nodes=2).load()
+    return Job.from_names(model, "dgx-h100-8node", 64, 8192, "bf16", framework=framework, nodes=2)
 
 
 def test_groups_shard_inside_a_node_and_replicate_across():
@@ -64,10 +65,13 @@ def test_legality_one_line():
         estimate_spelled(job(), "zero=0,dp_replicate=2")
     with pytest.raises(AsapError, match=r"strategy\.dp_replicate.*does not divide dp=16"):
         estimate_spelled(job(), "zero=1,dp_replicate=3")
-    with pytest.raises(AsapError, match=r"strategy\.dp_replicate.*zero=1 is not available in torchtitan"):
-        estimate_spelled(job("torchtitan"), "zero=1,dp_replicate=2")  # FSDP2 HSDP: zero 2 or 3
-    with pytest.raises(AsapError, match=r"strategy\.dp_replicate.*not available in asap \(no hybrid sharding\)"):
-        estimate_spelled(job("asap"), "zero=1,dp_replicate=2")
+    # the stacks' limits are rows of asap.spec.stack_rules: refused where the stack must run it, priced as a what-if
+    with pytest.raises(AsapError, match=r"strategy\.dp_replicate: deepspeed cannot express dp_replicate=2 with "
+                                        r"zero=1 \(hybrid sharding with zero 3\)"):
+        runnable_strategy(job("deepspeed"), "zero=1,dp_replicate=2")  # MiCS: ZeRO-3
+    with pytest.raises(AsapError, match=r"strategy\.dp_replicate: asap cannot express .*\(no hybrid sharding\)"):
+        runnable_strategy(job("asap"), "zero=1,dp_replicate=2")
+    assert runnable_strategy(job("asap"), "zero=1,dp_replicate=2", any_stack=True).dp_replicate == 2
 
 
 def test_batch_default_is_one_and_prices_alike():

@@ -132,19 +132,19 @@ def test_a_host_bound_refusal_names_the_host():
     not hold 80 layers' activations; the message says so, and names the pinned knob that refuses it."""
     job, stated = _case("mbridge_llama3_70b_gb200_64gpu_fp8cs_fsdp")
     with pytest.raises(NoFitError) as e:
-        plan(job, {**stated, "offload_act": 1, "offload_layers": 0}, top=1, ilp_candidates=0)
+        plan(job, fixed={**stated, "offload_act": 1, "offload_layers": 0}, top=1, split_candidates=0)
     msg = str(e.value)
     assert "host memory" in msg and "host_mem_capacity_gb=240" in msg and "GiB per device" in msg
     assert "offload_layers=0" in msg and "\n" not in msg
     # with the count open, the planner offloads some of the layers and the run fits
-    fits = plan(job, {**stated, "offload_act": 1}, top=1, ilp_candidates=0).candidates[0]
+    fits = plan(job, fixed={**stated, "offload_act": 1}, top=1, split_candidates=0).candidates[0]
     assert fits.fits and 0 < fits.strategy.offload_layers < job.model.num_layers
 
 
 def test_a_device_bound_refusal_names_the_pinned_knobs():
     job = _job("tpu-v6e", 64, "maxtext", model="llama3-70b", gbs=256)
     with pytest.raises(NoFitError) as e:
-        plan(job, {"dp": 256, "mbs": 1, "zero": 0, "recompute": "none"}, top=1, ilp_candidates=0)
+        plan(job, fixed={"dp": 256, "mbs": 1, "zero": 0, "recompute": "none"}, top=1, split_candidates=0)
     msg = str(e.value)
     assert "GiB per device" in msg and "host" not in msg
     assert "one would fit with the pinned" in msg and "dp=256" in msg and "\n" not in msg
@@ -182,10 +182,10 @@ def test_the_planner_takes_16_bit_gradients_only_where_nothing_fits_with_fp32():
     fp32 gradients (203 GiB of 179); its performance config reduces in bf16 and it fits. A run that fits with
     fp32 gradients keeps them."""
     job, stated = _case("mbridge_gptoss_120b_b200_64gpu_bf16")
-    best = plan(job, {**stated, "offload_act": 0, "offload_opt": 0}, top=1, ilp_candidates=0).candidates[0]
+    best = plan(job, fixed={**stated, "offload_act": 0, "offload_opt": 0}, top=1, split_candidates=0).candidates[0]
     assert best.fits and best.strategy.grad_bf16
     with pytest.raises(NoFitError):
-        plan(job, {**stated, "offload_act": 0, "offload_opt": 0, "grad_bf16": 0}, top=1, ilp_candidates=0)
-    roomy = plan(_job("h100-sxm", 8, "megatron", model="llama3-8b", gbs=128), {"tp": 1, "mbs": 1}, top=1,
-                 ilp_candidates=0).candidates[0]
+        plan(job, fixed={**stated, "offload_act": 0, "offload_opt": 0, "grad_bf16": 0}, top=1, split_candidates=0)
+    roomy = plan(_job("h100-sxm", 8, "megatron", model="llama3-8b", gbs=128), fixed={"tp": 1, "mbs": 1}, top=1,
+                 split_candidates=0).candidates[0]
     assert roomy.fits and not roomy.strategy.grad_bf16

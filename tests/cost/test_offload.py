@@ -63,6 +63,6 @@ def test_planner_offloads_the_optimizer_only_when_nothing_fits_without():
     leaves too much), so the plan's candidates are the ones with the optimizer on the host."""
     model, cluster, train = load_model("llama3-70b"), load_cluster("h100-sxm", nodes=1), TrainSpec(16, 4096)
     with pytest.raises(AsapError):
-        plan(Job.resolve(model, cluster, train), {"offload_opt": 0}, top=1)
-    r = plan(Job.resolve(model, cluster, train), {}, top=2)
+        plan(Job.resolve(model, cluster, train), fixed={"offload_opt": 0}, top=1)
+    r = plan(Job.resolve(model, cluster, train), top=2)
     assert r.candidates and all(c.strategy.offload_opt == 1 and c.fits for c in r.candidates)

@@ -8,16 +8,16 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from asap.cli.emit import emit_strategy
-from asap.cli.common import JobOptions
+from asap.search.advice import emit_strategy
 from asap.emit import emit
 from asap.errors import AsapError
+from asap.spec.job import Job
 
 from conftest import assert_one_line_error
 
 
 def job(model="llama3-8b", cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
-    return JobOptions(model, cluster, b, s, precision).load()
+    return Job.from_names(model, cluster, b, s, precision)
 
 
 def megatron_args(text):

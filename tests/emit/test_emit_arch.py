@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from asap.cli.common import JobOptions
-from asap.cli.emit import emit_strategy
+from asap.search.advice import emit_strategy
 from asap.errors import AsapError
 from asap.spec.hf import model_from_hf
+from asap.spec.job import Job
 
 HERE = Path(__file__).parents[1]  # tests/
 STACKS = HERE / "stacks"
@@ -65,7 +65,7 @@ def expected(d):
 
 
 def job(name, cluster="dgx-h100-8node", b=256, s=4096, model=None):
-    j = JobOptions(name, cluster, b, s, "bf16").load()
+    j = Job.from_names(name, cluster, b, s, "bf16")
     return replace(j, model=model if model is not None else model_from_hf(hf(name)))
 
 
@@ -320,7 +320,7 @@ def test_maxtext_pyconfig_reads_every_model():
     python = maxtext_python()
     paths = []
     for name in MAXTEXT_STOCK:
-        j = JobOptions(name, "local-cpu", 8, 64, "bf16", devices=8).load()
+        j = Job.from_names(name, "local-cpu", 8, 64, "bf16", devices=8)
         j = replace(j, model=model_from_hf(hf(name)))
         path = Path(os.environ.get("TMPDIR", "/tmp")) / f"asap-maxtext-{os.getpid()}-{name}.yml"
         path.write_text(emit_strategy("maxtext", j, "dp=8,zero=3"))

@@ -6,9 +6,9 @@ import shlex
 import pytest
 import yaml
 
-from asap.cli.common import JobOptions
-from asap.cli.emit import emit_strategy
+from asap.search.advice import emit_strategy
 from asap.errors import AsapError
+from asap.spec.job import Job
 
 
 def megatron_flags(text):
@@ -18,7 +18,7 @@ def megatron_flags(text):
 
 
 def job(cluster="dgx-h100-8", s=32768):
-    return JobOptions("llama3-8b", cluster, 64, s, "bf16").load()
+    return Job.from_names("llama3-8b", cluster, 64, s, "bf16")
 
 
 def test_megatron_cp_comm_type():

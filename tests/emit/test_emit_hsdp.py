@@ -10,13 +10,13 @@ import tomllib
 import pytest
 import yaml
 
-from asap.cli.common import JobOptions
-from asap.cli.emit import emit_strategy
+from asap.search.advice import emit_strategy
 from asap.errors import AsapError
+from asap.spec.job import Job
 
 
 def job(model="llama3-8b", cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
-    return JobOptions(model, cluster, b, s, precision).load()
+    return Job.from_names(model, cluster, b, s, precision)
 
 
 def test_torchtitan_hsdp_degrees():

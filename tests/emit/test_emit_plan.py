@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from asap.cli.emit import emit_strategy
-from asap.cli.common import JobOptions
+from asap.search.advice import emit_strategy
 from asap.emit import FORMATS, FRAMEWORK_OF
 from asap.search.planner import plan
 from asap.spec.strategy import parse_strategy
+from asap.spec.job import Job
 
 from conftest import assert_one_line_error
 
@@ -47,13 +47,13 @@ CLUSTER_OF = {"maxtext": "tpu-v5p-256"}
 def test_every_candidate_of_a_stack_plan_is_emitted(fmt):
     """Planned with a format's stack, every ranked candidate (default and ILP splits alike) passes the emitter."""
     cluster = CLUSTER_OF.get(fmt, "ascend-910b-64" if fmt == "mindformers" else "dgx-h100-8node")
-    job = JobOptions("mixtral-8x7b", cluster, 256, 4096, "bf16", FRAMEWORK_OF[fmt]).load()
+    job = Job.from_names("mixtral-8x7b", cluster, 256, 4096, "bf16", FRAMEWORK_OF[fmt])
     if fmt == "torchtitan":  # torchtitan 0.2.2 balances experts by the expert bias only (no balancing loss)
         from dataclasses import replace
 
         m = job.model
         job = replace(job, model=replace(m, moe=replace(m.moe, expert_bias=True, aux_loss_coef=0.0)))
-    result = plan(job, parse_strategy("", field="fix"), top=8, ilp_candidates=2)
+    result = plan(job, fixed=parse_strategy("", field="fix"), top=8, split_candidates=2)
     assert result.candidates
     for e in result.candidates:
         emit_strategy(fmt, job, e.strategy)  # raises AsapError where the stack cannot express it

@@ -4,14 +4,14 @@ refused by every other stack in one line."""
 import pytest
 import yaml
 
-from asap.cli.emit import emit_strategy
-from asap.cli.common import JobOptions
+from asap.search.advice import emit_strategy
 from asap.errors import AsapError
 from asap.spec.remat import TENSORS
+from asap.spec.job import Job
 
 
 def job():
-    return JobOptions("llama3-8b", "tpu-v5p-256", 256, 8192, "bf16").load()
+    return Job.from_names("llama3-8b", "tpu-v5p-256", 256, 8192, "bf16")
 
 
 @pytest.mark.parametrize("policy", ["minimal", "save_qkv_proj", "save_dot_except_mlp", "save_out_proj",
@@ -41,7 +41,7 @@ def test_offload_act_with_a_policy_is_refused():
 
 @pytest.mark.parametrize("fmt", ["megatron", "torchtitan", "deepspeed"])
 def test_other_stacks_refuse(fmt):
-    j = JobOptions("llama3-8b", "dgx-h100-8", 256, 4096, "bf16").load()
+    j = Job.from_names("llama3-8b", "dgx-h100-8", 256, 4096, "bf16")
     with pytest.raises(AsapError, match="recompute") as e:
         emit_strategy(fmt, j, "tp=2,recompute=save_qkv_proj")
     assert "\n" not in str(e.value)

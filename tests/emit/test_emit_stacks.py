@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from asap.cli.emit import emit_strategy
-from asap.cli.common import JobOptions
+from asap.search.advice import emit_strategy
+from asap.spec.job import Job
 
 STACKS = Path(__file__).parents[1] / "stacks"
 
 
 def job(model="llama3-8b", cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
-    return JobOptions(model, cluster, b, s, precision).load()
+    return Job.from_names(model, cluster, b, s, precision)
 
 
 def installed(*names):
@@ -149,7 +149,7 @@ def test_maxtext_pyconfig_builds_the_emitted_model(tmp_path):
              ("deepseek-v3", "dp=8,ep=4,zero=3,recompute=full", "bf16")]
     paths = []
     for name, strategy, precision in cases:
-        j = JobOptions(name, "local-cpu", 8, 64, precision, devices=8).load()
+        j = Job.from_names(name, "local-cpu", 8, 64, precision, devices=8)
         paths.append(tmp_path / f"{name}.yml")
         paths[-1].write_text(emit_strategy("maxtext", j, strategy))
     proc = subprocess.run([python, str(STACKS / "maxtext_load.py"), "8", *map(str, paths)], capture_output=True,

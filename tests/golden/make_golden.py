@@ -10,7 +10,7 @@ Three files in tests/golden/, each the figures a user sees, as the commands give
 * ``plan.json``: on every calibration case, the top rows of two plans (``plan --json``'s candidates, as
   ``benchmarks/plan_cases.py`` runs them): *published* (the case's published knobs fixed, ``--fix``; the
   ``--include-oom`` fallback when nothing fits, as ``asap validate`` completes a case) and *free* (nothing fixed),
-  each with the layer-split search (the default) and without it (``--ilp-candidates 0``, the ``_no_ilp`` plans);
+  each with the layer-split search (the default) and without it (``--split-candidates 0``, the ``_no_ilp`` plans);
   the free plans with ``asap plan``'s default headroom (``search.planner.plan_headroom``), the published ones
   against the whole device memory as ``validate`` judges them. Each row: ``strategy`` (the dict),
   ``strategy_string``, ``step_time_s``, ``peak_memory_gb``, ``fits``. The split search is deterministic, but
@@ -37,7 +37,7 @@ REPO = HERE.parents[1]
 SHARED_CASES = REPO.parent / "shared" / "reference" / "calibration_runs.json"
 SHARED_PUBLISHED = REPO.parent / "shared" / "reference" / "published_runs_2024_2026.json"
 PLAN_TOP = 5
-PLANNER_SPLITS = 32  # plan's default --ilp-candidates: rows the layer-split search may try
+PLANNER_SPLITS = 32  # plan's default --split-candidates: rows the layer-split search may try
 ROW_KEYS = ("strategy", "strategy_string", "step_time_s", "peak_memory_gb", "fits")
 TRAIN_RUNS = {  # name: (strategy, global batch, seq len, steps)
     "dp2": ("dp=2", 4, 32, 3),
@@ -76,7 +76,7 @@ PLAN_KINDS = ("published", "free", "published_no_ilp", "free_no_ilp")
 
 def plan_case(case: dict[str, Any], index: int) -> dict[str, Any]:
     """The published and free plans of one case, as ``plan --json`` gives them (the API the CLI calls), with the
-    stage-split ILP (the default) and without it (``--ilp-candidates 0``: no wall clock in the answer)."""
+    stage-split ILP (the default) and without it (``--split-candidates 0``: no wall clock in the answer)."""
     from asap.errors import AsapError
     from asap.search.planner import plan
     from asap.search.nofit import NoFitError
@@ -95,12 +95,12 @@ def plan_case(case: dict[str, Any], index: int) -> dict[str, Any]:
 
     for ilp, suffix in ((PLANNER_SPLITS, ""), (0, "_no_ilp")):
         try:
-            r, oom = plan(Job.resolve(m, c, t), fixed, top=PLAN_TOP, ilp_candidates=ilp), False
+            r, oom = plan(Job.resolve(m, c, t), fixed=fixed, top=PLAN_TOP, split_candidates=ilp), False
         except NoFitError:
-            r, oom = plan(Job.resolve(m, c, t), fixed, top=PLAN_TOP, include_oom=True, ilp_candidates=ilp), True
+            r, oom = plan(Job.resolve(m, c, t), fixed=fixed, top=PLAN_TOP, include_oom=True, split_candidates=ilp), True
         out["published" + suffix] = {"oom": oom, "stopped_early": r.stopped_early, "rows": rows_of(r)}
         try:
-            r = plan(plan_headroom(Job.resolve(m, c, t)), {}, top=PLAN_TOP, ilp_candidates=ilp)  # as asap plan
+            r = plan(plan_headroom(Job.resolve(m, c, t)), top=PLAN_TOP, split_candidates=ilp)  # as asap plan
             out["free" + suffix] = {"stopped_early": r.stopped_early, "rows": rows_of(r)}
         except AsapError as e:
             out["free" + suffix] = {"error": str(e)}

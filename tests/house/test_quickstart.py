@@ -34,3 +34,17 @@ def test_the_readme_first_command_twice_prints_the_same_table(tmp_path):
     assert written == announced
     cluster = yaml.safe_load((tmp_path / "tune-cluster.yaml").read_text())
     assert cluster["hbm_gb"] == 79.6475  # the catalog's H100: nvidia-smi's 81559 MiB, not the marketed 80
+
+
+def test_the_readme_second_command_is_the_script_ci_runs():
+    """The README's test command is one call of scripts/test.sh, and .ci/run calls the same script; every step
+    of the script is a single commented line (the comment says what it installs or runs, and why)."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = block.strip().splitlines()
+    assert len(commands) == 2 and commands[1] == "bash scripts/test.sh"
+    ci = [ln for ln in (REPO / ".ci/run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))]
+    assert ci == ["bash scripts/test.sh"]
+    lines = (REPO / "scripts/test.sh").read_text().splitlines()
+    steps = [i for i, ln in enumerate(lines) if ln and not ln.startswith(("#", "set ", "cd "))]
+    assert steps and all(lines[i - 1].startswith("#") for i in steps)

@@ -3,21 +3,17 @@ and a TPU plane's own device metadata picks the generation's roofline."""
 
 from __future__ import annotations
 
-import json
 import struct
-from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from asap.cli import _register_commands, app
+from asap.profile.diagnose import diagnose
 from asap.errors import AsapError
 from asap.profile.devices import infer_accelerator
 from asap.profile.load import load_timelines
 from asap.profile.xplane import fields, load_xspace
 
 pytestmark = pytest.mark.jax
-_register_commands()
 
 
 # --- a minimal protobuf writer, to build XSpace files by hand --------------------------------------------
@@ -77,9 +73,7 @@ def test_a_tpu_xspace_gives_its_steps_ops_and_generation(tmp_path):
     assert infer_accelerator(tl.device_kind, tl.device_name, None) == ("tpu-v5p", None)
     comm_us = sum(op.time_us for op in tl.ops if op.is_comm)
     assert comm_us == pytest.approx(6_000) and len(tl.ops) == 4
-    res = CliRunner().invoke(app, ["diagnose", str(path), "--json"])
-    assert res.exit_code == 0, res.output
-    d = json.loads(res.stdout)
+    d = diagnose([path]).to_dict()
     assert d["step_time_s"] == pytest.approx(0.010)
     assert d["communication_s"] == pytest.approx(0.003)
 
@@ -90,19 +84,3 @@ def test_garbage_is_refused_in_one_line(tmp_path):
     with pytest.raises(AsapError, match="XSpace"):
         load_xspace(path)
     assert list(fields(struct.pack("B", 8) + b"\x96\x01")) == [(1, 0, 150)]
-
-
-def test_diagnose_reads_a_recorded_xplane_as_its_perfetto_export(tmp_path):
-    """A real run with --profile writes both; the step time and the bottleneck agree."""
-    pytest.importorskip("jax")
-    runner = CliRunner()
-    prof = tmp_path / "prof"
-    res = runner.invoke(app, ["run", "--backend", "jax", "-m", "tiny-dense", "-S", "dp=4", "-b", "8", "-s", "32",
-                              "--steps", "3", "--profile", str(prof), "--json"])
-    assert res.exit_code == 0, res.output
-    (perfetto,) = [Path(t) for t in json.loads(res.stdout)["traces"]]
-    (xplane,) = list(perfetto.parent.glob("*.xplane.pb"))
-    a = json.loads(runner.invoke(app, ["diagnose", str(perfetto), "--json"]).stdout)
-    b = json.loads(runner.invoke(app, ["diagnose", str(xplane), "--json"]).stdout)
-    assert b["step_time_s"] == pytest.approx(a["step_time_s"], rel=1e-6)
-    assert b["bottleneck"] == a["bottleneck"]

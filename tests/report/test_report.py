@@ -138,7 +138,7 @@ def test_page_is_self_contained_and_escaped(report):
     text = report.read_text(encoding="utf-8")
     assert "<script src=" not in text and "<link " not in text  # nothing loaded from elsewhere
     assert text.count("plotly.js v") >= 1 and text.count("window.PlotlyConfig") == 1  # plotly.js inlined, once
-    assert text.count("Plotly.newPlot") == 3  # three figures
+    assert text.count("Plotly.newPlot") == len(FIGURE_IDS)  # every figure
     assert text.count('id="asap-errors"') == 1
     for fid in FIGURE_IDS:
         assert f'id="{fid}"' in text

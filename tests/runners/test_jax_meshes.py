@@ -9,7 +9,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from asap.cli import _register_commands, app, main
+from asap.cli import register_commands, app, main
 from asap.errors import AsapError
 from asap.runners.jax.launch import check_supported_jax, launch
 from asap.runners.jax.shard import mesh_shape
@@ -19,7 +19,7 @@ from asap.spec.train import TrainSpec
 from asap.runners.torch.launch import RunConfig, resolve_run_strategy
 
 pytestmark = pytest.mark.jax
-_register_commands()
+register_commands()
 pytest.importorskip("jax")
 
 GB, SEQ = 8, 32

@@ -28,12 +28,12 @@ def case_inputs(case):
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_fix_completes_and_free_plan_is_never_slower(case):
     model, cluster, train, fixed = case_inputs(case)
-    fixed_plan = plan(Job.resolve(model, cluster, train), fixed, top=1, ilp_candidates=0)
+    fixed_plan = plan(Job.resolve(model, cluster, train), fixed=fixed, top=1, split_candidates=0)
     best_fixed = fixed_plan.candidates[0]
     assert best_fixed.fits
     for k, v in fixed.items():
         assert best_fixed.strategy.to_dict()[k] == v
-    free = plan(Job.resolve(model, cluster, train), {}, top=1, ilp_candidates=0).candidates[0]
+    free = plan(Job.resolve(model, cluster, train), top=1, split_candidates=0).candidates[0]
     assert free.fits and free.step_time_s <= best_fixed.step_time_s + 1e-9
 
 
@@ -150,7 +150,7 @@ def test_published_shape_is_among_the_five_best(case):
     model, cluster, train, fixed = case_inputs(case)
     published = (fixed.get("tp", 1), fixed.get("pp", 1))
     keep = {k: v for k, v in fixed.items() if k not in ("tp", "pp", "dp", "vpp", "mbs")}
-    result = plan(Job.resolve(model, cluster, train), keep, top=5000, ilp_candidates=0)
+    result = plan(Job.resolve(model, cluster, train), fixed=keep, top=5000, split_candidates=0)
     assert shape_rank(result, published) <= 5, best_shapes(result)[:6]
 
 
@@ -166,7 +166,7 @@ def test_published_shape_is_near_the_best(case):
     planner's best shape: the planner never calls an expert's shape a poor choice (typically a tenth to a
     quarter of the distinct shapes are that close)."""
     model, cluster, train, fixed = case_inputs(case)
-    result = plan(Job.resolve(model, cluster, train), {}, top=5000, ilp_candidates=0)
+    result = plan(Job.resolve(model, cluster, train), top=5000, split_candidates=0)
     assert_near_the_best(result, (fixed.get("tp", 1), fixed.get("pp", 1)))
 
 
@@ -188,8 +188,7 @@ def test_expert_tuned_shapes_are_near_the_best(name, accelerator, nodes, global_
     """With every knob free, the (tp, pp) NVIDIA chose for its MLPerf submissions (TP = 4 with the distributed
     optimizer, where 2021 Megatron needed TP = 8) is predicted within NEAR of the planner's best shape; on 512
     H100 it is the planner's second shape."""
-    result = plan(Job.resolve(load_model(name), load_cluster(accelerator, nodes=nodes), TrainSpec(global_batch, seq_len, "fp8")),
-                  {}, top=5000, ilp_candidates=0)
+    result = plan(Job.resolve(load_model(name), load_cluster(accelerator, nodes=nodes), TrainSpec(global_batch, seq_len, "fp8")), top=5000, split_candidates=0)
     assert_near_the_best(result, shape)
     if nodes == 64 and name == "gpt3-175b":
         # third since fp8 runs keep their weights in fp8 only (fp8_param): tp = 2 shapes fit with less recompute

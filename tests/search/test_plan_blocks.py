@@ -116,7 +116,7 @@ def test_plan_matches_the_reference(cid):
     """``plan`` itself (default blocks, no ILP so its candidates are the ranking's): candidates, pareto,
     searched, space and fitting as the reference's."""
     model, cluster, train, _ = inputs(cid)
-    r = plan(Job.resolve(model, cluster, train), {}, top=5, ilp_candidates=0)
+    r = plan(Job.resolve(model, cluster, train), top=5, split_candidates=0)
     shown, front, space, fitting = reference(model, cluster, train, {}, 5, True, as_estimates=True)
     assert [(str(e.strategy), e.step_time_s) for e in r.candidates] == shown
     assert [(str(e.strategy), e.step_time_s) for e in r.pareto] == front
@@ -156,7 +156,7 @@ def test_time_limit_prices_one_chunk_and_counts_all():
     s = search_space(Search(job, False, 5, True), space, deadline=deadline, chunk_rows=4096)
     assert (s.priced, s.space) == (4096, n)
     assert f"priced 4,096 of {n:,} configurations" in deadline.notes[0]
-    r = plan(job, {}, top=3, time_limit_s=1e-9)  # the whole space is one chunk: it is priced
+    r = plan(job, top=3, time_limit_s=1e-9)  # the whole space is one chunk: it is priced
     assert r.stopped_early and r.searched == r.space == n  # stopped before the ILP
     assert r.candidates and r.candidates[0].fits
 
@@ -169,7 +169,7 @@ def test_no_fit_names_the_smallest_row_of_the_space():
     peak = memory(model, cluster.accelerator, train, S, framework=fw).peak_gb
     assert peak.min() > cluster.hbm_gb
     with pytest.raises(NoFitError) as e:
-        plan(job, {})
+        plan(job)
     smallest = format_compact(S.strategy(int(np.argmin(peak))), 8, False, fw)  # the compact notation
     assert f"GiB reserved ({smallest})" in str(e.value)
     assert f"searched {len(S)})" in str(e.value)

@@ -33,7 +33,7 @@ def test_every_calibration_case_plans_within_its_budget():
         m, c, t = job(case)
         t0 = time.perf_counter()
         try:
-            result = plan(Job.resolve(m, c, t), {}, top=5, time_limit_s=BUDGET_S)
+            result = plan(Job.resolve(m, c, t), top=5, time_limit_s=BUDGET_S)
         except AsapError:  # nothing fits this case's cluster without its published knobs: refused, in time
             result = None
         took = time.perf_counter() - t0
@@ -50,6 +50,6 @@ def test_a_tiny_budget_stops_early_and_says_so():
 
     # DeepSeek-V3 on 2048 H800 (benchmarks/plan_speed.py): about a million configurations, many chunks
     m, c, t = load_model("deepseek-v3"), load_cluster("h800-256node"), TrainSpec(15360, 4096)
-    result = plan(Job.resolve(m, c, t), {}, top=3, time_limit_s=1e-3)
+    result = plan(Job.resolve(m, c, t), top=3, time_limit_s=1e-3)
     assert result.stopped_early and result.stop_reason
     assert result.searched < result.space

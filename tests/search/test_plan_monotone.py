@@ -24,7 +24,7 @@ MARGINS_GB = (0.0, 4.0, 8.0, 16.0)
 
 def best(name, acc, nodes, gb, seq, margin):
     job = Job.resolve(load_model(name), load_cluster(acc, nodes=nodes), TrainSpec(gb, seq, memory_margin_gb=margin))
-    r = plan(job, {}, top=5)
+    r = plan(job, top=5)
     return r.candidates[0] if r.candidates else None
 
 

@@ -70,10 +70,10 @@ def test_lower_bound_is_below_every_step_and_split_bound(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_plan_is_the_same_with_and_without_the_bar(case, monkeypatch):
     job = job_of(*case)
-    pruned = plan(job, {}, top=5).to_dict()
+    pruned = plan(job, top=5).to_dict()
     monkeypatch.setattr(pricing, "worth_pricing", lambda lower_s, *_: np.ones(len(lower_s), dtype=bool))
     monkeypatch.setattr(pricing, "PRICING_THREADS_MAX", 1)
-    full = plan(job, {}, top=5).to_dict()
+    full = plan(job, top=5).to_dict()
     assert without_time(pruned) == without_time(full)
 
 

@@ -1,12 +1,10 @@
-"""The job resolved once (asap.spec.job.Job) and its options declared once for every command (asap.cli.common)."""
+"""The job resolved once (asap.spec.job.Job), from loaded parts or from the names the CLI takes."""
 
-import inspect
 from dataclasses import replace
 
 import pytest
 
 from asap import Job, TrainSpec, load_cluster, load_model
-from asap.cli.common import JOB_OPTIONS, JobOptions
 from asap.errors import AsapError
 
 
@@ -19,24 +17,12 @@ def test_resolve_names_the_stack_once():
     assert job.with_train(replace(job.train, framework=None)).framework.name == "megatron"
 
 
-def test_every_command_takes_the_one_declaration_of_each_job_option():
-    from asap.cli import _register_commands, app
-
-    _register_commands()
-    commands = {c.callback.__name__: c.callback for c in app.registered_commands}
-    for name in ("estimate", "plan", "compare", "propose", "tune", "emit_command"):
-        params = inspect.signature(commands[name]).parameters
-        shared = [k for k in JOB_OPTIONS if k in params and params[k].default is JOB_OPTIONS[k][1]]
-        assert {"model", "cluster", "global_batch", "seq_len", "precision", "nodes", "devices"} <= set(shared), name
-        assert "options" not in params, name
-
-
-def test_options_load_with_one_line_errors_and_print_back():
-    opts = JobOptions("tiny-dense", "local-cpu", 8, 64, "fp32", devices=2, fused_kernels=False, lengths="x.json")
-    assert opts.args() == "-m tiny-dense -c local-cpu --devices 2 -b 8 -s 64 --precision fp32 --eager-kernels --lengths x.json"
-    assert opts.job_without_lengths().framework.name == "asap"
-    # load applies every option, --lengths included: a missing lengths file is one line
-    with pytest.raises(AsapError, match="lengths: no such file: x.json"):
-        opts.load()
+def test_from_names_makes_the_checks_the_cli_makes():
+    """The job from the names the CLI takes, with its one-line errors (the precision's peak on the part too)."""
+    job = Job.from_names("tiny-dense", "local-cpu", 8, 64, "fp32", devices=2, fused_kernels=False)
+    assert job.framework.name == "asap" and job.devices == 2 and job.train.fused_elementwise is False
+    assert Job.from_names("llama3-8b", "h100-sxm", 8, 64, framework="torchtitan", nodes=2).devices == 16
     with pytest.raises(AsapError, match="global-batch: must be a positive integer"):
-        JobOptions("tiny-dense", "local-cpu", 0, 64).load()
+        Job.from_names("tiny-dense", "local-cpu", 0, 64)
+    with pytest.raises(AsapError, match="nvfp4"):
+        Job.from_names("llama3-8b", "h100-sxm", 8, 64, "nvfp4")  # Hopper has no fp4 peak

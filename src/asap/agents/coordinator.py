@@ -194,7 +194,7 @@ class Coordinator:
         from asap.search.planner import plan
 
         try:
-            rows = plan(self.corrected(), {}, top=20, ilp_candidates=0).candidates
+            rows = plan(self.corrected(), top=20, split_candidates=0).candidates
         except NoFitError:
             rows = []
         runnable = [e.strategy for e in rows if not self._refused(e.strategy)]

@@ -336,7 +336,7 @@ class Proposer(Neighbourhood):
         if self._planned is None:
             try:
                 # with the planner's layer split search, as ``asap plan`` ranks: its best often needs a split
-                self._planned = [c.strategy for c in planner.plan(self.job, {}, top=30).candidates]
+                self._planned = [c.strategy for c in planner.plan(self.job, top=30).candidates]
             except nofit.NoFitError:
                 self._planned = []
         return self._planned[:top]

@@ -38,12 +38,13 @@ def _flags_without_type() -> None:
     patched.display_type_rich = display_type_rich
 
 
-def _register_commands() -> None:
-    # imported for their side effect of adding commands to ``app``
+def register_commands() -> None:
+    """Add every command to ``app`` (each module registers its own on import): what ``main`` does first, and
+    what an in-process caller (``typer.testing.CliRunner``) does before invoking ``app``."""
     from asap.cli import estimate as _estimate  # noqa: F401
 
     for optional in ("diagnose", "run", "plan", "compare", "schedule", "calibrate", "memory", "agents", "balance",
-                     "emit", "align"):
+                     "emit", "align", "read"):
         try:
             __import__(f"asap.cli.{optional}")
         except ModuleNotFoundError as e:
@@ -51,8 +52,11 @@ def _register_commands() -> None:
                 raise
 
 
+_register_commands = register_commands  # the former name
+
+
 def main(argv: list[str] | None = None) -> int:
-    _register_commands()
+    register_commands()
     _flags_without_type()
     try:
         return _run(argv)

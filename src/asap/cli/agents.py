@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, err_console, job_options, out_console, print_json,
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, err_console, job_options, out_console, print_json,
                              strategy_column, widest_token)
 from asap.cli.format import seconds
 from asap.errors import AsapError
@@ -250,7 +250,8 @@ def _write_corrected_cluster(path: str, coord) -> None:
 
 
 def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None = None,
-                  model_arg: str | None = None) -> dict[str, str]:
+                  model_arg: str | None = None, budget: tuple[float | None, float | None] = (None, None),
+                  ) -> dict[str, str]:
     """The run's page: trials, predicted against measured, the best's breakdown, the next three proposals, each
     prediction with the ``asap estimate -c CLUSTER_FILE`` command that gives it (the corrected machine, written
     beside the page when --write-cluster names no file)."""
@@ -281,10 +282,21 @@ def _write_report(path: str, coord, result: dict, mem, cluster_file: str | None 
                               "command": f"asap estimate {args} -S {quote(pname)}"})
     best_row = ({**result["best"], "strategy_compact": compact_strategy(coord.best[0], job)}
                 if coord.best else None)
+    story = _tune_story(coord, trials, budget)
+    trials = [{**tr, **figures} for tr, figures in zip(trials, story.trials, strict=True)]
     write_report(path, {**result, "trials": trials, "best": best_row}, best_estimate=best_estimate, proposals=proposals,
-                 title=f"asap tune: {m.name} on {job.devices} x {job.cluster.accelerator.name}")
+                 title=f"asap tune: {m.name} on {job.devices} x {job.cluster.accelerator.name}", story=story.to_dict())
     _announce("report", path, "the run's page")
     return {"report": path, "cluster": cluster_file}
+
+
+def _tune_story(coord, trials: list[dict], budget: tuple[float | None, float | None]):
+    """What the report says in words, each trial's throughput, MFU and memory, the best as the job to launch."""
+    from asap.agents.tune_story import tune_story
+
+    names = [str(tr["strategy_compact"]) for tr in trials]
+    return tune_story(coord.job, coord.corrected(), [rec.strategy for rec in coord.trials], trials, names,
+                      coord.correction.to_dict(), coord.best[0] if coord.best else None, *budget)
 
 
 def _numerics_check(ex, m, t):
@@ -312,6 +324,10 @@ TrialTimeoutOpt = typer.Option(None, "--trial-timeout", help="Seconds a real tri
                                                              "a hang.")
 PythonOpt = typer.Option(None, "--python", help="The stack's interpreter (MaxText needs its own Python >= 3.12 "
                                                 "environment).")
+
+
+ReportTokensOpt = typer.Option(None, "--tokens", help="The training budget the report prices the best strategy for "
+                                                      "(15T, 300B; default 1T).")
 
 
 @app.command()
@@ -351,6 +367,8 @@ def tune(
                                                                   "DIR/trialN (a stack's trials: its config, log and "
                                                                   "traces); each trial's gain or loss is then "
                                                                   "explained from the trace diff."),
+    tokens: Optional[str] = ReportTokensOpt,
+    price_per_device_hour: Optional[float] = PriceOpt,
     llm: bool = LlmOpt,
     llm_base_url: Optional[str] = LlmUrlOpt,
     llm_model: Optional[str] = LlmModelOpt,
@@ -359,10 +377,12 @@ def tune(
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Propose, run, remember and recalibrate until the budget is spent or two trials bring < 2%."""
+    from asap.budget import budget_of
     from asap.agents.coordinator import Coordinator
     from asap.execute.factory import tune_framework
 
     job = replace(options, framework=tune_framework(executor, options.framework)).load()
+    budget_args = budget_of(tokens, price_per_device_hour)
     if profile and executor == "sim":
         raise AsapError("profile", f"needs real runs (--executor torch, jax, a stack or command), got {executor}")
     real = _real_options(executor, launch, launcher, var, step_time_regex, step_time_scale, trial_timeout, python)
@@ -377,7 +397,7 @@ def tune(
                             verify=verify)
         result = coord.run()
         if report:
-            files.update(_write_report(report, coord, result, mem, write_cluster, options.model))
+            files.update(_write_report(report, coord, result, mem, write_cluster, options.model, budget_args))
     if write_cluster:
         files["cluster"] = _write_cluster_announced(write_cluster, coord)
     _announce("memory", files["memory"], "the shared Sharding Memory (--memory)" if memory else
@@ -385,11 +405,15 @@ def tune(
     if json_out:
         print_json({**result, "files": files})
         return
+    _print_tune(table, coord, report)
+
+
+def _print_tune(table, coord, report: str | None) -> None:
     out_console.print(table)
     out_console.print("vs first: the first measured trial's step time over this one's; correction: how much slower "
                       "than the catalog the loop finds this machine's compute / scale-up fabric / scale-out fabric", highlight=False)
     if coord.best:
-        out_console.print(f"best: {compact_strategy(coord.best[0], job)} at "
+        out_console.print(f"best: {compact_strategy(coord.best[0], coord.job)} at "
                           f"{seconds(coord.best[1])} per step (measured)", highlight=False,
                           soft_wrap=True)
     if report:

@@ -123,19 +123,11 @@ class JobOptions:
     def job_without_lengths(self) -> "Job":
         """The job of the other options, validated with one-line errors: the model, the cluster, the train spec,
         then the precision's peak on the accelerator."""
-        from asap.spec.hardware import load_cluster
         from asap.spec.job import Job
-        from asap.spec.loader import load_model
-        from asap.spec.train import LOW_PRECISIONS, TrainSpec
 
-        m = load_model(self.model)
-        c = load_cluster(self.cluster, nodes=self.nodes, devices=self.devices)
-        t = TrainSpec(self.global_batch, self.seq_len, self.precision, self.framework, self.moe_imbalance,
-                      fused_elementwise=self.fused_kernels, memory_margin_gb=self.memory_margin or 0.0)
-        c.accelerator.peak_flops("bf16" if self.precision in LOW_PRECISIONS else self.precision)
-        if self.precision in LOW_PRECISIONS:  # the quantised GEMMs need the part's own peak (fp4: Blackwell, CDNA4)
-            c.accelerator.peak_flops(self.precision)
-        return Job.resolve(m, c, t)
+        return Job.from_names(self.model, self.cluster, self.global_batch, self.seq_len, self.precision,
+                              self.framework, self.moe_imbalance, self.nodes, self.devices, self.fused_kernels,
+                              self.memory_margin or 0.0)
 
     def args(self) -> str:
         """The options as they must follow a printed command so that it prices the same job (shell-quoted; the

@@ -49,7 +49,7 @@ def compare(
     if plan_best:
         from asap.search.planner import plan as run_plan
 
-        best = run_plan(job, {}, top=1).candidates[0]
+        best = run_plan(job, top=1).candidates[0]
         estimates.append(best)
     names = [format_compact(e.strategy, c.num_devices, m.moe is not None, job.framework) for e in estimates]
     if plan_best:

@@ -10,21 +10,6 @@ from asap.cli.root import app
 from asap.cli.common import JOB, OPTIONS, JobOptions, JsonOpt, job_options, print_json
 
 
-def emit_strategy(fmt: str, job, strategy) -> str:
-    """Complete and check ``strategy`` as ``asap estimate`` does for ``job`` (an ``asap.spec.job.Job``; one that
-    names no framework is completed with the format's), then emit it (the API ``plan --emit`` can call)."""
-    from dataclasses import replace
-
-    from asap.cost.estimate import estimate_spelled
-    from asap.emit import FRAMEWORK_OF, check_format, emit
-
-    check_format(fmt)
-    if job.train.framework is None:
-        job = job.with_train(replace(job.train, framework=FRAMEWORK_OF[fmt]))
-    s = estimate_spelled(job, strategy).strategy if isinstance(strategy, (str, dict, type(None))) else strategy
-    return emit(fmt, job, s)
-
-
 @app.command("emit")
 @job_options
 def emit_command(
@@ -45,9 +30,10 @@ def emit_command(
 ):
     """Write a strategy in a framework's own option names: Megatron-LM arguments, torchtitan TOML, MaxText YAML,
     MindFormers YAML or DeepSpeed JSON."""
-    from asap.emit import check_format
-
     from dataclasses import replace
+
+    from asap.emit import check_format
+    from asap.search.advice import emit_strategy
 
     check_format(fmt)
     job = replace(options, framework=framework).load()  # --framework: emit's own (the format's stack by default)

@@ -14,6 +14,7 @@ from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, Tokens
 from asap.cli.format import (compact_of, does_not_fit_lines, estimate_table, figures_line, headline, lengths_line,
                              mfu_peak_name, readable_keys, seconds)
 from asap.budget import budget_of, with_budget
+from asap.spec.knobs import keys_help
 
 if TYPE_CHECKING:
     from rich.text import JustifyMethod
@@ -27,9 +28,8 @@ def estimate(
     global_batch=JOB,
     seq_len=JOB,
     strategy: str = typer.Option("", "--strategy", "-S", help="'tp8 pp2 rc:sel' (the compact notation, as the "
-                                                              "tables print it) or key=value,... (dp tp pp vpp cp ep "
-                                                              "etp mbs recompute zero sp schedule dispatcher "
-                                                              "a2a_overlap layer_split)"),
+                                                              "tables print it) or key=value,... (keys: "
+                                                              f"{keys_help()}; README 'Strategy keys')"),
     precision=JOB,
     framework=JOB,
     moe_imbalance=JOB,
@@ -109,38 +109,28 @@ def print_estimate(job, est, strategy_text: str, options: JobOptions) -> None:
         out_console.print(line, soft_wrap=True, highlight=False)
 
 
-NEXT_DEVICE_DOUBLINGS = 4  # with no fitting strategy on this many devices, try up to 16 times as many
-
-
 def fitting_next(job, pins: dict, options: JobOptions) -> str:
-    """A ``plan`` command that runs as printed and finds a fitting strategy, with that strategy and its step
-    time: keeping the pinned shape keys if any fit with them, else none, else on the fewest doubled devices."""
+    """A ``plan`` command that runs as printed and finds a fitting strategy (``asap.search.advice.fitting_next``
+    decides which), with that strategy and its step time."""
     from dataclasses import replace
     from shlex import quote
 
-    from asap.search.planner import plan as run_plan, plan_headroom
-    from asap.search.nofit import NoFitError
+    from asap.search.advice import fitting_next as find
     from asap.spec.hardware import load_cluster
     from asap.spec.strategy import format_compact_keys
 
     c = job.cluster
-    tries = [(fixed, c.num_devices * 2 ** k) for k in range(NEXT_DEVICE_DOUBLINGS + 1)
-             for fixed in ([pins, {}] if pins else [{}])]
-    for fixed, n in tries:
-        on = job if n == c.num_devices else replace(job, cluster=load_cluster(options.cluster, devices=n))
-        on = plan_headroom(on, options.memory_margin)  # the headroom the printed plan command keeps
-        try:
-            best = run_plan(on, dict(fixed)).candidates[0]
-        except NoFitError:
-            continue
-        args = (options if n == c.num_devices else replace(options, nodes=None, devices=n)).args()
-        fix = f" --fix {quote(format_compact_keys(fixed))}" if fixed else ""
-        dropped = f"nothing keeping {format_compact_keys(pins)} fits; " if pins and not fixed else ""
-        more = f"nothing fits on {c.num_devices} devices; " if n != c.num_devices else ""
-        return (f"asap plan {args}{fix}   ({more}{dropped}#1 there: {compact_of(best, on)} at "
-                f"{seconds(best.step_time_s)})")
-    return (f"asap plan {options.args()} --include-oom   (nothing fits on up to "
-            f"{c.num_devices * 2 ** NEXT_DEVICE_DOUBLINGS} devices: the configurations by how far over memory)")
+    found = find(job, pins, options.memory_margin, cluster_on=lambda n: load_cluster(options.cluster, devices=n))
+    if found.best is None:
+        return (f"asap plan {options.args()} --include-oom   (nothing fits on up to {found.devices} devices: the "
+                "configurations by how far over memory)")
+    n, fixed = found.devices, found.fixed
+    args = (options if n == c.num_devices else replace(options, nodes=None, devices=n)).args()
+    fix = f" --fix {quote(format_compact_keys(fixed))}" if fixed else ""
+    dropped = f"nothing keeping {format_compact_keys(pins)} fits; " if pins and not fixed else ""
+    more = f"nothing fits on {c.num_devices} devices; " if n != c.num_devices else ""
+    return (f"asap plan {args}{fix}   ({more}{dropped}#1 there: {compact_of(found.best, found.job)} at "
+            f"{seconds(found.best.step_time_s)})")
 
 
 @app.command()

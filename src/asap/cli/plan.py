@@ -13,7 +13,6 @@ from rich.table import Table
 from asap.cli.root import app
 from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
                              out_console, print_json, strategy_column)
-from asap.errors import AsapError
 from asap.budget import budget_of, with_budget
 from asap.cli.format import compact_of, mfu_peak_name, readable_keys, seconds
 
@@ -30,14 +29,10 @@ def plan(
     include_oom: bool = typer.Option(False, "--include-oom", help="Rank configurations that do not fit too."),
     all_rows: bool = typer.Option(False, "--all", help="Every ranked row, not only the fastest of each (tp, pp, cp, ep) "
                                                        "shape."),
-    ilp_candidates: int = typer.Option(32, "--ilp-candidates", min=0,
-                                       help="At most this many pipelined rows get the layer-split search, in the "
-                                            "order of the least step a split could give them (0: none)."),
-    ilp_time_limit: Optional[float] = typer.Option(None, "--ilp-time-limit", min=0.05,
-                                                   help="Accepted for compatibility: the layer-split search no "
-                                                        "longer runs HiGHS (it counts moves, not seconds)."),
-    ilp_work_limit: int = typer.Option(500, "--ilp-work-limit", min=1,
-                                       help="Accepted for compatibility (the former HiGHS ILP's node limit)."),
+    split_candidates: int = typer.Option(32, "--split-candidates", "--ilp-candidates", min=0,
+                                         help="At most this many pipelined rows get the layer-split search, in the "
+                                              "order of the least step a split could give them (0: none; "
+                                              "--ilp-candidates is its former name)."),
     time_limit: float = typer.Option(60.0, "--time-limit", help="The whole search's budget (s): past it the plan "
                                                                   "ranks what it priced and says it stopped early."),
     precision=JOB,
@@ -56,6 +51,7 @@ def plan(
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Search every legal parallel configuration and rank the fitting ones, fastest first."""
+    from asap.search.advice import emit_best
     from asap.search.planner import plan as run_plan
     from asap.spec.strategy import parse_strategy
 
@@ -77,10 +73,9 @@ def plan(
         def on_chunk(done: int, total: int) -> None:  # shown only for searches that take more than a chunk
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
-        result = run_plan(job, fixed, top=top, include_oom=include_oom, progress=on_chunk,
-                          ilp_candidates=ilp_candidates, ilp_time_limit_s=ilp_time_limit, distinct=not all_rows,
-                          time_limit_s=time_limit, ilp_work_limit_nodes=ilp_work_limit)
-    emitted = _emit_best(emit, job, result) if emit is not None else None
+        result = run_plan(job, fixed=fixed, top=top, include_oom=include_oom, progress=on_chunk,
+                          split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit)
+    emitted = emit_best(emit, job, result.candidates) if emit is not None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
     args = options.args()
     if json_out:
@@ -96,25 +91,6 @@ def plan(
         _print_emitted(emit, emitted, result, job)
         return
     _print_plan(job, result, limits, args, include_oom, budget, price)
-
-
-def _emit_best(fmt: str, job, result) -> dict:
-    """The best candidate the format can express, in its own options (``asap emit``), planned with the stack
-    the format is; the faster candidates it cannot express are listed with the reason."""
-    from asap.cli.emit import emit_strategy
-
-    if not result.candidates:
-        raise AsapError("emit", "no fitting candidate to emit")
-    skipped = []
-    for e in result.candidates:
-        try:
-            text = emit_strategy(fmt, job, e.strategy)
-        except AsapError as err:
-            skipped.append({"strategy_string": str(e.strategy), "reason": str(err)})
-            continue
-        return {"format": fmt, "text": text, "strategy_string": str(e.strategy), "skipped": skipped}
-    raise AsapError("emit", f"none of the {len(result.candidates)} best candidates can be written as {fmt}: "
-                            f"{skipped[0]['reason']}")
 
 
 def candidates_table(result, devices: int, moe: bool, framework=None, include_oom: bool = False,

@@ -92,7 +92,7 @@ class BatchEstimate:
 
 # --------------------------------------------------------------------------------------------------------
 # Step 1: the stages. Every representative device of the layout is timed from its units; the slowest paces
-# the pipeline. Evening out stage work beyond the default split is the layer split's job (search/split_dp.py, search/stage_ilp.py).
+# the pipeline. Evening out stage work beyond the default split is the layer split's job (search/split_dp.py).
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -215,41 +215,64 @@ def per_parameter_gathers_s(cluster: Cluster, S: StrategyBatch, fw: Framework, d
     return np.where(S.zero >= Zero.PARAMETERS, slow * passes, gather_s)
 
 
-def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
-                        layers_on_stage, micro_compute, m, precision: str = "bf16",
-                        tensors_on_stage=None, embedding_params=0.0, link_busy_s=0.0) -> DataParallelTerms:
-    """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), and how
-    much of them hides behind compute.
+@dataclass
+class DataParallelTraffic:
+    """The data-parallel collectives of a step as the stack issues them: ``grad_sync_s`` one gradient reduction,
+    ``gather_s`` one weight gather (half of it where the stage keeps its gathered weights through the step),
+    when each recurs (``grad_per_mb``, ``gather_per_mb``: per micro-batch, else once per step) and their total."""
 
-    Once per step (ZeRO-0/1; Megatron-Core overlap_grad_reduce, DeepSpeed at the accumulation boundary; FSDP2
-    under a pipeline, which keeps the gathered stage for all micro-batches): the reduction hides behind the
-    last micro-batch's backward, or with interleaving behind the chunk-backwards still to come as the chunks
-    finish in turn (the cool-down runs the last pp micro-batches through chunk v-1, then v-2, ...: ((v-1) pp +
-    1) / v micro-batch backwards); the next step's weight gather mirrors it in the warm-up forwards. Per
-    micro-batch (ZeRO-2 keeps only its gradient shard; ZeRO-3 also gathers weights for forward and again for
-    backward, prefetching one layer ahead, its first layer's gather exposed). With async collectives (XLA's
-    latency-hiding scheduler) any collective may overlap any compute of the step. A stack whose FSDP wraps the
-    token embedding as its own unit (``Framework.fsdp_embedding_unit``; ``embedding_params`` on the device)
-    starts each forward with that unit's gather and the first block's, which have no compute to hide behind
-    but the embedding lookup, and ends the step's backward with their reduce-scatters, which have no later
-    backward to hide behind. Two limits apply throughout (``asap.cost.dp_overlap``): the window is the compute
-    whose links the traffic has to itself (``link_busy_s``: hidden TP/CP traffic on the same tier, per
-    micro-batch), and bucketed traffic leaves its last reduction bucket and first gather bucket exposed at the
-    step boundary, where reduce-scatter, optimizer and all-gather serialize."""
+    grad_sync_s: np.ndarray
+    gather_s: np.ndarray
+    grad_per_mb: np.ndarray
+    gather_per_mb: np.ndarray
+    total_s: np.ndarray
+
+
+def data_parallel_traffic(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
+                          layers_on_stage, m, precision: str = "bf16", tensors_on_stage=None) -> DataParallelTraffic:
+    """The traffic: total = (m if per micro-batch else 1) * grad_sync + (m if per micro-batch else 1) * gather.
+
+    Per step (ZeRO-0/1; Megatron-Core overlap_grad_reduce, DeepSpeed at the accumulation boundary; FSDP2 under
+    a pipeline, which keeps the gathered stage for all micro-batches: gathered for forward only, gather / 2);
+    per micro-batch: ZeRO-3 gathers weights for forward and again for backward and reduce-scatters each
+    backward, ZeRO-2 (where the stack reduce-scatters partitioned gradients per micro-batch) keeps only its
+    gradient shard, and a stack that syncs every micro-batch's gradients at ZeRO <= 1."""
     zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
                              fw.grad_bytes(precision, S.zero, S.grad_bf16), zero1_gathers,
                              4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0))
-    dpc.param_gather_s = per_parameter_gathers_s(cluster, S, fw, dense_params, expert_params, layers_on_stage,
-                                                 dpc.param_gather_s)
-    fwd_share = 1.0 / (1.0 + BWD_GEMM)
+    param_gather_s = per_parameter_gathers_s(cluster, S, fw, dense_params, expert_params, layers_on_stage,
+                                             dpc.param_gather_s)
     zero3 = S.zero >= Zero.PARAMETERS
     kept = zero3 & (S.pp > 1) & fw.fsdp_keeps_params_under_pp
     gather_per_mb = zero3 & ~kept
     grad_per_mb = gather_per_mb | ((S.zero == Zero.GRADIENTS) & fw.zero2_grad_per_micro_batch) | (
         (S.zero <= Zero.OPTIMIZER) & (fw.zero_le1_grad_sync == GradSync.PER_MICRO_BATCH))
-    gather = np.where(kept, dpc.param_gather_s / 2, dpc.param_gather_s)  # kept: gathered for forward only
+    gather = np.where(kept, param_gather_s / 2, param_gather_s)  # kept: gathered for forward only
     total = np.where(grad_per_mb, m, 1.0) * dpc.grad_sync_s + np.where(gather_per_mb, m, 1.0) * gather
+    return DataParallelTraffic(dpc.grad_sync_s, gather, grad_per_mb, gather_per_mb, total)
+
+
+def data_parallel_exposed_s(S: StrategyBatch, fw: Framework, t: DataParallelTraffic, dense_params, expert_params,
+                            layers_on_stage, micro_compute, m, embedding_params=0.0, link_busy_s=0.0):
+    """The overlap: how much of the traffic ``t`` no compute hides.
+
+    The window is the compute whose links the traffic has to itself, free = max(0, compute - link_busy)
+    (``link_busy_s``: hidden TP/CP traffic on the same tier, per micro-batch), split fwd = free / (1 + 2),
+    bwd = the rest. Once per step: the reduction hides behind the last micro-batch's backward, or with
+    interleaving behind the chunk-backwards still to come as the chunks finish in turn (the cool-down runs the
+    last pp micro-batches through chunk v-1, then v-2, ...: ((v-1) min(m, pp) + 1) / v micro-batch backwards);
+    the next step's weight gather mirrors it in the warm-up forwards. Per micro-batch: ZeRO-3 prefetches one
+    layer ahead (its first layer's gather exposed), m (max(0, gather/2 - fwd) + first) + (m-1) max(0,
+    gather/2 + grad - bwd) + the step's tail; ZeRO-2 (m-1) max(0, grad - bwd) + the last bucket. Bucketed
+    traffic leaves its last reduction bucket and first gather bucket exposed at the step boundary
+    (``asap.cost.dp_overlap``), where reduce-scatter, optimizer and all-gather serialize. A stack whose FSDP
+    wraps the token embedding as its own unit (``Framework.fsdp_embedding_unit``) starts each forward with that
+    unit's gather and the first block's, and ends the step's backward with their reduce-scatters, with no
+    compute to hide behind. With async collectives (XLA's latency-hiding scheduler) any collective may overlap
+    any compute of the step: at most the first layers' gathers + max(0, total - m free). Without overlap
+    (``Framework.dp_overlap`` off) all of it."""
+    grad, gather, gather_per_mb, grad_per_mb = t.grad_sync_s, t.gather_s, t.gather_per_mb, t.grad_per_mb
     first_layer_gather = gather / np.maximum(layers_on_stage, 1)
     step_end: float | np.ndarray = 0.0
     if fw.fsdp_embedding_unit:
@@ -258,36 +281,57 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
         share = np.where(S.pp > 1, 0.0, embedding_params / np.maximum(dense_params + expert_params, 1.0))
         share = np.where(share > 0, share + (1.0 - share) / np.maximum(layers_on_stage, 1), 0.0)
         first_layer_gather = np.where(share > 0, gather * share, first_layer_gather)
-        step_end = np.where(gather_per_mb, dpc.grad_sync_s * share, 0.0)
+        step_end = np.where(gather_per_mb, grad * share, 0.0)
     free = np.maximum(0.0, micro_compute - link_busy_s)  # compute whose links the traffic has to itself
+    fwd_share = 1.0 / (1.0 + BWD_GEMM)
     fwd, bwd = free * fwd_share, free * (1 - fwd_share)
     buckets = dp_buckets(fw.dp_bucket_elements(S.zero, S.dp * S.cp), dense_params + expert_params, layers_on_stage)
     interleaved_dp = (S.vpp > 1) & ~grad_per_mb
     chunks_ahead = np.where(interleaved_dp, ((S.vpp - 1) * np.minimum(m, S.pp) + 1) / S.vpp, 1.0)
     per_step_gather = bucketed_exposed_s(gather, fwd * chunks_ahead, buckets)
-    grad_over = np.maximum(0.0, dpc.grad_sync_s - bwd)
+    grad_over = np.maximum(0.0, grad - bwd)
     # ZeRO-3: the last micro-batch's backward ends with the first layer's reduce-scatter (the embedding unit's
     # own ``step_end`` where the stack wraps it)
-    zero3_over = np.maximum(0.0, gather / 2 + dpc.grad_sync_s - bwd)
-    zero3_tail = np.where(np.asarray(step_end) > 0, 0.0, dpc.grad_sync_s / buckets)
+    zero3_over = np.maximum(0.0, gather / 2 + grad - bwd)
+    zero3_tail = np.where(np.asarray(step_end) > 0, 0.0, grad / buckets)
     exposed = np.select(
         [gather_per_mb, grad_per_mb],
         [m * (np.maximum(0.0, gather / 2 - fwd) + first_layer_gather) + (m - 1) * zero3_over
          + np.maximum(zero3_over, zero3_tail) + step_end,
-         (m - 1) * grad_over + bucketed_exposed_s(dpc.grad_sync_s, bwd, buckets) + per_step_gather],
-        bucketed_exposed_s(dpc.grad_sync_s, bwd * chunks_ahead, buckets) + per_step_gather)
+         (m - 1) * grad_over + bucketed_exposed_s(grad, bwd, buckets) + per_step_gather],
+        bucketed_exposed_s(grad, bwd * chunks_ahead, buckets) + per_step_gather)
     if fw.async_collectives:
         exposed = np.minimum(exposed, np.where(gather_per_mb, m, 1.0) * first_layer_gather
-                             + np.maximum(0.0, total - m * free))
+                             + np.maximum(0.0, t.total_s - m * free))
     if not fw.dp_overlap:  # reduced after the backward, gathered after the step: nothing hides
-        exposed = total
+        exposed = t.total_s
+    return exposed
+
+
+def optimizer_step_s(cluster: Cluster, S: StrategyBatch, dense_params, expert_params):
+    """The optimizer: Adam streams ADAM_BYTES_PER_PARAM per state it holds, states = dense / shard + expert / edp
+    (sharded from ZeRO-1, else every parameter of the stage), as memory-bound elementwise kernels; with
+    optimizer offload the host steps the device's shard, its transfers overlapped with the CPU's Adam
+    (``asap.cost.offload.offloaded_optimizer_s``)."""
     shard_d, edp = dense_and_expert_shards(S)
     sharded = S.zero >= Zero.OPTIMIZER
     states = dense_params / np.where(sharded, shard_d, 1) + expert_params / np.where(sharded, edp, 1)
     optimizer = elementwise_time_s(cluster.accelerator, ADAM_BYTES_PER_PARAM * states, kernels=OPTIMIZER_KERNELS)
-    # optimizer offload: the host steps the device's shard, its transfers overlapped with the CPU's Adam
-    optimizer = np.where(S.offload_opt > 0, offloaded_optimizer_s(cluster.accelerator, states), optimizer)
-    return DataParallelTerms(total_s=total, exposed_s=exposed, optimizer_s=optimizer)
+    return np.where(S.offload_opt > 0, offloaded_optimizer_s(cluster.accelerator, states), optimizer)
+
+
+def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
+                        layers_on_stage, micro_compute, m, precision: str = "bf16",
+                        tensors_on_stage=None, embedding_params=0.0, link_busy_s=0.0) -> DataParallelTerms:
+    """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), how much of
+    them hides behind compute, and the optimizer step: ``data_parallel_traffic`` (the collectives and when they
+    recur), ``data_parallel_exposed_s`` (the overlap) and ``optimizer_step_s``."""
+    traffic = data_parallel_traffic(cluster, S, fw, dense_params, expert_params, layers_on_stage, m, precision,
+                                    tensors_on_stage)
+    exposed = data_parallel_exposed_s(S, fw, traffic, dense_params, expert_params, layers_on_stage, micro_compute,
+                                      m, embedding_params, link_busy_s)
+    return DataParallelTerms(total_s=traffic.total_s, exposed_s=exposed,
+                             optimizer_s=optimizer_step_s(cluster, S, dense_params, expert_params))
 
 
 # --------------------------------------------------------------------------------------------------------

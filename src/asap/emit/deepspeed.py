@@ -53,6 +53,11 @@ def config(job: Job, s) -> dict:
         "fp16": {"enabled": train.precision == "fp16"},
         "gradient_clipping": 1.0,
     }
+    if s.offload_act and s.recompute.kind != Recompute.FULL:
+        raise refuse("offload_act", NAME, "offload_act=1 without full recomputation (cpu_checkpointing moves the "
+                                          "checkpointed layer inputs)")
+    if s.offload_opt:  # ZeRO-Offload: the optimizer states and step on the host (zero/offload_config.py)
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     if s.dp_replicate > 1:  # the stack rules hold zero 3 and data parallelism alone
         cfg["zero_optimization"]["mics_shard_size"] = s.dp // s.dp_replicate
     if s.tp > 1:
@@ -62,7 +67,7 @@ def config(job: Job, s) -> dict:
                            "activation_checkpoint_interval": 1 if s.recompute.kind == Recompute.FULL else 0}
     if s.recompute.kind == Recompute.FULL:
         cfg["activation_checkpointing"] = {"partition_activations": s.tp > 1, "contiguous_memory_optimization": False,
-                                           "cpu_checkpointing": False, "number_checkpoints": model.num_layers}
+                                           "cpu_checkpointing": bool(s.offload_act), "number_checkpoints": model.num_layers}
     return cfg
 
 

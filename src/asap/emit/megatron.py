@@ -149,9 +149,18 @@ def args(job: Job, s) -> list[tuple[str, ...]]:
     if s.schedule in (Schedule.ZB, Schedule.GPIPE):
         raise refuse("schedule", NAME, f"schedule={s.schedule} (pretrain_gpt.py runs 1F1B or interleaved 1F1B)")
     check_runnable(NAME, NAME, job, s)
+    if s.offload_act:
+        raise refuse("offload_act", NAME, "offload_act=1 (TransformerConfig.cpu_offloading has no pretrain_gpt.py "
+                                          "argument at core_r0.14.0)")
     assert micro_batches(train, s) >= 1
     return (parallel_args(model, train, s) + recompute_args(model, s) + moe_args(model, s) + precision_args(train)
-            + model_args(model, s.tp))
+            + offload_args(s) + model_args(model, s.tp))
+
+
+def offload_args(s) -> list[tuple[str, ...]]:
+    """offload_opt: the optimizer step on the host, ``--optimizer-cpu-offload`` with the precision-aware optimizer
+    validate_args requires beside it."""
+    return [("--optimizer-cpu-offload",), ("--use-precision-aware-optimizer",)] if s.offload_opt else []
 
 
 def emit(job: Job, s) -> str:

@@ -241,6 +241,9 @@ def parallel_fields(model, train, s) -> dict[str, Any]:
         f.update(expert_model_parallel_size=s.ep, expert_tensor_parallel_size=s.etp, moe_grouped_gemm=True,
                  moe_token_dispatcher_type="flex" if s.dispatcher == Dispatcher.DEDUP else s.dispatcher.value,
                  moe_enable_deepep=s.dispatcher == Dispatcher.DEDUP, overlap_moe_expert_parallel_comm=bool(s.a2a_overlap))
+    if s.offload_act:  # TransformerConfig.cpu_offloading: at most num_layers - 1 layers (its __post_init__)
+        f.update(cpu_offloading=True, cpu_offloading_activations=True, cpu_offloading_weights=False,
+                 cpu_offloading_num_layers=s.offload_layers or model.num_layers - 1)
     if s.recompute.kind == Recompute.FULL:
         f.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     else:
@@ -287,7 +290,9 @@ def config(job: Job, s) -> dict[str, Any]:
                   "micro_batch_size": s.mbs, "train_iters": 1000},
         "optimizer": {"_target_": "megatron.core.optimizer.OptimizerConfig", "optimizer": "adam", "lr": 3e-4,
                       "min_lr": 3e-5, "weight_decay": 0.1, "bf16": train.precision in ("bf16", "fp8"),
-                      "fp16": train.precision == "fp16", "use_distributed_optimizer": s.zero >= 1},
+                      "fp16": train.precision == "fp16", "use_distributed_optimizer": s.zero >= 1,
+                      **({"optimizer_cpu_offload": True, "use_precision_aware_optimizer": True} if s.offload_opt
+                         else {})},
         "scheduler": {"_target_": f"{CFG}.SchedulerConfig", "lr_decay_style": "cosine", "lr_warmup_iters": 10},
         "ddp": ddp_section(train, s),
         "dataset": {"_target_": f"{CFG}.GPTDatasetConfig", "random_seed": 1234, "seq_length": train.seq_len,

@@ -63,6 +63,8 @@ def config(job: Job, s) -> dict:
         par["fsdp_reshard_after_forward"] = "never"
     training = {"global_batch_size": train.global_batch, "seq_len": train.seq_len,
                 "mixed_precision_param": "float32" if train.precision == "fp32" else "bfloat16"}
+    if s.offload_opt:  # FSDP2's CPUOffloadPolicy: the sharded states and the optimizer step on the host
+        training["enable_cpu_offload"] = True
     if s.pp > 1:
         # a pipeline step takes the rank's whole batch and cuts it into micro-batches of mbs
         training["local_batch_size"] = train.global_batch // s.dp

@@ -1,8 +1,11 @@
 """The ``--report FILE.html`` page of ``asap tune``: one self-contained HTML file.
 
-The page holds three plotly figures (the trial history with the best-so-far line, predicted against
-measured step time, the exposed breakdown of the best strategy) and two tables (the proposals with their
-reasons, every trial). plotly.js is inlined once, with the first figure, so the file opens without a network.
+The page opens with what the loop learned, in words (its corrections of the machine, the best against the
+first trial and why it won: ``asap.agents.tune_story``), then holds four plotly figures (the trial history with
+the best-so-far line, predicted against measured step time, each trial's peak memory against the device's
+limit, the exposed breakdown of the best strategy; every point labelled with its trial number), the best
+strategy as the job to launch (its stack's config, ``asap emit``) with its time and cost to train, and two
+tables (the proposals with their reasons, every trial with its throughput, MFU and memory). plotly.js is inlined once, with the first figure, so the file opens without a network.
 Every piece of text from the tune result is escaped with ``html.escape`` before it reaches the page or a
 figure (plotly reads ``&lt;`` and friends back as the characters). The page always carries a
 ``window.onerror`` handler that writes script errors into ``<pre id="asap-errors">`` and shows it, so a
@@ -19,7 +22,7 @@ import plotly.graph_objects as go
 
 from asap.spec.words import TrialStatus
 
-FIGURE_IDS = ("asap-history", "asap-prediction", "asap-breakdown")
+FIGURE_IDS = ("asap-history", "asap-prediction", "asap-memory", "asap-breakdown")
 STATUS_SYMBOLS: dict[str, str] = {TrialStatus.OK: "circle", TrialStatus.FAILED: "x",
                                    TrialStatus.SKIPPED: "diamond-open"}
 BREAKDOWN_TERMS = ("compute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "host")
@@ -52,6 +55,9 @@ td code { display: inline-block; min-width: 18em; }
 .plotly-graph-div { max-width: 100%; }
 th { background: #f2f2f2; }
 td ul { margin: 0; padding-left: 1.2em; }
+.learned { font-size: 1.05em; background: #f6f8fa; border-left: 4px solid #2a6; padding: 0.6em 1em; }
+pre.emitted { background: #f6f8fa; padding: 0.8em; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 0.85em;
+              max-height: 30em; overflow-y: auto; }
 .failed { color: #b00020; } .skipped { color: #777; }
 #asap-errors { color: #b00020; border: 1px solid #b00020; padding: 0.5em; }
 </style>"""
@@ -90,6 +96,13 @@ def trial_label(trial: dict, index: int) -> str:
     return f"#{index + 1}" if tid is None else f"#{index + 1} (trial {tid})"
 
 
+def point_label(trial: dict, index: int, limit: int = 22) -> str:
+    """A point's label on a figure: its trial number and the start of its strategy (the hover has all)."""
+    name = strategy_of(trial) or ""
+    name = name if len(name) <= limit else name[:limit - 3] + "..."
+    return esc(f"#{index + 1} {name}".strip())
+
+
 def trial_hover(trial: dict, index: int) -> str:
     """Hover text of one trial: its number, strategy, status, reason and times (escaped)."""
     lines = [esc(trial_label(trial, index)), esc(strategy_of(trial)), f"status: {esc(trial.get('status'))}"]
@@ -123,8 +136,10 @@ def history_traces(trials: list[dict]) -> list[go.Scatter]:
     reason, so it never stretches the step-time axis."""
     ok = [(i, t) for i, t in enumerate(trials) if is_measured(t)]
     others = [(i, t) for i, t in enumerate(trials) if not is_measured(t)]
-    traces = [go.Scatter(x=[i + 1 for i, _ in ok], y=[t["measured_step_time_s"] for _, t in ok], mode="markers",
-                         name="measured", text=[trial_hover(t, i) for i, t in ok], hoverinfo="text",
+    traces = [go.Scatter(x=[i + 1 for i, _ in ok], y=[t["measured_step_time_s"] for _, t in ok],
+                         mode="markers+text", name="measured", text=[point_label(t, i) for i, t in ok],
+                         textposition="top center", cliponaxis=False,
+                         hovertext=[trial_hover(t, i) for i, t in ok], hoverinfo="text",
                          marker={"size": 10, "symbol": "circle"})]
     for status in sorted({esc(t.get("status") or "unknown") for _, t in others}):
         group = [(i, t) for i, t in others if esc(t.get("status") or "unknown") == status]
@@ -150,8 +165,10 @@ def history_figure(trials: list[dict]) -> go.Figure:
 
 def prediction_trace(trials: list[dict], key: str, name: str, symbol: str) -> go.Scatter:
     pts = [(i, t) for i, t in enumerate(trials) if is_measured(t) and t.get(key) is not None]
-    return go.Scatter(x=[t["measured_step_time_s"] for _, t in pts], y=[t[key] for _, t in pts], mode="markers",
-                      name=name, text=[trial_hover(t, i) for i, t in pts], hoverinfo="text",
+    return go.Scatter(x=[t["measured_step_time_s"] for _, t in pts], y=[t[key] for _, t in pts],
+                      mode="markers+text", name=name, text=[esc(f"#{i + 1}") for i, _ in pts],
+                      textposition="middle right", cliponaxis=False,
+                      hovertext=[trial_hover(t, i) for i, t in pts], hoverinfo="text",
                       marker={"size": 10, "symbol": symbol})
 
 
@@ -170,6 +187,22 @@ def prediction_figure(trials: list[dict]) -> go.Figure:
                      prediction_trace(trials, "catalog_step_time_s", "catalog prediction", "triangle-up")])
     fig.update_layout(title="Predicted vs measured step time", xaxis_title="measured step time (s)",
                       yaxis_title="predicted step time (s)")
+    return fig
+
+
+def memory_figure(trials: list[dict]) -> go.Figure:
+    """Each trial's peak memory (GiB, reserved: measured where the executor reported it, else the corrected
+    machine's estimate) against the device's usable memory."""
+    pts = [(i, t) for i, t in enumerate(trials) if t.get("peak_memory_gb") is not None]
+    fig = go.Figure()
+    fig.add_bar(x=[f"#{i + 1}" for i, _ in pts], y=[t["peak_memory_gb"] for _, t in pts], name="peak memory",
+                text=[f"{t['peak_memory_gb']:.1f}" for _, t in pts], textposition="outside", cliponaxis=False,
+                hovertext=[trial_hover(t, i) for i, t in pts], hoverinfo="text")
+    limits = {t.get("memory_limit_gb") for _, t in pts} - {None}
+    if len(limits) == 1:
+        fig.add_hline(y=limits.pop(), line_dash="dash", line_color="#b00020", annotation_text="device memory",
+                      annotation_position="top left")
+    fig.update_layout(title="Peak memory per trial", xaxis_title="trial", yaxis_title="GiB per device")
     return fig
 
 
@@ -238,14 +271,59 @@ def code(text: Any) -> str:
     return f"<code>{esc(text)}</code>" if text else ""
 
 
+def fmt_rate(value: float | None) -> str:
+    return "" if value is None else f"{value:,.0f}"
+
+
+def fmt_mfu(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
+
+
+def fmt_memory(trial: dict) -> str:
+    """``71.2 of 79.6 GiB`` (``measured`` where the executor reported it)."""
+    peak, limit = trial.get("peak_memory_gb"), trial.get("memory_limit_gb")
+    if peak is None:
+        return ""
+    text = f"{peak:.1f} of {limit:.1f} GiB" if limit else f"{peak:.1f} GiB"
+    return text + (" (measured)" if trial.get("memory_measured") else "")
+
+
 def trials_table(trials: list[dict]) -> str:
     if not trials:
         return "<p>No trials were run.</p>"
     rows = [[esc(trial_label(t, i)), strategy_cell(t), esc(t.get("status")), esc(t.get("reason")),
-             esc(fmt_s(t.get("measured_step_time_s"))), esc(fmt_s(t.get("predicted_step_time_s"))),
+             esc(fmt_s(t.get("measured_step_time_s"))), esc(fmt_rate(t.get("tokens_per_s"))),
+             esc(fmt_mfu(t.get("mfu"))), esc(fmt_memory(t)), esc(fmt_s(t.get("predicted_step_time_s"))),
              esc(fmt_s(t.get("catalog_step_time_s")))] for i, t in enumerate(trials)]
-    return table(["trial", "strategy", "status", "reason", "measured", "corrected prediction", "catalog prediction"],
-                 rows, [str(t.get("status") or "") for t in trials])
+    return table(["trial", "strategy", "status", "reason", "measured", "tokens/s", "MFU", "peak memory",
+                  "corrected prediction", "catalog prediction"], rows, [str(t.get("status") or "") for t in trials])
+
+
+def learned_html(story: dict | None) -> str:
+    """The report's opening: what the loop learned, in words."""
+    sentences = (story or {}).get("learned") or []
+    if not sentences:
+        return ""
+    return ('<section id="asap-learned" class="learned"><h2>What the loop learned</h2>'
+            + "".join(f"<p>{esc(s)}</p>" for s in sentences) + "</section>")
+
+
+def launch_html(story: dict | None) -> str:
+    """The best strategy as the job to launch (its stack's config) and its time and cost to train."""
+    from asap.budget import budget_line
+
+    story = story or {}
+    out = []
+    if budget := story.get("budget"):
+        out.append(f"<p><b>To train:</b> {esc(budget_line(budget))} at the best trial's measured throughput "
+                   f"(steady state: no warm-up, checkpoints or restarts).</p>")
+    emitted = story.get("emitted") or {}
+    if emitted.get("text"):
+        out.append(f"<p><b>The job ({esc(emitted['format'])}, as <code>asap emit</code> writes it):</b></p>"
+                   f'<pre class="emitted" id="asap-emitted">{esc(emitted["text"])}</pre>')
+    elif emitted.get("refused"):
+        out.append(f"<p><b>The job ({esc(emitted['format'])}):</b> not emitted: {esc(emitted['refused'])}</p>")
+    return "\n".join(out)
 
 
 def correction_text(corr: dict) -> str:
@@ -286,27 +364,29 @@ def page_html(title: str, body: list[str]) -> str:
 
 
 def report_html(tune_result: dict, best_estimate: dict | None = None, proposals: list[dict] | None = None,
-                title: str = "asap tune") -> str:
-    """The whole page as a string."""
+                title: str = "asap tune", story: dict | None = None) -> str:
+    """The whole page as a string; ``story`` is ``asap.agents.tune_story.TuneStory.to_dict()`` (its per-trial
+    figures already merged into the trials)."""
     trials = list(tune_result.get("trials") or [])
-    figures = [history_figure(trials), prediction_figure(trials),
+    figures = [history_figure(trials), prediction_figure(trials), memory_figure(trials),
                breakdown_figure(best_estimate, tune_result.get("best"))]
     plots = [figure_html(f, div_id, i == 0) for i, (f, div_id) in enumerate(zip(figures, FIGURE_IDS, strict=True))]
-    return page_html(title, [summary_html(tune_result),
+    return page_html(title, [learned_html(story), summary_html(tune_result),
                              "<h2>Trial history</h2>", plots[0],
                              "<h2>Predicted vs measured</h2>", plots[1],
-                             "<h2>Breakdown of the best strategy</h2>",
+                             "<h2>Memory</h2>", plots[2],
+                             "<h2>The best strategy</h2>",
                              f"<p><b>Strategy:</b> {strategy_cell(best_estimate or tune_result.get('best'))}</p>",
-                             plots[2],
-                             reproduce_line(best_estimate),
+                             plots[3],
+                             reproduce_line(best_estimate), launch_html(story),
                              "<h2>Proposals</h2>", proposals_table(proposals),
                              "<h2>All trials</h2>", trials_table(trials)])
 
 
 def write_report(path: str | Path, tune_result: dict, best_estimate: dict | None = None,
-                 proposals: list[dict] | None = None, title: str = "asap tune") -> Path:
+                 proposals: list[dict] | None = None, title: str = "asap tune", story: dict | None = None) -> Path:
     """Write the report of a tune result to ``path`` (one self-contained HTML file) and return the path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report_html(tune_result, best_estimate, proposals, title), encoding="utf-8")
+    out.write_text(report_html(tune_result, best_estimate, proposals, title, story), encoding="utf-8")
     return out

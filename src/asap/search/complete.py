@@ -25,9 +25,9 @@ def best_completion(job: Job, fixed: dict[str, Any], allow_oom: bool = False) ->
     """The planner's first candidate with ``fixed`` pinned; with ``allow_oom``, the fastest overall when no
     completion fits (so validate still prices a run whose published knobs overflow the memory model)."""
     try:
-        result = plan(job, fixed, top=1, ilp_candidates=0)
+        result = plan(job, fixed=fixed, top=1, split_candidates=0)
     except NoFitError:
         if not allow_oom:
             raise
-        result = plan(job, fixed, top=1, include_oom=True, ilp_candidates=0, oom_by_memory=False)
+        result = plan(job, fixed=fixed, top=1, include_oom=True, split_candidates=0, oom_by_memory=False)
     return Completion(best=result.candidates[0], searched=result.searched, fitting=result.fitting)

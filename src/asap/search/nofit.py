@@ -61,7 +61,7 @@ def pinned_culprits(job: Job, fixed: dict[str, Any], replan: Callable) -> list[s
     for key in sorted(fixed):
         rest = {k: v for k, v in fixed.items() if k != key}
         try:
-            replan(job, rest, top=1, ilp_candidates=0, time_limit_s=BLAME_TIME_LIMIT_S, blame=False)
+            replan(job, fixed=rest, top=1, split_candidates=0, time_limit_s=BLAME_TIME_LIMIT_S, blame=False)
         except AsapError:
             continue
         out.append(f"{key}={fixed[key]}")

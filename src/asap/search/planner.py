@@ -11,7 +11,6 @@ stays bounded however big the space:
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import math
@@ -34,7 +33,6 @@ from asap.search.pricing import (BOUND_PER_SHAPE, Deadline, Kept, Search, bound_
                                  first_per_shape, pareto_front, search_space)
 from asap.search.space import Space
 from asap.search.split_dp import TIE_REL, planner_splits
-from asap.search.stage_ilp import ILP_WORK_LIMIT_NODES
 from asap.search.stages import build_problems
 from asap.spec.legality import check_offered
 from asap.spec.job import Job
@@ -43,16 +41,14 @@ from asap.spec.layout import layout
 from asap.spec.strategy import Strategy, check_strategy, complete_strategy
 
 # A layer split can only remove the stages' imbalance (the heaviest stage's excess over the mean): when the
-# estimate puts it under this share of the step, no split gains more than the model resolves, and the ILP is
-# not run.
-ILP_MIN_IMBALANCE = 0.01
-# The former per-candidate HiGHS limit (``plan --ilp-time-limit``), kept in the signature; the planner's split
-# (``search.split_dp``) counts moves, not seconds, so the plan is the same on any machine load.
-ILP_TIME_LIMIT_S: float | None = None
-# The whole search's budget (``plan --time-limit``): past it no further chunk is priced and no ILP is started,
+# estimate puts it under this share of the step, no split gains more than the model resolves, and no split is
+# searched. The planner's split (``search.split_dp``) counts moves, not seconds, so the plan is the same on any
+# machine load.
+SPLIT_MIN_IMBALANCE = 0.01
+# The whole search's budget (``plan --time-limit``): past it no further chunk is priced and no split searched,
 # and the result says so (``stopped_early``, ``stop_reason``). The calibration cases take under 5 s on 2 cores.
 PLAN_TIME_LIMIT_S = 60.0
-# at most this many rows get the layer-split search (``plan --ilp-candidates``); the branch and bound stops
+# at most this many rows get the layer-split search (``plan --split-candidates``); the branch and bound stops
 # sooner where the bound allows (DeepSeek-V3 on 2048 H800: 24 rows)
 SPLIT_ROWS = 32
 
@@ -161,66 +157,99 @@ def explain_empty_space(job: Job, fixed: dict[str, Any]) -> AsapError:
 
 
 
-def plan(job: Job, fixed: dict[str, Any] | None = None, top: int = 5,
-         include_oom: bool = False, progress: Callable[[int, int], None] | None = None,
-         ilp_candidates: int = SPLIT_ROWS, ilp_time_limit_s: float | None = ILP_TIME_LIMIT_S, distinct: bool = True,
-         time_limit_s: float | None = PLAN_TIME_LIMIT_S, ilp_work_limit_nodes: int = ILP_WORK_LIMIT_NODES,
-         oom_by_memory: bool = True, blame: bool = True, partial_offload: bool = False) -> PlanResult:
-    """Rank the space; then up to ``ilp_candidates`` pipelined rows, in the order of the least step a layer split
-    could give them, get the planner's split (``adopt_stage_splits``, ``search.split_dp``), adopted as their
-    layout when the estimate prices it faster (``ilp_time_limit_s`` and ``ilp_work_limit_nodes`` are accepted
-    for compatibility: they bounded the HiGHS ILP the planner no longer runs). Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``:
-    only the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row).
-    ``time_limit_s`` (None: none): past it no more of the space is priced and no ILP started; the result's
+@dataclass(frozen=True)
+class Fallback:
+    """A relaxation the planner makes only where nothing fits without it: ``pin`` added to the pinned keys (and,
+    with ``partial_offload``, the partial activation offloads searched), for the ``reason`` given."""
+
+    pin: dict[str, Any]
+    reason: str
+    partial_offload: bool = False
+
+
+def fallbacks(fw, train, fixed: dict[str, Any]) -> list[Fallback]:
+    """The relaxations, in the order they are tried (each on top of the ones before it that could be built)."""
+    out = []
+    if grad_bf16_offered(fw, train, fixed):
+        out.append(Fallback({"grad_bf16": 1}, "16-bit gradients (Megatron-Core grad_reduce_in_fp32=False) trade "
+                                              "the reduction's precision for memory, as Megatron-Bridge's "
+                                              "performance configs do"))
+    if "offload_layers" not in fixed and fw.offers.get("offload_act", (1,)) != (0,):
+        out.append(Fallback({}, "a partial activation offload (some layers to the host) costs link time every "
+                                "step, and an expert's shape beats it where one fits", partial_offload=True))
+    if "offload_opt" not in fixed and offload_offered(fw):
+        out.append(Fallback({"offload_opt": 1}, "optimizer offload only ever makes a step slower"))
+    return out
+
+
+def plan(job: Job, *, fixed: dict[str, Any] | None = None, top: int = 5, include_oom: bool = False,
+         progress: Callable[[int, int], None] | None = None, split_candidates: int = SPLIT_ROWS,
+         distinct: bool = True, time_limit_s: float | None = PLAN_TIME_LIMIT_S, oom_by_memory: bool = True,
+         blame: bool = True, partial_offload: bool = False) -> PlanResult:
+    """Rank the space with ``fixed`` pinned (every option keyword-only); then up to ``split_candidates``
+    pipelined rows, in the order of the least step a layer split could give them, get the planner's split
+    (``adopt_stage_splits``, ``search.split_dp``), adopted as their layout when the estimate prices it faster.
+    Every candidate's ``step_time_s`` is ``estimate``'s figure for its complete strategy. ``distinct``: only
+    the fastest row of each (tp, pp, cp, ep) shape is a candidate (``plan --all`` lists every row).
+    ``time_limit_s`` (None: none): past it no more of the space is priced and no split searched; the result's
     ``stopped_early`` and ``stop_reason`` say so. With ``include_oom`` the rows that fit come first, then the
-    rest by how far over memory (``oom_by_memory``; False: every row by speed alone)."""
+    rest by how far over memory (``oom_by_memory``; False: every row by speed alone). Where nothing fits and
+    ``include_oom`` is off, the ``fallbacks`` are tried in turn; where none fits either, the no-fit error says
+    why (``blame``: naming the pinned keys that, left open, would let one fit)."""
     t0 = time.perf_counter()
     reuse_freed_memory()
     deadline = Deadline(t0, time_limit_s)
     fixed = dict(fixed or {})
-    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
-    check_offered(fixed, fw)
-    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, partial_offload)
-    # a few spare rows, since an adopted ILP split may reorder the first ones
-    top_k = top + (min(ilp_candidates, top) if "layer_split" not in fixed else 0)
-    search = search_space(Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory),
-                          space, progress, deadline)
+    check_offered(fixed, job.framework)
+    # a few spare rows, since an adopted split may reorder the first ones
+    top_k = top + (min(split_candidates, top) if "layer_split" not in fixed else 0)
+    opts = Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory)
+    search = _search(job, fixed, opts, partial_offload, progress, deadline)
     if search.space == 0:
         raise explain_empty_space(job, fixed)
-    if search.fitting == 0 and not include_oom and grad_bf16_offered(fw, train, fixed):
-        # 16-bit gradients (Megatron-Core grad_reduce_in_fp32=False) only where nothing fits with fp32 ones: they
-        # trade the reduction's precision for memory (Megatron-Bridge's performance configs make that trade)
-        with contextlib.suppress(AsapError):
-            return plan(job, {**fixed, "grad_bf16": 1}, top, include_oom, progress, ilp_candidates, ilp_time_limit_s,
-                        distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory, blame=False,
-                        partial_offload=partial_offload)
-    if (search.fitting == 0 and not include_oom and not partial_offload and "offload_layers" not in fixed
-            and fw.offers.get("offload_act", (1,)) != (0,)):
-        # a partial activation offload (some layers to the host) only where nothing fits without it: its copies
-        # cost link time every step, and an expert's shape beats it where one fits
-        with contextlib.suppress(AsapError):
-            return plan(job, fixed, top, include_oom, progress, ilp_candidates, ilp_time_limit_s, distinct,
-                        time_limit_s, ilp_work_limit_nodes, oom_by_memory, blame=False, partial_offload=True)
-    if search.fitting == 0 and not include_oom and "offload_opt" not in fixed and offload_offered(fw):
-        # optimizer offload only ever makes a step slower: tried when nothing fits without it; where nothing
-        # fits (or can be built) with it either, the no-fit below says why
-        with contextlib.suppress(AsapError):
-            return plan(job, {**fixed, "offload_opt": 1}, top, include_oom, progress,
-                        ilp_candidates, ilp_time_limit_s, distinct, time_limit_s, ilp_work_limit_nodes, oom_by_memory,
-                        blame=False, partial_offload=partial_offload)
     if search.fitting == 0 and not include_oom:
-        raise no_fit_error(job, fixed, search, plan if blame else None)
+        search = _fallback_search(job, fixed, opts, partial_offload, progress, deadline, search, blame)
+    return _result(job, fixed, search, top, top_k, split_candidates, distinct, deadline, time_limit_s, t0)
+
+
+def _search(job: Job, fixed: dict[str, Any], opts: Search, partial_offload: bool, progress, deadline) -> Search:
+    """One pricing of the space with ``fixed`` pinned (a fresh ``Search`` of the options ``opts``)."""
+    model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, partial_offload)
+    return search_space(replace(opts), space, progress, deadline)
+
+
+def _fallback_search(job: Job, fixed: dict[str, Any], opts: Search, partial_offload: bool, progress, deadline,
+                     search: Search, blame: bool) -> Search:
+    """The first search with the ``fallbacks`` (each on top of those before it whose space was not empty) in
+    which something fits; where none does, the no-fit error of the search without them."""
+    pins, partial = dict(fixed), partial_offload
+    for fb in fallbacks(job.framework, job.train, fixed):
+        if fb.partial_offload and partial:
+            continue
+        tried = _search(job, {**pins, **fb.pin}, opts, partial or fb.partial_offload, progress, deadline)
+        if tried.fitting:
+            return tried
+        if tried.space:
+            pins, partial = {**pins, **fb.pin}, partial or fb.partial_offload
+    raise no_fit_error(job, fixed, search, plan if blame else None)
+
+
+def _result(job: Job, fixed: dict[str, Any], search: Search, top: int, top_k: int, split_candidates: int,
+            distinct: bool, deadline: Deadline, time_limit_s: float | None, t0: float) -> PlanResult:
+    """The plan of a search: the candidates (with their adopted layer splits) and the Pareto front."""
+    cluster, train = job.cluster, job.train
     kept = search.kept
     assert kept is not None  # something was priced and kept: the space is not empty, and a row fits or include_oom
     front = pareto_front(kept.step, kept.mem.peak_gb, kept.by_step())
-    hbm_rank = usable_hbm_gb(cluster.accelerator, train) if include_oom and oom_by_memory else math.inf
+    hbm_rank = usable_hbm_gb(cluster.accelerator, train) if search.include_oom and search.oom_by_memory else math.inf
     pool = candidate_pool(kept, top_k, distinct)
     rows = priced_rows(job, kept, pool)
-    if "layer_split" not in fixed and ilp_candidates and deadline.passed():
+    if "layer_split" not in fixed and split_candidates and deadline.passed():
         deadline.notes.append("time limit reached before the pipeline-stage split: candidates keep the default "
                               "layer split")
-    elif "layer_split" not in fixed and ilp_candidates:
-        rows = adopt_stage_splits(job, rows, [float(kept.bound[i]) for i in pool], ilp_candidates, top, distinct,
+    elif "layer_split" not in fixed and split_candidates:
+        rows = adopt_stage_splits(job, rows, [float(kept.bound[i]) for i in pool], split_candidates, top, distinct,
                                   hbm_rank)
     ranked = rank_rows(rows, hbm_rank, distinct)[:top]
     candidates, splits = [as_estimate(job, r[0]) for r in ranked], [r[1] for r in ranked]
@@ -374,7 +403,7 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
             if distinct and bounds[i] >= shape_best[_shape(e)] * (1 - TIE_REL) and rows[i][0].step_time_s > \
                     shape_best[_shape(e)] * (1 + TIE_REL):
                 continue
-            if e.strategy.pp > 1 and e.fits and e.imbalance_s > ILP_MIN_IMBALANCE * e.step_time_s:
+            if e.strategy.pp > 1 and e.fits and e.imbalance_s > SPLIT_MIN_IMBALANCE * e.step_time_s:
                 batch.append(i)
         if not batch:
             break

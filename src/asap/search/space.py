@@ -16,11 +16,10 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, gather
 from asap.errors import AsapError
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS, FRAMEWORKS, Framework
-from asap.spec.legality import Cols, legal_rows
+from asap.spec.legality import Cols, RuleJob, legal_rows
 from asap.spec.model import ModelSpec
-from asap.spec.stack_rules import RuleJob, domains_of, runnable_rows
-from asap.spec.strategy import KEYS, SCHEDULES, Schedule, Zero, recompute_code, recompute_label
-from asap.spec.knobs import CP_COMMS, RECOMPUTE, Recompute
+from asap.spec.stack_rules import domains_of, runnable_rows
+from asap.spec.knobs import KEYS, KNOB, KNOBS, KnobKind, Recompute, Schedule, Zero, recompute_code
 from asap.spec.train import TrainSpec
 
 MAX_CP = 32  # context parallelism beyond 32 ranks is not offered by any stack the catalog targets
@@ -52,7 +51,7 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         etp=[d for d in EXPERT_TP if d <= scale_up_domain] if model.moe else [1],
         recompute=recompute_candidates(model, framework), zero=[int(z) for z in Zero], sp=[0, 1],
         schedule=[int(s) for s in Schedule],
-        dispatcher=list(range(len(DISPATCHERS))) if moe else [DISPATCHERS.index(framework.dispatcher.value)],
+        dispatcher=list(range(len(DISPATCHERS))) if moe else [KNOB["dispatcher"].code(framework.dispatcher)],
         a2a_overlap=[0, 1] if moe else [framework.a2a_overlap],
         # activation offload is searched (with recompute=none: the legality table); optimizer offload is never faster
         # (the host's Adam streams through DRAM at a fraction of HBM's rate), so the planner tries it only when
@@ -68,31 +67,22 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         # hybrid sharding: 1 here; ``Space.of`` adds each mesh shape's one hybrid degree (``hybrid_degree``)
         dp_replicate=[1],
         # context parallelism's exchange: the stack's default (``Framework.cp_comm``), not searched
-        cp_comm=[CP_COMMS.index(framework.cp_comm)],
+        cp_comm=[KNOB["cp_comm"].code_of_printed(framework.cp_comm)],
     )
-    labels = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "dispatcher": DISPATCHERS, "cp_comm": CP_COMMS}
-    for key, allowed in framework.offers.items():
-        names = labels.get(key)
-        cands[key] = [v for v in cands[key] if (_label(key, v, names)) in allowed] or cands[key][:1]
+    for key, allowed in framework.offers.items():  # each candidate's code in its printed spelling (the knob table's)
+        cands[key] = [v for v in cands[key] if KNOB[key].printed_of_code(v) in allowed] or cands[key][:1]
+    for knob in KNOBS:  # a knob the space does not search (a new row of the table): its default, or its pin
+        if knob.name not in cands and knob.kind is not KnobKind.SPLIT and knob.name != "dp":
+            cands[knob.name] = [knob.default_code]
     cands["fp8_param"] = cands["fp8_param"][-1:]  # on where offered (never slower nor larger)
     if cands["offload_act"] == [0]:  # no activation offload in this stack: no partial one either
         cands["offload_layers"] = [0]
     if moe and len(cands["dispatcher"]) == len(DISPATCHERS):  # every dispatcher offered: price the fastest
         cands["dispatcher"] = [BEST_DISPATCHER]
     for k, v in fixed.items():
-        if k == "recompute":
-            cands[k] = [recompute_code(v)]
-        elif k in labels:
-            cands[k] = [labels[k].index(v)]
-        elif k not in ("dp", "layer_split"):
-            cands[k] = [int(v)]
+        if k not in ("dp", "layer_split"):
+            cands[k] = [KNOB[k].code_of_printed(v)]
     return cands
-
-
-def _label(key: str, code: int, names):
-    if key == "recompute":
-        return recompute_label(code)
-    return names[code] if names else code
 
 
 # the module set the planner tries besides none/selective/full where the stack has Megatron-Core's recompute
@@ -111,7 +101,7 @@ def recompute_candidates(model: ModelSpec, framework) -> list[int]:
 
 def legal_mask(model: ModelSpec, train: TrainSpec, devices: int, S: StrategyBatch) -> np.ndarray:
     """Vectorized ``check_strategy``: True where every rule of the legality table holds."""
-    return legal_rows(cast(Cols, S), model, train, devices)  # a batch reads as a mapping of its columns
+    return legal_rows(cast(Cols, S), RuleJob(model, train, devices))  # a batch reads as a mapping of its columns
 
 
 class _Cross(Mapping[str, np.ndarray]):
@@ -267,12 +257,14 @@ class Space:
         cols = _grid(tp=c["tp"], pp=c["pp"], cp=c["cp"])
         cols = _where(cols, devices % (cols["tp"] * cols["pp"] * cols["cp"]) == 0)
         cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
-        cols["cp_comm"] = np.where(cols["cp"] > 1, c["cp_comm"][0], 0)  # cp=1 exchanges nothing: the ring's code
+        cp_comm = KNOB["cp_comm"]
+        assert cp_comm.inert is not None  # where it exchanges nothing (cp=1): the default's code
+        cols["cp_comm"] = np.where(cp_comm.inert(cols), cp_comm.default_code, c["cp_comm"][0])
         if "dp" in fixed:
             cols = _where(cols, cols["dp"] == int(fixed["dp"]))
         cols = with_hybrid(cols, scale_up_domain, c, framework, "dp_replicate" in fixed)
-        job = RuleJob(model, train, devices, domains_of(devices, scale_up_domain))
-        cols = _where(cols, legal_rows(cols, model, train, devices) & runnable_rows(cols, framework.name, job))
+        job = RuleJob(model, train, devices, domains_of(devices, scale_up_domain), framework)
+        cols = _where(cols, legal_rows(cols, job) & runnable_rows(cols, framework.name, job))
         return cls(model, train, devices, fixed, framework, c, free_overlap, cols, job)
 
     @property
@@ -290,15 +282,15 @@ class Space:
                  dict(recompute=c["recompute"], zero=c["zero"], offload_act=c["offload_act"],
                       offload_opt=c["offload_opt"], fp8_param=c["fp8_param"], offload_layers=c["offload_layers"],
                       grad_bf16=c["grad_bf16"]))
+        covered = set(cols) | {k for values in joins for k in values}
+        joins[-1].update({k: v for k, v in c.items() if k not in covered})  # knobs searched nowhere above
         peak = len(rows)
-        for n, values in enumerate(joins, start=1):
+        for values in joins:
             cross = _Cross(cols, _grid(**values))
             peak = max(peak, cross.na * cross.nb)
-            keep = (legal_rows(cross, self.model, self.train, self.devices, only_new=tuple(values))
+            keep = (legal_rows(cross, self.job, only_new=tuple(values))
                     & runnable_rows(cross, self.framework.name, self.job, only_new=tuple(values))
                     & ~redundant_rows(cross, fixed))
-            if n == len(joins):  # the last join: its rows the stack can pipeline as well (one gather)
-                keep &= self.pipeline_ok(cross)
             cols = cross.where(keep)
         if self.free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing
             cols["a2a_overlap"] = overlap_pays(cols)  # and off where the stack cannot run it
@@ -312,14 +304,6 @@ class Space:
             keep = np.nonzero(S.pp * S.vpp == len(fixed["layer_split"]))[0]
             S, mesh = _with_layer_split(S, self.model, fixed["layer_split"]), mesh[keep]
         return S, mesh, peak
-
-    def pipeline_ok(self, cols: Cols) -> np.ndarray:
-        """Where the stack runs the row's ZeRO stage and activation offload (with a pipeline, its limits) and
-        its hybrid sharding (``Framework.hsdp_zero``)."""
-        fw = self.framework
-        hybrid = (cols["dp_replicate"] == 1) | np.isin(cols["zero"], fw.hsdp_zero)
-        return hybrid & ((cols["pp"] == 1) | ((cols["zero"] <= fw.max_zero_with_pp)
-                                              & ((cols["offload_act"] == 0) | fw.offload_act_with_pp)))
 
     def blocks(self, target_rows: int) -> Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]]:
         """The space in blocks of mesh rows: (the mesh rows, their strategies, each one's mesh row). The first

@@ -6,7 +6,7 @@ each with a time per micro-batch (forward + backward, with the strategy's recomp
 stored activation bytes per micro-batch under either mode, and model-state bytes. Units are cut into
 pp * vpp contiguous virtual stages; virtual stage j runs on device j mod pp (Megatron-Core's interleaved order).
 Here: the problem (``build_problem``), a split's price (``price_split``, ``simulate_split``), the uniform and
-balanced greedy splits and the brute-force reference; the ILP over it is ``search.stage_ilp``, the planner's
+balanced greedy splits and the brute-force reference; the planner's
 own split ``search.split_dp``.
 """
 

@@ -8,14 +8,16 @@ rules over batches of strategies), which imports no ``Strategy`` so that the two
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from asap.errors import AsapError
 from asap.spec import remat
+from asap.spec.framework import Dispatcher
+from asap.spec.layout import parse_layer_split
 from asap.spec.remat import MAXTEXT_BASE
 
 
@@ -210,16 +212,249 @@ class Zero(IntEnum):
 
 RECOMPUTE = ("none", "selective", "full")  # the named policies; module sets are spelled out
 SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
-INT_KEYS = ("dp", "tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "sp", "a2a_overlap", "offload_act",
-            "offload_opt", "fp8_param", "offload_layers", "grad_bf16", "dp_replicate")
+
+
+class KnobKind(Enum):
+    """What a strategy key's values are, which decides how it is parsed, held, printed and coded in a batch."""
+
+    DEGREE = "degree"  # an integer >= 1 (a parallel degree, the micro-batch size)
+    COUNT = "count"  # an integer >= 0
+    LEVEL = "level"  # an integer enum, held as its type (zero: ``Zero``)
+    SWITCH = "switch"  # 0 | 1, held as a bool
+    ENUM = "enum"  # one of named choices, held as its str/int enum; batch code: the index in ``choices``
+    POLICY = "policy"  # the recompute value (``RecomputePolicy``); batch code: ``RecomputePolicy.code``
+    SPLIT = "split"  # the layer split, a tuple of layers per chunk; batch column ``split`` indexes a table
+
+
+INTEGER_KINDS = (KnobKind.DEGREE, KnobKind.COUNT, KnobKind.LEVEL, KnobKind.SWITCH)
+_SHOWN = object()  # ``Knob.hidden``: no value hides the knob
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One strategy key: its name, kind, the choices of an enum (in batch-code order), the default (as printed;
+    ``REQUIRED`` for dp), the printed value that hides it (``hidden``: from ``Strategy.to_dict`` and ``str``;
+    ``hidden_in_text``: from ``str`` and ``key`` only), its compact spelling (``compact`` name, ``compact_values``
+    short values, ``bare``: the value alone names the key), ``inert``: the columns where it does nothing (its
+    value there is the default's code), and a help line. The batch column is the name (``split`` for the
+    layer split) holding the ``code`` of each value."""
+
+    name: str
+    kind: KnobKind
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    type: Any = None  # the held type of a LEVEL, ENUM or POLICY knob (with ``parse(text, field)`` for ENUM)
+    hidden: Any = _SHOWN
+    hidden_in_text: Any = _SHOWN
+    compact: str = ""
+    compact_values: Mapping[str, str] = field(default_factory=dict)
+    bare: bool = False
+    inert: Callable[[Mapping[str, Any]], Any] | None = None
+    zero_means: str = ""  # a COUNT knob: what 0 means (in its error message)
+
+    @property
+    def column(self) -> str:
+        """The ``StrategyBatch`` column: the name, ``split`` for the layer split (an index into its table)."""
+        return "split" if self.kind is KnobKind.SPLIT else self.name
+
+    @property
+    def compact_name(self) -> str:
+        return self.compact or self.name
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in INTEGER_KINDS
+
+    def code(self, value: Any) -> int:
+        """A held value's batch code (SPLIT: not coded here, ``StrategyBatch`` indexes its table)."""
+        if self.kind is KnobKind.POLICY:
+            return value.code
+        if self.kind is KnobKind.ENUM:
+            return self.choices.index(str(plain_value(value)))
+        return int(value)
+
+    def decode(self, code: int) -> Any:
+        """The value of a batch code, as ``Strategy`` holds it (an ENUM code past the choices, a row the planner
+        left free such as ``BEST_DISPATCHER``, reads as the first choice)."""
+        if self.kind is KnobKind.POLICY:
+            return RecomputePolicy.from_code(code)
+        if self.kind is KnobKind.ENUM:
+            return self.type.parse(self.choices[code if code < len(self.choices) else 0])
+        return code
+
+    def code_of_printed(self, value: Any) -> int:
+        """The batch code of a value in its printed spelling (``parse_strategy``'s)."""
+        if self.kind is KnobKind.POLICY:
+            return recompute_code(value)
+        if self.kind is KnobKind.ENUM:
+            return self.choices.index(str(value))
+        return int(value)
+
+    def printed_of_code(self, code: int) -> Any:
+        """The printed spelling of a batch code (the planner's labels, ``Framework.offers`` values)."""
+        if self.kind is KnobKind.POLICY:
+            return recompute_label(code)
+        if self.kind is KnobKind.ENUM:
+            return self.choices[code]
+        return code
+
+    @property
+    def default_code(self) -> int:
+        """The batch code of the default: what a batch built without this column holds."""
+        return self.code_of_printed(self.default) if self.kind is not KnobKind.SPLIT else 0
+
+    def parse(self, value: Any, field: str) -> Any:
+        """A raw value (text, number) checked and in its printed spelling: an int, the canonical text of an enum
+        or recompute policy, the layer split as a tuple."""
+        if self.is_integer:
+            return self.parse_int(value, field)
+        if self.kind is KnobKind.SPLIT:
+            return parse_layer_split(value, f"{field}.{self.name}")
+        if self.kind is KnobKind.POLICY:
+            return recompute_label(recompute_code(value, f"{field}.{self.name}"))
+        if str(value) not in self.choices:
+            raise AsapError(f"{field}.{self.name}", f"must be one of {', '.join(self.choices)}, got {value!r}")
+        return str(value)
+
+    def typed(self, value: Any, field: str = "strategy") -> Any:
+        """A value in its printed spelling as the type ``Strategy`` holds (``Strategy.__post_init__``)."""
+        if self.kind is KnobKind.SWITCH:
+            return bool(self.parse_int(int(value) if isinstance(value, bool) else value, field))
+        if self.kind is KnobKind.LEVEL:
+            return self.type(self.parse_int(value, field))
+        if self.kind is KnobKind.POLICY:
+            return RecomputePolicy.parse(value, f"{field}.{self.name}")
+        if self.kind is KnobKind.ENUM:
+            return self.type.parse(value, f"{field}.{self.name}")
+        return value
+
+    def parse_int(self, v: Any, field: str) -> int:
+        k = self.name
+        try:
+            iv = int(v)
+            if isinstance(v, bool) or (isinstance(v, float) and v != iv):
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise AsapError(f"{field}.{k}", f"must be an integer, got {v!r}") from None
+        if self.kind is KnobKind.COUNT and iv < 0:
+            raise AsapError(f"{field}.{k}", f"must be >= 0 ({self.zero_means}), got {iv}")
+        if self.kind is KnobKind.LEVEL and iv not in tuple(self.type):
+            levels = [str(int(x)) for x in self.type]
+            raise AsapError(f"{field}.{k}", f"must be {', '.join(levels[:-1])} or {levels[-1]}, got {iv}")
+        if self.kind is KnobKind.SWITCH and iv not in (0, 1):
+            raise AsapError(f"{field}.{k}", f"must be 0 or 1, got {iv}")
+        if self.kind is KnobKind.DEGREE and iv < 1:
+            raise AsapError(f"{field}.{k}", f"must be >= 1, got {iv}")
+        if iv > 1 << 40:
+            raise AsapError(f"{field}.{k}", f"is absurdly large ({iv})")
+        return iv
+
+    def values_text(self) -> str:
+        """The values a user may give, for help and the README: ``(none|selective|full)``, ``(0|1)``."""
+        if self.kind is KnobKind.SWITCH:
+            return "0|1"
+        if self.kind is KnobKind.LEVEL:
+            return "|".join(str(int(x)) for x in self.type)
+        if self.kind is KnobKind.ENUM:
+            return "|".join(self.choices)
+        if self.kind is KnobKind.POLICY:
+            return "none|selective|full|module+module|a MaxText remat policy"
+        if self.kind is KnobKind.SPLIT:
+            return "5/4/4/3"
+        return ">= 0" if self.kind is KnobKind.COUNT else ">= 1"
+
+
+REQUIRED = object()  # ``Knob.default`` of dp: no default (``complete_strategy`` derives it from the devices)
+
+
+def _no_exchange(cols: Mapping[str, Any]) -> Any:
+    """cp=1: context parallelism exchanges nothing (cp_comm there is the ring's code, the default)."""
+    return cols["cp"] == 1
+
+
+K = KnobKind
+# The one table of strategy keys, in their printed order (``Strategy``'s fields are these, in this order).
+KNOBS: tuple[Knob, ...] = (
+    Knob("dp", K.DEGREE, REQUIRED, "data-parallel degree (default: devices / (tp pp cp))"),
+    Knob("tp", K.DEGREE, 1, "tensor-parallel degree"),
+    Knob("pp", K.DEGREE, 1, "pipeline-parallel degree"),
+    Knob("vpp", K.DEGREE, 1, "virtual pipeline stages (chunks) per device"),
+    Knob("cp", K.DEGREE, 1, "context-parallel degree"),
+    Knob("ep", K.DEGREE, 1, "expert-parallel degree"),
+    Knob("etp", K.DEGREE, 1, "expert tensor-parallel degree (default: tp where legal, else 1)"),
+    Knob("mbs", K.DEGREE, 1, "micro-batch size in sequences"),
+    Knob("zero", K.LEVEL, 1, "ZeRO stage: what data parallelism shards (default: the stack's)", type=Zero),
+    Knob("sp", K.SWITCH, 0, "sequence parallelism (default: 1 when tp > 1)"),
+    Knob("recompute", K.POLICY, "none", "activation recomputation: the stack's selective policy, every layer, "
+         "Megatron-Core recompute modules joined by +, or a MaxText remat policy", type=RecomputePolicy,
+         compact="rc", compact_values={"selective": "sel"}),
+    Knob("schedule", K.ENUM, "1f1b", "pipeline schedule (default: interleaved when vpp > 1)", choices=SCHEDULES,
+         type=Schedule, bare=True),
+    Knob("dispatcher", K.ENUM, "alltoall", "how MoE tokens reach their experts (default: the stack's)",
+         choices=("alltoall", "allgather", "dedup"), type=Dispatcher, bare=True),
+    Knob("a2a_overlap", K.SWITCH, 0, "expert all-to-alls hidden behind another micro-batch (default: the stack's)",
+         compact="a2a"),
+    Knob("layer_split", K.SPLIT, (), "transformer layers per pipeline chunk (default: L // (pp vpp), the "
+         "remainder from the middle chunks outwards)", compact="split"),
+    Knob("offload_act", K.SWITCH, 0, "stored activations to host memory", hidden_in_text=0, compact="offact"),
+    Knob("offload_opt", K.SWITCH, 0, "optimizer states to host memory, the step on the CPU", hidden_in_text=0,
+         compact="offopt"),
+    Knob("fp8_param", K.SWITCH, 0, "fp8 runs keep the compute weights in fp8 only", hidden_in_text=0,
+         compact="fp8p"),
+    Knob("offload_layers", K.COUNT, 0, "under offload_act=1, how many of a device's layers offload (0: every "
+         "layer)", hidden=0, hidden_in_text=0, compact="offl", zero_means="0: every layer"),
+    Knob("grad_bf16", K.SWITCH, 0, "gradients accumulated and reduced in 16 bits", hidden=0, hidden_in_text=0,
+         compact="gradbf"),
+    Knob("dp_replicate", K.DEGREE, 1, "hybrid sharding: dp as dp_replicate replicas of a ZeRO shard group",
+         hidden=1, compact="dprep"),
+    Knob("cp_comm", K.ENUM, "p2p", "context parallelism's exchange: ring, Ulysses all-to-all, all-gather of K,V "
+         "(default: the stack's)", choices=CP_COMMS, type=CpComm, hidden="p2p", inert=_no_exchange),
+)
+del K
+KNOB: Mapping[str, Knob] = {k.name: k for k in KNOBS}
+assert KNOB["dispatcher"].choices == tuple(d.value for d in Dispatcher)
+
+# the lists the rest of the code reads, all from the table
+KEYS = tuple(k.name for k in KNOBS)  # every key, in the printed order
+INT_KEYS = tuple(k.name for k in KNOBS if k.is_integer)
+SWITCH_KEYS = tuple(k.name for k in KNOBS if k.kind is KnobKind.SWITCH)  # 0 or 1
+ZERO_ALLOWED = tuple(k.name for k in KNOBS if k.kind in (KnobKind.COUNT, KnobKind.LEVEL))  # integers whose 0 is a value
 # shown in a strategy string only when on (offload_layers: only when not 0, every layer)
-OFF_BY_DEFAULT = ("offload_act", "offload_opt", "fp8_param", "offload_layers", "grad_bf16")
-ZERO_ALLOWED = ("zero", "offload_layers")  # integer keys (not switches) whose 0 is a value
-SWITCH_KEYS = ("sp", "a2a_overlap", "offload_act", "offload_opt", "fp8_param", "grad_bf16")  # 0 or 1
-KEYS = INT_KEYS[:10] + ("recompute", "schedule", "dispatcher", "a2a_overlap", "layer_split", "offload_act",
-                        "offload_opt", "fp8_param", "offload_layers", "grad_bf16", "dp_replicate", "cp_comm")
-# keys printed (``Strategy.to_dict``, ``str``) only where they differ from this default
-PRINTED_UNLESS = {"offload_layers": 0, "grad_bf16": 0, "dp_replicate": 1, "cp_comm": "p2p"}
+OFF_BY_DEFAULT = tuple(k.name for k in KNOBS if k.hidden_in_text is not _SHOWN)
+# keys printed (``Strategy.to_dict``, ``str``) only where they differ from this value
+PRINTED_UNLESS = {k.name: k.hidden for k in KNOBS if k.hidden is not _SHOWN}
+TYPED = {k.name: k for k in KNOBS if k.type is not None}  # the knobs ``Strategy`` holds as a type
+COLUMNS = tuple(k.column for k in KNOBS)  # a ``StrategyBatch``'s columns
+COMPACT_NAMES = {k.name: k.compact for k in KNOBS if k.compact}
+COMPACT_VALUES = {k.name: dict(k.compact_values) for k in KNOBS if k.compact_values}
+BARE_CHOICES = {k.name: k.choices for k in KNOBS if k.bare}  # value sets that share no value
+
+
+def knob_of_column(column: str) -> Knob:
+    return KNOB["layer_split"] if column == "split" else KNOB[column]
+
+
+def strategy_columns(s) -> dict[str, np.ndarray]:
+    """One strategy (read by its attributes, so that this module imports no ``Strategy``) as the batch columns
+    the rules read (a batch of one; the layer split's column is its ``split`` index, 0 or 1)."""
+    return {k.column: np.array([int(bool(s.layer_split)) if k.kind is KnobKind.SPLIT else k.code(getattr(s, k.name))],
+                               dtype=np.int64) for k in KNOBS}
+
+
+def keys_help() -> str:
+    """The keys for ``--strategy``'s help: ``dp tp pp ... cp_comm``."""
+    return " ".join(KEYS)
+
+
+def keys_markdown() -> str:
+    """The README's list of strategy keys: a line per knob with its values and help (``tests/spec/test_knobs.py``
+    holds the README to it; ``python -m asap.spec.knobs`` prints it)."""
+    return "\n".join(f"- `{k.name}` ({k.values_text()}): {k.help}" for k in KNOBS)
+
+
+if __name__ == "__main__":
+    print(keys_markdown())
 
 
 def plain_value(value: Any) -> Any:

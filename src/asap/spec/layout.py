@@ -13,7 +13,7 @@ layers (up to L + 2), the first and then the last chunk hold only the embedding 
 A ``layer_split`` (strategy key, ``5/4/4/3``: layers per chunk in chunk order) replaces the default; the end
 chunks may hold 0 layers, the others at least one.
 
-Every consumer reads this module: the cost model (``cost.units``), the stage problem and its ILP (``search.stages``, ``search.stage_ilp``) and the
+Every consumer reads this module: the cost model (``cost.units``), the stage problem and its splits (``search.stages``, ``search.split_dp``) and the
 trainer (``train.parallel.pipeline_split``).
 """
 

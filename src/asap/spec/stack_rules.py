@@ -29,13 +29,14 @@ Sources, per stack:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from dataclasses import replace
+from typing import Mapping
 
 import numpy as np
 
 from asap.errors import AsapError
-from asap.spec.framework import DISPATCHERS, Dispatcher
+from asap.spec.framework import DISPATCHERS, FRAMEWORKS, Dispatcher
+from asap.spec.legality import Rule, RuleJob, first_broken, rows_keeping
 from asap.spec.placement import Placement
 from asap.spec.strategy import Schedule
 from asap.spec.knobs import Recompute
@@ -45,28 +46,7 @@ ALLGATHER = DISPATCHERS.index(Dispatcher.ALLGATHER.value)
 DEDUP = DISPATCHERS.index(Dispatcher.DEDUP.value)
 
 
-@dataclass(frozen=True)
-class RuleJob:
-    """What a stack rule reads besides the strategy: the model, the training spec, the devices and how many
-    scale-up domains (TPU slices, NVLink nodes) they span (the planner's space builds it from a device count
-    alone; ``of`` from a whole ``asap.spec.job.Job``)."""
-
-    model: Any
-    train: Any
-    devices: int
-    domains: int = 1
-
-    @classmethod
-    def of(cls, job) -> "RuleJob":
-        return cls(job.model, job.train, job.devices, job.cluster.topology.num_domains)
-
-
-@dataclass(frozen=True)
-class StackRule:
-    key: str  # the strategy key (or "precision", "model") the message blames
-    reads: tuple[str, ...]
-    ok: Callable[[Cols, RuleJob], Any]  # bool per row (or one bool for the whole job)
-    problem: Callable[[Any, RuleJob], str]  # "<what> (<why>)" for one strategy, after "<stack> cannot express "
+StackRule = Rule  # the one rule shape (``asap.spec.legality.Rule``)
 
 
 def _moe(j: RuleJob) -> bool:
@@ -172,6 +152,28 @@ MINDSPORE = (
               lambda s, j: "fp8 (compute_dtype is float32, float16 or bfloat16)"),
 )
 
+# Every stack's limits on combinations, each read from its ``Framework`` entry (``asap.spec.framework``: its
+# sources there): activation offload under a pipeline (Megatron-Core's TransformerConfig refuses cpu_offloading
+# with pipeline parallelism), the deepest ZeRO stage with a pipeline (DeepSpeed's PipelineEngine: ZeRO-1 at
+# most), and the ZeRO stages it shards hybrid (``Framework.hsdp_zero``).
+def _hybrid_stages(j: RuleJob) -> str:
+    zeros = j.framework.hsdp_zero
+    return f"hybrid sharding with zero {' or '.join(map(str, zeros))}" if zeros else "no hybrid sharding"
+
+
+EVERY_STACK = (
+    Rule("offload_act", ("offload_act", "pp"),
+         lambda c, j: (c["pp"] == 1) | (c["offload_act"] == 0) | j.framework.offload_act_with_pp,
+         lambda s, j: f"offload_act=1 with pp={s.pp} (no CPU offloading with a pipeline)"),
+    Rule("zero", ("zero", "pp"), lambda c, j: (c["pp"] == 1) | (c["zero"] <= j.framework.max_zero_with_pp),
+         lambda s, j: f"zero={int(s.zero)} with pp={s.pp} (at most zero={j.framework.max_zero_with_pp} with a "
+                      "pipeline)"),
+    Rule("dp_replicate", ("dp_replicate", "zero"),
+         lambda c, j: (c["dp_replicate"] == 1) | np.isin(c["zero"], j.framework.hsdp_zero),
+         lambda s, j: f"dp_replicate={s.dp_replicate} with zero={int(s.zero)} ({_hybrid_stages(j)})"),
+)
+
+
 # the stacks whose pipeline stages all hold the same number of layers: the planner adopts no uneven split there
 UNIFORM_SPLIT_ONLY = ("deepspeed", "maxtext")
 
@@ -182,36 +184,35 @@ STACK_RULES: Mapping[str, tuple[StackRule, ...]] = {"megatron": MEGATRON, "torch
                                                     "asap": (MAXTEXT_REMAT_ONLY,)}
 
 
-def _rule_ok(rule: StackRule, cols: Cols, job: RuleJob) -> np.ndarray:
-    n = len(cols["tp"])
-    return np.broadcast_to(np.asarray(rule.ok(cols, job), dtype=bool), (n,))
+def rules_of(framework: str) -> tuple[Rule, ...]:
+    """The rules of the stack named ``framework``: every stack's (``EVERY_STACK``, read from its entry), then its
+    own."""
+    return (EVERY_STACK if framework in FRAMEWORKS else ()) + STACK_RULES.get(framework, ())
+
+
+def _of_stack(job: RuleJob, framework: str) -> RuleJob:
+    """The job with the entry of the stack named ``framework`` (the one ``EVERY_STACK``'s rows read)."""
+    if job.framework is not None and job.framework.name == framework:
+        return job
+    return replace(job, framework=FRAMEWORKS.get(framework))
 
 
 def runnable_rows(cols: Cols, framework: str, job: RuleJob, only_new: tuple[str, ...] | None = None) -> np.ndarray:
     """AND of the stack's rules whose columns are present (with ``only_new``: those reading one of these keys,
     and the whole-job ones on the first call, ``only_new=None``)."""
-    keep = np.ones(len(cols["tp"]), dtype=bool)
-    for rule in STACK_RULES.get(framework, ()):
-        if not set(rule.reads) <= set(cols):
-            continue
-        if only_new is not None and not set(rule.reads) & set(only_new):
-            continue
-        keep &= _rule_ok(rule, cols, job)
-    return keep
+    return rows_keeping(rules_of(framework), cols, _of_stack(job, framework), only_new)
 
 
 def first_unrunnable(s, framework: str, job: RuleJob, stack: str | None = None,
                      field: str = "strategy") -> AsapError | None:
     """The first stack rule ``s`` breaks, as the one line ``<field>: <stack> cannot express ...`` (``stack``:
     the name the message gives, e.g. the format mindformers for the framework mindspore)."""
-    from asap.spec.legality import strategy_columns
-
-    cols = strategy_columns(s)
-    for rule in STACK_RULES.get(framework, ()):
-        if not _rule_ok(rule, cols, job)[0]:
-            where = rule.key if rule.key in ("precision", "model") else f"{field}.{rule.key}"
-            return AsapError(where, f"{stack or framework} cannot express {rule.problem(s, job)}")
-    return None
+    job = _of_stack(job, framework)
+    rule = first_broken(rules_of(framework), s, job)
+    if rule is None:
+        return None
+    where = rule.key if rule.key in ("precision", "model") else f"{field}.{rule.key}"
+    return AsapError(where, f"{stack or framework} cannot express {rule.problem(s, job)}")
 
 
 def domains_of(devices: int, scale_up_domain: int) -> int:
@@ -219,14 +220,13 @@ def domains_of(devices: int, scale_up_domain: int) -> int:
     return max(1, devices // max(1, scale_up_domain))
 
 
-__all__ = ["RuleJob", "StackRule", "STACK_RULES", "runnable_rows", "first_unrunnable", "domains_of",
-           "UNIFORM_SPLIT_ONLY"]
+__all__ = ["RuleJob", "StackRule", "STACK_RULES", "EVERY_STACK", "rules_of", "runnable_rows", "first_unrunnable",
+           "domains_of", "UNIFORM_SPLIT_ONLY"]
 
 
 def runnable_strategy(job, text: str, any_stack: bool = False):
     """The completed strategy, refused in one line (``asap.spec.stack_rules``, the table the planner and
     ``emit`` use) where the job's stack cannot run it, unless ``any_stack``."""
-    from asap.spec.stack_rules import RuleJob, first_unrunnable
     from asap.spec.strategy import resolve_strategy
 
     s = resolve_strategy(text, job.model, job.train, job.devices, framework=job.framework)

@@ -38,14 +38,29 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from asap.errors import AsapError
-from asap.spec.framework import DISPATCHERS, Dispatcher
-from asap.spec.knobs import (CP_COMMS, INT_KEYS, KEYS, OFF_BY_DEFAULT, PRINTED_UNLESS, SCHEDULES, SWITCH_KEYS, ZERO_ALLOWED,
-                             CpComm, RecomputePolicy, Schedule, Zero, plain_value, recompute_code, recompute_label)
-from asap.spec.layout import format_layer_split, parse_layer_split
+from asap.spec.framework import Dispatcher
+from asap.spec.knobs import (BARE_CHOICES, COMPACT_NAMES, COMPACT_VALUES, INT_KEYS, KEYS, KNOB, KNOBS, OFF_BY_DEFAULT,
+                             PRINTED_UNLESS, REQUIRED, SCHEDULES, TYPED, CpComm, KnobKind, RecomputePolicy, Schedule,
+                             Zero, plain_value, recompute_code, recompute_label)
+from asap.spec.layout import format_layer_split
+
+
+def _knob_fields(cls):
+    """Give the class a field for every knob of the table it does not declare (``asap.spec.knobs.KNOBS``, in the
+    table's order after the declared ones), with the knob's default: a new knob is one row of the table."""
+    for k in KNOBS:
+        if k.name not in cls.__annotations__:
+            cls.__annotations__[k.name] = Any
+            setattr(cls, k.name, k.typed(k.default) if k.default is not REQUIRED else None)
+    return cls
 
 
 @dataclass(frozen=True)
+@_knob_fields
 class Strategy:
+    """A complete strategy: one field per knob of ``asap.spec.knobs.KNOBS`` (declared here with their types for
+    the readers and mypy, held equal to the table at import), each held typed."""
+
     dp: int
     tp: int = 1
     pp: int = 1
@@ -54,9 +69,9 @@ class Strategy:
     ep: int = 1
     etp: int = 1
     mbs: int = 1
-    recompute: RecomputePolicy = RecomputePolicy()
     zero: Zero = Zero.OPTIMIZER
     sp: bool = False
+    recompute: RecomputePolicy = RecomputePolicy()
     schedule: Schedule = Schedule.ONE_F_ONE_B
     dispatcher: Dispatcher = Dispatcher.ALLTOALL  # how MoE tokens reach their experts
     a2a_overlap: bool = False  # expert all-to-alls of one micro-batch hide behind another's computation
@@ -91,10 +106,10 @@ class Strategy:
         """Hold every knob as its type: values given in their printed spelling (``zero=1``, ``sp=0``,
         ``schedule="zb"``, ``recompute="full"``, as ``parse_strategy`` returns them) become the enum, bool or
         ``RecomputePolicy``; a value of neither form is an AsapError."""
-        for k, kind in _TYPED.items():
+        for k, knob in TYPED.items():
             v = getattr(self, k)
-            if type(v) is not kind:
-                object.__setattr__(self, k, _typed_value(k, v))
+            if type(v) is not knob.type:
+                object.__setattr__(self, k, knob.typed(v))
 
     @property
     def devices(self) -> int:
@@ -132,57 +147,13 @@ class Strategy:
         return {k: v for k, v in self.to_dict().items() if v is not None and not (k in OFF_BY_DEFAULT and v == 0)}
 
 
-_TYPED = {"recompute": RecomputePolicy, "zero": Zero, "sp": bool, "schedule": Schedule, "dispatcher": Dispatcher,
-          "a2a_overlap": bool, "offload_act": bool, "offload_opt": bool, "fp8_param": bool,
-          "grad_bf16": bool, "cp_comm": CpComm}
+def _held_default(k) -> Any:
+    return k.typed(k.default) if k.kind is not KnobKind.SPLIT else k.default
 
 
-def _typed_value(k: str, v: Any, field: str = "strategy") -> Any:
-    """A knob's value in its printed spelling as its type (``Strategy.__post_init__``)."""
-    if k in SWITCH_KEYS:
-        return bool(_parse_int(k, int(v) if isinstance(v, bool) else v, field))
-    if k == "zero":
-        return Zero(_parse_int(k, v, field))
-    if k == "recompute":
-        return RecomputePolicy.parse(v, f"{field}.recompute")
-    if k == "schedule":
-        return Schedule.parse(v, f"{field}.schedule")
-    if k == "cp_comm":
-        return CpComm.parse(v, f"{field}.cp_comm")
-    return Dispatcher.parse(v, f"{field}.dispatcher")
-
-
-def _parse_int(k: str, v: Any, field: str) -> int:
-    try:
-        iv = int(v)
-        if isinstance(v, bool) or (isinstance(v, float) and v != iv):
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise AsapError(f"{field}.{k}", f"must be an integer, got {v!r}") from None
-    if k == "offload_layers" and iv < 0:
-        raise AsapError(f"{field}.{k}", f"must be >= 0 (0: every layer), got {iv}")
-    if k == "zero" and iv not in tuple(Zero):
-        raise AsapError(f"{field}.zero", f"must be 0, 1, 2 or 3, got {iv}")
-    if k in SWITCH_KEYS and iv not in (0, 1):
-        raise AsapError(f"{field}.{k}", f"must be 0 or 1, got {iv}")
-    if k not in ZERO_ALLOWED and k not in SWITCH_KEYS and iv < 1:
-        raise AsapError(f"{field}.{k}", f"must be >= 1, got {iv}")
-    if iv > 1 << 40:
-        raise AsapError(f"{field}.{k}", f"is absurdly large ({iv})")
-    return iv
-
-
-def _parse_value(k: str, v: Any, field: str) -> Any:
-    if k in INT_KEYS:
-        return _parse_int(k, v, field)
-    if k == "layer_split":
-        return parse_layer_split(v, f"{field}.layer_split")
-    if k == "recompute":
-        return recompute_label(recompute_code(v, f"{field}.recompute"))
-    choices = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS, "cp_comm": CP_COMMS}[k]
-    if str(v) not in choices:
-        raise AsapError(f"{field}.{k}", f"must be one of {', '.join(choices)}, got {v!r}")
-    return str(v)
+# the fields are the table's knobs, in its order, with its defaults
+assert [f.name for f in fields(Strategy)] == list(KEYS), "Strategy's fields must be asap.spec.knobs.KNOBS"
+assert all(f.default == _held_default(KNOB[f.name]) for f in fields(Strategy) if f.name != "dp")
 
 
 def parse_strategy(text: str | dict | None, field: str = "strategy") -> dict[str, Any]:
@@ -208,7 +179,7 @@ def parse_strategy(text: str | dict | None, field: str = "strategy") -> dict[str
             raise AsapError(f"{field}.{k}", f"unknown key (known: {', '.join(KEYS)})")
         if k in out:
             raise AsapError(f"{field}.{k}", "given twice")
-        out[k] = _parse_value(k, v, field)
+        out[k] = KNOB[k].parse(v, field)
     return out
 
 
@@ -243,7 +214,9 @@ def complete_strategy(partial: dict[str, Any], devices: int, field: str = "strat
         p.setdefault("dispatcher", framework.dispatcher.value)
         p.setdefault("a2a_overlap", int(framework.a2a_overlap))
         p.setdefault("zero", int(framework.zero_default))
-        p.setdefault("cp_comm", framework.cp_comm if cp > 1 else "p2p")  # cp=1: no exchange, the ring's code
+        inert = KNOB["cp_comm"].inert
+        assert inert is not None
+        p.setdefault("cp_comm", KNOB["cp_comm"].default if inert({"cp": cp}) else framework.cp_comm)
         for key in ("sp", "schedule"):  # a default the stack does not offer: its first option
             allowed = framework.offers.get(key)
             if key not in partial and allowed is not None and p[key] not in allowed:
@@ -299,11 +272,7 @@ def resolve_strategy(text: str | dict | None, model, train, devices: int, field:
 # from estimate's defaults, integer keys first then the named choices, each group in Strategy's field order.
 # An integer key is its name and value run together (``tp8``, ``zero1``, ``a2a1``); any other key is
 # ``name:value`` (``rc:sel``, ``split:5/4x30/3``: a run of three or more equal chunks as ``count x times``), or its bare value where that value names one key alone
-# (``dedup``, ``zb``). A field added to Strategy later takes part as its own name with no table entry.
-COMPACT_NAMES = {"recompute": "rc", "a2a_overlap": "a2a", "layer_split": "split", "offload_act": "offact", "offload_layers": "offl",
-                 "offload_opt": "offopt", "fp8_param": "fp8p", "grad_bf16": "gradbf", "dp_replicate": "dprep"}
-COMPACT_VALUES = {"recompute": {"selective": "sel"}}
-BARE_CHOICES = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}  # value sets that share no value
+# (``dedup``, ``zb``). The names, short values and bare choices are the knob table's (``asap.spec.knobs.KNOBS``).
 COMPACT_DEFAULTS = "defaults"  # what a strategy with every key at its default prints as
 
 
@@ -398,3 +367,11 @@ def expand_runs(text: str, field: str) -> str:
             raise AsapError(field, f"'{part}' is not N or NxK (K chunks of N layers)")
         out += [count] * (int(times) if times else 1)
     return "/".join(out)
+
+
+# the knobs' vocabulary, read from here by older callers (defined in ``asap.spec.knobs``)
+__all__ = ["Strategy", "parse_strategy", "canonical_text", "default_etp", "complete_strategy", "non_default_keys",
+           "check_strategy", "fit_strategy", "resolve_strategy", "compact_order", "format_compact_keys",
+           "compact_item", "format_compact", "runs_text", "expand_runs", "COMPACT_DEFAULTS", "KEYS", "INT_KEYS",
+           "SCHEDULES", "CpComm", "Dispatcher", "RecomputePolicy", "Schedule", "Zero", "plain_value",
+           "recompute_code", "recompute_label"]

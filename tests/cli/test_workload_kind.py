@@ -14,9 +14,9 @@ import pytest
 
 from asap.profile.diagnose import diagnose
 from asap.profile.workload import host_split, raw_events, workload_of
-from conftest import run_cli
+from conftest import SHARED, run_cli
 
-HTA = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "hta"
+HTA = SHARED / "traces" / "hta"
 RECSYS = HTA / "trace_diff_control_control.json.gz"
 CNN = HTA / "nccl_parser_config_nccl_data.json.gz"
 JOB = ["-m", "llama3-8b", "-c", "dgx-a100-1node", "-b", "32", "-s", "2048", "-S", "dp=8"]

@@ -13,7 +13,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from asap.cli import _register_commands, app
+from asap.cli import register_commands, app
 
 TOP = 10
 TPU_HOSTS = "accelerator: tpu-v5p\ndevices_per_node: 4\nnodes: 16\n"
@@ -36,7 +36,7 @@ WORKLOADS = {
 
 
 def invoke(*args) -> dict:
-    _register_commands()
+    register_commands()
     result = CliRunner().invoke(app, list(args), catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)

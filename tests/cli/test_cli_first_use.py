@@ -82,7 +82,7 @@ def test_estimate_headline_and_what_to_do_when_it_does_not_fit():
 
 def test_plan_prints_no_solver_banner_and_no_blank_first_line():
     proc = run_cli("plan", "-m", "llama3.1-405b", "-c", "h800-256node", "-b", "2048", "-s", "4096", "--fix", "pp=8",
-                   "--ilp-candidates", "2", "--top", "3")
+                   "--split-candidates", "2", "--top", "3")
     assert proc.returncode == 0, proc.stderr
     assert "Running HiGHS" not in proc.stdout + proc.stderr and "Copyright" not in proc.stdout + proc.stderr
     assert proc.stderr.strip() == "" and proc.stdout.startswith("llama3.1-405b")

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Set up everything the test suite needs on a fresh machine, then check and test asap.
+# Run from anywhere: `bash scripts/test.sh` (CI's .ci/run calls this same script). One step a line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian's Chromium: one test opens the tune report headless and looks at a screenshot of it.
+command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+
+# The project's venv.
+python3 -m venv .venv
+
+# PyTorch's CPU build first (a local CPU wheel), so that nothing below pulls a CUDA build.
+.venv/bin/pip install -q torch==2.13.0
+
+# asap itself, editable, with the test tools (pytest, hypothesis, ruff, mypy...) and JAX for the JAX runner.
+.venv/bin/pip install -q -e '.[dev,jax]'
+
+# The stacks whose own loaders read what `asap emit` writes and whose trainers `asap tune` runs on CPU;
+# triton because torchtitan imports it at start-up.
+.venv/bin/pip install -q torchtitan==0.2.2 deepspeed==0.19.8 triton==3.9.0
+
+# Megatron-Core without its dependencies: its numpy<2 pin would break JAX.
+.venv/bin/pip install -q --no-deps megatron-core==0.14.0
+
+# Megatron-Bridge 0.3.1 needs megatron-core 0.16: a pip --target folder beside the venv, read by its own process.
+.venv/bin/pip install -q --no-deps --target .venv-bridge megatron-bridge==0.3.1 megatron-core==0.16.0 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 six==1.17.0 regex
+
+# MaxText 0.2.5 needs Python >= 3.12: its own venv.
+PYENV_VERSION=3.12.1 python3.12 -m venv .venv-maxtext
+
+# Its wheel declares no dependencies: install it without them ...
+.venv-maxtext/bin/pip install -q --no-deps maxtext==0.2.5
+
+# ... then the CPU part of the requirements file it ships: its list without the CUDA wheels ...
+grep -v -E '^(cuda-|nvidia-cutlass)' .venv-maxtext/lib/python3.12/site-packages/dependencies/requirements/generated_requirements/decoupled-requirements.txt > .venv-maxtext/cpu-requirements.txt
+
+# ... installed.
+.venv-maxtext/bin/pip install -q -r .venv-maxtext/cpu-requirements.txt
+
+# Lint: must be clean (configured in pyproject.toml).
+.venv/bin/ruff check
+
+# Types: must be clean (configured in pyproject.toml).
+.venv/bin/mypy
+
+# The suite on two pytest-xdist workers, a file to a worker (a module's fixtures, e.g. a profiled stack run, made once).
+.venv/bin/python -m pytest -n 2 --dist loadfile

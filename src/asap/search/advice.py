@@ -1,0 +1,77 @@
+"""Decisions the commands print, made here so that the API reaches them too: the plan to run next when a
+strategy does not fit (``fitting_next``, ``asap estimate``'s ``next:`` line) and the best planned candidate a
+framework format can express (``emit_best``, ``asap plan --emit``), with ``emit_strategy``, one strategy
+completed as ``estimate`` completes it and written in a format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from asap.cost.estimate import Estimate, estimate_spelled
+from asap.emit import FRAMEWORK_OF, check_format, emit
+from asap.errors import AsapError
+from asap.search.nofit import NoFitError
+from asap.search.planner import plan, plan_headroom
+from asap.spec.hardware import Cluster
+from asap.spec.job import Job
+
+NEXT_DEVICE_DOUBLINGS = 4  # with no fitting strategy on this many devices, try up to 16 times as many
+
+
+@dataclass(frozen=True)
+class FittingNext:
+    """Where a fitting strategy is: the pinned keys kept (``{}``: none), the devices planned on, the plan's #1
+    there (None: nothing fits on up to 2**NEXT_DEVICE_DOUBLINGS times the devices) and the job it planned."""
+
+    fixed: dict[str, Any]
+    devices: int
+    best: Estimate | None
+    job: Job
+
+
+def fitting_next(job: Job, pins: dict[str, Any], margin_gb: float | None = None,
+                 cluster_on: Callable[[int], Cluster] | None = None) -> FittingNext:
+    """The first plan (with the headroom ``plan_headroom(margin_gb)`` keeps) in which something fits: keeping the
+    pinned shape keys ``pins`` if any fit with them, else none, on the job's devices, else on the fewest doubled
+    devices (``cluster_on(n)``: the cluster with n devices; default ``Cluster.with_devices``)."""
+    c = job.cluster
+    resize = cluster_on or c.with_devices
+    tries = [(fixed, c.num_devices * 2 ** k) for k in range(NEXT_DEVICE_DOUBLINGS + 1)
+             for fixed in ([pins, {}] if pins else [{}])]
+    for fixed, n in tries:
+        on = job if n == c.num_devices else replace(job, cluster=resize(n))
+        on = plan_headroom(on, margin_gb)  # the headroom the printed plan command keeps
+        try:
+            best = plan(on, fixed=dict(fixed)).candidates[0]
+        except NoFitError:
+            continue
+        return FittingNext(dict(fixed), n, best, on)
+    return FittingNext({}, c.num_devices * 2 ** NEXT_DEVICE_DOUBLINGS, None, job)
+
+
+def emit_strategy(fmt: str, job: Job, strategy) -> str:
+    """Complete and check ``strategy`` as ``asap estimate`` does for ``job`` (one that names no framework is
+    completed with the format's), then emit it in format ``fmt``."""
+    check_format(fmt)
+    if job.train.framework is None:
+        job = job.with_train(replace(job.train, framework=FRAMEWORK_OF[fmt]))
+    s = estimate_spelled(job, strategy).strategy if isinstance(strategy, (str, dict, type(None))) else strategy
+    return emit(fmt, job, s)
+
+
+def emit_best(fmt: str, job: Job, candidates: list[Estimate]) -> dict[str, Any]:
+    """The first of the planned ``candidates`` (fastest first) the format can express, in its own options: its
+    ``text``, ``strategy_string`` and the faster candidates ``skipped`` with the reason."""
+    if not candidates:
+        raise AsapError("emit", "no fitting candidate to emit")
+    skipped = []
+    for e in candidates:
+        try:
+            text = emit_strategy(fmt, job, e.strategy)
+        except AsapError as err:
+            skipped.append({"strategy_string": str(e.strategy), "reason": str(err)})
+            continue
+        return {"format": fmt, "text": text, "strategy_string": str(e.strategy), "skipped": skipped}
+    raise AsapError("emit", f"none of the {len(candidates)} best candidates can be written as {fmt}: "
+                            f"{skipped[0]['reason']}")
