@@ -65,7 +65,7 @@ def gemma_server(tmp_path_factory):
     url = f"http://127.0.0.1:{port}/v1"
     try:
         _wait_until_up(proc, url, log, 600)
-        yield url
+        yield url, copy.stdout.strip().splitlines()[-1]  # the server is pinned to its model: requests name it
     finally:
         proc.terminate()
         try:
@@ -75,7 +75,8 @@ def gemma_server(tmp_path_factory):
 
 
 def test_the_real_model_answers_and_every_answer_is_validated(gemma_server):
-    advisor = LLMAdvisor(LLMConfig(gemma_server, "gemma-3-270m", timeout_s=600))
+    url, model = gemma_server
+    advisor = LLMAdvisor(LLMConfig(url, model, timeout_s=900))
     res = advisor.advise({"model": "llama3-8b", "cluster": "8 x h100-sxm", "current": {"tp": 8},
                           "diagnosis": {"bottleneck_class": "tp_comm"}, "candidates": []})
     print("gemma advice:", json.dumps(res.to_dict())[:2000])
@@ -90,7 +91,8 @@ def test_the_real_model_answers_and_every_answer_is_validated(gemma_server):
 
 def test_propose_llm_gives_three_repriced_proposals(gemma_server):
     env = {**os.environ, "ASAP_LLM_TIMEOUT_S": "900"}  # the 270M model on two loaded cores: minutes per answer
-    p = run_cli("propose", *JOB, "--llm", "--llm-base-url", gemma_server, "--llm-model", "gemma-3-270m",
+    url, model = gemma_server
+    p = run_cli("propose", *JOB, "--llm", "--llm-base-url", url, "--llm-model", model,
                 "--json", timeout=1200, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
