@@ -25,10 +25,10 @@ DEEPSEEK_V3_CONFIG = {
 }
 
 
-def run_cli(*args, timeout=300, cwd=None):
+def run_cli(*args, timeout=300, cwd=None, env=None):
     """Run the real ``asap`` CLI in a child process; returns CompletedProcess (text)."""
     return subprocess.run([sys.executable, "-c", "from asap.cli import main; main()", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
 
 
 @pytest.fixture

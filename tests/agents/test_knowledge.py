@@ -28,6 +28,7 @@ bottlenecks: [compute]
 families: [any]
 model_kinds: [any]
 frameworks: [any]
+when: ["tp > 1"]
 moves:
   - {{tp: "/2", dp: "x2"}}
 sources: ["nowhere"]

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from asap.agents.knowledge import load_knowledge
 from asap.profile.devices import roofline_for
 from asap.profile.diagnose import OVERHEAD_UTILIZATION, _Group, _row, _t, bottleneck_scores, bound_fractions
 from conftest import SHARED, run_cli
@@ -57,20 +56,16 @@ def test_ridge_at_the_traces_own_precision_and_labelled_rows():
     assert "-bound" in out.splitlines()[0]
 
 
-def test_next_steps_name_propose_and_two_entries_for_the_verdict():
+def test_next_steps_name_propose_and_no_llm_entries_for_a_recommendation_trace():
     job = ["-m", "llama3-8b", "-c", "dgx-a100-1node", "-b", "32", "-s", "2048", "-S", "dp=8"]
     out = json.loads(run_cli("diagnose", CONTROL, *job, "--json").stdout)
     nxt = out["next_steps"]
     assert nxt["command"] == f"asap propose {CONTROL} -m llama3-8b -c dgx-a100-1node -b 32 -s 2048 -S dp=8"
     assert json.loads(run_cli("diagnose", CONTROL, "--json").stdout)["next_steps"]["command"] is None  # no job
-    ids = [k["id"] for k in nxt["knowledge"]]
-    assert len(ids) == 2
-    entries = {e.id: e for e in load_knowledge()}
-    # entries for the verdict's class (asap.spec.words.BottleneckClass), else for its coarse word
-    assert all(out["bottleneck_class"] in entries[i].classes or out["bottleneck"] in entries[i].bottlenecks
-               for i in ids)
+    # the trace is a recommendation model (FBGEMM embeddings): the LLM knowledge base has nothing for it
+    assert out["workload"]["kind"] == "recommendation" and nxt["knowledge"] == []
     human = run_cli("diagnose", CONTROL, *job).stdout
-    assert human.count("try (") == 2 and "next: asap propose" in human
+    assert human.count("try (") == 0 and "no LLM parallelism advice" in human and "next: asap propose" in human
 
 
 def test_idle_while_shared_cores_run_other_devices_is_contention_not_host():

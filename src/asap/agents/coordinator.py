@@ -223,7 +223,7 @@ class Coordinator:
         # the loop's aim is the fastest measured step: the three proposals (moves to reason about) and the
         # planner's best on the corrected machine compete, priced alike; when the proposer finds the current
         # strategy within the model's error of them all, the one that teaches the correction most runs first
-        pool = [p.strategy for p in ps.proposals] + proposer._planner_best(top=30)
+        pool = [p.strategy for p in ps.proposals if p.kind != "none"] + proposer._planner_best(top=30)
         fresh: dict[str, tuple[float, Strategy]] = {}
         for s in pool:
             if canon(s) not in known and not self._refused(s) and canon(s) not in fresh:

@@ -3,8 +3,10 @@
 Each entry is a markdown file under ``asap/data/knowledge/`` (package data) with YAML front matter:
 ``id`` (the file stem), ``title``, ``bottlenecks`` (the diagnoses it answers, design.md's vocabulary),
 ``classes`` (the finer bottleneck classes it attacks, ``asap.spec.words.BottleneckClass``; optional),
-``families`` / ``model_kinds`` / ``frameworks`` (``[any]`` or a list: where it applies), ``moves`` (strategy
-deltas, each a mapping ``key -> op``), ``sources``; the body says when, why, the trade-off and how to check.
+``families`` / ``model_kinds`` / ``frameworks`` (``[any]`` or a list: where it applies), ``when`` (its precondition:
+expressions over the current strategy and the job that must all hold, ``asap.agents.precondition``; an entry
+whose precondition is false is neither retrieved nor cited), ``moves`` (strategy deltas, each a mapping
+``key -> op``), ``sources``; the body says when, why, the trade-off and how to check.
 
 Move ops: ``x2`` (multiply), ``/2`` (divide, exact only), ``+1`` / ``-1`` (add), ``=VALUE`` (set).
 ``apply_move`` applies one move to a plain dict of strategy values.
@@ -21,10 +23,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from asap.agents.precondition import compile_check, holds
 from asap.errors import AsapError, validated
 from asap.spec.framework import DISPATCHERS, FRAMEWORK_NAMES
 from asap.spec.hardware import FAMILIES
-from asap.spec.knobs import INT_KEYS, OFF_BY_DEFAULT, SCHEDULES, SWITCH_KEYS, Zero
+from asap.spec.knobs import INT_KEYS, OFF_BY_DEFAULT, SCHEDULES, SWITCH_KEYS, Zero, plain_value
 from asap.spec.strategy import Strategy, recompute_code, recompute_label
 from asap.spec.words import BOTTLENECK_CLASSES, BOTTLENECKS, Bottleneck, BottleneckClass
 
@@ -40,11 +43,12 @@ def _int_range(key: str) -> tuple[int, int | None]:
 
 # the integer keys a move may change (the host-offload and fp8-weight switches are not moves of the knowledge
 # base), each with its range
-INT_RANGES = {k: _int_range(k) for k in INT_KEYS if k not in OFF_BY_DEFAULT}
+INT_RANGES = {k: _int_range(k) for k in INT_KEYS if k not in OFF_BY_DEFAULT or k == "grad_bf16"}
 CHOICE_KEYS = {"schedule": SCHEDULES, "dispatcher": DISPATCHERS}
 MOVE_KEYS = tuple(INT_RANGES) + ("recompute",) + tuple(CHOICE_KEYS)
 # A strategy dict that lacks a key has the value ``asap.spec.strategy.Strategy`` defaults to (dp too: 1).
-DEFAULTS = {k: int(v) if k in INT_RANGES else v for k, v in Strategy(dp=1).to_dict().items() if k in MOVE_KEYS}
+DEFAULTS = {k: plain_value(getattr(Strategy(dp=1), k)) for k in MOVE_KEYS}
+DEFAULTS = {k: int(v) if k in INT_RANGES else v for k, v in DEFAULTS.items()}
 _ARITH = re.compile(r"^([x/+-])(\d+)$")
 
 
@@ -102,10 +106,27 @@ class KnowledgeEntry(BaseModel):
     families: list[str]
     model_kinds: list[str]
     frameworks: list[str]
+    when: list[str]
     moves: list[dict[str, str]]
     sources: list[str]
     body: str
     classes: list[BottleneckClass] = []
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _when(cls, v: Any) -> Any:
+        if not isinstance(v, list) or not v:
+            raise ValueError("must list at least one check on the strategy and job (asap.agents.precondition)")
+        for i, check in enumerate(v):
+            try:
+                compile_check(check)
+            except ValueError as e:
+                raise ValueError(f"check {i}: {e}") from None
+        return v
+
+    def holds(self, env: dict[str, Any]) -> bool:
+        """Whether the precondition holds in ``env`` (``asap.agents.precondition.variables``)."""
+        return holds(self.when, env)
 
     @field_validator("classes", mode="before")
     @classmethod

@@ -16,13 +16,16 @@ NEIGHBOUR_MOVES: tuple[dict[str, str], ...] = (
     {"tp": "x2"}, {"tp": "/2"}, {"pp": "x2"}, {"pp": "/2"}, {"cp": "x2"}, {"cp": "/2"}, {"ep": "x2"}, {"ep": "/2"},
     {"mbs": "x2"}, {"mbs": "/2"}, {"vpp": "x2"}, {"vpp": "/2"}, {"recompute": "=none"},
     {"recompute": "=selective"}, {"recompute": "=full"}, {"zero": "=1"}, {"zero": "=3"},
-    {"dispatcher": "=dedup"}, {"a2a_overlap": "=1"}, {"schedule": "=zb"},
+    {"dispatcher": "=dedup"}, {"dispatcher": "=alltoall"}, {"dispatcher": "=allgather"}, {"a2a_overlap": "=1"},
+    {"schedule": "=zb"}, {"zero": "=0"}, {"zero": "=2"}, {"etp": "x2"}, {"etp": "/2"}, {"grad_bf16": "=1"},
 )
+# the two-knob neighbourhood: each of the single moves that cut the named terms most, joined with every other
+PAIR_LEADERS = 4
 # keys derived from the others (the data-parallel degree fills the devices; the rest follow their defaults)
 DERIVED = ("dp", "etp", "sp", "schedule", "layer_split")
 MOE_KEYS = ("ep", "etp", "dispatcher", "a2a_overlap")  # knobs a dense model does not have
 MAIN_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "zero", "recompute", "schedule", "dispatcher",
-              "a2a_overlap")
+              "a2a_overlap", "grad_bf16")
 MAX_KNOBS = 3  # a targeted move turns at most this many knobs besides dp
 REDUCTION_AXES = ("tp", "cp", "ep", "pp")
 

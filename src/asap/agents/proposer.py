@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
 from asap.agents.analyzer import Analysis
-from asap.agents.choice import N_PROPOSALS, Candidate, attacked_class, choose, distinct_move, helps, keep_rank
-from asap.agents.moves import (MAX_KNOBS, NEIGHBOUR_MOVES, justifying_lines, moved_knobs, moves_that_way,
+from asap.agents.choice import (MIN_SPEEDUP, N_PROPOSALS, Candidate, attacked_class, choose, distinct_move,
+                                keep_rank, not_proposable, term_cut_s)
+from asap.agents.moves import (MAX_KNOBS, justifying_lines, moved_knobs,
                                moved_strategy, moves_text, tradeoffs)
+from asap.agents.neighbourhood import Neighbourhood
+from asap.agents.precondition import variables
 from asap.agents.workload import job_arguments, workload_record
 from asap.compare import deltas
 from asap.cost.estimate import Estimate, estimate
@@ -67,7 +70,7 @@ class Proposal:
     evidence: list[str]
     fits: bool
     source: str
-    kind: str = "targeted"  # targeted | re-plan
+    kind: str = "targeted"  # targeted | re-plan | none (no further move predicted faster: the current strategy)
     attacks: str = ""  # the figure it attacks: "tp_comm exposed 4.1 s of 36.8 s"
     attacks_class: str = ""
     knobs: list[str] = field(default_factory=list)
@@ -96,7 +99,7 @@ class ProposalSet:
     considered: list[dict[str, Any]]  # every candidate and why it was kept or dropped (the audit trail)
 
 
-class Proposer:
+class Proposer(Neighbourhood):
     def __init__(self, job: Job, memory: Memory | None = None, experiment_id=None, llm=None, job_args: str | None = None):
         self.job = job
         self.model, self.cluster, self.train = job.model, job.cluster, job.train
@@ -108,6 +111,7 @@ class Proposer:
         self.llm_fallback: str | None = None  # why the LLM added nothing, when it was asked and answered badly
         self.rationales: dict[str, str] = {}  # the LLM's rewritten rationales, by strategy string
         self.base: Estimate | None = None  # the current strategy's estimate while proposing
+        self.state: dict[str, Any] = {}  # the current strategy and job as preconditions read them
         self._planned: list[Strategy] | None = None
         # resolved and priced once per proposer: the moves, similar jobs and the planner often name one strategy
         self._resolved: dict[str, Strategy | AsapError] = {}
@@ -167,17 +171,15 @@ class Proposer:
         targets = diagnosis.targets()[:CLASSES_ATTACKED]
         minor = [c for c in diagnosis.classes if c not in targets and c.saving_s > 0]
         for target in targets + minor:
-            for r in retrieve(target.cls.value, self.workload(), k=ENTRIES_PER_CLASS, strict=True):
+            for r in retrieve(target.cls.value, self.workload(), k=ENTRIES_PER_CLASS, strict=True,
+                              state=self.state):
                 for move in r.entry.moves:
                     self._add(out, considered, moved_strategy(current, move, devices, self.moe), "knowledge",
                               r.entry.title, [f"knowledge:{r.entry.id}"], entry=r.entry, target=target)
         self._layer_split(current, targets, out, considered)
         if not self.priced_base.fits:
             self._memory_combinations(current, targets, out, considered)
-        for move in NEIGHBOUR_MOVES:
-            desc = ", ".join(f"{k} {op}" for k, op in move.items())
-            self._add(out, considered, moved_strategy(current, move, devices, self.moe), "neighbour",
-                      f"one-knob neighbour ({desc})", [], target=None)
+        self._neighbourhood(current, targets, out, considered)
         for strategy, why, ev in self._memory_candidates(current):
             self._add(out, considered, strategy, "memory", why, ev, target=None)
         for s in self._planner_best():
@@ -224,7 +226,7 @@ class Proposer:
         if target is None:
             return
         moves = [(r.entry, m) for r in retrieve(BottleneckClass.MEMORY_CAPACITY, self.workload(), k=ENTRIES_PER_CLASS,
-                                                strict=True) for m in r.entry.moves]
+                                                strict=True, state=self.state) for m in r.entry.moves]
         scaled = [(e, {k: op.replace("x2", f"x{f}") for k, op in m.items()}) for e, m in moves
                   if any(op == "x2" for op in m.values()) for f in (4, 8)]
         pool = moves + scaled
@@ -255,7 +257,7 @@ class Proposer:
                 continue
         fixes = [(e, m) for _, _, e, m in sorted(freed, key=lambda x: x[:2])[:FIT_MOVES]]
         for target in [t for t in targets if t.cls != BottleneckClass.MEMORY_CAPACITY][:2]:
-            for r in retrieve(target.cls.value, self.workload(), k=3, strict=True):
+            for r in retrieve(target.cls.value, self.workload(), k=3, strict=True, state=self.state):
                 for move in r.entry.moves:
                     for e2, fix in fixes:
                         joined = {**fix, **move}
@@ -311,23 +313,21 @@ class Proposer:
             self._add(out, considered, strategy, "llm", f"LLM: {rationale}", ["llm"], target=None)
         self.narrative = advice.narrative
 
-    def _fill(self, chosen: list[Candidate], skip: set[str], targeted: list[Candidate], considered: list) -> list:
-        """Fewer than three targeted moves fit and help: one faster re-plan (the planner's next best, other knobs)
-        if none is chosen, then the least slow other targeted moves, then more re-plans (design.md's three); what
-        is predicted no faster says so."""
+    def _fill(self, chosen: list[Candidate], skip: set[str], targets: list[ClassSaving], considered: list) -> list:
+        """Fewer than three moves are proposable: the planner's next best (other knobs) that are, one re-plan
+        at most (design.md's three); a slot still empty is a "none" proposal (``propose``)."""
         replans: list[Candidate] = []
         for s in self._planner_best(top=30)[1:]:
             self._add(replans, considered, s.to_dict(), "planner", "re-plan: one of the planner's best (too few "
-                                                                    "targeted moves fit)", ["planner:top"])
-        replans, targeted = (sorted(cs, key=lambda c: c.step_s) for cs in (replans, targeted))
+                                                                    "targeted moves are priced faster)", ["planner:top"])
         base = self.priced_base
-        first = [r for r in replans[:1] if helps(r, base) and all(c.source != "planner" for c in chosen)]
-        filled: list[Candidate] = []
-        for c in first + [c for c in targeted if c not in chosen and not helps(c, base)] + replans:
-            if len(chosen) + len(filled) < N_PROPOSALS and str(c.strategy) not in skip and distinct_move(c, chosen + filled):
-                c.why += "" if helps(c, base) else " - predicted no faster than the current strategy: listed to keep three"
-                filled.append(c)
-        return sorted(chosen, key=lambda c: c.step_s) + sorted(filled, key=lambda c: c.step_s)
+        for r in sorted(replans, key=lambda c: c.step_s):
+            if (len(chosen) < N_PROPOSALS and all(c.source != "planner" for c in chosen)
+                    and str(r.strategy) not in skip and not_proposable(r, base, targets, self.cluster.hbm_gb) is None
+                    and distinct_move(r, chosen)):
+                r.target = attacked_class(r, base, targets)
+                chosen.append(r)
+        return sorted(chosen, key=lambda c: c.step_s)
 
     def _planner_best(self, top: int = 1) -> list[Strategy]:
         """The planner's ``top`` best (its 30 best computed once per proposer: the re-plan and the fill)."""
@@ -373,12 +373,42 @@ class Proposer:
         return workload_record(self.job)
 
     def propose(self, current: Strategy, diagnosis: Analysis, exclude: Iterable[str] = ()) -> ProposalSet:
-        """Exactly three proposals for moving on from ``current`` (``exclude``: strategy strings already tried)."""
+        """Exactly three proposals for moving on from ``current`` (``exclude``: strategy strings already tried):
+        the moves that attack a named class and are priced faster beyond the band, and for each slot no move
+        fills honestly a proposal of kind "none" (the current strategy: no further move predicted faster)."""
         considered: list[dict[str, Any]] = []
         self.base = base = self.price(current)
+        self.state = variables(self.job, current)
         skip = set(exclude) | {str(base.strategy)}
+        unique = self._unique(self.candidates(current, diagnosis, considered), skip, considered)
+        targets = diagnosis.targets()
+        proposable: list[Candidate] = []
+        for c in unique.values():
+            reason = not_proposable(c, base, targets, self.cluster.hbm_gb)
+            if reason is None:
+                keep = c.target is not None and (term_cut_s(c.estimate, base, c.target.cls) > 0
+                                                 or c.target.cls == BottleneckClass.MEMORY_CAPACITY)
+                c.target = c.target if keep else attacked_class(c, base, targets)
+                proposable.append(c)
+            else:
+                considered.append({"strategy": str(c.strategy), "source": c.source, "kept": False, "why": reason})
+        err = model_error(self.cluster.accelerator.family)
+        chosen = choose(proposable, base, err, diagnosis.bottleneck_class)
+        if len(chosen) < N_PROPOSALS:  # too few moves: one of the planner's next best (a re-plan) where it is one
+            chosen = self._fill(chosen, skip, targets, considered)
+        for c in proposable:
+            considered.append({"strategy": str(c.strategy), "source": c.source, "kept": c in chosen,
+                               "why": "proposed" if c in chosen else "a faster candidate moves the same knobs "
+                                                                     "or follows the same entry"})
+        proposals = [self._proposal(c, base, diagnosis) for c in chosen]
+        proposals += [self._no_move(base, diagnosis) for _ in range(N_PROPOSALS - len(proposals))]
+        within, note = self._note(base, chosen, len(proposable), err)
+        return ProposalSet(proposals, within, note, considered)
+
+    def _unique(self, cands: list[Candidate], skip: set[str], considered: list) -> dict[str, Candidate]:
+        """One candidate per strategy (knowledge first, ``keep_rank``), none already tried."""
         unique: dict[str, Candidate] = {}
-        for c in self.candidates(current, diagnosis, considered):
+        for c in cands:
             key = str(c.strategy)
             if key in skip:
                 considered.append({"strategy": key, "source": c.source, "kept": False, "why": "already tried"})
@@ -390,10 +420,9 @@ class Proposer:
             else:
                 considered.append({"strategy": key, "source": c.source, "kept": False,
                                    "why": f"the same strategy as a {unique[key].source} candidate"})
-        err = model_error(self.cluster.accelerator.family)
-        chosen = choose(list(unique.values()), base, err, diagnosis.bottleneck_class)
-        if len(chosen) < N_PROPOSALS:  # too few targeted moves fit: more of the planner's (re-plans) fill in
-            chosen = self._fill(chosen, skip, [c for c in unique.values() if c.source != "planner"], considered)
+        return unique
+
+    def _note(self, base: Estimate, chosen: list[Candidate], n_proposable: int, err: float) -> tuple[bool, str]:
         best = min((c.step_s for c in chosen), default=base.step_time_s)
         within = base.fits and best >= base.step_time_s * (1 - err)
         if within:
@@ -401,20 +430,28 @@ class Proposer:
                     f"{base.step_time_s:.4g} s, the best proposal {best:.4g} s): these are the experiments that "
                     f"would tell")
         else:
-            note = f"{len(unique)} candidates fit; three targeted moves of different knobs, fastest first"
-        faster = sum(helps(c, base) for c in chosen)
-        if faster < N_PROPOSALS:
-            note += f" | {faster} of the {len(chosen)} predicted faster than the current strategy; the others are listed to keep three"
-        for c in unique.values():
-            considered.append({"strategy": str(c.strategy), "source": c.source, "kept": c in chosen,
-                               "why": "proposed" if c in chosen else "a faster candidate moves the same knobs "
-                                                                     "or follows the same entry"})
-        proposals = [self._proposal(c, base, diagnosis) for c in chosen]
+            note = f"{n_proposable} moves attack a named class and are priced faster beyond the band; fastest first"
+        if len(chosen) < N_PROPOSALS:
+            note += (f" | {N_PROPOSALS - len(chosen)} of the three: no further move predicted faster "
+                     f"(kind none: the current strategy)")
         if self.narrative:
             note += f" | LLM: {self.narrative}"
         if self.llm_fallback:
             note += f" | {self.llm_fallback}"
-        return ProposalSet(proposals, within, note, considered)
+        return within, note
+
+    def _no_move(self, base: Estimate, diagnosis: Analysis) -> Proposal:
+        """A slot no move fills honestly: the current strategy, kind "none", speedup 1."""
+        target = diagnosis.classes[0] if diagnosis.classes else None
+        named, figure = (target.cls.value, target.figure) if target else (str(diagnosis.bottleneck), "")
+        lo, hi = base.step_time_range_s
+        return Proposal(base.strategy, f"{named} ({figure}): no further move predicted faster: no other move of "
+                        f"one or two knobs, entry or re-plan attacks it and is priced at least {MIN_SPEEDUP}x "
+                        f"faster beyond the band", 1.0, (1.0, 1.0), base.step_time_s, (lo, hi),
+                        tradeoffs(base, base, self.usable_gb, self.train.global_batch),
+                        [f"diagnosis:{named}={target.saving_s if target else 0.0:.3g}s"], base.fits, "none",
+                        kind="none", attacks=figure, attacks_class=named, term_changes_s=deltas(base, base)["deltas_s"],
+                        estimate_command=f"asap estimate {self.job_args} -S {base.strategy}")
 
     def _proposal(self, c: Candidate, base: Estimate, diagnosis: Analysis) -> Proposal:
         lo, hi = c.estimate.step_time_range_s
@@ -426,11 +463,12 @@ class Proposer:
         why = self.rationales.get(str(c.strategy), c.why)
         rationale = f"{named} ({figure}): {why}; moves {moves_text(c.strategy, base.strategy)}"
         entries = [self._entry_dict(c)] if c.entry is not None else []
-        if c.source == "planner":  # a re-plan cites, knob by knob, the entry that moves it that way
-            cited = self._replan_entries(c, base, diagnosis)
-            entries = [{k: v for k, v in d.items() if k != "cited_once"} for _, d in cited if d["cited_once"]]
-            if cited:
-                rationale += "; " + ", ".join(f"{k} per knowledge:{d['id']}" for k, d in cited)
+        if c.source in ("planner", "neighbour"):  # knob by knob, the term it moves and the entry that holds there
+            cited = self._replan_entries(c)
+            entries = [{k: v for k, v in d.items() if k != "cited_once"} for _, _, d in cited
+                       if d is not None and d["cited_once"]]
+            rationale += "; " + ", ".join(f"{k}: {moved}" + (f" per knowledge:{d['id']}" if d else " (no entry applies)")
+                                          for k, moved, d in cited)
         evidence = list(c.evidence) + [f"knowledge:{d['id']}" for d in entries if f"knowledge:{d['id']}" not in
                                        c.evidence] + [f"diagnosis:{named}={saving:.3g}s"]
         trials = self._similar_trials(c.strategy)
@@ -442,37 +480,27 @@ class Proposer:
                         term_changes_s=deltas(base, c.estimate)["deltas_s"], similar_trials=trials,
                         estimate_command=f"asap estimate {self.job_args} -S {c.strategy}")
 
-    def _replan_entries(self, c: Candidate, base: Estimate, diagnosis: Analysis) -> list[tuple[str, dict]]:
-        """For each knob a re-plan changes, the knowledge entry with a move of that knob in that direction (``x2``
-        or ``+1`` up, ``/2`` or ``-1`` down, ``=V`` to V), one answering a diagnosed class first; (knob, entry
-        dict) for the knobs that have one."""
-        from asap.agents.knowledge import load_knowledge
-
-        if self._knowledge is None:
-            self._knowledge = load_knowledge()
-        named = [t.cls.value for t in diagnosis.classes]
-        def rank(e) -> int:
-            hits = [named.index(k) for k in list(e.classes) + list(e.bottlenecks) if k in named]
-            return min(hits) if hits else len(named)
+    def _replan_entries(self, c: Candidate) -> list[tuple[str, str, dict | None]]:
+        """For each knob a re-plan changes: (knob, what it moves, the entry dict it follows or None): only
+        entries whose precondition holds and that answer the term the knob moves (``cite``)."""
         out, seen = [], set()
-        for knob in sorted(c.knobs):
-            old, new = getattr(base.strategy, knob, None), getattr(c.strategy, knob, None)
-            fits = [e for e in self._knowledge if self._applies(e)
-                    and any(moves_that_way(m.get(knob), old, new) for m in e.moves)]
-            if fits:  # a diagnosed class's entry first, then the most specific (its move touches fewest knobs)
-                e = min(fits, key=lambda e: (rank(e), min(len(m) for m in e.moves
-                                                          if moves_that_way(m.get(knob), old, new)), e.id))
+        for knob, e, term, change in self.cite(c.strategy):
+            unit = "GiB" if term == "memory" else "s"
+            moved = f"{term} {change:+.3g} {unit}" if term else "no term priced alone"
+            d = None
+            if e is not None:
                 words = [knob, *KNOB_WORDS.get(knob, ())]
-                out.append((knob, {"id": e.id, "title": e.title, "lines": justifying_lines(e.body, words),
-                                   "sources": list(e.sources), "cited_once": e.id not in seen}))
+                d = {"id": e.id, "title": e.title, "lines": justifying_lines(e.body, words),
+                     "sources": list(e.sources), "cited_once": e.id not in seen}
                 seen.add(e.id)
+            out.append((knob, moved, d))
         return out
 
     def _applies(self, e) -> bool:
-        """An entry written for this job's accelerator family and model kind (or for any)."""
-        kind = "moe" if self.moe else "dense"
-        return (("any" in e.families or self.cluster.accelerator.family in e.families)
-                and ("any" in e.model_kinds or kind in e.model_kinds))
+        """An entry written for this job's accelerator family, model kind and framework (or for any)."""
+        from asap.agents.retrieval import applies
+
+        return applies(e, self.workload())
 
     def _entry_dict(self, c: Candidate) -> dict[str, Any]:
         e = c.entry

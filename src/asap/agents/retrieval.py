@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 from pydantic import BaseModel, field_validator
@@ -183,14 +183,19 @@ def answers(e: KnowledgeEntry, target: str) -> bool:
 
 
 def retrieve(bottleneck: str, workload: dict[str, Any], query: str = "", k: int = 5,
-             entries: list[KnowledgeEntry] | None = None, strict: bool = False) -> list[Retrieved]:
+             entries: list[KnowledgeEntry] | None = None, strict: bool = False,
+             state: Mapping[str, Any] | None = None) -> list[Retrieved]:
     """The ``k`` entries that best answer ``bottleneck`` (a coarse bottleneck or a ``BottleneckClass``) on
     ``workload`` (keys: family, model_kind, long_context, mla, framework, devices, anything else), best first;
-    ``query`` adds free words. ``strict``: only entries that apply (``applies``), and only those that answer it."""
+    ``query`` adds free words. ``strict``: only entries that apply (``applies``), and only those that answer it.
+    ``state``: the current strategy and job (``asap.agents.precondition.variables``): only entries whose
+    precondition (``when``) holds there."""
     validated(RetrievalQuery, {"bottleneck": bottleneck, "k": k})
     entries = load_knowledge() if entries is None else list(entries)
     if strict:
         entries = [e for e in entries if applies(e, workload) and answers(e, bottleneck)]
+    if state is not None:
+        entries = [e for e in entries if e.holds(dict(state))]
     if not entries:
         return []
     terms = _query_words(bottleneck, workload, query)

@@ -224,8 +224,12 @@ def next_steps(d, job: dict | None = None) -> dict:
                                   or d.bottleneck_class == BottleneckClass.EP_COMM)
     kind = "moe" if moe else "dense"
     current = _current_keys(job)
-    moves = (next_moves(d.bottleneck_class, family, model_kind=kind, current=current)
-             or next_moves(d.bottleneck, family, model_kind=kind, current=current))
+    workload = getattr(d, "workload", None)
+    if workload and workload["kind"] != "llm":  # the knowledge base is LLM parallelism: not for this trace
+        moves = []
+    else:
+        moves = (next_moves(d.bottleneck_class, family, model_kind=kind, current=current)
+                 or next_moves(d.bottleneck, family, model_kind=kind, current=current))
     if job is None:
         return {"command": None, "needs": "-m MODEL -c CLUSTER -b GLOBAL_BATCH -s SEQ_LEN [-S STRATEGY]",
                 "knowledge": moves}
@@ -254,6 +258,13 @@ def _move_text(key: str, op: str) -> str:
 
 def _print_next(d, job: dict | None = None) -> None:
     nxt = next_steps(d, job)
+    workload = getattr(d, "workload", None)
+    if workload and workload["kind"] != "llm":
+        out_console.print(f"no LLM parallelism advice: the trace holds a {workload['kind']} workload "
+                          f"({workload['evidence']}), not LLM training with attention and matmul layers",
+                          markup=False, highlight=False, soft_wrap=True)
+        if nxt["command"] is None:
+            return
     for k in nxt["knowledge"]:
         moves = "; ".join(", ".join(_move_text(key, op) for key, op in m.items()) for m in k["moves"]) or "see the entry"
         out_console.print(f"try ({k['id']}): {k['title']} -- moves: {moves}", markup=False, highlight=False,

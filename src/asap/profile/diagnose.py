@@ -21,6 +21,7 @@ from asap.profile.fusion import fusion_table
 from asap.profile.load import load_timelines
 from asap.profile.trace import HookRole, Timeline, expand_paths, hook_role, is_matrix, is_p2p
 from asap.profile.windows import US, Intervals, window_figures, window_index
+from asap.profile.workload import read_workload
 from asap.spec.hardware import Accelerator
 from asap.spec.words import Bottleneck, BottleneckClass, ClassSaving, duration_text
 
@@ -121,6 +122,10 @@ class Diagnosis:
     precision: str | None = None  # of most compute-bound operator time: the ridge the ops compare against
     # what can be won, verdict first (``ClassSaving``: to_dict {class, bottleneck, saving_s, figure})
     classes: list[ClassSaving] = field(default_factory=list)
+    # what the trace holds (asap.profile.workload.Workload.to_dict: kind llm | recommendation | cnn | other), and
+    # the host's time per step split into Python dispatch, kernel launches and the data loader (Kineto traces)
+    workload: dict | None = None
+    host_split: dict | None = None
 
     @property
     def bottleneck_class(self) -> str:
@@ -584,6 +589,9 @@ def diagnose(traces: list[str | Path], accelerator: AcceleratorHint = None, top:
              jitter_threshold: float = DEFAULT_JITTER_THRESHOLD, fusion: bool = False) -> Diagnosis:
     """Diagnose one job from its traces (one file, or a folder of them, per rank); traces of several jobs are
     refused (``check_one_job``)."""
-    timelines = [tl for path in expand_paths(list(traces)) for tl in load_timelines(path)]
+    paths = expand_paths(list(traces))
+    timelines = [tl for path in paths for tl in load_timelines(path)]
     check_one_job(timelines)
-    return diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold, fusion)
+    d = diagnose_timelines(timelines, accelerator, top, straggler_threshold, jitter_threshold, fusion)
+    read_workload(d, paths)
+    return d
