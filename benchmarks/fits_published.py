@@ -1,10 +1,10 @@
-"""Does every published run that trained fit with its published knobs? Per case of both shared files: the
+"""Does every published run that trained fit with its published knobs? Per case of the three shared files: the
 predicted peak device memory of ``asap validate``'s completion (GiB), the device's usable memory, the host
 memory its offload keeps against the host's share, whether it fits, and the largest memory term.
 
     PYTHONPATH=src .venv/bin/python benchmarks/fits_published.py [--all] [cases.json ...]
 
-Without files: ../shared/reference/calibration_runs.json and published_runs_2024_2026.json. Prints the cases
+Without files: the three shared files (calibration_runs, published_runs_2024_2026, fp4_runs_2025). Prints the cases
 predicted not to fit (``--all``: every case) and a count per file.
 """
 
@@ -24,7 +24,7 @@ from asap.spec.train import TrainSpec
 from asap.validate import load_cases, validate_case
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
-FILES = ("calibration_runs.json", "published_runs_2024_2026.json")
+FILES = ("calibration_runs.json", "published_runs_2024_2026.json", "fp4_runs_2025.json")
 
 
 def case_row(case: dict, i: int) -> dict:

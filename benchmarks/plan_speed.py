@@ -25,6 +25,7 @@ import sys
 import time
 
 from asap.search.planner import plan, plan_headroom
+from asap.search.sensitivity import sensitivity
 from asap.spec.hardware import load_cluster
 from asap.spec.loader import load_model
 from asap.spec.job import Job
@@ -36,14 +37,20 @@ JOBS = [  # (title, model, accelerator, nodes, global batch, sequence, target wa
 ]
 
 
-def series(job: Job, repeat: int) -> tuple[list[float], list[float], object]:
-    """(wall seconds, CPU seconds, the last result) of ``repeat`` plans."""
+def series(job: Job, repeat: int, sens: list[float] | None = None) -> tuple[list[float], list[float], object]:
+    """(wall seconds, CPU seconds, the last result) of ``repeat`` plans; with ``sens``, also each plan's
+    sensitivity (``asap plan`` computes it after the search: the top rows repriced under each input changed),
+    its seconds appended to ``sens``."""
     times, cpu, r = [], [], None
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
         r = plan(job, top=5)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
+        if sens is not None:
+            t1 = time.perf_counter()
+            sensitivity(job, r.candidates)
+            sens.append(time.perf_counter() - t1)
     return times, cpu, r
 
 
@@ -60,11 +67,13 @@ def main() -> None:
         job = plan_headroom(Job.resolve(load_model(model), load_cluster(acc, nodes=nodes), TrainSpec(gb, seq)))
         plan(job, top=5)  # warm-up: the per-process caches
         load = os.getloadavg()[0]
-        quiet, quiet_cpu, r = series(job, args.repeat)
+        sens: list[float] = []
+        quiet, quiet_cpu, r = series(job, args.repeat, sens)
         best = r.candidates[0]
         line = (f"{title}: {r.searched:,} configurations ({r.fitting:,} fit); quiet (load {load:.1f}) median "
                 f"{statistics.median(quiet):.2f} s wall (min {min(quiet):.2f}, max {max(quiet):.2f}), "
-                f"{statistics.median(quiet_cpu):.2f} s CPU")
+                f"{statistics.median(quiet_cpu):.2f} s CPU, then the sensitivity (asap plan's top rows repriced) "
+                f"median {statistics.median(sens):.3f} s")
         if not args.no_hog:
             procs = hogs(os.cpu_count() or 2)
             try:

@@ -48,7 +48,8 @@ def verdict(a: Estimate, b: Estimate, name_a: str, name_b: str) -> str:
     if gain < 1e-9:
         return f"{name_a} and {name_b} price the same ({a.step_time_s:.4g} s per step)."
     term, delta = deciding_term(slow, fast)
-    tie = " (within the model's error band: measure to decide)" if indistinguishable(fast, slow) else ""
+    tie = (" (within the model's error band: their 80% intervals overlap by more than half, a tie the model "
+           "cannot break: measure to decide)" if indistinguishable(fast, slow) else "")
     mem = fast.peak_memory_gb - slow.peak_memory_gb
     return (f"{nf} is {gain:.1%} faster than {ns} ({fast.step_time_s:.4g} s vs {slow.step_time_s:.4g} s per "
             f"step){tie}, mostly because exposed {term} {'drops' if delta < 0 else 'grows'} by "

@@ -79,9 +79,18 @@ class CaseResult:
     bottleneck: str
     mfu_peak: str = "bf16"  # the dense peak ``mfu`` is taken against (asap.cost.estimate.mfu_peak_flops)
     precision_peak_utilization: float | None = None  # against the run precision's own peak (fp8 runs)
+    # with --memory: the measured runs that corrected it and the factors (absent from the dict without)
+    learned_from: list[Any] | None = None
+    corrections: dict[str, float] | None = None
+    learned_spread: float | None = None
+    learned: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        return {k: v for k, v in d.items() if k not in _LEARNED_KEYS or v is not None}
+
+
+_LEARNED_KEYS = ("learned_from", "corrections", "learned_spread", "learned")
 
 
 def source_of(case: dict[str, Any]) -> str:
@@ -105,9 +114,15 @@ def published_step_time(published: Any, cid: str) -> float:
     return float(v)
 
 
-def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str, Family] | None = None) -> CaseResult:
+# a case's job corrected before it is priced (``validate --memory``: by measured runs), and the fields that say so
+Corrector = Callable[[Job, str], "tuple[Job, dict[str, Any]]"]
+
+
+def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str, Family] | None = None,
+                  correct: Corrector | None = None) -> CaseResult:
     """One case: the best completion of its published knobs, priced. ``efficiency`` (family name -> constants)
-    prices it with other constants than the catalog's (``benchmarks/calibrate.py`` fits them this way)."""
+    prices it with other constants than the catalog's (``benchmarks/calibrate.py`` fits them this way);
+    ``correct`` corrects its job first (``asap validate --memory``: the measured runs' terms)."""
     where = f"cases[{index}]"
     cid = str(case.get("id", where))
     if not isinstance(case, dict):
@@ -124,12 +139,19 @@ def validate_case(case: dict[str, Any], index: int = 0, efficiency: Mapping[str,
         acc = replace(cluster.accelerator, efficiency=efficiency[cluster.accelerator.family])
         cluster = replace(cluster, accelerator=acc)
     job = Job.resolve(model, cluster, train)
+    learned: dict[str, Any] = {}
+    if correct is not None:
+        job, learned = correct(job, cid)
     est = completion_that_trained(job, fixed).best
-    return CaseResult(id=cid, published_step_time_s=published, predicted_step_time_s=est.step_time_s,
-                      error=est.step_time_s / published - 1.0, strategy=est.strategy.to_dict(), fits=est.fits,
-                      peak_memory_gb=est.peak_memory_gb, mfu=est.mfu, bottleneck=est.bottleneck,
-                      mfu_peak="bf16" if cluster.accelerator.peak_tflops.get("bf16") else "fp32",
-                      precision_peak_utilization=est.precision_peak_utilization)
+    return CaseResult(**learned, **_case_result(cid, published, est, cluster))
+
+
+def _case_result(cid: str, published: float, est, cluster) -> dict[str, Any]:
+    return dict(id=cid, published_step_time_s=published, predicted_step_time_s=est.step_time_s,
+                error=est.step_time_s / published - 1.0, strategy=est.strategy.to_dict(), fits=est.fits,
+                peak_memory_gb=est.peak_memory_gb, mfu=est.mfu, bottleneck=est.bottleneck,
+                mfu_peak="bf16" if cluster.accelerator.peak_tflops.get("bf16") else "fp32",
+                precision_peak_utilization=est.precision_peak_utilization)
 
 
 def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -170,14 +192,14 @@ def validate(cases: list[dict[str, Any]], progress: Callable[[int], None] | None
 
 
 def validate_files(files: Mapping[str, list[dict[str, Any]]],
-                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+                   progress: Callable[[int], None] | None = None, correct: Corrector | None = None) -> dict[str, Any]:
     """Several case files at once (``asap validate`` without ``--cases``): every case (each with its ``file``),
     the summary over all of them, and ``files``: the summary of each file apart."""
     results, per_file, done = [], {}, 0
     for name, cases in files.items():
         mine = []
         for i, case in enumerate(cases):
-            mine.append({**validate_case(case, i).to_dict(), "file": name})
+            mine.append({**validate_case(case, i, correct=correct).to_dict(), "file": name})
             done += 1
             if progress:
                 progress(done)

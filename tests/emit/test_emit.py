@@ -74,7 +74,7 @@ def test_torchtitan_round_trip():
 
 
 def test_maxtext_round_trip():
-    j = job(cluster="tpu-v5p-256")
+    j = job(cluster="v5p-512")
     cfg = yaml.safe_load(emit_strategy("maxtext", j, "tp=4,pp=2,mbs=2,recompute=full,zero=3"))
     axes = {k: v for k, v in cfg.items() if k.endswith("_parallelism")}
     prod = 1

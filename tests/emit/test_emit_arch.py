@@ -236,7 +236,7 @@ def titan_balanced(name):
 def test_torchtitan_stock_flavors_and_refusals(tmp_path):
     """torchtitan 0.2.2's ConfigManager loads the TOML and its train spec holds the model args: the dense models
     are its own flavors (llama3 8B/70B/405B with Llama 3.1 RoPE scaling, qwen3 8B with q/k norms), every field
-    equal to config.json's; a loss-balanced MoE is refused (v0.2.2 has no balancing loss), and the same model
+    equal to config.json's; a loss-balanced MoE is refused under strict (v0.2.2 has no balancing loss), and the same model
     balanced by the expert bias is torchtitan's 30B-A3B / 120b flavor or a custom one (DeepSeek-V3: torchtitan's
     671B has eps 1e-5), every field compared."""
     pytest.importorskip("torchtitan")
@@ -262,7 +262,7 @@ def test_torchtitan_stock_flavors_and_refusals(tmp_path):
     for name, field in (("mixtral-8x7b", "moe.aux_loss_coef"), ("qwen3-30b-a3b", "moe.aux_loss_coef"),
                         ("gpt-oss-120b", "moe.aux_loss_coef"), ("deepseek-v3", "mtp_layers")):
         with pytest.raises(AsapError, match=rf"^model\.{field}: torchtitan cannot express"):
-            emit_strategy("torchtitan", job(name), "ep=8,zero=3")
+            emit_strategy("torchtitan", job(name), "ep=8,zero=3", strict=True)  # else: emitted, said (test_emit_launch)
 
 
 def test_torchtitan_flavor_table_is_torchtitans():

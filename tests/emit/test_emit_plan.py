@@ -40,7 +40,7 @@ def test_pinning_what_the_stack_cannot_run_is_one_line(cli):
     assert_one_line_error(p, "precision", "deepspeed cannot express fp8")
 
 
-CLUSTER_OF = {"maxtext": "tpu-v5p-256"}
+CLUSTER_OF = {"maxtext": "v5p-512"}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

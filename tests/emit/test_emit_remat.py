@@ -11,7 +11,7 @@ from asap.spec.job import Job
 
 
 def job():
-    return Job.from_names("llama3-8b", "tpu-v5p-256", 256, 8192, "bf16")
+    return Job.from_names("llama3-8b", "v5p-512", 256, 8192, "bf16")
 
 
 @pytest.mark.parametrize("policy", ["minimal", "save_qkv_proj", "save_dot_except_mlp", "save_out_proj",

@@ -188,7 +188,8 @@ MF_MOE = {"expert_num": int, "num_experts_chosen": int, "moe_intermediate_size":
           "n_group": int, "topk_group": int, "balance_via_topk_bias": bool, "topk_bias_update_rate": float,
           "z_loss_factor": float, "aux_loss_factor": float, "aux_loss_types": list, "aux_loss_factors": list,
           "use_gmm": bool, "capacity_factor": float, "enable_sdrop": bool}
-MF_TOP = {"parallel", "parallel_config", "runner_config", "recompute_config", "model", "moe_config"}
+MF_TOP = {"parallel", "parallel_config", "runner_config", "recompute_config", "model", "moe_config", "lr_schedule",
+          "callbacks"}
 
 
 def conforms(section: dict, schema: dict, where: str):

@@ -50,7 +50,7 @@ def job_for(fmt: str, model, strategy: str):
     job = job.with_train(replace(job.train, framework=FRAMEWORK_OF[fmt]))
     try:
         s = estimate_spelled(job, strategy).strategy
-        return job, s, emit_strategy(fmt, job, s)
+        return job, s, emit_strategy(fmt, job, s, strict=True)  # strict: what differs is no round trip
     except AsapError as e:
         pytest.skip(f"emit refuses: {e}")
 

@@ -34,6 +34,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("validate", "runners"),  # the calibration cases planned; the torch and JAX runners
     ("numerics", "calibrate"),  # what runs on the runners: alignment, calibration
     ("agents", "execute", "report"),  # the tune loop, its executors, the HTML report
+    ("learn",),  # measured runs (cases, stack logs) into the Memory, and the job corrected by them
     ("cli",),  # the thin face
     ("asap",),  # the package's own __init__: the importable API
 ]

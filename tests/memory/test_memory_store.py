@@ -107,7 +107,7 @@ def test_round_trip_and_pragmas(tmp_path):
         assert [r["id"] for r in mem.audit()] == [a, b]
 
         exported = mem.export()
-        assert set(exported) == {"experiments", "trials", "audit"}
+        assert set(exported) == {"experiments", "trials", "audit", "measured_runs"}
         assert len(exported["experiments"]) == 2 and len(exported["trials"]) == 3 and len(exported["audit"]) == 2
         json.dumps(exported, allow_nan=False)  # JSON-serialisable as is
 
@@ -304,7 +304,7 @@ def test_a_version_1_file_is_upgraded_with_its_rows(tmp_path):
     conn.close()
 
     with Memory.open(path) as mem:
-        assert mem.schema_version == SCHEMA_VERSION == 2
+        assert mem.schema_version == SCHEMA_VERSION == 3
         assert mem.experiment(WORKLOAD) == 1  # the old row, found by its key
         (t,) = mem.trials()
         assert t.strategy_string == "dp=4,tp=2" and t.measured_step_time_s == 2.5 and t.status == "ok"
@@ -356,7 +356,7 @@ def test_cli_memory_json_and_export(tmp_path, cli):
     proc = cli("memory", "--memory", path, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert set(doc) == {"trials", "experiments"}
+    assert set(doc) == {"trials", "experiments", "measured_runs"}
     assert [e["id"] for e in doc["experiments"]] == [eid, other]
     (t,) = doc["trials"]
     assert t["strategy_string"] == "dp=4,tp=2" and t["status"] == "ok" and t["measured_step_time_s"] == 0.9
@@ -370,13 +370,13 @@ def test_cli_memory_json_and_export(tmp_path, cli):
     assert proc.returncode == 0, proc.stderr
     assert "dp4 tp2" in proc.stdout and "wrote" in proc.stdout  # the human table, compact notation
     full = json.loads(out.read_text())
-    assert set(full) == {"experiments", "trials", "audit"}
+    assert set(full) == {"experiments", "trials", "audit", "measured_runs"}
     assert len(full["audit"]) == 1 and full["audit"][0]["agent"] == "coordinator"
 
     empty = tmp_path / "new" / "empty.sqlite"  # missing: created empty
     proc = cli("memory", "--memory", empty, "--json")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"trials": [], "experiments": []}
+    assert json.loads(proc.stdout) == {"trials": [], "experiments": [], "measured_runs": []}
 
     assert_one_line_error(cli("memory", "--memory", path, "--experiment", 99, "--json"), "experiment", "99")
     junk = tmp_path / "junk.sqlite"

@@ -75,7 +75,7 @@ def test_plan_json_contract(cli):
 
 
 def test_tpu_plan_shows_maxtext_mesh(cli):
-    p = cli("plan", "--model", "llama3-8b", "--cluster", "tpu-v5p-256", "--global-batch", "256", "--seq-len", "8192",
+    p = cli("plan", "--model", "llama3-8b", "--cluster", "v5p-512", "--global-batch", "256", "--seq-len", "8192",
             "--top", "2", "--json")
     d = json.loads(p.stdout)
     mesh = d["candidates"][0]["mesh"]

@@ -62,7 +62,7 @@ def test_torus_shapes_of_tpu_slices():
 
 def test_torus_axes_covered_follow_row_major_coordinates():
     # v5p 256 chips = (4, 8, 8): rank r has coordinates (r // 64, (r // 8) % 8, r % 8)
-    topo = load_cluster("tpu-v5p-256").topology
+    topo = load_cluster("v5p-512").topology
     assert topo.scale_up.torus_axes == (4, 8, 8) and topo.num_domains == 1
     assert topo.torus_axes_covered(8, 1) == 1  # ranks 0..7: only the innermost coordinate varies
     assert topo.torus_axes_covered(16, 1) == 2  # 0..15: innermost and the middle one (0, 1)
@@ -217,7 +217,7 @@ def test_bad_scale_up_domain_in_a_cluster_file(tmp_path):
 
 
 def test_scale_up_domain_round_trips_through_to_dict():
-    c = load_cluster("tpu-v5p-256", nodes=512)  # --nodes: 2048 chips in hosts of 4, one slice
+    c = load_cluster("v5p-512", nodes=512)  # --nodes: 2048 chips in hosts of 4, one slice
     assert c.topology.domain_size == 2048 and c.topology.scale_up.torus_axes == (8, 16, 16)
     d = c.to_dict()
     assert d["scale_up_domain"] == 8960

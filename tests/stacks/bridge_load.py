@@ -111,6 +111,8 @@ def load(world, path):
                dp=cfg.data_parallel_size, global_batch=cfg.train.global_batch_size, mbs=cfg.train.micro_batch_size,
                seq=cfg.dataset.seq_length, dist_opt=cfg.ddp.use_distributed_optimizer, fsdp=cfg.ddp.use_megatron_fsdp,
                bf16=m.bf16, recompute=m.recompute_granularity, dispatcher=m.moe_token_dispatcher_type,
+               train_iters=cfg.train.train_iters, lr_warmup_iters=cfg.scheduler.lr_warmup_iters,
+               lr_decay_iters=cfg.scheduler.lr_decay_iters, save_interval=cfg.checkpoint.save_interval,
                padded_vocab=-(-m.vocab_size // (m.make_vocab_size_divisible_by * m.tensor_model_parallel_size))
                * m.make_vocab_size_divisible_by * m.tensor_model_parallel_size)
     return out, m

@@ -16,7 +16,8 @@ def load(path):
     out = tempfile.mkdtemp()
     full = os.path.join(out, "job.yml")
     with open(full, "w") as f:
-        f.write("base_config: base.yml\n" + open(path).read())
+        text = open(path).read()  # asap's YAML names its base (base_config); an older one did not
+        f.write(text if "base_config:" in text else "base_config: base.yml\n" + text)
     from maxtext.configs import pyconfig
     from maxtext.utils import max_utils, maxtext_utils, model_creation_utils
 

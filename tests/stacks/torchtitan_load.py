@@ -2,7 +2,9 @@
 
 Usage: python torchtitan_load.py JOB.toml MODEL_ARGS.json -> one JSON object on stdout. MODEL_ARGS.json is
 ``asap.emit.torchtitan_model.model_args_json``: a custom flavor is registered first (``register_flavor``), as a
-trainer process does. The model is ``get_train_spec(name).model_cls`` over ``model_args[flavor]`` after its
+trainer process does. In its place, the registration file ``asap emit`` writes beside a custom flavor's TOML
+(``asap_register_<model>.py``, ``asap.emit.torchtitan_model.registration_file``) is run as a module (run_name not
+``__main__``: it registers, and does not start the trainer), as the emitted launch line runs it. The model is ``get_train_spec(name).model_cls`` over ``model_args[flavor]`` after its
 ``update_from_config(job_config)``, as torchtitan/train.py builds it.
 """
 
@@ -25,9 +27,14 @@ from asap.emit.torchtitan_model import register_flavor  # noqa: E402
 
 
 def main(toml_path, args_path):
-    emitted = json.load(open(args_path))
-    if not emitted["registered"]:
-        register_flavor(emitted["name"], emitted["flavor"], emitted["args"])
+    if args_path.endswith(".py"):
+        import runpy
+
+        runpy.run_path(args_path, run_name="asap_registration")
+    else:
+        emitted = json.load(open(args_path))
+        if not emitted["registered"]:
+            register_flavor(emitted["name"], emitted["flavor"], emitted["args"])
     cfg = ConfigManager().parse_args(["--job.config_file", toml_path])
     train_spec = get_train_spec(cfg.model.name)
     model_args = train_spec.model_args[cfg.model.flavor]
@@ -42,6 +49,8 @@ def main(toml_path, args_path):
             "fqns": p.module_fqns_per_model_part, "local_batch": cfg.training.local_batch_size,
             "global_batch": cfg.training.global_batch_size, "seq_len": cfg.training.seq_len,
             "mixed_precision_param": cfg.training.mixed_precision_param, "ac": cfg.activation_checkpoint.mode,
+            "steps": cfg.training.steps, "warmup_steps": cfg.lr_scheduler.warmup_steps,
+            "decay_type": cfg.lr_scheduler.decay_type, "checkpoint": [cfg.checkpoint.enable, cfg.checkpoint.interval],
             "converters": cfg.model.converters, "modules": sorted({n.split(".")[0] for n, _ in model.named_children()}),
             "layer_names": sorted(model.layers.keys(), key=int),
             "model_args": json.loads(json.dumps(dataclasses.asdict(model_args), default=str))}

@@ -269,6 +269,8 @@ class Coordinator:
         status = TrialStatus.OK if res.ok and not reason else TrialStatus.FAILED
         self.memory.finish_trial(tid, status, measured_step_time_s=measured, reason=reason,
                                  diagnosis=diag, traces=list(getattr(res, "traces", []) or []))
+        if status == TrialStatus.OK and measured is not None:
+            self._remember_run(tid, strategy, measured)
         self.memory.log(exp, "coordinator", "trial", inputs={"strategy": str(strategy)},
                         outputs={"status": status.value, "measured_step_time_s": measured,
                                  "correction": self.correction.to_dict()}, trial_id=tid)
@@ -284,6 +286,17 @@ class Coordinator:
         if self.on_trial:
             self.on_trial(record, self)
         return record
+
+    def _remember_run(self, tid: int, strategy: Strategy, measured: float) -> None:
+        """An ok trial is a measured run too (``asap.memory.runs``): ``asap learn``'s runs and the loop's trials feed
+        the same correction (``asap.cost.learning``). The same step measured twice is kept once."""
+        from asap.memory import DuplicateRun, job_document, store_run
+
+        try:
+            store_run(self.memory, self.job, job_document(self.job), strategy, measured, source_kind="trial",
+                      source_ref=f"trial {tid} ({self.executor.name})", trial_id=tid)
+        except DuplicateRun:
+            pass
 
     def _explain(self, record: TrialRecord, predicted: Estimate) -> str:
         """Why ``record`` gained or lost against the fastest ok trial before it: the two runs' traces compared

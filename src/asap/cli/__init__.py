@@ -45,9 +45,10 @@ COMMAND_MODULES: dict[str, str] = {
     "estimate": "estimate", "validate": "estimate", "presets": "estimate", "diagnose": "diagnose", "run": "run",
     "plan": "plan", "compare": "compare", "schedule": "schedule", "calibrate": "calibrate", "memory": "memory",
     "propose": "agents", "tune": "agents", "balance": "balance", "emit": "emit", "align": "align", "read": "read",
+    "learn": "learn",
 }
 _OPTIONAL = ("diagnose", "run", "plan", "compare", "schedule", "calibrate", "memory", "agents", "balance", "emit",
-             "align", "read")
+             "align", "read", "learn")
 
 
 def register_commands(command: str | None = None) -> None:
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     try:
-        rv = app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False, prog_name="asap")  # "asap" in usage and completion under python -c too
         if isinstance(rv, int) and rv:
             return _exit(rv)
     except AsapError as e:

@@ -14,7 +14,9 @@ from rich.live import Live
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, err_console, job_options, out_console, print_json,
+from asap.cli.choices import EXECUTORS, LAUNCHERS, choice
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, err_console, job_options, out_console,
+                             print_json, print_learned, with_learned,
                              strategy_column, widest_token)
 from asap.cli.format import seconds
 from asap.errors import AsapError
@@ -65,6 +67,7 @@ def propose(
     lengths=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     memory: Optional[str] = MemoryOpt,
     memory_margin=JOB,
     llm: bool = LlmOpt,
@@ -79,7 +82,7 @@ def propose(
     from asap.agents.proposer import Proposer, parse_current
     from asap.cost.estimate import estimate
 
-    job = options.load()
+    job, learned = with_learned(options.load(), memory)
     current = parse_current(strategy, job)
     diagnosis = Analyzer(job.cluster).analyze(estimate(job, current), traces=list(traces or []))
     mem = _open_memory(memory) if memory else None
@@ -97,6 +100,7 @@ def propose(
     if llm:  # what the model added: its kept candidates (priced like the rest), or why the proposals fell back
         out["llm"] = {"fallback": proposer.llm_fallback, "narrative": proposer.narrative,
                       "considered": [c for c in result.considered if c.get("source") == "llm"]}
+    out.update(learned)
     if json_out:
         print_json(out)
         return
@@ -107,6 +111,7 @@ def propose(
     for i, (p, cmd) in enumerate(zip(result.proposals, commands, strict=True), 1):
         _print_proposal(i, p, cmd)
     out_console.print(result.note, highlight=False, markup=False, soft_wrap=True)
+    print_learned(learned)
 
 
 def compact_strategy(s, job) -> str:
@@ -308,14 +313,15 @@ def _numerics_check(ex, m, t):
     return NumericsCheck(m, t.global_batch, t.seq_len, ex.precision, device=ex.device, timeout_s=ex.timeout_s)
 
 
-ExecutorOpt = typer.Option("sim", "--executor", help="sim (the cost model of --sim-machine), torch or jax (asap's "
-                                                     "reference trainers), torchtitan, deepspeed or maxtext (the "
-                                                     "stack on its emitted config), or command (--launch TEMPLATE).")
+ExecutorOpt = choice("sim", "--executor", values=EXECUTORS, what="executor",
+                     help="sim (the cost model of --sim-machine), torch or jax (asap's reference trainers), "
+                          "torchtitan, deepspeed or maxtext (the stack on its emitted config), or command "
+                          "(--launch TEMPLATE).")
 LaunchOpt = typer.Option(None, "--launch", help="With --executor command: the stack's command line, with "
                                                 "placeholders ({tp}, {config}, {emitted_args}, {trial_dir}, ...: "
                                                 "docs/tune.md).")
-LauncherOpt = typer.Option("local", "--launcher", help="With --launch: local, torchrun or srun (the prefix put "
-                                                       "before the template).")
+LauncherOpt = choice("local", "--launcher", values=LAUNCHERS, what="launcher",
+                     help="With --launch: the prefix put before the template.")
 VarOpt = typer.Option(None, "--var", help="KEY=VALUE for a {KEY} placeholder (repeatable).")
 StepRegexOpt = typer.Option(None, "--step-time-regex", help="With --launch and no --framework: a regex around the "
                                                             "step time; --step-time-scale converts it to seconds.")
@@ -357,6 +363,7 @@ def tune(
     framework=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     memory: Optional[str] = TuneMemoryOpt,
     report: Optional[str] = typer.Option(None, "--report", help="Write a self-contained HTML page of the run."),
     write_cluster: Optional[str] = typer.Option(None, "--write-cluster",

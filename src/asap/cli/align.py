@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from asap.cli.root import app
+from asap.cli.choices import DEVICE_REQUESTS, RUN_PRECISIONS, choice
 from asap.cli.common import print_json
 from asap.errors import AsapError
 
@@ -17,13 +18,16 @@ def align_command(
     model: str = typer.Option(..., "--model", "-m", help="A preset name, a native model file or a Hugging Face config.json."),
     strategy_a: str = typer.Option(..., "--a", help="The reference strategy (key=value pairs, as asap run --strategy)."),
     strategy_b: str = typer.Option(..., "--b", help="The strategy compared with it."),
-    precision_a: str = typer.Option("fp32", "--a-precision", help="fp32 or bf16 for run a."),
-    precision_b: str = typer.Option("fp32", "--b-precision", help="fp32 or bf16 for run b."),
+    precision_a: str = choice("fp32", "--a-precision", values=RUN_PRECISIONS, what="precision",
+                                    help="The precision of run a."),
+    precision_b: str = choice("fp32", "--b-precision", values=RUN_PRECISIONS, what="precision",
+                                    help="The precision of run b."),
     global_batch: int = typer.Option(..., "--global-batch", "-b", help="Sequences per step."),
     seq_len: int = typer.Option(..., "--seq-len", "-s", help="Tokens per sequence."),
     steps: int = typer.Option(3, "--steps", help="Training steps of each run (losses compared at every step)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the weights and the data (the same for both runs)."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when there are GPUs), cpu or cuda."),
+    device: str = choice("auto", "--device", values=DEVICE_REQUESTS, what="device",
+                               help="auto: CUDA when there are GPUs."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill a run after this many seconds."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Echo the workers' output to stderr."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
@@ -38,7 +42,9 @@ def align_command(
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise AsapError("align", "real runs need PyTorch (pip install torch)") from None
+        from asap.runners.common import TORCH_CPU_INSTALL
+
+        raise AsapError("align", f"real runs need PyTorch: {TORCH_CPU_INSTALL}") from None
     spec = load_model(model)
     try:
         result = align(spec, strategy_a, strategy_b, precision_a=precision_a, precision_b=precision_b,

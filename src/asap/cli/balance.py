@@ -9,6 +9,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 
 from asap.cli.root import app
+from asap.cli.choices import PRECISIONS, choice
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 
@@ -27,7 +28,8 @@ def balance_command(
                                              "llama3-8b, said so in the output)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c",
                                           help="The cluster whose accelerator prices a sample (default: h100-sxm)."),
-    precision: str = typer.Option("bf16", "--precision", help="fp32, bf16, fp16 or fp8."),
+    precision: str = choice("bf16", "--precision", values=PRECISIONS, what="precision",
+                                  help="The precision that prices a sample."),
     time_budget: float = typer.Option(1.0, "--time-budget", help="Seconds the swap refinement may take."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ):

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from asap.cli.root import app
+from asap.cli.choices import DEVICE_REQUESTS, choice
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 
@@ -28,7 +29,8 @@ def calibrate_command(
     check: Optional[str] = typer.Option(None, "--check",
                                         help="Check that FILE is a calibration made on this machine instead of "
                                              "measuring (exit 2 with one line if it is corrupt or foreign)."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when the cluster is a GPU one), cpu or cuda."),
+    device: str = choice("auto", "--device", values=DEVICE_REQUESTS, what="device",
+                               help="auto: CUDA when the cluster is a GPU one."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Kill the workers after this many seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ):

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.console import Console
 
+from asap.cli.choices import FRAMEWORK_ALIASES, FRAMEWORKS, PRECISIONS, choice
+
 if TYPE_CHECKING:
     from asap.spec.job import Job
 
@@ -65,14 +67,19 @@ ModelOpt = typer.Option(..., "--model", "-m", help="Preset name, native model fi
 ClusterOpt = typer.Option(..., "--cluster", "-c", help="Cluster preset, accelerator name, or cluster file.")
 NodesOpt = typer.Option(None, "--nodes", help="Override the cluster's node count.")
 DevicesOpt = typer.Option(None, "--devices", help="Override the cluster's device count.")
+SlicesOpt = typer.Option(None, "--slices", help="This many copies of the cluster (after --nodes/--devices) joined by "
+                                                "the scale-out network, each its own scale-up domain: TPU multislice "
+                                                "(v5p-512 --slices 4: four 256-chip slices over DCN), or racks.")
 BatchOpt = typer.Option(..., "--global-batch", "-b", help="Global batch in sequences.")
 SeqOpt = typer.Option(..., "--seq-len", "-s", help="Sequence length in tokens.")
-PrecisionOpt = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | fp32")
+PrecisionOpt = choice("bf16", "--precision", values=PRECISIONS, what="precision",
+                      help="The training precision (fp8, nvfp4 and mxfp4: the GEMMs quantised, the rest of the step in "
+                           "bf16; nvfp4 and mxfp4 need an accelerator with an fp4 peak).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
-FrameworkOpt = typer.Option(None, "--framework",
-                            help="megatron | deepspeed | torchtitan | maxtext | mindspore (| asap, the reference "
-                                 "trainer): the stack whose semantics the cost model follows (default by accelerator "
-                                 "family: GPU megatron, TPU maxtext, Ascend mindspore, CPU asap).")
+FrameworkOpt = choice(None, "--framework", values=FRAMEWORKS, aliases=FRAMEWORK_ALIASES, what="framework",
+                      help="The stack whose semantics the cost model follows (default by accelerator family: GPU "
+                           "megatron, TPU maxtext, Ascend mindspore, CPU asap, the reference trainer; megatron-bridge "
+                           "runs Megatron-Core and is priced as megatron).")
 LengthsOpt = typer.Option(None, "--lengths", help="A JSON file of packed samples (lists of document lengths) or "
                                                   "document lengths: price the attention work they leave on the "
                                                   "slowest data-parallel rank (see asap balance).")
@@ -108,6 +115,7 @@ class JobOptions:
     lengths: Optional[str] = None
     fused_kernels: Optional[bool] = None
     memory_margin: Optional[float] = None  # None: the command's default (plan: the headroom; else 0)
+    slices: Optional[int] = None
 
     def load(self) -> "Job":
         """The job with every option applied, ``--lengths`` included (``load_lengths``)."""
@@ -127,6 +135,19 @@ class JobOptions:
         then the precision's peak on the accelerator."""
         from asap.spec.job import Job
 
+        if self.slices is not None:  # --slices: the cluster of that many copies (asap.spec.hardware.with_slices)
+            from asap.spec.hardware import load_cluster
+            from asap.spec.loader import load_model
+            from asap.spec.train import LOW_PRECISIONS, TrainSpec
+
+            m = load_model(self.model)
+            c = load_cluster(self.cluster, nodes=self.nodes, devices=self.devices, slices=self.slices)
+            t = TrainSpec(self.global_batch, self.seq_len, self.precision, self.framework, self.moe_imbalance,
+                          fused_elementwise=self.fused_kernels, memory_margin_gb=self.memory_margin or 0.0)
+            c.accelerator.peak_flops("bf16" if self.precision in LOW_PRECISIONS else self.precision)
+            if self.precision in LOW_PRECISIONS:
+                c.accelerator.peak_flops(self.precision)
+            return Job.resolve(m, c, t)
         return Job.from_names(self.model, self.cluster, self.global_batch, self.seq_len, self.precision,
                               self.framework, self.moe_imbalance, self.nodes, self.devices, self.fused_kernels,
                               self.memory_margin or 0.0)
@@ -139,6 +160,7 @@ class JobOptions:
         parts = ["-m", quote(self.model), "-c", quote(self.cluster)]
         parts += ["--nodes", str(self.nodes)] if self.nodes is not None else []
         parts += ["--devices", str(self.devices)] if self.devices is not None else []
+        parts += ["--slices", str(self.slices)] if self.slices is not None else []
         parts += ["-b", str(self.global_batch), "-s", str(self.seq_len)]
         parts += ["--precision", quote(self.precision)] if self.precision != "bf16" else []
         parts += ["--framework", quote(self.framework)] if self.framework else []
@@ -154,7 +176,8 @@ JOB_OPTIONS: dict[str, tuple[Any, Any]] = {
     "precision": (str, PrecisionOpt), "framework": (Optional[str], FrameworkOpt),
     "moe_imbalance": (float, MoEImbalanceOpt), "nodes": (Optional[int], NodesOpt),
     "devices": (Optional[int], DevicesOpt), "lengths": (Optional[str], LengthsOpt),
-    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (Optional[float], MemoryMarginOpt)}
+    "fused_kernels": (Optional[bool], FusedOpt), "memory_margin": (Optional[float], MemoryMarginOpt),
+    "slices": (Optional[int], SlicesOpt)}
 assert set(JOB_OPTIONS) == {f.name for f in fields(JobOptions)}
 
 
@@ -185,3 +208,26 @@ def job_options(command):
     run.__signature__ = sig.replace(parameters=params)
     run.__annotations__ = {k: v for k, v in command.__annotations__.items() if k not in names and k != "options"}
     return run
+
+
+LearnMemoryOpt = typer.Option(None, "--memory", help="A Sharding Memory (SQLite) file with measured runs (asap learn): "
+                                                     "price with the cost model's terms corrected by the runs of the "
+                                                     "same stack on the same accelerator family (JSON: learned_from, "
+                                                     "corrections).")
+
+
+def with_learned(job: "Job", memory: Optional[str]) -> tuple["Job", dict[str, Any]]:
+    """``job`` corrected by the measured runs in ``memory`` (``asap.learn.learned_job``) and the JSON fields that
+    say so (``learned_from``, ``corrections``); without ``memory``: the job as it is and no fields."""
+    if memory is None:
+        return job, {}
+    from asap.learn import learned_fields, learned_job, learned_text
+
+    job, learned = learned_job(job, memory)
+    return job, {**learned_fields(learned), "learned": learned_text(learned)}
+
+
+def print_learned(fields: dict[str, Any]) -> None:
+    """The human output's line: which runs corrected the model and by how much."""
+    if fields:
+        out_console.print(fields["learned"], highlight=False, soft_wrap=True)

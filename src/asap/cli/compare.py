@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, job_options, out_console, print_json
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, LearnMemoryOpt, PriceOpt, TokensOpt, job_options,
+                             out_console, print_json, print_learned, with_learned)
 from asap.budget import budget_of, with_budget
 from asap.cli.format import seconds
 
@@ -28,11 +29,13 @@ def compare(
     moe_imbalance=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     lengths=JOB,
     fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
     memory_margin=JOB,
+    memory: Optional[str] = LearnMemoryOpt,
     json_out: bool = JsonOpt,
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
@@ -41,7 +44,7 @@ def compare(
     from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
     from asap.spec.strategy import format_compact
 
-    job = options.load()
+    job, learned = with_learned(options.load(), memory)
     budget, price = budget_of(tokens, price_per_device_hour)
     m, c, t = job.model, job.cluster, job.train
     texts = list(strategy or [])
@@ -57,12 +60,13 @@ def compare(
     result = run_compare(estimates, names)
     result["estimates"] = [with_budget(d, c.num_devices, budget, price) for d in result["estimates"]]
     if json_out:
-        print_json(result)
+        print_json({**result, **learned})
         return
     out_console.print(f"[bold]{m.name}[/] on {c.num_devices} x {c.accelerator.name}, global batch {t.global_batch} x "
                       f"{t.seq_len} tokens", soft_wrap=True)
     out_console.print(compare_table(result, names))
     out_console.print(result["verdict"], soft_wrap=True, highlight=False)
+    print_learned(learned)
 
 
 def signed(d: float, fmt) -> str:

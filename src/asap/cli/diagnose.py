@@ -11,6 +11,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from asap.cli.root import app
+from asap.cli.choices import PRECISIONS, choice
 from asap.cli.common import out_console, print_json
 from asap.errors import AsapError
 from asap.spec.words import BottleneckClass
@@ -57,7 +58,7 @@ def diagnose(
     seq_len: Optional[int] = typer.Option(None, "--seq-len", "-s", help="The job's sequence length."),
     strategy: str = typer.Option("", "--strategy", "-S", help="The job's strategy ('tp2 pp2' or key=value,...)."),
     devices: Optional[int] = typer.Option(None, "--devices", help="The job's device count."),
-    precision: str = typer.Option("bf16", "--precision", help="The job's precision."),
+    precision: str = choice("bf16", "--precision", values=PRECISIONS, what="precision", help="The job's precision."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Step time, busy/compute/communication/idle, top operators on a roofline, stragglers and the bottleneck."""

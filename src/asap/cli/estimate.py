@@ -8,8 +8,9 @@ import typer
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
-                             out_console, print_json)
+from asap.cli.choices import FRAMEWORK_ALIASES, FRAMEWORKS, choice
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, LearnMemoryOpt, PriceOpt, TokensOpt, err_console,
+                             job_options, out_console, print_json, print_learned, with_learned)
 from asap.cli.format import (compact_of, does_not_fit_lines, estimate_table, figures_line, headline, lengths_line,
                              mfu_peak_name, readable_keys, seconds)
 from asap.budget import budget_of, with_budget
@@ -34,6 +35,7 @@ def estimate(
     moe_imbalance=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     lengths=JOB,
     fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
@@ -43,6 +45,7 @@ def estimate(
     any_stack: bool = typer.Option(False, "--any-stack",
                                    help="Price a what-if the chosen stack cannot run (its rules, docs/cost_model.md "
                                         "'What each stack can run', are otherwise refused in one line)."),
+    memory: Optional[str] = LearnMemoryOpt,
     json_out: bool = JsonOpt,
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
@@ -53,6 +56,7 @@ def estimate(
     from asap.spec.calibration_file import figures_provenance
 
     job, aw, data = options.load_lengths()
+    job, learned = with_learned(job, memory)
     budget, price = budget_of(tokens, price_per_device_hour)
     est = run_estimate(job, runnable_strategy(job, strategy, any_stack))
     figures = figures_provenance(job.cluster)
@@ -60,9 +64,10 @@ def estimate(
     extra = {"lengths": _lengths_report(job, est, aw, data, cast(str, options.lengths))} if aw is not None else {}
     out = with_budget(est.to_dict(), job.devices, budget, price)
     if json_out:
-        print_json({**readable_keys(out, est, job), "figures": figures, **extra})
+        print_json({**readable_keys(out, est, job), "figures": figures, **extra, **learned})
         return
     print_estimate(job, est, strategy, options)
+    print_learned(learned)
     if budget is not None:
         out_console.print(budget_line(out), highlight=False, soft_wrap=True)
     if extra:
@@ -142,9 +147,13 @@ def fitting_next(job, pins: dict, options: JobOptions) -> str:
 def validate(
     cases: Optional[str] = typer.Option(None, "--cases", help="A calibration-case file (default: both shipped "
                                         "files, calibration_runs.json and published_runs_2024_2026.json)."),
-    framework: Optional[str] = typer.Option(None, "--framework",
-                                            help="The stack for cases that do not name theirs (train.framework)."),
+    framework: Optional[str] = choice(None, "--framework", values=FRAMEWORKS, aliases=FRAMEWORK_ALIASES,
+                                      what="framework",
+                                      help="The stack for cases that do not name theirs (train.framework)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown (docs/accuracy.md)."),
+    memory: Optional[str] = typer.Option(None, "--memory", help="A Sharding Memory (SQLite) file with measured runs "
+                                         "(asap learn): each case priced with the terms its stack's runs on its "
+                                         "accelerator family correct, its own run left out."),
     json_out: bool = JsonOpt,
 ):
     """Compare predicted with published step times of real training runs; print each error and the MAPE."""
@@ -161,7 +170,8 @@ def validate(
                         else c for c in case_list] for name, case_list in files.items()}
     with Progress(console=err_console, transient=True, disable=json_out or not err_console.is_terminal) as progress:
         task = progress.add_task("validating", total=sum(len(c) for c in files.values()))
-        result = validate_files(files, progress=lambda n: progress.update(task, completed=n))
+        result = validate_files(files, progress=lambda n: progress.update(task, completed=n),
+                                correct=None if memory is None else _case_learner(memory))
     if json_out:
         print_json(result)
         return
@@ -171,6 +181,27 @@ def validate(
     out_console.print(validation_table(result))
     for line in summary_lines(result):
         out_console.print(line)
+    for c in result["cases"] if memory is not None else []:
+        moved = ", ".join(f"{t} x{f:.3f}" for t, f in (c.get("corrections") or {}).items()) or "nothing moved"
+        runs = ", ".join(str(i) for i in c.get("learned_from") or []) or "none"
+        out_console.print(f"{c['id']}: learned from measured runs {runs}: {moved}", highlight=False, soft_wrap=True)
+
+
+def _case_learner(memory: str):
+    """``validate --memory``: a case's job corrected by the measured runs in ``memory`` other than its own (a
+    run whose ``source_ref`` is the case's id), and the fields that say so."""
+    from asap.learn import learned_fields, runs_for
+    from asap.cost.learning import fit
+    from asap.memory import Memory
+
+    with Memory.open(memory) as mem:
+        rows = mem.measured_runs()
+
+    def correct(job, case_id: str):
+        learned = fit(runs_for([r for r in rows if r.source_ref != case_id], job))
+        return learned.apply_job(job), learned_fields(learned)
+
+    return correct
 
 
 def summary_lines(result) -> list[str]:

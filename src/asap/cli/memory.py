@@ -1,4 +1,5 @@
-"""``asap memory``: what the Sharding Memory holds: the experiments and the trials the tuning loop ran."""
+"""``asap memory``: what the Sharding Memory holds: the experiments and the trials the tuning loop ran, and the
+measured runs ``asap learn`` stored."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def memory_command(
         else:
             experiments = mem.experiments()
         trials = mem.trials(experiment)
+        runs = mem.measured_runs() if experiment is None else []
         full = mem.export(experiment) if export is not None else None
         for tid in mem.recovered:
             err_console.print(f"note: trial {tid} was left running by a process that ended; marked killed",
@@ -56,8 +58,11 @@ def memory_command(
         except OSError as e:
             raise AsapError("export", f"cannot write {export} ({e.strerror or e})") from None
     if json_out:
-        print_json({"trials": [t.to_dict() for t in trials], "experiments": [e.to_dict() for e in experiments]})
+        print_json({"trials": [t.to_dict() for t in trials], "experiments": [e.to_dict() for e in experiments],
+                    "measured_runs": [r.to_dict() for r in runs]})
         return
+    if runs:
+        out_console.print(runs_table(runs))
     if not experiments:
         out_console.print(f"{mem.path}: no experiments yet (asap tune --memory {mem.path} records them)",
                           highlight=False)
@@ -68,6 +73,21 @@ def memory_command(
     if full is not None:
         out_console.print(f"wrote {export}: {len(full['experiments'])} experiments, {len(full['trials'])} trials, "
                           f"{len(full['audit'])} audit rows", highlight=False, soft_wrap=True)
+
+
+def runs_table(runs) -> Table:
+    """The measured runs: id, stack, machine, devices, precision, model, the step and its spread, where from."""
+    table = Table(title="measured runs (asap learn)", title_justify="left")
+    for col in ("id", "stack", "accelerator", "devices", "precision", "model", "step", "spread", "source", "added"):
+        table.add_column(col, justify="right" if col in ("id", "devices", "step", "spread") else "left",
+                         overflow="fold")
+    for r in runs:
+        model = r.job.get("model", {})
+        name = model.get("name", "?") if isinstance(model, dict) else str(model)
+        spread = f"{r.step_time_spread_s:.3g} s" if r.step_time_spread_s is not None else ""
+        table.add_row(str(r.id), r.stack, r.accelerator, str(r.devices), r.precision, name,
+                      f"{r.measured_step_time_s:.4g} s", spread, r.source, r.added_at[:10])
+    return table
 
 
 def _s(v) -> str:

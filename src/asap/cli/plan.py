@@ -11,8 +11,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
-from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, PriceOpt, TokensOpt, err_console, job_options,
-                             out_console, print_json, strategy_column)
+from asap.cli.choices import FORMATS, choice
+from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, LearnMemoryOpt, PriceOpt, TokensOpt, err_console,
+                             job_options, out_console, print_json, print_learned, strategy_column, with_learned)
 from asap.budget import budget_of, with_budget
 from asap.cli.format import compact_of, mfu_peak_name, readable_keys, seconds
 
@@ -40,13 +41,15 @@ def plan(
     moe_imbalance=JOB,
     nodes=JOB,
     devices=JOB,
+    slices=JOB,
     lengths=JOB,
     fused_kernels=JOB,
     tokens: Optional[str] = TokensOpt,
     price_per_device_hour: Optional[float] = PriceOpt,
     memory_margin=JOB,
-    emit: Optional[str] = typer.Option(None, "--emit", help="Also write the best plan as FORMAT's launch config "
-                                                             "(megatron, torchtitan, maxtext, mindformers, deepspeed)."),
+    emit: Optional[str] = choice(None, "--emit", values=FORMATS, what="format",
+                                 help="Also write the best plan as this stack's launch config (asap emit)."),
+    memory: Optional[str] = LearnMemoryOpt,
     json_out: bool = JsonOpt,
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
@@ -65,6 +68,7 @@ def plan(
 
     job, aw, _ = options.load_lengths()
     job = plan_headroom(job, options.memory_margin)  # unset: the default headroom
+    job, learned = with_learned(job, memory)
     budget, price = budget_of(tokens, price_per_device_hour)
     fixed = parse_strategy(fix, field="fix")
     with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
@@ -75,7 +79,10 @@ def plan(
 
         result = run_plan(job, fixed=fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit)
-    emitted = emit_best(emit, job, result.candidates) if emit is not None else None
+    from asap.search.sensitivity import sensitivity
+
+    result.sensitivity = sensitivity(job, result.candidates)
+    emitted = emit_best(emit, job, result.candidates, budget) if emit is not None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
     args = options.args()
     if json_out:
@@ -84,13 +91,14 @@ def plan(
                               "command": f"asap estimate {args} -S {quote(compact_of(e, job))}"}
                              for d, e in zip(out["candidates"], result.candidates, strict=True)]
         print_json({**out, "limits": limits, **({"emit": emitted} if emitted else {}),
-                    **({"lengths": {**aw.to_dict(), "file": options.lengths}} if aw is not None else {})})
+                    **({"lengths": {**aw.to_dict(), "file": options.lengths}} if aw is not None else {}), **learned})
         return
     if emitted:
         assert emit is not None  # emitted is only set when --emit names a format
         _print_emitted(emit, emitted, result, job)
         return
     _print_plan(job, result, limits, args, include_oom, budget, price)
+    print_learned(learned)
 
 
 def candidates_table(result, devices: int, moe: bool, framework=None, include_oom: bool = False,
@@ -101,9 +109,10 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
 
     shape = "the fastest of each tp, pp, cp, ep shape (--all: every row)" if result.distinct else "every row"
     table = Table(title=f"fastest configurations: {shape}", title_justify="left", caption_justify="left",
-                  caption="asap estimate ... -S '<strategy>' gives each row (the job's options as here). ≈: its "
-                          "margin over the best is within the model's error on the terms in which they differ "
-                          "(tie_with_best), a tie the model cannot break: measure to decide. GiB: peak reserved per "
+                  caption="asap estimate ... -S '<strategy>' gives each row (the job's options as here). likely range: "
+                          "the 80% prediction interval. ≈: its interval overlaps the best's by more than half of "
+                          "the narrower (tie_with_best), a tie the model cannot break: measure to decide. GiB: peak "
+                          "reserved per "
                           f"device, at most {result.memory_limit_gb:.1f} GiB: the device's "
                           f"{result.device_memory_gb:.1f} less {result.headroom_gb:.1f} GiB of headroom "
                           "(--memory-margin; by default 8% for allocator fragmentation and NCCL buffers, 0: the "
@@ -175,11 +184,12 @@ def pareto_table(result, devices: int, moe: bool, framework=None) -> Table:
 def stage_split_line(i: int, e, split: dict) -> str:
     layers = "/".join(str(x) for x in split["layers_per_stage"])
     if split.get("adopted"):
-        return (f"#{i}: layers placed by the stage ILP ({split['solver']}), {layers}: "
+        return (f"#{i}: layers placed by the layer-split search ({split['solver']}), {layers}: "
                 f"{split['default_split_step_time_s']:.3f} s with the default split")
     if "adopted" in split:
-        return f"#{i}: the stage ILP's split {layers} is not faster than the default split under the estimate; kept"
-    return f"#{i}: the stage ILP keeps the default split ({split['solver']})"
+        return (f"#{i}: the layer-split search's split {layers} is not faster than the default split under the "
+                "estimate; kept")
+    return f"#{i}: the layer-split search keeps the default split ({split['solver']})"
 
 
 def plan_limits(result, devices: int, global_batch: int, fixed: dict, top: int, include_oom: bool) -> list[str]:
@@ -239,6 +249,10 @@ def _print_plan(job, result, limits: list[str], args: str, include_oom: bool, bu
     if result.candidates:
         best = compact_of(result.candidates[0], job)
         out_console.print(f"reproduce #1: asap estimate {args} -S {quote(best)}", highlight=False, soft_wrap=True)
+    if result.sensitivity is not None:
+        out_console.print(f"sensitivity: {result.sensitivity['summary']} (each input {result.sensitivity['factor']:g}x "
+                          f"worse in turn, the top {result.sensitivity['candidates']} repriced)",
+                          highlight=False, soft_wrap=True)
     if len(result.pareto) > 1:
         out_console.print(pareto_table(result, c.num_devices, m.moe is not None, fw))
     for mesh in result.meshes:

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from asap.cli.choices import READ_FORMATS, choice
 from asap.cli.common import JsonOpt, out_console, print_json
 from asap.cli.root import app
 
@@ -15,8 +16,8 @@ from asap.cli.root import app
 def read_command(
     config: Path = typer.Argument(..., help="A Megatron-LM launch script or arguments, Megatron-Bridge YAML, torchtitan "
                                             "TOML, MaxText YAML or command line, DeepSpeed JSON or MindFormers YAML."),
-    fmt: Optional[str] = typer.Option(None, "--format", "-f", help="megatron | megatron-bridge | torchtitan | maxtext | "
-                                                                   "deepspeed | mindformers (default: from the file)"),
+    fmt: Optional[str] = choice(None, "--format", "-f", values=READ_FORMATS, what="format",
+                                help="The stack whose file it is (default: told from the file)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="The accelerator and, where the file does not "
                                                                         "fix it, the device count (preset or file)."),
     nodes: Optional[int] = typer.Option(None, "--nodes", help="Override the cluster's node count."),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="asap: find, explain and verify the fastest way to train an LLM on a cluster.")
 
 

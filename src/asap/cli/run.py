@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from asap.cli.root import app
+from asap.cli.choices import BACKENDS, DEVICE_REQUESTS, RUN_PRECISIONS, choice
 from asap.cli.common import print_json
 from asap.errors import AsapError
 
@@ -25,12 +26,15 @@ def run_command(
     global_batch: int = typer.Option(..., "--global-batch", "-b", help="Sequences per step."),
     seq_len: int = typer.Option(..., "--seq-len", "-s", help="Tokens per sequence."),
     steps: int = typer.Option(5, "--steps", help="Training steps (the first is warm-up when there are several)."),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 or bf16 (default: fp32 on CPU, bf16 on CUDA)."),
+    precision: Optional[str] = choice(None, "--precision", values=RUN_PRECISIONS, what="precision",
+                                     help="The run's precision (default: fp32 on CPU, bf16 on CUDA)."),
     profile: Optional[str] = typer.Option(None, "--profile", help="Write a PyTorch profiler trace per rank into DIR "
                                                                 "(jax: a perfetto trace and an XProf .xplane.pb)."),
-    backend: str = typer.Option("torch", "--backend", help="torch (torchrun, the reference trainer) or jax (one "
-                                                         "process, GSPMD on a named device mesh)."),
-    device: str = typer.Option("auto", "--device", help="auto (CUDA when there are GPUs), cpu or cuda."),
+    backend: str = choice("torch", "--backend", values=BACKENDS, what="backend",
+                                help="torch (torchrun, the reference trainer) or jax (one process, GSPMD on a named "
+                                     "device mesh)."),
+    device: str = choice("auto", "--device", values=DEVICE_REQUESTS, what="device",
+                               help="auto: CUDA when there are GPUs."),
     data: Optional[str] = typer.Option(None, "--data", help="A text file (one byte per token) instead of the seeded synthetic stream."),
     lengths: Optional[str] = typer.Option(None, "--lengths", help="Packed samples (a JSON list of document-length "
                                                                    "lists, or document lengths to pack): "
@@ -50,18 +54,15 @@ def run_command(
     """Train MODEL for a few steps under STRATEGY on torch.distributed and report what was measured."""
     from asap.spec.loader import load_model
     from asap.spec.train import TrainSpec
-    from asap.runners.torch.launch import (RUN_PRECISIONS, RunConfig, check_devices_per_node, check_inputs,
-                                   check_supported, detect_device, resolve_run_strategy)
+    from asap.runners.torch.launch import (RunConfig, check_devices_per_node, check_inputs, check_supported,
+                                           detect_device, resolve_run_strategy)
     from asap.runners.torch.launch import run as run_training
 
-    if precision is not None and precision not in RUN_PRECISIONS:
-        raise AsapError("precision", f"must be fp32 or bf16, got {precision!r}")
+    # --precision, --backend and --device are checked by their options (asap.cli.choices)
     if steps < 1:
         raise AsapError("steps", f"must be >= 1, got {steps}")
     if timeout is not None and timeout <= 0:
         raise AsapError("timeout", f"must be positive, got {timeout}")
-    if backend not in ("torch", "jax"):
-        raise AsapError("backend", f"must be torch or jax, got {backend!r}")
     spec = load_model(model)
     train = TrainSpec(global_batch, seq_len, precision or "fp32")
     s = resolve_run_strategy(strategy, spec, train, layer_split=layer_split)
@@ -72,10 +73,7 @@ def run_command(
                                       "two-level collectives)")
         _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, json_out)
         return
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise AsapError("run", "real runs need PyTorch (pip install torch)") from None
+    need_torch("run")
     dev = detect_device(device, s.devices)
     prec = precision or ("bf16" if dev == "cuda" else "fp32")
     train = TrainSpec(global_batch, seq_len, prec)
@@ -147,3 +145,13 @@ def _documents(path: Optional[str], seq_len: int):
 
     samples, _ = parse_samples(read_lengths(path), seq_len)
     return samples
+
+
+def need_torch(command: str) -> None:
+    """A real run's first check: PyTorch imports, else one line naming the install that works (its CPU build)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from asap.runners.common import TORCH_CPU_INSTALL
+
+        raise AsapError(command, f"real runs need PyTorch: {TORCH_CPU_INSTALL}") from None

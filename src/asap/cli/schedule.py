@@ -14,6 +14,7 @@ import typer
 from rich.text import Text
 
 from asap.cli.root import app
+from asap.cli.choices import SCHEDULES, choice
 from asap.cli.common import err_console, out_console, print_json
 from asap.errors import AsapError
 
@@ -162,8 +163,9 @@ def schedule(
     pp: int = typer.Option(..., "--pp", help="Pipeline stages (devices)."),
     micro_batches: int = typer.Option(..., "--micro-batches", help="Micro-batches per step."),
     vpp: int = typer.Option(1, "--vpp", help="Virtual stages (model chunks) per device."),
-    schedule_name: Optional[str] = typer.Option(
-        None, "--schedule", help="1f1b | interleaved | zb | gpipe (default: interleaved if vpp > 1, else 1f1b)."),
+    schedule_name: Optional[str] = choice(
+        None, "--schedule", values=SCHEDULES, what="schedule",
+        help="The pipeline schedule (default: interleaved if vpp > 1, else 1f1b)."),
     forward_s: float = typer.Option(1.0, "--forward-s", help="Forward time of one micro-batch on one stage "
                                                              "(all its chunks; each chunk takes 1/vpp)."),
     backward_s: float = typer.Option(2.0, "--backward-s", help="Backward time of one micro-batch on one stage."),

@@ -1,98 +1,180 @@
-"""Error bands per prediction: how far this estimate may be off, from how well its terms are calibrated.
+"""80% prediction intervals per estimate, from the held-out residuals of comparable runs; ties from their overlap.
 
-The held-out residuals (``benchmarks/loso.py --write``: leave-one-source-out fits on the calibration runs,
-``asap/data/error_bands.json``) give each accelerator family a typical relative error u, its held-out MAPE.
-That error was measured on runs dominated by compute; the terms a prediction leans on are not all as well
-known. Each exposed term k of the step carries a weight w_k (``TERM_WEIGHT``: 1 for what the calibration runs
-pin down, GEMMs and attention, the pipeline bubble's closed form, the optimizer's streaming; more for terms
-whose figures come from datasheets and documented semantics rather than fitted runs: collectives 1.5, MoE
-dispatch and host time 2), and the band's relative half-width is
+A residual is e = predicted / published - 1 of a run the constants never saw: ``benchmarks/loso.py --write``
+refits each accelerator family without one source at a time (a paper, a benchmark table, an MLPerf round) and
+predicts that source's runs, over both shipped files (``asap/data/error_bands.json``, ``residuals``: one record
+per run with its family, stack, precision and source). A prediction p off by e means the true step is p / (1 + e),
+so signed residual quantiles [e_lo, e_hi] give the interval
 
-    r = u * sum_k w_k * exposed_k / step                 (capped at MAX_RELATIVE)
+    [p / (1 + e_hi), p / (1 + e_lo)]                         (asymmetric where the residuals are)
 
-u is at least the pooled held-out MAPE where the family has fewer than three held-out runs, the pooled MAPE
-times ``EXTRAPOLATED`` where the family has no calibration runs, and again that factor
-where the run's precision has none in the family (fp4 anywhere; fp8 on a family calibrated in bf16): the term
-is extrapolated. The band is [step / (1 + r), step / (1 - r)]: a prediction off by e means the true step is
-step / (1 + e).
+**Comparable runs** (``comparable_residuals``): the shipped runs of the same accelerator family and stack when
+there are at least ``MIN_GROUP`` (15) of them, else the family's runs when it has that many, else every run.
 
-Two predictions of the same model share most of their error (same GEMM efficiency, same links), so whether
-one strategy beats another is decided by the terms in which they differ: they are a tie when the faster one's
-margin is within u * sum_k w_k |exposed_k(a) - exposed_k(b)| (``indistinguishable``), what ``plan`` marks
-``tie_with_best`` and ``compare`` calls "within the model's error band".
+**The quantiles** are split-conformal order statistics at ``COVERAGE`` = 0.8: of n sorted residuals, the
+floor(0.1 (n + 1))-th smallest and the ceil(0.9 (n + 1))-th (clamped to the first and the last), so a new run
+exchangeable with the n falls inside with probability at least 0.8 (Vovk et al. 2005; Lei et al. 2018, JASA
+113:1094, the split-conformal interval).
+
+**Not covered**: where the shipped runs do not cover the job, the quantiles are widened about their median m,
+e -> m + F (e - m), by factors ``benchmarks/loso.py`` measures (``widening`` in the JSON): F_hardware, the
+central-80% spread of the residuals when a whole hardware family is held out (its constants back to the published
+figures it had before any fit) over that of the leave-one-source-out residuals, for a family with no shipped run
+or a precision class (16-bit, fp8, fp4, fp32) the family's runs never used (its GEMM rate is then a published
+figure, as a held-out family's); F_stack, the same ratio for a whole stack held out, for a stack no shipped run
+used (``mindspore``, ``asap``'s own trainer). The two multiply.
+
+**Learned runs** (``learned_runs`` n, ``learned_spread`` s: the standard deviation of the relative residuals of
+the user's own runs after the learned corrections) narrow the interval toward what those runs show: with
+w = n / (n + ``LEARNED_PRIOR_RUNS``) (the shipped residuals count as four runs) and the learned 80% half-width
+h = z_0.9 * s * sqrt(1 + 1/n) (z_0.9 = 1.2816; the sqrt: a new run's scatter plus the error of a mean of n),
+
+    e_lo' = (1 - w) e_lo - w h,    e_hi' = (1 - w) e_hi + w h
+
+so one run moves the interval a fifth of the way, eight runs two thirds.
+
+**Ties** (``indistinguishable``): two estimates are alike when their intervals overlap by more than half, the
+overlap fraction being |A n B| / min(|A|, |B|), the share of the narrower interval that lies inside the other.
+Two rows of one plan share the relative interval [1/(1 + e_hi), 1/(1 + e_lo)], so the fraction depends only on
+the ratio of their step times: a slower row is never marked while a faster one is not.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Mapping
+from typing import Sequence
 
-TERM_WEIGHT = {"compute": 1.0, "bubble": 1.0, "optimizer": 1.0, "tp_comm": 1.5, "cp_comm": 1.5, "pp_comm": 1.5,
-               "dp_comm": 1.5, "ep_comm": 2.0, "host": 2.0}
-EXTRAPOLATED = 1.5  # a family without calibration runs, or a precision the family's runs never used
-MAX_RELATIVE = 0.6
+COVERAGE = 0.8  # the documented probability that a run's true step lies in step_time_range_s
+MIN_GROUP = 15  # fewer comparable runs: the next wider group (8 covered 66% by leave-one-source-out, 15 80%)
+LEARNED_PRIOR_RUNS = 4  # the shipped residuals weigh as this many of the user's own runs
+Z_HIGH = 1.2816  # the standard normal's 0.9 quantile: an 80% central interval is +-1.2816 sigma
+TIE_OVERLAP = 0.5  # two intervals overlapping by more than this fraction of the narrower are a tie
 # the shipped case files (asap.validate.PACKAGED_FILES): the calibration set, then the 2024-2026 published runs
 CASE_FILES = ("calibration_runs.json", "published_runs_2024_2026.json")
-MIN_RUNS = 3  # as benchmarks/loso.py: fewer held-out runs than this take the pooled figure
+PRECISION_CLASS = {"bf16": "16-bit", "fp16": "16-bit", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
+                   "fp32": "fp32"}
+
+
+@dataclass(frozen=True)
+class ErrorQuantiles:
+    """Signed relative-error quantiles of an 80% interval and where they come from."""
+
+    low: float  # e_lo: the prediction may be this far under (negative) ...
+    high: float  # e_hi: ... or over the true step
+    basis: str  # the comparable runs, e.g. "hopper/megatron (21 runs)"
+    runs: int
+    widened: tuple[str, ...] = ()  # "hardware" / "stack": what the shipped runs do not cover
+    learned_runs: int = 0
+
+    def interval_s(self, step_s: float) -> tuple[float, float]:
+        """[step / (1 + e_hi), step / (1 + e_lo)]."""
+        return step_s / (1.0 + self.high), step_s / (1.0 + self.low)
+
+    @property
+    def relative_half_width(self) -> float:
+        return (self.high - self.low) / 2.0
 
 
 @lru_cache(maxsize=1)
 def error_bands() -> dict:
-    """The held-out residuals per family (``benchmarks/loso.py --write``)."""
+    """The held-out residuals and widening factors (``benchmarks/loso.py --write``)."""
     return json.loads(resources.files("asap").joinpath("data/error_bands.json").read_text())
 
 
-@lru_cache(maxsize=1)
-def calibrated_precisions() -> dict[str, frozenset[str]]:
-    """The precisions the shipped calibration runs (both files, ``asap.validate.PACKAGED_FILES``) used, per
-    accelerator family."""
-    from asap.spec.hardware import get_accelerator
-
-    runs = [case for name in CASE_FILES
-            for case in json.loads(resources.files("asap").joinpath(f"data/{name}").read_text())]
-    out: dict[str, set[str]] = {}
-    for case in runs:
-        acc = case["cluster"]["accelerator"]
-        family = get_accelerator(acc).family if isinstance(acc, str) else acc.get("family", "")
-        out.setdefault(family, set()).add(case["train"].get("precision", "bf16"))
-    return {k: frozenset(v) for k, v in out.items()}
+def precision_class(precision: str) -> str:
+    p = precision.lower()
+    return PRECISION_CLASS.get(p, p)
 
 
-def relative_error_scale(family: str, precision: str) -> float:
-    """u: the family's held-out MAPE, widened where the family or the precision has no calibration run."""
-    bands = error_bands()["families"]
-    n = sum(b["n"] for b in bands.values())
-    pooled = sum(b["held_out_mape"] * b["n"] for b in bands.values()) / max(n, 1)
-    if family in bands:  # a family with fewer than MIN_RUNS held-out runs says little: at least the pooled MAPE
-        b = bands[family]
-        u = b["held_out_mape"] if b["n"] >= MIN_RUNS else max(b["held_out_mape"], pooled)
-    else:
-        u = EXTRAPOLATED * pooled
-    if precision not in calibrated_precisions().get(family, frozenset()):
-        u *= EXTRAPOLATED
-    return u
+def conformal_quantiles(errors: Sequence[float], coverage: float = COVERAGE) -> tuple[float, float]:
+    """The split-conformal order statistics of ``errors`` (module docstring): (e_lo, e_hi)."""
+    e = sorted(errors)
+    n = len(e)
+    tail = (1.0 - coverage) / 2.0
+    k_lo = min(max(math.floor(tail * (n + 1) + 1e-9), 1), n)  # 1e-9: 0.1 * 20 is 2, not 1.999...
+    k_hi = min(max(math.ceil((1.0 - tail) * (n + 1) - 1e-9), 1), n)
+    return e[k_lo - 1], e[k_hi - 1]
 
 
-def relative_half_width(exposed_s: Mapping[str, float], step_s: float, scale: float) -> float:
-    weighted = sum(TERM_WEIGHT.get(k, 2.0) * max(v, 0.0) for k, v in exposed_s.items())
-    return min(scale * weighted / max(step_s, 1e-30), MAX_RELATIVE)
+def comparable_residuals(family: str, stack: str, records: Sequence[dict]) -> tuple[list[float], str]:
+    """The residuals of the runs comparable with (family, stack), and a phrase naming them."""
+    same_stack = [r["error"] for r in records if r["family"] == family and r["stack"] == stack]
+    if len(same_stack) >= MIN_GROUP:
+        return same_stack, f"{family}/{stack} ({len(same_stack)} runs)"
+    same_family = [r["error"] for r in records if r["family"] == family]
+    if len(same_family) >= MIN_GROUP:
+        return same_family, f"{family} ({len(same_family)} runs)"
+    return [r["error"] for r in records], f"every shipped run ({len(records)})"
 
 
-def prediction_band(step_s: float, exposed_s: Mapping[str, float], scale: float) -> tuple[float, float]:
-    """[low, high] step times for this prediction (module docstring)."""
-    r = relative_half_width(exposed_s, step_s, scale)
-    return step_s / (1.0 + r), step_s / (1.0 - r)
+def uncovered(family: str, stack: str, precision: str, records: Sequence[dict]) -> tuple[str, ...]:
+    """What of (family, precision class, stack) no shipped run used: "hardware" and/or "stack"."""
+    cls = precision_class(precision)
+    covered = any(r["family"] == family and precision_class(r["precision"]) == cls for r in records)
+    out = () if covered else ("hardware",)
+    return out + (() if any(r["stack"] == stack for r in records) else ("stack",))
 
 
-def difference_uncertainty_s(a_exposed: Mapping[str, float], b_exposed: Mapping[str, float], scale: float) -> float:
-    """How far the difference between two predictions may be off: the weighted terms in which they differ."""
-    keys = set(a_exposed) | set(b_exposed)
-    return scale * sum(TERM_WEIGHT.get(k, 2.0) * abs(a_exposed.get(k, 0.0) - b_exposed.get(k, 0.0)) for k in keys)
+def quantiles_from(family: str, stack: str, precision: str, records: Sequence[dict],
+                   widening: dict[str, float]) -> ErrorQuantiles:
+    """The 80% quantiles for a job from ``records`` (the shipped residuals, or a subset when a benchmark holds
+    some out), widened by ``widening[name]`` for what they do not cover."""
+    errors, basis = comparable_residuals(family, stack, records)
+    lo, hi = conformal_quantiles(errors)
+    widened = uncovered(family, stack, precision, records)
+    factor = math.prod(widening[w] for w in widened)
+    if factor != 1.0:
+        m = sorted(errors)[len(errors) // 2]
+        lo, hi = m + factor * (lo - m), m + factor * (hi - m)
+    return ErrorQuantiles(max(lo, -0.9), hi, basis, len(errors), widened)
+
+
+def shrink_to_learned(q: ErrorQuantiles, learned_runs: int, learned_spread: float | None) -> ErrorQuantiles:
+    """``q`` narrowed toward the spread of the user's own runs (module docstring's formula)."""
+    if learned_runs < 1 or learned_spread is None:
+        return q
+    w = learned_runs / (learned_runs + LEARNED_PRIOR_RUNS)
+    h = Z_HIGH * abs(learned_spread) * math.sqrt(1.0 + 1.0 / learned_runs)
+    return ErrorQuantiles((1 - w) * q.low - w * h, (1 - w) * q.high + w * h,
+                          f"{q.basis} and {learned_runs} learned runs", q.runs, q.widened, learned_runs)
+
+
+@lru_cache(maxsize=256)
+def error_quantiles(family: str, stack: str, precision: str, *, learned_runs: int = 0,
+                    learned_spread: float | None = None) -> ErrorQuantiles:
+    """The 80% interval's signed relative-error quantiles for a job of this accelerator family, stack and
+    precision: the shipped held-out residuals, narrowed by ``learned_runs`` of the user's own runs whose relative
+    residuals (after the learned corrections) have standard deviation ``learned_spread``."""
+    bands = error_bands()
+    if not bands.get("residuals"):  # benchmarks/loso.py bootstrapping the file: point predictions need none
+        return ErrorQuantiles(0.0, 0.0, "no held-out residuals shipped (benchmarks/loso.py --write)", 0)
+    widening = {k: float(v["factor"]) for k, v in bands["widening"].items()}
+    return shrink_to_learned(quantiles_from(family, stack, precision, bands["residuals"], widening),
+                             learned_runs, learned_spread)
+
+
+def prediction_interval(step_s: float, family: str, stack: str, precision: str, *, learned_runs: int = 0,
+                        learned_spread: float | None = None) -> tuple[float, float]:
+    """The 80% prediction interval [low, high] of a predicted step of ``step_s`` seconds (module docstring)."""
+    return error_quantiles(family, stack, precision, learned_runs=learned_runs,
+                           learned_spread=learned_spread).interval_s(step_s)
+
+
+def overlap_fraction(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """|A n B| / min(|A|, |B|): the share of the narrower interval inside the other (1 when one is a point
+    inside the other, 0 when they are disjoint)."""
+    inter = min(a[1], b[1]) - max(a[0], b[0])
+    narrower = min(a[1] - a[0], b[1] - b[0])
+    if narrower <= 0.0:
+        return 1.0 if inter >= 0.0 else 0.0
+    return max(inter, 0.0) / narrower
 
 
 def indistinguishable(a, b) -> bool:
-    """Whether two estimates (``Estimate``) are a tie the model cannot break."""
-    scale = max(a.error_scale, b.error_scale)
-    return abs(a.step_time_s - b.step_time_s) <= difference_uncertainty_s(a.exposed_s, b.exposed_s, scale)
+    """Whether two estimates (``Estimate``) are a tie the model cannot break: their 80% intervals
+    (``step_time_range_s``) overlap by more than ``TIE_OVERLAP``."""
+    return overlap_fraction(tuple(a.step_time_range_s), tuple(b.step_time_range_s)) > TIE_OVERLAP

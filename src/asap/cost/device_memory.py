@@ -37,8 +37,8 @@ Allowance: the stack's allocator reserve (``asap.spec.framework``: 5% for Megatr
 per-parameter gathers of FSDP2 and DeepSpeed, 2% for XLA's static plan) of what the step allocates and frees
 (activations and ZeRO-3's gathered weights; the model states are allocated once and never freed, so they
 leave no free blocks behind: Megatron-Core's contiguous param-and-grad buffers, the optimizer's states), plus a
-fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GiB for a TPU runtime, 0.25 GiB
-on CPU). A strategy fits when the peak is at most ``usable_hbm_gb``.
+fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GiB for a TPU runtime, 0.40 GiB
+on CPU: torch's resident set, measured). A strategy fits when the peak is at most ``usable_hbm_gb``.
 
 Which figure is which: ``peak_memory_gb`` is the device memory the job holds at its peak, the caching
 allocator's reserve plus the context (what ``torch.cuda.max_memory_reserved`` plus the context, and
@@ -64,7 +64,10 @@ from asap.spec.train import TrainSpec
 
 GB = float(2**30)  # memory is reported in GiB, as nvidia-smi and torch.cuda do; "80 GB" HBM is 80 GiB
 FRAGMENTATION = 0.05
-FIXED_ALLOWANCE_GB = {"cpu": 0.25, "tpu": 0.5}
+# the runtime's own share of the device: a CPU process's resident set after importing torch and joining a gloo
+# group, before its tensors (benchmarks/memory_cpu.py: the tiny-dense model's peak RSS, 0.398 GiB with a few MB of
+# tensors, torch 2.13 on this project's CPU machine)
+FIXED_ALLOWANCE_GB = {"cpu": 0.40, "tpu": 0.5}
 DEFAULT_FIXED_ALLOWANCE_GB = 1.0
 
 
@@ -212,15 +215,41 @@ ZERO3_PREFETCH_BUCKET_PARAMS = 5e7
 LARGEST_SUBMODULE_SHARE = 1.0 / 3.0
 
 
-def zero3_gathered_bytes(largest_layer_params, framework=None):
-    """The bf16 weights ZeRO-3 holds gathered at once: FSDP (one unit per block, the next block prefetched)
-    two whole layers; a stack that gathers submodule by submodule (DeepSpeed's per-module hooks,
-    ``Framework.collectives_per_layer`` > 1) the largest submodule plus its prefetch bucket."""
-    whole = 2.0 * 2.0 * largest_layer_params
+def zero3_gathered_bytes(largest_layer_params, framework=None, bytes_per_param=2.0):
+    """The weights ZeRO-3 holds gathered at once, ``bytes_per_param`` each (bf16; fp32 runs gather fp32): FSDP
+    (one unit per block, the next block prefetched) two whole layers; a stack that gathers submodule by
+    submodule (DeepSpeed's per-module hooks, ``Framework.collectives_per_layer`` > 1) the largest submodule
+    plus its prefetch bucket."""
+    whole = 2.0 * bytes_per_param * largest_layer_params
     if framework is None or framework.collectives_per_layer <= 1:
         return whole
-    part = 2.0 * (LARGEST_SUBMODULE_SHARE * largest_layer_params + ZERO3_PREFETCH_BUCKET_PARAMS)
+    part = bytes_per_param * (LARGEST_SUBMODULE_SHARE * largest_layer_params + ZERO3_PREFETCH_BUCKET_PARAMS)
     return np.minimum(whole, part)
+
+
+def ddp_bucket_rows(framework, S: StrategyBatch) -> np.ndarray:
+    """Rows whose gradients torch's DDP holds twice (``Framework.ddp_bucket_copy``): zero 0 or 1 over more than
+    one data-parallel rank, without pipeline or tensor parallelism (the reference trainer's ``apply_dp``
+    all-reduces by hand there; torchtitan's ``replicate`` refuses other parallelism)."""
+    if framework is None or not framework.ddp_bucket_copy:
+        return np.zeros(len(S.dp), dtype=bool)
+    return (S.zero <= Zero.OPTIMIZER) & (S.dp > 1) & (S.pp == 1) & (S.tp == 1)
+
+
+def fsdp_holds_gathered(framework, zero) -> np.ndarray:
+    """Rows whose ZeRO-2 is FSDP without resharding after forward (a stack with ``Framework.fsdp_zero`` 2:
+    torchtitan's ``fsdp_reshard_after_forward = "never"``, the reference trainer's
+    ``fully_shard(reshard_after_forward=False)``): FSDP2 all-gathers each block's parameters in its forward
+    and frees them only after that block's backward (``FSDPParamGroup.post_forward`` reshards only when
+    ``reshard_after_forward``; ``post_backward`` always does), so at the end of the forward every block's
+    unsharded ``param_dtype`` weights are live: the stage's parameters x 2 B (70.6B parameters: 131.5 GiB).
+    They are allocated and freed every step, so the allocator's reserve counts them (``memory``'s transient).
+    DeepSpeed's ZeRO-2 (``stage_1_and_2.py``) keeps its 16-bit parameters whole anyway (``half_weight_copy``),
+    Megatron-Core has no zero 2."""
+    z = np.asarray(zero)
+    if framework is None or framework.fsdp_zero > Zero.GRADIENTS:
+        return np.zeros(z.shape, dtype=bool)
+    return z == Zero.GRADIENTS
 
 
 def stored_under_remat(f, S: StrategyBatch, stored: np.ndarray) -> np.ndarray:
@@ -273,8 +302,12 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     zero = np.where(kept, Zero.OPTIMIZER, S.zero)
     g = (framework.grad_bytes(train.precision, S.zero, S.grad_bf16) if framework is not None
          else np.where((S.grad_bf16 > 0) & (train.precision != "fp32"), 2.0, 4.0))
-    # a stack without a 16-bit copy still holds one where FSDP keeps a stage's gathered weights (``kept``)
-    half = kept | (framework.half_weight_copy if framework is not None else True)
+    g = g * (1.0 + ddp_bucket_rows(framework, S))  # torch DDP's buckets: a second copy of the gradients
+    # a stack without a 16-bit copy still holds one where FSDP keeps a stage's gathered weights (``kept``), and
+    # where its zero 2 is FSDP without resharding (``held``: every block's gathered weights from forward to
+    # backward)
+    held = fsdp_holds_gathered(framework, S.zero)
+    half = kept | held | (framework.half_weight_copy if framework is not None else True)
     (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt, half)
                                   for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
@@ -285,7 +318,13 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # goes to: fewer temporaries, the same figures)
     states = dense_p * (wd + gd + od)[:, None]
     states += expert_p * (we + ge + oe)[:, None]
-    gathered = np.where(zero >= Zero.PARAMETERS, zero3_gathered_bytes(f.rows(f.largest_layer_params), framework), 0.0)
+    wide = 4.0 if train.precision == "fp32" else 2.0
+    gathered = np.where(zero >= Zero.PARAMETERS,
+                        zero3_gathered_bytes(f.rows(f.largest_layer_params), framework, wide), 0.0)
+    # an fp32 run's FSDP2 zero 2 keeps its fp32 shards beside the gathered fp32 weights (in 16-bit runs the
+    # shards are the optimizer's master, in its 12 B)
+    shard_w = np.where(held & (train.precision == "fp32"), 4.0 / np.maximum(dense_shard, 1), 0.0)
+    states += shard_w[:, None] * dense_p
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
     stored = in_flight_by_layout(train, S, f)
@@ -304,13 +343,13 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
     # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
     # gathered weights); the model states are allocated once at start-up and never freed
-    transient = at(a, which) + gathered
+    transient = at(a, which) + gathered + np.where(held | kept, dense_at * wd + expert_at * we, 0.0)
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
     _, _, od_all = state_bytes_per_param(train.precision, zero, dense_shard, g)
     _, _, oe_all = state_bytes_per_param(train.precision, zero, edp, g)
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
-    return MemoryBreakdown(host_gb=host / GB, weights_gb=(dense_at * wd + expert_at * we + gathered) / GB,
+    return MemoryBreakdown(host_gb=host / GB, weights_gb=(dense_at * (wd + shard_w) + expert_at * we + gathered) / GB,
                            grads_gb=(dense_at * gd + expert_at * ge) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,

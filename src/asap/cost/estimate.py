@@ -33,7 +33,7 @@ from asap.cost.dp_overlap import bucketed_exposed_s, dp_buckets, dp_link_busy_s
 from asap.cost.host import step_host_s
 from asap.cost.layer_ops import window_keys_ratio
 from asap.cost.operations import BWD_GEMM
-from asap.cost.bands import error_bands, prediction_band, relative_error_scale
+from asap.cost.bands import error_bands, error_quantiles
 from asap.cost.device_memory import (MemoryBreakdown, dense_and_expert_shards, fits_memory, fits_with_headroom, memory,
                               usable_hbm_gb)
 from asap.cost.offload import offloaded_optimizer_s
@@ -428,8 +428,8 @@ class Estimate:
     imbalance_s: float = 0.0  # the heaviest pipeline stage's excess over the mean, over the step
     # model FLOP/s over the run precision's own dense peak, where it is not the bf16 one (fp8, fp32 runs)
     precision_peak_utilization: float | None = None
-    step_time_range_s: tuple[float, float] = (0.0, 0.0)  # this prediction's error band (asap.cost.bands)
-    error_scale: float = 0.0  # u, the relative error of a well-calibrated term (asap.cost.bands)
+    step_time_range_s: tuple[float, float] = (0.0, 0.0)  # this prediction's 80% interval (asap.cost.bands)
+    error_scale: float = 0.0  # the interval's relative half-width (e_hi - e_lo) / 2 (asap.cost.bands)
     host_memory_gb: float = 0.0  # what host offload keeps in host memory per device (GiB)
     memory_bound_s: float = 0.0  # time in memory-bound kernels over the step (inside compute)
     # what can be won (asap.cost.classes), verdict first; bottleneck is classes[0]'s coarse word
@@ -486,7 +486,8 @@ def name_bottleneck(est: "Estimate", hbm_gb: float, device_gb: float | None = No
 def step_time_range_s(step_s: float, family: str) -> tuple[float, float]:
     """[low, high] step times consistent with the family's held-out residuals (the widest it has been off on
     runs it never saw): [step / (1 + e_max), step / (1 + e_min)]. Families without calibration runs take the
-    range pooled over all families. An estimate's own band is narrower (``asap.cost.bands.prediction_band``)."""
+    range pooled over all families. An estimate's own range is its 80% interval
+    (``asap.cost.bands.prediction_interval``)."""
     bands = error_bands()
     band = bands["families"].get(family, bands["pooled"])
     return step_s / (1.0 + band["high"]), step_s / (1.0 + band["low"])
@@ -501,7 +502,8 @@ def estimate_from_batch(job: Job, S: StrategyBatch, be: BatchEstimate, i: int) -
     peak = mfu_peak_flops(cluster.accelerator)
     own = cluster.accelerator.peak_flops(train.precision)  # fp32 without a figure of its own: half of bf16
     exposed = {k: float(v[i]) for k, v in be.exposed_s.items()}
-    scale = relative_error_scale(cluster.accelerator.family, train.precision)
+    band = error_quantiles(cluster.accelerator.family, job.framework.name, train.precision,
+                           learned_runs=job.learned_runs, learned_spread=job.learned_spread)
     alternatives = {}
     saving = float(np.broadcast_to(be.ep_split_saving_s, be.step_time_s.shape)[i])
     if saving > 0:
@@ -517,7 +519,7 @@ def estimate_from_batch(job: Job, S: StrategyBatch, be: BatchEstimate, i: int) -
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
         bottleneck=None, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
-        step_time_range_s=prediction_band(step, exposed, scale), error_scale=scale,
+        step_time_range_s=band.interval_s(step), error_scale=band.relative_half_width,
         host_memory_gb=float(np.broadcast_to(be.host_memory_gb, be.step_time_s.shape)[i]),
         memory_bound_s=float(be.memory_bound_s[i]),
         fits_with_headroom=bool(be.fits[i] and fits_with_headroom(be.peak_memory_gb[i], cluster.accelerator)))

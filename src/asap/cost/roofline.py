@@ -47,9 +47,42 @@ LOW_PRECISIONS = ("fp8", "nvfp4", "mxfp4")  # quantised GEMMs (asap.spec.train.L
 FP8_CAST_BYTES_PER_ELEMENT = 3.0  # an fp8 GEMM's activation input, cast from bf16 (2 B read, 1 B written)
 
 
+FP4_PRECISIONS = ("nvfp4", "mxfp4")
+
+
 def cast_bytes_per_element(precision: str) -> float:
-    """A quantised GEMM's input cast from bf16: 2 B read, the format's bytes written."""
+    """HBM bytes per element of a quantised GEMM's input, cast from bf16 (one cast per GEMM call; the backward's
+    two GEMMs cast theirs at the backward factor).
+
+    fp8 (tensorwise / current scaling, as fitted): 2 B read, 1 B written. NVFP4 (Transformer Engine's
+    ``NVFP4BlockScaling``, docs/features/low_precision_training/nvfp4: 1x16 blocks for activations and
+    gradients with an E4M3 scale per block and one fp32 global scale from the tensor's amax): an amax pass
+    (2 B read) before the cast, then a rowwise copy for the fprop/dgrad GEMM and a columnwise copy for the
+    wgrad GEMM, the latter through the 16x16 random Hadamard transform (applied "only for wgrad GEMM") with
+    stochastic rounding on gradients (Blackwell's hardware instruction: no extra pass), each its own read of
+    the bf16 input (2 B) and write of the format (0.5 + 1/16 B): 6 + 2 x 0.5625 = 7.125 B. MXFP4 (E8M0 scales
+    per 32, no global amax, no transform): one read, both copies written: 2 + 2 x 0.53125 B."""
+    if precision == "nvfp4":
+        return 3 * 2.0 + 2 * BYTES[precision]
+    if precision == "mxfp4":
+        return 2.0 + 2 * BYTES[precision]
     return 2.0 + BYTES[precision]
+
+
+def fp4_rate_share(acc: Accelerator, k):
+    """The share of its fp8-calibrated rate (``fp8_gemm_efficiency`` at the fp4 peak) a dense fp4 GEMM keeps,
+    beyond the power cap (``Family.fp4_power_share``): a tile's fixed cost (scale-factor loads, the epilogue)
+    weighs r times more where the math runs r = peak / bf16 peak times faster (the module docstring's grouped
+    argument), so over the reduction depth k the efficiency halves at ``grouped_half_k`` x r (bf16 terms:
+    Blackwell 400, from DeepGEMM's fp8 K sweep); ``fp8_gemm_efficiency`` was fitted where r is fp8's, so fp4
+    keeps (k / (k + K0 r4)) / (k / (k + K0 r8)). Llama 3.1 405B's fc1 on GB200 (k 16384, r4 4, r8 2): 0.955."""
+    fam = acc.family_constants
+    k0 = max(fam.grouped_half_k, fam.gemm_half_dim)
+    bf16 = acc.peak_flops("bf16")
+    r4 = acc.peak_flops("fp4") * fam.fp4_power_share / bf16
+    r8 = acc.peak_flops("fp8") / bf16
+    k = np.maximum(k, 1.0)
+    return fam.fp4_power_share * (k + k0 * r8) / (k + k0 * r4)
 
 
 def act_bytes(precision: str) -> int:
@@ -87,6 +120,10 @@ def gemm_time_s(acc: Accelerator, precision: str, m, n, k, count=1.0, grouped=Fa
     flops = 2.0 * m * n * k
     if precision in LOW_PRECISIONS:  # fp4 GEMMs take fp8's fraction of their own peak (block scales in hardware)
         peak = acc.peak_flops(precision) * fam.fp8_gemm_efficiency / fam.gemm_efficiency
+        if precision in FP4_PRECISIONS and not grouped:
+            peak = peak * fp4_rate_share(acc, k)
+        elif precision in FP4_PRECISIONS:  # the grouped K curve already scales by the fp4 peak's r
+            peak = peak * fam.fp4_power_share
         elem = BYTES[precision]
     else:
         peak = acc.peak_flops(precision)

@@ -21,13 +21,15 @@ import json
 
 from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse
+from asap.emit.launch import Launch, RunLength
 from asap.spec.job import Job
 
 NAME = "deepspeed"
+CONFIG = "ds_config.json"  # the file name the launch line reads
 VERSION = "DeepSpeed v0.19.8 (deepspeed/runtime/config.py)"
 
 
-def config(job: Job, s) -> dict:
+def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> dict:
     model, train = job.model, job.train
     check_runnable(NAME, NAME, job, s)
     if s.vpp > 1 or s.schedule != Schedule.ONE_F_ONE_B:
@@ -68,8 +70,34 @@ def config(job: Job, s) -> dict:
     if s.recompute.kind == Recompute.FULL:
         cfg["activation_checkpointing"] = {"partition_activations": s.tp > 1, "contiguous_memory_optimization": False,
                                            "cpu_checkpointing": bool(s.offload_act), "number_checkpoints": model.num_layers}
+    run = run or RunLength()
+    if run.iterations is not None:  # deepspeed/runtime/lr_schedules.py WarmupCosineLR
+        cfg["scheduler"] = {"type": "WarmupCosineLR", "params": {"total_num_steps": run.iterations,
+                                                                 "warmup_num_steps": run.warmup_iters}}
     return cfg
 
 
-def emit(job: Job, s) -> str:
-    return json.dumps(config(job, s), indent=2) + "\n"
+def launch(job: Job, s, run: RunLength | None = None, strict: bool = False) -> Launch:
+    """DeepSpeed's launcher (docs: getting-started, "Launching DeepSpeed Training"): ``deepspeed --num_nodes N
+    --num_gpus G --hostfile FILE TRAIN.py --deepspeed --deepspeed_config ds_config.json``; the JSON carries no
+    model, data or checkpoint path: the user's script does."""
+    c = job.cluster
+    hosts = " --hostfile hostfile --master_addr $MASTER_ADDR" if c.nodes > 1 else ""
+    to_set = ["your training script (TRAIN.py: the model, deepspeed.initialize(config=ds_config.json), the data)",
+              "the dataset and the tokenizer (in TRAIN.py)", "the optimizer and its learning rate (TRAIN.py or an "
+              "\"optimizer\" block)"]
+    if c.nodes > 1:
+        to_set.append("hostfile: one line per node, 'HOSTNAME slots=" + str(c.devices_per_node) + "'")
+    ckpt = (f"checkpoints: model_engine.save_checkpoint(DIR) every {run.checkpoint_interval} steps"
+            if run is not None and run.checkpoint_interval else "checkpoints: model_engine.save_checkpoint(DIR)")
+    length = (f"the run's length: {run.iterations} steps" if run is not None and run.iterations else
+              "the run's length (asap emit --tokens N writes the scheduler's)")
+    return Launch(f"deepspeed --num_nodes {c.nodes} --num_gpus {c.devices_per_node}{hosts} TRAIN.py --deepspeed "
+                  f"--deepspeed_config {CONFIG}", {}, {}, tuple(to_set) + (ckpt, length),
+                  where="once, from the first node (the launcher reaches the others over ssh)" if c.nodes > 1
+                  else "on the node")
+
+
+def emit(job: Job, s, run: RunLength | None = None, strict: bool = False) -> str:
+    """The JSON alone (JSON has no comments: the launch goes to ``asap emit``'s stderr and --json's launch)."""
+    return json.dumps(config(job, s, run), indent=2) + "\n"

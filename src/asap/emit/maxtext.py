@@ -25,10 +25,13 @@ from asap.spec import remat
 from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
 from asap.emit.maxtext_model import stock
+from asap.emit.launch import Launch, RunLength
 from asap.spec.job import Job
 from asap.spec.placement import Placement
 
 NAME = "maxtext"
+CONFIG = "maxtext.yml"  # the file name the launch line reads
+TRAIN = "python3 -m maxtext.trainers.pre_train.train"  # MaxText 0.2.5's trainer module
 VERSION = "MaxText 0.2.5 configs/base.yml"
 REMAT = {"none": "none", "selective": "minimal", "full": "full"}
 MESH_KEYS = ("data", "fsdp", "context", "tensor", "expert", "pipeline")  # the config's order of the named axes
@@ -49,7 +52,7 @@ def mesh(cluster, s) -> dict[str, int]:
     return out
 
 
-def config(job: Job, s) -> dict:
+def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> dict:
     model, cluster, train = job.model, job.cluster, job.train
     check_runnable(NAME, NAME, job, s)
     if s.zero in (1, 2):
@@ -68,7 +71,7 @@ def config(job: Job, s) -> dict:
                                           "stage holds num_layers_per_pipeline_stage layers")
     n_micro = micro_batches(train, s)
     devices = s.devices
-    cfg: dict = dict(mesh(cluster, s))
+    cfg: dict = {"base_config": "base.yml", **mesh(cluster, s)}  # overrides of base.yml (pyconfig._load_config)
     if s.pp > 1:
         ga = 1
         cfg["num_pipeline_microbatches"] = n_micro
@@ -88,7 +91,37 @@ def config(job: Job, s) -> dict:
     if train.precision == "fp8":
         cfg["quantization"] = "fp8"
     cfg.update(model_keys(model))
-    return cfg
+    return cfg | run_keys(run or RunLength())
+
+
+def run_keys(run: RunLength) -> dict:
+    """The budget's length (base.yml): steps, learning_rate_schedule_steps (the cosine schedule's length),
+    warmup_steps_fraction, checkpoint_period with enable_checkpointing."""
+    if run.iterations is None:
+        return {}
+    assert run.warmup_iters is not None
+    return {"steps": run.iterations, "learning_rate_schedule_steps": run.decay_iters,
+            "warmup_steps_fraction": run.warmup_iters / run.iterations, "enable_checkpointing": True,
+            "checkpoint_period": run.checkpoint_interval}
+
+
+def launch(job: Job, s, run: RunLength | None = None, strict: bool = False) -> Launch:
+    """MaxText's trainer on every host (its README: ``python3 -m MaxText.train CONFIG run_name=...
+    base_output_directory=...``; 0.2.5's module is maxtext.trainers.pre_train.train): on a TPU slice every VM
+    host runs it (``gcloud compute tpus tpu-vm ssh NAME --worker=all --command=...``), across slices xpk starts
+    it on each (``xpk workload create --num-slices S``; the dcn_* axes span them)."""
+    slices = job.cluster.topology.num_domains
+    where = (f"on every host of each of the {slices} slices (xpk workload create --num-slices {slices} "
+             "--command ...)" if slices > 1 else "on every host of the slice (gcloud compute tpus tpu-vm ssh NAME "
+             "--worker=all --command ...)")
+    to_set = ["run_name=NAME and base_output_directory=gs://BUCKET/PATH (outputs and checkpoints)",
+              "the dataset (dataset_type, dataset_path or hf_path)", "the tokenizer (tokenizer_path)",
+              "the learning rate (learning_rate)"]
+    if run is None or run.iterations is None:
+        to_set.append("the run's length (steps, learning_rate_schedule_steps, checkpoint_period: asap emit --tokens "
+                      "N writes them)")
+    return Launch(f"{TRAIN} {CONFIG} run_name=$RUN_NAME base_output_directory=$OUTPUT_DIR", {}, {}, tuple(to_set),
+                  where=where)
 
 
 # base.yml's named tensors of the 'custom' remat policy (each 'remat', 'device' or 'offload')
@@ -126,14 +159,15 @@ def model_keys(model) -> dict:
     return ({"model_name": m.model_name} if m.model_name else {}) | m.keys
 
 
-def emit(job: Job, s) -> str:
+def emit(job: Job, s, run: RunLength | None = None, strict: bool = False) -> str:
     import yaml
 
+    run = run or RunLength()
     m = stock(job.model)
     said = (f"# model_name {m.model_name}: MaxText's own definition has every architecture field of {job.model.name}"
             if m.model_name else f"# custom definition: no MaxText model file has every architecture field of "
                                  f"{job.model.name} (its keys below)")
-    head = (f"# {VERSION}; asap strategy {s}\n{said}\n"
+    head = (f"# {VERSION}; asap strategy {s} (this file: {CONFIG})\n{said}\n"
             f"# schedule={s.schedule}: MaxText's circular pipeline; sp={int(s.sp)}: XLA shards activations on the "
-            "tensor axis itself\n")
-    return head + yaml.safe_dump(config(job, s), sort_keys=False)
+            f"tensor axis itself\n{launch(job, s, run).header()}{run.line()}\n")
+    return head + yaml.safe_dump(config(job, s, run), sort_keys=False)

@@ -20,9 +20,11 @@ from asap.spec.framework import Dispatcher
 from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
 from asap.emit.megatron_model import model_args, router_args
+from asap.emit.launch import Launch, RunLength, rendezvous_to_set, torchrun, torchrun_where
 from asap.spec.job import Job
 
 NAME = "megatron"
+CONFIG = "pretrain_gpt_args.txt"  # the file name the launch line reads the arguments from
 VERSION = "Megatron-LM core_r0.14.0 (megatron/training/arguments.py)"
 SELECTIVE_MODULES = ("core_attn", "layernorm", "moe_act")  # asap.spec.framework.SelectivePolicy.KERNELS
 
@@ -118,11 +120,19 @@ def recompute_args(model, s) -> list[tuple[str, ...]]:
 def precision_args(train) -> list[tuple[str, ...]]:
     """bf16 weights for bf16 and fp8 (Transformer Engine's fp8 GEMMs, E4M3 forward / E5M2 backward, per-tensor
     current scaling: TransformerConfig refuses the default delayed scaling with the layernorm / moe_act
-    recomputation asap's selective recompute is); fp16; fp32 has no flag."""
+    recomputation asap's selective recompute is); fp16; fp32 has no flag. nvfp4: bf16 weights and Transformer
+    Engine's NVFP4BlockScaling recipe on every transformer layer's linear layers (``--fp4-format e2m1
+    --fp4-recipe nvfp4``: TransformerConfig's ``fp4`` / ``fp4_recipe``, megatron-core 0.16 ``fp4_utils.
+    get_fp4_recipe``; ``--first-last-layers-bf16`` stays off, its default, as asap prices every layer in fp4).
+    mxfp4 has no Megatron recipe (``fp4_recipe`` is 'nvfp4' or 'custom'): refused."""
     p = train.precision
-    a: list[tuple[str, ...]] = [("--bf16",)] if p in ("bf16", "fp8") else [("--fp16",)] if p == "fp16" else []
+    if p == "mxfp4":
+        raise refuse("precision", "megatron", "mxfp4 (its fp4 recipe is Transformer Engine's nvfp4)")
+    a: list[tuple[str, ...]] = [("--bf16",)] if p in ("bf16", "fp8", "nvfp4") else [("--fp16",)] if p == "fp16" else []
     if p == "fp8":
         a += [("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise")]
+    if p == "nvfp4":
+        a += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     return a
 
 
@@ -163,13 +173,39 @@ def offload_args(s) -> list[tuple[str, ...]]:
     return [("--optimizer-cpu-offload",), ("--use-precision-aware-optimizer",)] if s.offload_opt else []
 
 
-def emit(job: Job, s) -> str:
+def run_args(run: RunLength) -> list[tuple[str, ...]]:
+    """The budget's length (``asap.emit.launch.run_length``): --train-iters, the cosine schedule's warmup and
+    decay, --save-interval (arguments.py's _add_training_args / _add_learning_rate_args / _add_checkpointing_args)."""
+    if run.iterations is None:
+        return []
+    return [("--train-iters", str(run.iterations)), ("--lr-decay-style", "cosine"),
+            ("--lr-warmup-iters", str(run.warmup_iters)), ("--lr-decay-iters", str(run.decay_iters)),
+            ("--save-interval", str(run.checkpoint_interval))]
+
+
+def launch(job: Job, s, run: RunLength | None = None, strict: bool = False) -> Launch:
+    """Megatron-LM's examples/gpt3/train_gpt3_175b_distributed.sh: ``torchrun $DISTRIBUTED_ARGS pretrain_gpt.py``
+    with CUDA_DEVICE_MAX_CONNECTIONS exported (``max_connections``: what validate_args asks for); ``eval`` keeps
+    the emitted file's quoting and line continuations."""
+    conn = max_connections(s)
+    to_set = ["the dataset (--data-path PREFIX, or --mock-data)",
+              "the tokenizer (--tokenizer-type HuggingFaceTokenizer --tokenizer-model PATH)",
+              "the checkpoint paths (--save DIR --load DIR)", "the learning rate (--lr, --min-lr)"]
+    if run is None or run.iterations is None:
+        to_set.append("the run's length (--train-iters, --lr-warmup-iters, --lr-decay-iters, --save-interval: "
+                      "asap emit --tokens N writes them)")
+    cmd = torchrun(job, f"pretrain_gpt.py $(grep -v '^#' {CONFIG})")
+    return Launch(f'eval "{cmd}"', {"CUDA_DEVICE_MAX_CONNECTIONS": conn} if conn else {},
+                  to_set=tuple(to_set) + rendezvous_to_set(job), where=torchrun_where(job))
+
+
+def emit(job: Job, s, run: RunLength | None = None, strict: bool = False) -> str:
     import shlex
 
-    lines = [" ".join(shlex.quote(x) for x in group) for group in args(job, s)]
-    conn = max_connections(s)
-    env = f" (launch with CUDA_DEVICE_MAX_CONNECTIONS={conn})" if conn else ""
-    return f"# {VERSION}: arguments for pretrain_gpt.py{env}\n" + " \\\n".join(lines) + "\n"
+    run = run or RunLength()
+    lines = [" ".join(shlex.quote(x) for x in group) for group in args(job, s) + run_args(run)]
+    head = f"# {VERSION}: arguments for pretrain_gpt.py (this file: {CONFIG})\n{launch(job, s, run).header()}"
+    return head + run.line() + "\n" + " \\\n".join(lines) + "\n"
 
 
 def max_connections(s) -> str | None:

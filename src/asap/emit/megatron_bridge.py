@@ -26,10 +26,30 @@ from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse
 from asap.emit.megatron import SELECTIVE_MODULES, modules_for, pipeline_layout
 from asap.emit.megatron_model import LLAMA3_FIXED, vocab_divisor
 from asap.spec.framework import Dispatcher
+from asap.emit.launch import (Launch, RunLength, blackwell_or_newer, rendezvous_to_set, torchrun,
+                              torchrun_where)
 from asap.spec.job import Job
 from asap.spec.knobs import Recompute, Schedule
 
 NAME = "megatron-bridge"
+CONFIG = "bridge_config.yaml"  # the file name the launch line reads
+ENTRY = "asap_bridge_pretrain.py"  # the companion entry script (Megatron-Bridge ships recipes, not a YAML trainer)
+ENTRY_TEXT = '''"""Megatron-Bridge 0.3.1 pretraining of the ConfigContainer YAML asap emitted (written by asap emit).
+
+megatron.bridge.training.pretrain.pretrain(config, forward_step) with the GPT forward step
+(megatron.bridge.training.gpt_step.forward_step), the config read by ConfigContainer.from_yaml.
+Launch: torchrun ... asap_bridge_pretrain.py bridge_config.yaml
+"""
+
+import sys
+
+from megatron.bridge.training.config import ConfigContainer
+from megatron.bridge.training.gpt_step import forward_step
+from megatron.bridge.training.pretrain import pretrain
+
+if __name__ == "__main__":
+    pretrain(ConfigContainer.from_yaml(sys.argv[1] if len(sys.argv) > 1 else "bridge_config.yaml"), forward_step)
+'''
 VERSION = "Megatron-Bridge 0.3.1 (megatron.bridge.training.config.ConfigContainer, megatron-core 0.16)"
 PROVIDER_MODULES = {
     "megatron.bridge.models.gpt_provider": ("GPTModelProvider",),
@@ -268,12 +288,25 @@ def ddp_section(train, s) -> dict[str, Any]:
     return d
 
 
-MIXED = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed", "fp32": None}
+PLACEHOLDER_ITERS, PLACEHOLDER_WARMUP = 1000, 10  # without a --tokens budget (said in the header)
+# Bridge's registered recipes (megatron/bridge/training/mixed_precision.py): bf16_with_nvfp4_mixed sets fp4 "e2m1",
+# fp4_recipe "nvfp4" (Transformer Engine's NVFP4BlockScaling) over bf16; mxfp4 has none (refused)
+MIXED = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed", "fp32": None,
+         "nvfp4": "bf16_with_nvfp4_mixed"}
 CFG = "megatron.bridge.training.config"
 
 
-def config(job: Job, s) -> dict[str, Any]:
+def mixed_precision(precision: str) -> str | None:
+    """Bridge's recipe name for a precision (``MIXED``); one Bridge has no recipe for is refused."""
+    if precision not in MIXED:
+        raise refuse("precision", "megatron-bridge", f"{precision} (no mixed-precision recipe of its own)")
+    return MIXED[precision]
+
+
+def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> dict[str, Any]:
     model, train = job.model, job.train
+    run = run or RunLength()
+    iters = run.iterations or PLACEHOLDER_ITERS
     if s.schedule in (Schedule.ZB, Schedule.GPIPE):
         raise refuse("schedule", NAME, f"schedule={s.schedule} (Megatron-Core runs 1F1B or interleaved 1F1B)")
     check_runnable("megatron", "megatron", job, s)
@@ -287,13 +320,14 @@ def config(job: Job, s) -> dict[str, Any]:
         "_target_": f"{CFG}.ConfigContainer",
         "model": model_section,
         "train": {"_target_": f"{CFG}.TrainingConfig", "global_batch_size": train.global_batch,
-                  "micro_batch_size": s.mbs, "train_iters": 1000},
+                  "micro_batch_size": s.mbs, "train_iters": iters},
         "optimizer": {"_target_": "megatron.core.optimizer.OptimizerConfig", "optimizer": "adam", "lr": 3e-4,
-                      "min_lr": 3e-5, "weight_decay": 0.1, "bf16": train.precision in ("bf16", "fp8"),
+                      "min_lr": 3e-5, "weight_decay": 0.1, "bf16": train.precision in ("bf16", "fp8", "nvfp4"),
                       "fp16": train.precision == "fp16", "use_distributed_optimizer": s.zero >= 1,
                       **({"optimizer_cpu_offload": True, "use_precision_aware_optimizer": True} if s.offload_opt
                          else {})},
-        "scheduler": {"_target_": f"{CFG}.SchedulerConfig", "lr_decay_style": "cosine", "lr_warmup_iters": 10},
+        "scheduler": {"_target_": f"{CFG}.SchedulerConfig", "lr_decay_style": "cosine",
+                      "lr_warmup_iters": run.warmup_iters or PLACEHOLDER_WARMUP, "lr_decay_iters": iters},
         "ddp": ddp_section(train, s),
         "dataset": {"_target_": f"{CFG}.GPTDatasetConfig", "random_seed": 1234, "seq_length": train.seq_len,
                     "reset_attention_mask": False, "reset_position_ids": False, "eod_mask_loss": False,
@@ -303,12 +337,37 @@ def config(job: Job, s) -> dict[str, Any]:
         "tokenizer": {"_target_": "megatron.bridge.training.tokenizers.config.TokenizerConfig",
                       "tokenizer_type": "NullTokenizer", "vocab_size": model.vocab_size},
         "checkpoint": {"_target_": f"{CFG}.CheckpointConfig",
-                       "ckpt_format": "fsdp_dtensor" if s.zero >= 2 else "torch_dist"},
-        "mixed_precision": MIXED[train.precision],
+                       "ckpt_format": "fsdp_dtensor" if s.zero >= 2 else "torch_dist",
+                       "save_interval": run.checkpoint_interval or PLACEHOLDER_ITERS},
+        "mixed_precision": mixed_precision(train.precision),
     }
 
 
-def emit(job: Job, s) -> str:
+def max_connections(job: Job, s) -> str:
+    """CUDA_DEVICE_MAX_CONNECTIONS as Megatron-Bridge's PerfEnvPlugin sets it (recipes/run_plugins.py,
+    _set_num_cuda_device_max_connections): 8, 32 with DeepEP; on Blackwell 32 when tensor or context parallelism
+    meets data or pipeline parallelism; before Blackwell 1 with tensor or context parallelism (the communication
+    kernel queued before the GEMM it overlaps) unless the expert all-to-all overlap runs."""
+    conn = 32 if s.dispatcher == Dispatcher.DEDUP and job.model.moe is not None else 8
+    if blackwell_or_newer(job):
+        return "32" if (s.tp > 1 or s.cp > 1) and (s.dp > 1 or s.pp > 1) else str(conn)
+    return "1" if (s.tp > 1 or s.cp > 1) and not s.a2a_overlap else str(conn)
+
+
+def launch(job: Job, s, run: RunLength | None = None, strict: bool = False) -> Launch:
+    """torchrun over the entry script (``ENTRY``: pretrain on the YAML), with the PerfEnvPlugin's
+    CUDA_DEVICE_MAX_CONNECTIONS (``max_connections``)."""
+    to_set = ["the dataset (dataset.blend: [[path prefixes], weights])",
+              "the tokenizer (tokenizer.tokenizer_type HuggingFaceTokenizer, tokenizer.tokenizer_model PATH)",
+              "the checkpoint paths (checkpoint.save, checkpoint.load)", "the learning rate (optimizer.lr, min_lr)"]
+    if run is None or run.iterations is None:
+        to_set.append(f"the run's length (train.train_iters {PLACEHOLDER_ITERS}, scheduler.lr_warmup_iters / "
+                      "lr_decay_iters, checkpoint.save_interval are placeholders: asap emit --tokens N writes them)")
+    return Launch(torchrun(job, f"{ENTRY} {CONFIG}"), {"CUDA_DEVICE_MAX_CONNECTIONS": max_connections(job, s)},
+                  {ENTRY: ENTRY_TEXT}, tuple(to_set) + rendezvous_to_set(job), where=torchrun_where(job))
+
+
+def emit(job: Job, s, run: RunLength | None = None, strict: bool = False) -> str:
     import yaml
 
     model = job.model
@@ -317,8 +376,9 @@ def emit(job: Job, s) -> str:
             f"{model.name}'s" if stock else
             f"# model: custom definition ({target.rsplit('.', 1)[1]} with every field): no Megatron-Bridge provider "
             f"has every architecture field of {model.name}")
-    head = (f"# {VERSION}; asap strategy {s}\n{said}\n# load: ConfigContainer.from_yaml(path); train_iters, the "
-            "optimizer's learning rates, dataset.blend and the tokenizer are yours to set\n")
+    run = run or RunLength()
+    head = (f"# {VERSION}; asap strategy {s} (this file: {CONFIG})\n{said}\n"
+            f"# load: ConfigContainer.from_yaml(path)\n{launch(job, s, run).header()}{run.line()}\n")
     chunks = chunk_layers(model, s)
     assert sum(chunks) == model.num_layers
-    return head + yaml.safe_dump(config(job, s), sort_keys=False)
+    return head + yaml.safe_dump(config(job, s, run), sort_keys=False)

@@ -20,13 +20,15 @@ from __future__ import annotations
 from asap.spec.framework import Dispatcher
 from asap.spec.knobs import Recompute, Schedule
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse, refuse_model
+from asap.emit.launch import Launch, RunLength
 from asap.spec.job import Job
 
 NAME = "mindformers"
+CONFIG = "mindformers.yaml"  # the file name the launch line reads
 VERSION = "MindFormers r1.5.0 (parallel_config, recompute_config)"
 
 
-def config(job: Job, s) -> dict:
+def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> dict:
     model, cluster, train = job.model, job.cluster, job.train
     check_runnable(NAME, "mindspore", job, s)
     check_model(model)
@@ -68,7 +70,37 @@ def config(job: Job, s) -> dict:
         cfg["parallel"]["parallel_optimizer_config"] = {"optimizer_weight_shard_size": s.dp * s.cp // s.dp_replicate}
     if model.moe is not None:
         cfg["moe_config"] = moe_config(model, cluster, s)
-    return cfg
+    return cfg | run_sections(run or RunLength())
+
+
+def run_sections(run: RunLength) -> dict:
+    """The budget's length (configs/*/pretrain_*.yaml): ``lr_schedule`` CosineWithWarmUpLR over total_steps with
+    warmup_steps, and the ``CheckpointMonitor`` callback's save_checkpoint_steps."""
+    if run.iterations is None:
+        return {}
+    return {"lr_schedule": {"type": "CosineWithWarmUpLR", "warmup_steps": run.warmup_iters,
+                            "total_steps": run.decay_iters},
+            "callbacks": [{"type": "MFLossMonitor"},
+                          {"type": "CheckpointMonitor", "save_checkpoint_steps": run.checkpoint_interval}]}
+
+
+def launch(job: Job, s, run: RunLength | None = None, strict: bool = False) -> Launch:
+    """MindFormers' distributed launcher (docs, "Start Tasks": scripts/msrun_launcher.sh over run_mindformer.py,
+    msrun starting one process per device): ``bash scripts/msrun_launcher.sh "run_mindformer.py --config FILE
+    --run_mode train" WORKER_NUM LOCAL_WORKER MASTER_ADDR MASTER_PORT NODE_RANK LOG_DIR JOIN CLUSTER_TIME_OUT``,
+    the same on every node with its NODE_RANK."""
+    c = job.cluster
+    cmd = (f'bash scripts/msrun_launcher.sh "run_mindformer.py --config {CONFIG} --run_mode train" '
+           f"{c.num_devices} {c.devices_per_node} $MASTER_ADDR 8118 $NODE_RANK output/msrun_log False 300")
+    to_set = ["the dataset (train_dataset.data_loader.dataset_dir)", "the tokenizer (processor.tokenizer)",
+              "the output folder (output_dir; checkpoints under it)", "the learning rate (lr_schedule.learning_rate)",
+              "MASTER_ADDR (node 0's address) and NODE_RANK (0 .. nodes-1) on each node"]
+    if run is None or run.iterations is None:
+        to_set.append("the run's length (runner_config.epochs, lr_schedule.total_steps, the CheckpointMonitor's "
+                      "save_checkpoint_steps: asap emit --tokens N writes the last two)")
+    else:
+        to_set.append(f"runner_config.epochs so that the epochs over your dataset make {run.iterations} steps")
+    return Launch(cmd, {}, {}, tuple(to_set), where=f"on each of the {c.nodes} nodes" if c.nodes > 1 else "on the node")
 
 
 def moe_config(model, cluster, s) -> dict:
@@ -171,11 +203,12 @@ def arch(model) -> dict:
     return {"type": "LlamaForCausalLM"}
 
 
-def emit(job: Job, s) -> str:
+def emit(job: Job, s, run: RunLength | None = None, strict: bool = False) -> str:
     import yaml
 
     model = job.model
-    head = f"# {VERSION}; asap strategy {s}\n"
+    run = run or RunLength()
+    head = f"# {VERSION}; asap strategy {s} (this file: {CONFIG})\n{launch(job, s, run).header()}{run.line()}\n"
     if model.moe is not None and s.a2a_overlap:
         head += "# a2a_overlap=1: priced with the expert all-to-all hidden behind expert compute (no config key)\n"
-    return head + yaml.safe_dump(config(job, s), sort_keys=False)
+    return head + yaml.safe_dump(config(job, s, run), sort_keys=False)

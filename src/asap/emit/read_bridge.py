@@ -54,7 +54,7 @@ DATASET_KEYS = ("_target_", "random_seed", "seq_length", "reset_attention_mask",
                 "path_to_cache", "mmap_bin_files", "num_workers", "sequence_length")
 MIXED = {"bf16_mixed": "bf16", "fp16_mixed": "fp16", "bf16_with_fp8_current_scaling_mixed": "fp8",
          "bf16_with_fp8_delayed_scaling_mixed": "fp8", "bf16_with_fp8_subchannel_scaling_mixed": "fp8",
-         "bf16_with_mxfp8_mixed": "fp8", None: "fp32", "32": "fp32"}
+         "bf16_with_mxfp8_mixed": "fp8", "bf16_with_nvfp4_mixed": "nvfp4", None: "fp32", "32": "fp32"}
 
 
 def _section(d: dict, key: str, allowed: tuple[str, ...]) -> dict:
@@ -265,5 +265,5 @@ def bridge_strategy(m: dict, train: dict, ddp: dict, model: ModelSpec, precision
     if ddp.get("grad_reduce_in_fp32") is False and precision != "fp32":
         flags["--grad-reduce-in-bf16"] = []
     if precision != "fp32":
-        flags["--bf16" if precision in ("bf16", "fp8") else "--fp16"] = []
+        flags["--bf16" if precision in ("bf16", "fp8", "nvfp4") else "--fp16"] = []
     return read_strategy(Args(flags), model)

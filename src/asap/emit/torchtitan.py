@@ -22,15 +22,17 @@ from asap.spec.framework import Dispatcher
 from asap.spec.knobs import Recompute
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, recompute_modules, refuse
 from asap.emit.torchtitan_model import model_args
+from asap.emit.launch import Launch, RunLength, rendezvous_to_set, torchrun, torchrun_where
 from asap.spec.job import Job
 
 NAME = "torchtitan"
+CONFIG = "job.toml"  # the file name the launch line reads (--job.config_file)
 VERSION = "torchtitan v0.2.2 (torchtitan/config/job_config.py)"
 SCHEDULES = {("1f1b", False): "1F1B", ("interleaved", True): "Interleaved1F1B", ("zb", True): "InterleavedZeroBubble",
              ("gpipe", False): "GPipe"}
 
 
-def config(job: Job, s) -> dict:
+def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> dict:
     model, train = job.model, job.train
     check_runnable(NAME, NAME, job, s)
     if s.zero == 1:
@@ -42,7 +44,7 @@ def config(job: Job, s) -> dict:
         raise refuse("dispatcher", NAME, f"dispatcher={s.dispatcher} (its MoE dispatch is all-to-all or DeepEP)")
     if model.moe is not None and s.a2a_overlap:
         raise refuse("a2a_overlap", NAME, "a2a_overlap=1 (no expert all-to-all overlap outside DualPipeV)")
-    titan = model_args(model, train.seq_len)
+    titan = model_args(model, train.seq_len, strict)
     looped = s.vpp > 1
     schedule = SCHEDULES.get((s.schedule.label, looped))
     if s.pp > 1 and schedule is None:
@@ -91,21 +93,52 @@ def config(job: Job, s) -> dict:
     out = {"job": {"description": f"asap: {model.name} {s}"}, "model": model_table,
            "training": training, "parallelism": par, "activation_checkpoint": ac, "compile": {"enable": False}}
     assert micro_batches(train, s) >= 1
-    return out
+    return out | run_tables(run or RunLength())
 
 
-def emit(job: Job, s) -> str:
+def run_tables(run: RunLength) -> dict:
+    """The budget's length (job_config.py): [training] steps, [lr_scheduler] warmup_steps with a cosine decay
+    over the remaining steps (decay_ratio unset), [checkpoint] enable and interval."""
+    if run.iterations is None:
+        return {}
+    return {"lr_scheduler": {"warmup_steps": run.warmup_iters, "decay_type": "cosine"},
+            "checkpoint": {"enable": True, "interval": run.checkpoint_interval}}
+
+
+def launch(job: Job, s, run: RunLength | None = None, strict: bool = False) -> Launch:
+    """torchtitan's run_train.sh: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torchrun ... -m
+    torchtitan.train --job.config_file FILE``; a custom flavor runs its registration file in -m's place
+    (``asap.emit.torchtitan_model.registration_file``: it registers, then runs torchtitan.train)."""
+    from asap.emit.torchtitan_model import registration_file
+
+    reg = registration_file(job.model, job.train.seq_len, CONFIG, strict)
+    program = (reg[0] if reg else "-m torchtitan.train") + f" --job.config_file {CONFIG}"
+    to_set = ["the dataset ([training] dataset, dataset_path)", "the tokenizer ([model] hf_assets_path)",
+              "the output folder ([job] dump_folder; checkpoints under it)", "the learning rate ([optimizer] lr)"]
+    if run is None or run.iterations is None:
+        to_set.append("the run's length ([training] steps, [lr_scheduler] warmup_steps, [checkpoint] interval: "
+                      "asap emit --tokens N writes them)")
+    from asap.emit.torchtitan_model import differences
+
+    return Launch(torchrun(job, program), {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                  dict([reg]) if reg else {}, tuple(to_set) + rendezvous_to_set(job), differences(job.model),
+                  torchrun_where(job))
+
+
+def emit(job: Job, s, run: RunLength | None = None, strict: bool = False) -> str:
     from asap.emit.serialize import toml_dumps
 
     model, train = job.model, job.train
-    cfg = config(job, s)
-    head = f"# {VERSION}\n"
-    if not model_args(model, train.seq_len).registered:
+    run = run or RunLength()
+    cfg = config(job, s, run, strict)
+    if run.iterations is not None:
+        cfg["training"]["steps"] = run.iterations
+    head = f"# {VERSION} (this file: {CONFIG})\n"
+    if not model_args(model, train.seq_len, strict).registered:
         head += (f"# [model] custom definition: no torchtitan {cfg['model']['name']} flavor has every architecture "
-                 f"field of {model.name}; register {cfg['model']['flavor']} in the trainer process first,\n"
-                 "# asap.emit.torchtitan_model.register_flavor(name, flavor, args) with "
-                 "model_args_json(model, seq_len)'s fields\n")
+                 f"field of {model.name}: the launch line runs the companion file that registers "
+                 f"{cfg['model']['flavor']} in the trainer process first\n")
     else:
         head += (f"# [model] torchtitan's own {cfg['model']['name']} flavor {cfg['model']['flavor']}: every architecture "
                  f"field equals {model.name}'s\n")
-    return head + toml_dumps(cfg)
+    return head + launch(job, s, run, strict).header() + run.line() + "\n" + toml_dumps(cfg)

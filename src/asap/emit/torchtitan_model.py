@@ -14,9 +14,11 @@ The arguments are compared, every architecture field, with torchtitan's own flav
 dumped by tests/stacks/torchtitan_flavors.py and checked against torchtitan by the tests); a match is named
 (stock torchtitan loads it), otherwise the flavor is ``asap-<model name>`` with its arguments, which the trainer
 process registers (``register_flavor``) before torchtitan builds the model, and the TOML says so.
-MoE: torchtitan 0.2.2 has no load-balancing loss; it balances with the auxiliary-loss-free expert bias
-(``load_balance_coeff``: asap's ``expert_bias`` with its ``expert_bias_update_rate``), so a model that balances
-with a loss is refused (``model.moe.aux_loss_coef``), as are a z-loss and token dropping.
+MoE: torchtitan 0.2.2 has no load-balancing loss, router z-loss or token dropping (``models/moe/moe.py``: it
+balances with the auxiliary-loss-free expert bias, ``load_balance_coeff``: asap's ``expert_bias`` with its
+``expert_bias_update_rate``). A model that balances with a loss is emitted balancing by the expert bias instead
+(torchtitan's default rate, 1e-3), without its z-loss, dropless: each said in a ``differs`` line (``differences``);
+``strict`` refuses it (``model.moe.aux_loss_coef``, ...) instead.
 Refused (``model.<field>``): LayerNorm, learned positions, activations other than SwiGLU, MTP, and every field
 the chosen family has no argument for.
 """
@@ -68,8 +70,9 @@ def family(model) -> str:
     return "qwen3"
 
 
-def check_model(model) -> None:
-    """What no torchtitan family can build, then what the chosen family has no argument for."""
+def check_model(model, strict: bool = True) -> None:
+    """What no torchtitan family can build, then what the chosen family has no argument for (``strict``: and the
+    training settings it lacks, ``differences``)."""
     for fld, bad, why in (("norm", model.norm != "rmsnorm", f"norm={model.norm} (its models use RMSNorm)"),
                           ("position_embedding", model.position_embedding != "rope",
                            f"position_embedding={model.position_embedding} (RoPE only)"),
@@ -79,7 +82,7 @@ def check_model(model) -> None:
                            f"mtp_layers={model.mtp_layers} (v0.2.2 has no multi-token prediction)")):
         if bad:
             raise refuse_model(NAME, fld, why)
-    if model.moe is not None:
+    if model.moe is not None and strict:
         _check_moe(model.moe)
     fam = family(model)
     problems = {"llama3": _llama3_problems, "qwen3": _qwen3_problems, "deepseek_v3": _deepseek_problems,
@@ -98,6 +101,26 @@ def _check_moe(e) -> None:
         raise refuse_model(NAME, "moe.z_loss_coef", f"z_loss_coef={e.z_loss_coef:g} (no router z-loss)")
     if e.capacity_factor is not None:
         raise refuse_model(NAME, "moe.capacity_factor", f"capacity_factor={e.capacity_factor:g} (dropless only)")
+
+
+TORCHTITAN_BALANCE_RATE = 1e-3  # MoEArgs.load_balance_coeff's default (torchtitan/models/moe/moe.py)
+
+
+def differences(model) -> tuple[str, ...]:
+    """The MoE training settings torchtitan 0.2.2 lacks, each with what the emitted job does instead."""
+    e = model.moe
+    if e is None:
+        return ()
+    out = []
+    if e.aux_loss != "none" and e.aux_loss_coef:
+        rate = e.expert_bias_update_rate if e.expert_bias else TORCHTITAN_BALANCE_RATE
+        out.append(f"moe.aux_loss_coef={e.aux_loss_coef:g}: torchtitan 0.2.2 has no load-balancing loss; experts are "
+                   f"balanced by the expert bias instead (load_balance_coeff={rate:g})")
+    if e.z_loss_coef:
+        out.append(f"moe.z_loss_coef={e.z_loss_coef:g}: no router z-loss in torchtitan 0.2.2 (trained without it)")
+    if e.capacity_factor is not None:
+        out.append(f"moe.capacity_factor={e.capacity_factor:g}: torchtitan 0.2.2 is dropless (no token is dropped)")
+    return tuple(out)
 
 
 def _llama3_problems(model):
@@ -148,7 +171,8 @@ def _moe_args(model) -> dict[str, Any]:
             "gate_bias": e.router_bias, "score_before_experts": False,
             "num_expert_groups": e.n_group if e.n_group > 1 else None,
             "num_limited_groups": e.topk_group if e.n_group > 1 else None,
-            "load_balance_coeff": e.expert_bias_update_rate if e.expert_bias else None}
+            "load_balance_coeff": e.expert_bias_update_rate if e.expert_bias else
+            TORCHTITAN_BALANCE_RATE if e.aux_loss != "none" and e.aux_loss_coef else None}
 
 
 def _yarn(model) -> dict[str, Any]:
@@ -248,15 +272,69 @@ def stock_flavor(name: str, args: dict[str, Any]) -> str | None:
     return None
 
 
-def model_args(model, seq_len: int) -> TitanModel:
-    """The [model] name and flavor for ``model``, and the flavor's arguments (refused: ``check_model``)."""
-    check_model(model)
+def model_args(model, seq_len: int, strict: bool = False) -> TitanModel:
+    """The [model] name and flavor for ``model``, and the flavor's arguments (refused: ``check_model``; what
+    torchtitan trains differently: ``differences``, refused under ``strict``)."""
+    check_model(model, strict)
     name = family(model)
     args = BUILDERS[name](model, seq_len)
     known = stock_flavor(name, args)
     if known is not None:
         return TitanModel(name, known, True, {})
     return TitanModel(name, f"asap-{model.name}", False, args)
+
+
+REGISTRATION = '''"""Register the torchtitan flavor {flavor} ({name} family), then run torchtitan's trainer.
+
+Written by asap emit for torchtitan v0.2.2: torchtitan builds its model from get_train_spec("{name}").model_args
+[flavor] (torchtitan/train.py), and no stock {name} flavor has every architecture field of {model}, so this file
+adds the flavor to that table ({module}.{table}) in the trainer process before torchtitan.train reads the job
+config. Launch it where torchtitan's run_train.sh runs ``-m torchtitan.train``:
+    torchrun ... {filename} --job.config_file {config}
+"""
+
+import importlib
+import runpy
+
+NAME, FLAVOR = "{name}", "{flavor}"
+ARGS = {args}
+
+
+def register():
+    module = importlib.import_module("{module}")
+    kwargs = dict(ARGS)
+    if "moe_args" in kwargs:
+        from torchtitan.models.moe import MoEArgs
+
+        kwargs["moe_args"] = MoEArgs(**kwargs["moe_args"])
+    if "rope_scaling_args" in kwargs:
+        from torchtitan.models.llama3.model.args import RoPEScalingArgs
+
+        kwargs["rope_scaling_args"] = RoPEScalingArgs(**kwargs["rope_scaling_args"])
+    getattr(module, "{table}")[FLAVOR] = module.{cls}(**kwargs)
+
+
+register()
+
+if __name__ == "__main__":
+    runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
+'''
+
+
+def registration_file(model, seq_len: int, config: str, strict: bool = False) -> tuple[str, str] | None:
+    """(file name, Python source) of the script that registers ``model``'s custom flavor and then runs
+    ``torchtitan.train`` (None for a stock flavor): the launch line runs it in torchrun's place of ``-m
+    torchtitan.train``, so the registration happens in every trainer process."""
+    import pprint
+
+    t = model_args(model, seq_len, strict)
+    if t.registered:
+        return None
+    module, cls, table = ARGS_CLASSES[t.name]
+    filename = f"asap_register_{''.join(c if c.isalnum() else '_' for c in model.name)}.py"
+    text = REGISTRATION.format(flavor=t.flavor, name=t.name, model=model.name, module=module, table=table, cls=cls,
+                               filename=filename, config=config, args=pprint.pformat(t.args, width=100, sort_dicts=False))
+    return filename, text
 
 
 def model_args_json(model, seq_len: int) -> str:

@@ -171,3 +171,23 @@ def oom_line(stack: str | Stack, text: str) -> str | None:
     start = text.rfind("\n", 0, m.start()) + 1
     end = text.find("\n", m.end())
     return text[start: end if end >= 0 else len(text)].strip()
+
+
+# The peak device memory a stack's log prints, where it prints one: (regex with one group, GiB per unit).
+# torchtitan's metrics line (``memory:  0.12GiB(0.39%)``: the max reserved, components/metrics.py); Megatron-LM's
+# ``report_memory`` (``memory (MB) | allocated: ... | max allocated: 1234.5 | ...``, MiB, megatron/training/
+# utils.py); DeepSpeed's ``see_memory_usage`` (``MA 0.5 GB         Max_MA 0.6 GB``, runtime/utils.py).
+PEAK_MEMORY: dict[Stack, tuple[str, float]] = {
+    Stack.TORCHTITAN: (r"\bmemory:\s*([0-9.]+)GiB", 1.0),
+    Stack.MEGATRON: (r"max allocated:\s*([0-9.]+)", 1.0 / 1024),
+    Stack.DEEPSPEED: (r"Max_MA\s*([0-9.]+)\s*GB", 1.0),
+}
+
+
+def peak_memory_gb(stack: str | Stack, text: str) -> float | None:
+    """The largest peak device memory (GiB) ``stack``'s log printed, or None where it prints none."""
+    rule = PEAK_MEMORY.get(log_format(stack).stack)
+    if rule is None:
+        return None
+    values = [_number(m.group(1)) * rule[1] for m in re.finditer(rule[0], ANSI.sub("", text))]
+    return max(values) if values else None

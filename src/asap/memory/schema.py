@@ -62,8 +62,36 @@ CREATE INDEX audit_by_experiment ON audit(experiment_id);
 CREATE INDEX trials_by_status ON trials(status);
 """
 
+# version 3: measured runs (asap learn: published cases, a stack's own logs, tune trials), each with where it came
+# from; ``run_key`` (the job, the strategy and the measured step, canonical) refuses the same run twice
+_V3 = """
+CREATE TABLE measured_runs (
+    id                    INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_key               TEXT NOT NULL UNIQUE,
+    stack                 TEXT NOT NULL,
+    accelerator           TEXT NOT NULL,
+    accelerator_family    TEXT NOT NULL,
+    cluster_name          TEXT NOT NULL DEFAULT '',
+    devices               INTEGER NOT NULL CHECK (devices > 0),
+    precision             TEXT NOT NULL,
+    job                   TEXT NOT NULL,
+    strategy              TEXT NOT NULL,
+    measured_step_time_s  REAL NOT NULL CHECK (measured_step_time_s > 0),
+    step_time_spread_s    REAL,
+    steps                 INTEGER,
+    peak_memory_gb        REAL,
+    source_kind           TEXT NOT NULL CHECK (source_kind IN ('case', 'log', 'trial')),
+    source_file           TEXT NOT NULL DEFAULT '',
+    source_ref            TEXT NOT NULL DEFAULT '',
+    measured_at           TEXT,
+    added_at              TEXT NOT NULL,
+    trial_id              INTEGER REFERENCES trials(id) ON DELETE SET NULL
+);
+CREATE INDEX measured_runs_by_stack ON measured_runs(stack, accelerator_family)
+"""
+
 # MIGRATIONS[i] takes a file at user_version i to i + 1 (0 is a new, empty file)
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _JSON_TRIAL = ("strategy", "diagnosis", "traces")

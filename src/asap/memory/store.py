@@ -9,12 +9,13 @@ from pathlib import Path
 
 from asap.memory.audit import Audit
 from asap.memory.experiments import Experiments
+from asap.memory.runs import MeasuredRuns
 from asap.memory.schema import BUSY_TIMEOUT_S, default_memory_path
 from asap.memory.trials import Trials
 from asap.errors import AsapError
 
 
-class Memory(Experiments, Trials, Audit):
+class Memory(Experiments, Trials, Audit, MeasuredRuns):
     """The Sharding Memory over one SQLite file. ``Memory.open(path)`` (or ``Memory(path)``); a context manager
     that closes the connection on exit. ``recovered`` lists the trials ``open`` marked killed."""
 
@@ -69,11 +70,12 @@ class Memory(Experiments, Trials, Audit):
     # --- export ---
 
     def export(self, experiment_id: int | None = None) -> dict:
-        """``{experiments, trials, audit}``: everything (or one experiment's), JSON-serialisable (the JSON edge:
-        the rows' ``to_dict``)."""
+        """``{experiments, trials, audit, measured_runs}``: everything (or one experiment's, without the measured
+        runs), JSON-serialisable (the JSON edge: the rows' ``to_dict``)."""
         if experiment_id is None:
             experiments = self.experiments()
         else:
             experiments = [self.get_experiment(experiment_id)]
         return {"experiments": [e.to_dict() for e in experiments],
-                "trials": [t.to_dict() for t in self.trials(experiment_id)], "audit": self.audit(experiment_id)}
+                "trials": [t.to_dict() for t in self.trials(experiment_id)], "audit": self.audit(experiment_id),
+                **({"measured_runs": [r.to_dict() for r in self.measured_runs()]} if experiment_id is None else {})}

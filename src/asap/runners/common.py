@@ -18,6 +18,10 @@ from asap.spec.words import FailureKind
 from asap.subprocs import wait_or_kill
 
 RUN_PRECISIONS = ("fp32", "bf16")
+BACKENDS = ("torch", "jax")  # asap run --backend: the reference trainer on torchrun, or JAX meshes
+DEVICE_REQUESTS = ("auto", "cpu", "cuda")  # auto: CUDA when there are GPUs
+# the PyTorch the quick start installs (README), as its CPU build: PyPI's Linux torch wheel is the CUDA one
+TORCH_CPU_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu (the CPU build)"
 
 
 def failure_kind(text: str) -> FailureKind:

@@ -50,28 +50,48 @@ def fitting_next(job: Job, pins: dict[str, Any], margin_gb: float | None = None,
     return FittingNext({}, c.num_devices * 2 ** NEXT_DEVICE_DOUBLINGS, None, job)
 
 
-def emit_strategy(fmt: str, job: Job, strategy) -> str:
+def emit_strategy(fmt: str, job: Job, strategy, strict: bool = False, tokens: float | None = None) -> str:
     """Complete and check ``strategy`` as ``asap estimate`` does for ``job`` (one that names no framework is
     completed with the format's), then emit it in format ``fmt``."""
+    return emitted_job(fmt, job, strategy, tokens, strict)["text"]
+
+
+def emitted_job(fmt: str, job: Job, strategy, tokens: float | None = None, strict: bool = False) -> dict[str, Any]:
+    """``{format, text, config_file, files: {name: text}, launch: {...}, run: {...}}``: the config of ``strategy``
+    completed as ``emit_strategy`` does, ``tokens`` long (its steps, schedule and checkpoint interval from the
+    budget and the estimated step time: ``asap.emit.launch.run_length``), with its launch and companion files."""
+    from dataclasses import asdict
+
+    from asap.cost.estimate import estimate
+    from asap.emit import config_name, launch
+    from asap.emit.launch import run_length
+
     check_format(fmt)
     if job.train.framework is None:
         job = job.with_train(replace(job.train, framework=FRAMEWORK_OF[fmt]))
-    s = estimate_spelled(job, strategy).strategy if isinstance(strategy, (str, dict, type(None))) else strategy
-    return emit(fmt, job, s)
+    spelled = isinstance(strategy, (str, dict, type(None)))
+    est = estimate_spelled(job, strategy) if spelled else estimate(job, strategy) if tokens is not None else None
+    s = est.strategy if spelled and est is not None else strategy
+    run = run_length(job.train, tokens, est.step_time_s if est is not None else None)
+    text = emit(fmt, job, s, run, strict)
+    ln = launch(fmt, job, s, run, strict)
+    return {"format": fmt, "text": text, "config_file": config_name(fmt), "files": dict(ln.files),
+            "launch": ln.to_dict(), "run": {k: v for k, v in asdict(run).items() if v is not None}}
 
 
-def emit_best(fmt: str, job: Job, candidates: list[Estimate]) -> dict[str, Any]:
-    """The first of the planned ``candidates`` (fastest first) the format can express, in its own options: its
-    ``text``, ``strategy_string`` and the faster candidates ``skipped`` with the reason."""
+def emit_best(fmt: str, job: Job, candidates: list[Estimate], tokens: float | None = None) -> dict[str, Any]:
+    """The first of the planned ``candidates`` (fastest first) the format can express, in its own options
+    (``emitted_job``, ``tokens`` long): its ``text``, launch, ``strategy_string`` and the faster candidates
+    ``skipped`` with the reason."""
     if not candidates:
         raise AsapError("emit", "no fitting candidate to emit")
     skipped = []
     for e in candidates:
         try:
-            text = emit_strategy(fmt, job, e.strategy)
+            emitted = emitted_job(fmt, job, e.strategy, tokens)
         except AsapError as err:
             skipped.append({"strategy_string": str(e.strategy), "reason": str(err)})
             continue
-        return {"format": fmt, "text": text, "strategy_string": str(e.strategy), "skipped": skipped}
+        return {**emitted, "strategy_string": str(e.strategy), "skipped": skipped}
     raise AsapError("emit", f"none of the {len(candidates)} best candidates can be written as {fmt}: "
                             f"{skipped[0]['reason']}")

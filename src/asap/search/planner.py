@@ -96,6 +96,8 @@ class PlanResult:
     stop_reason: str | None = None
     device_memory_gb: float = math.inf  # the device memory the driver reports (GiB)
     headroom_gb: float = 0.0  # kept free below it (``--memory-margin``; ``plan_headroom``)
+    # which input the #1 leans on (``asap.search.sensitivity.sensitivity``; the CLI sets it)
+    sensitivity: dict[str, Any] | None = None
 
     @property
     def memory_limit_gb(self) -> float:
@@ -103,8 +105,8 @@ class PlanResult:
         return self.device_memory_gb - self.headroom_gb
 
     def ties(self) -> list[bool]:
-        """Whether each candidate's margin over the best is within the uncertainty of the terms in which they
-        differ (``asap.cost.bands.indistinguishable``): the model cannot tell them apart."""
+        """Whether each candidate's 80% interval overlaps the best's by more than half
+        (``asap.cost.bands.indistinguishable``): the model cannot tell them apart."""
         if not self.candidates:
             return []
         best = self.candidates[0]
@@ -139,6 +141,7 @@ class PlanResult:
             "device_memory_gb": self.device_memory_gb,
             "headroom_gb": self.headroom_gb,
             "memory_limit_gb": self.memory_limit_gb,
+            "sensitivity": self.sensitivity,
         }
 
 

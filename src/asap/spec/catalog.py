@@ -137,7 +137,8 @@ CATALOG: dict[str, Accelerator] = {
         _acc(name="gb300", family="blackwell", peak_tflops={"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 15000}, hbm_gb=288,
              hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=4, scale_up_domain=72,
              host_mem_capacity_gb=240, host_link_gbps=225, host_mem_gbps=256,
-             efficiency=ultra_variant(FAMILIES["blackwell"], board_power_w=1400, sibling_board_power_w=1200),
+             efficiency=ultra_variant(FAMILIES["blackwell"], board_power_w=1400, sibling_board_power_w=1200,
+                                      fp4_peak_gain=15000 / 10000),  # GB300 over GB200 NVL72 dense NVFP4
              source="NVIDIA GB300 NVL72 datasheet"),
         # NVIDIA GH200 Grace Hopper superchip datasheet: the H100's compute, 96 GB HBM3 at 4 TB/s, NVLink-C2C 900
         # GB/s bidirectional to one Grace with 480 GB LPDDR5X at up to 512 GB/s; quad-GH200 nodes (CSCS Alps):
@@ -176,7 +177,8 @@ CATALOG: dict[str, Accelerator] = {
         _acc(name="b300", family="blackwell", peak_tflops={"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp4": 13500},
              hbm_gb=288, hbm_gbps=8000, intra_node_gbps=900, inter_node_gbps=100, devices_per_node=8,
              scale_up_domain=8, host_mem_capacity_gb=512, host_link_gbps=64, host_mem_gbps=90,
-             efficiency=ultra_variant(FAMILIES["blackwell"], board_power_w=1100, sibling_board_power_w=1000),
+             efficiency=ultra_variant(FAMILIES["blackwell"], board_power_w=1100, sibling_board_power_w=1000,
+                                      fp4_peak_gain=13500 / 9000),  # HGX B300 over HGX B200 dense NVFP4
              source="NVIDIA HGX B300 / Blackwell Ultra datasheet"),
         # TPUs (Google Cloud TPU system architecture docs; 'How to Scale Your Model' (JAX scaling book) table of
         # TPU specs): ICI link bandwidth one-way per link. A TPU VM host holds 4 chips (devices_per_node); an

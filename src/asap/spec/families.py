@@ -68,6 +68,13 @@ class Family:
     sync_s: the wait of one blocking collective call beyond its transfer and latency: what a rank waits for
         peers that are descheduled when processes outnumber cores; 0 on dedicated devices; measured by
         ``asap calibrate``.
+    fp4_power_share: the share of the nominal fp4 (NVFP4/MXFP4) peak the part sustains beside its fp8 rate
+        (``fp8_gemm_efficiency`` applies to both). 1 where the fp4 peak is the fp8 tensor path at twice the
+        rate for the same energy per cycle (Blackwell: 10 PF fp4 against 5 PF fp8 on GB200). Blackwell Ultra's
+        NVFP4 peak is 1.5x its sibling's at the same SMs and the same fp8 peak (GB300 NVL72 datasheet: 15 PF
+        dense per GPU against GB200's 10); the denser fp4 math draws that much more energy per cycle, and a part
+        that runs power-capped below its boost clock (``ultra_variant``) sustains the rate its power buys:
+        1 / 1.5 of the nominal fp4 peak, on top of the board-power gain ``ultra_variant`` already gives.
     tp_overlap: fraction of tensor-parallel communication hidden behind the neighbouring GEMMs by the
         generation's usual stack (Megatron-Core --tp-comm-overlap with Transformer Engine userbuffers and
         torchtitan's async TP on Hopper; none in the 2021-22 Megatron-LM that A100 runs used, Korthikanti 2022
@@ -96,6 +103,7 @@ class Family:
     dtensor_op_s: float = 20e-6
     dtensor_call_s: float = 0.0
     sync_s: float = 0.0
+    fp4_power_share: float = 1.0
     # the host runs ahead of an accelerator (kernels queue; the host only shows where it is slower than the
     # device); a CPU runs its operators on the host itself, so host and compute add up
     async_host: bool = True
@@ -235,12 +243,15 @@ REFERENCE_HEAD_DIM = 128.0  # the head dim ``attention_efficiency`` is quoted at
 #   head-dim units) d_half halves, so at the reference head dim 128 the kernel runs (128 + d_half) /
 #   (128 + d_half / 2) faster (1.17 at Hopper's d_half 54).
 # HBM-bound kernels keep their rate (the same 8 TB/s HBM3e).
-def ultra_variant(fam: Family, board_power_w: float, sibling_board_power_w: float) -> Family:
+def ultra_variant(fam: Family, board_power_w: float, sibling_board_power_w: float,
+                  fp4_peak_gain: float = 1.0) -> Family:
     """A Blackwell Ultra part's constants from its Blackwell sibling family's: GEMM and attention rates scaled by
-    the board-power ratio, the attention's softmax share halved (the comment above)."""
+    the board-power ratio, the attention's softmax share halved (the comment above); ``fp4_peak_gain`` its
+    nominal fp4 peak over its sibling's, which the power cap does not sustain (``Family.fp4_power_share``)."""
     gain = board_power_w / sibling_board_power_w
     d_half = fam.attention_half_head_dim
     sfu = (REFERENCE_HEAD_DIM + d_half) / (REFERENCE_HEAD_DIM + d_half / 2.0)
     return replace(fam, gemm_efficiency=fam.gemm_efficiency * gain, fp8_gemm_efficiency=fam.fp8_gemm_efficiency * gain,
-                   attention_efficiency=fam.attention_efficiency * gain * sfu, attention_half_head_dim=d_half / 2.0)
+                   attention_efficiency=fam.attention_efficiency * gain * sfu, attention_half_head_dim=d_half / 2.0,
+                   fp4_power_share=fam.fp4_power_share / fp4_peak_gain)
 

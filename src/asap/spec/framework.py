@@ -345,6 +345,12 @@ class Framework:
     # the ZeRO stages the stack combines with hybrid sharding (``dp_replicate`` > 1; module docstring); ():
     # none
     hsdp_zero: tuple[int, ...] = ()
+    # torch's DistributedDataParallel for zero 0 and 1 (the reference trainer's ``apply_ddp``; torchtitan's
+    # ``replicate(model, bucket_cap_mb=100)``): the Reducer allocates its buckets as flat tensors of their own
+    # and copies each gradient in (``gradient_as_bucket_view`` False, the default: torch/nn/parallel/
+    # distributed.py), so the gradients are held twice, ``param.grad`` and the bucket. Megatron-Core's
+    # contiguous grad buffer (``main_grad``) and DeepSpeed's partitions are the one copy.
+    ddp_bucket_copy: bool = False
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -407,7 +413,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               attention_kernel=AttentionKernel.SDPA,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
-              round_robin_balance=True, hsdp_zero=(2, 3)),
+              round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -441,7 +447,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
-              attention_kernel=AttentionKernel.SDPA),
+              attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs

@@ -11,6 +11,7 @@ the families' constants in ``asap.spec.families`` (``Family``, ``FAMILIES``); bo
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -21,6 +22,7 @@ from asap.errors import AsapError
 from asap.spec.calibration_file import validate_measured
 from asap.spec.catalog import CATALOG, MEMORY_VARIANTS, Accelerator, get_accelerator
 from asap.spec.families import EFFICIENCY_KEYS, FAMILIES, ZERO_ALLOWED_KEYS, Family
+from asap.spec.kernel_table import load_kernel_table, packaged_table
 from asap.spec.topology import Topology, topology_of
 
 
@@ -99,9 +101,11 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
     "gb200-nvl72": {"accelerator": "gb200", "devices_per_node": 4, "nodes": 18},  # one rack: 18 trays of 4
     "gb300-nvl72": {"accelerator": "gb300", "devices_per_node": 4, "nodes": 18},
     "mi300x-8node": {"accelerator": "mi300x", "devices_per_node": 8, "nodes": 8},
-    "tpu-v5p-256chip": {"accelerator": "tpu-v5p", "devices_per_node": 4, "nodes": 64},  # one slice: 64 hosts of 4
-    "tpu-v5e-256chip": {"accelerator": "tpu-v5e", "devices_per_node": 4, "nodes": 64},
-    "tpu-v6e-256chip": {"accelerator": "tpu-v6e", "devices_per_node": 4, "nodes": 64},
+    # TPU slices as Google names them (``tpu_slice``): v5p-512 is 256 chips (v4 and v5p names count TensorCores,
+    # 2 per chip), v5e-256 and v6e-256 are 256 chips (their names count chips); one slice: 64 hosts of 4
+    "v5p-512": {"accelerator": "tpu-v5p", "devices_per_node": 4, "nodes": 64},
+    "v5e-256": {"accelerator": "tpu-v5e", "devices_per_node": 4, "nodes": 64},
+    "v6e-256": {"accelerator": "tpu-v6e", "devices_per_node": 4, "nodes": 64},
     "ascend-910b-64node": {"accelerator": "ascend-910b", "devices_per_node": 8, "nodes": 64},
     # one CloudMatrix384 supernode: 48 servers of 8 Ascend 910C NPUs, 16 dies (devices) each: 768 devices
     "ascend-910c-384npu": {"accelerator": "ascend-910c", "devices_per_node": 16, "nodes": 48},
@@ -111,10 +115,43 @@ CLUSTER_PRESETS: dict[str, dict[str, Any]] = {
 CLUSTER_ALIASES: dict[str, str] = {
     "dgx-a100-1": "dgx-a100-1node", "dgx-a100-8": "dgx-a100-8node", "dgx-h100-1": "dgx-h100-1node",
     "dgx-h100-8": "dgx-h100-8node", "dgx-h100-64": "dgx-h100-64node", "h800-256": "h800-256node",
-    "h200-8": "h200-8node", "b200-8": "b200-8node", "mi300x-8": "mi300x-8node", "tpu-v5p-256": "tpu-v5p-256chip",
-    "tpu-v5e-256": "tpu-v5e-256chip", "tpu-v6e-256": "tpu-v6e-256chip", "ascend-910b-64": "ascend-910b-64node",
+    "h200-8": "h200-8node", "b200-8": "b200-8node", "mi300x-8": "mi300x-8node", "tpu-v5p-256chip": "v5p-512",
+    "tpu-v5e-256chip": "v5e-256", "tpu-v6e-256chip": "v6e-256", "tpu-v5e-256": "v5e-256", "tpu-v6e-256": "v6e-256",
+    "ascend-910b-64": "ascend-910b-64node",
     "ascend-910c-384": "ascend-910c-384npu", "cloudmatrix384": "ascend-910c-384npu",
 }
+# Names whose meaning changed: refused with the names that say what they meant (one line, exit 2)
+RETIRED_CLUSTERS: dict[str, str] = {
+    "tpu-v5p-256": "asap's earlier name for 256 v5p chips; Google's v5p-256 is 128 chips (256 TensorCores): say "
+                   "v5p-512 for 256 chips, v5p-256 for 128",
+}
+# Google's slice names (cloud.google.com/tpu/docs, "TPU versions"): the number counts TensorCores for v4 and v5p
+# (two per chip: v5p-256 is 128 chips) and chips for v5e (v5litepod) and v6e. (accelerator, cores per chip)
+TPU_GENERATIONS: dict[str, tuple[str, int]] = {"v4": ("tpu-v4", 2), "v5p": ("tpu-v5p", 2), "v5e": ("tpu-v5e", 1),
+                                              "v5litepod": ("tpu-v5e", 1), "v6e": ("tpu-v6e", 1)}
+_TPU_SLICE = re.compile(r"^(?:tpu-)?(v4|v5p|v5e|v5litepod|v6e)-(\d+)$")
+
+
+def tpu_slice(name: str) -> dict[str, Any] | None:
+    """The cluster of a Google slice name (``v5p-256``: 128 chips in 32 hosts of 4), None for other names."""
+    m = _TPU_SLICE.match(name)
+    if m is None:
+        return None
+    accelerator, cores_per_chip = TPU_GENERATIONS[m.group(1)]
+    count = int(m.group(2))
+    chips, odd = divmod(count, cores_per_chip)
+    unit = "TensorCores (2 per chip)" if cores_per_chip == 2 else "chips"
+    host = CATALOG[accelerator].devices_per_node
+    pod = CATALOG[accelerator].scale_up_domain
+    if odd or chips == 0 or (chips > host and chips % host):
+        raise AsapError("cluster", f"{name}: {m.group(2)} {unit} is not a slice (whole hosts of {host} chips)")
+    if chips > pod:
+        raise AsapError("cluster", f"{name}: {chips} chips is more than one {m.group(1)} pod ({pod} chips): take "
+                                   f"several slices with --slices N")
+    # one ICI domain (the catalog's pod-wide default): --nodes grows the slice, --slices adds slices
+    return {"accelerator": accelerator, "devices_per_node": min(host, chips), "nodes": max(chips // host, 1)}
+
+
 # Every catalog accelerator is also a preset of its own name: one scale-up domain of at most 256 devices (an
 # HGX server, an NVL72 rack, a 256-chip TPU slice, 256 dies (128 NPUs) of a CloudMatrix384).
 _PRESET_MAX_DEVICES = 256
@@ -153,7 +190,7 @@ MAX_SCALE_UP_DOMAIN = 1 << 20
 
 
 _CLUSTER_KEYS = {"accelerator", "devices_per_node", "nodes", "scale_up_domain", "hbm_gb", "hbm_gbps",
-                 "intra_node_gbps", "inter_node_gbps", "name", "efficiency", "measured"}
+                 "intra_node_gbps", "inter_node_gbps", "name", "efficiency", "measured", "kernel_table"}
 # A catalog part sold with other memory stacks (``hbm_gb``) may run them at another rate (``hbm_gbps``): Meta's
 # Grand Teton H100s, on which torchtitan's published benchmarks ran, carry 96 GB of HBM2e at 2.4 TB/s against the
 # catalog H100 SXM's 80 GB of HBM3 at 3.35 TB/s (torchtitan docs/performance.md); every memory-bound kernel and
@@ -190,6 +227,10 @@ def cluster_from_dict(d: Any, name: str = "") -> Cluster:
         overrides["hbm_total_gb"] = 0.0
         variant = MEMORY_VARIANTS.get((acc.name, overrides["hbm_gb"]))  # sold with this memory as another part
         acc = get_accelerator(variant) if variant else acc
+    table = load_kernel_table(d["kernel_table"]) if d.get("kernel_table") else packaged_table(acc.name)
+    if table is not None:  # measured kernel rates (asap.spec.kernel_table) before a file's own constants
+        acc = replace(acc, efficiency=efficiency_from_dict(table["efficiency"], acc.family_constants,
+                                                           "cluster.kernel_table.efficiency"))
     if d.get("efficiency") is not None:
         overrides["efficiency"] = efficiency_from_dict(d["efficiency"], acc.family_constants, "cluster.efficiency")
     if overrides:
@@ -293,7 +334,8 @@ def cpu_share(acc: Accelerator, measured: Mapping[str, Any], devices: int) -> Ac
                    hbm_gbps=acc.hbm_gbps * f_compute, efficiency=eff)
 
 
-def load_cluster(spec: str | dict | Cluster, nodes: int | None = None, devices: int | None = None) -> Cluster:
+def load_cluster(spec: str | dict | Cluster, nodes: int | None = None, devices: int | None = None,
+                 slices: int | None = None) -> Cluster:
     """A preset name, a catalog accelerator name, a YAML/JSON file path, or a mapping; then --nodes/--devices."""
     from asap.spec.files import read_mapping
 
@@ -304,8 +346,13 @@ def load_cluster(spec: str | dict | Cluster, nodes: int | None = None, devices: 
     else:
         text = str(spec)
         key = CLUSTER_ALIASES.get(text.lower(), text.lower())
+        if key in RETIRED_CLUSTERS:
+            raise AsapError("cluster", f"'{text}' is {RETIRED_CLUSTERS[key]}")
+        google = tpu_slice(key) if key not in CLUSTER_PRESETS else None
         if key in CLUSTER_PRESETS:
             cluster = cluster_from_dict(CLUSTER_PRESETS[key], name=key)
+        elif google is not None:
+            cluster = cluster_from_dict(google, name=key)
         elif Path(text).exists():
             cluster = cluster_from_dict(read_mapping(Path(text), "cluster"), name=Path(text).stem)
         else:
@@ -318,4 +365,15 @@ def load_cluster(spec: str | dict | Cluster, nodes: int | None = None, devices: 
         cluster = replace(cluster, nodes=_positive_int(nodes, "nodes", MAX_DEVICES // cluster.devices_per_node))
     if devices is not None:
         cluster = cluster.with_devices(_positive_int(devices, "devices", MAX_DEVICES))
+    if slices is not None:
+        cluster = with_slices(cluster, _positive_int(slices, "slices", MAX_DEVICES // cluster.num_devices))
     return cluster
+
+
+def with_slices(cluster: Cluster, slices: int) -> Cluster:
+    """``slices`` copies of ``cluster`` joined by the scale-out network (TPU multislice: DCN between the slices'
+    ICI domains; GPUs: racks or pods over the data-centre network): each copy keeps its own scale-up domain, at
+    most the devices of one copy."""
+    domain = min(cluster.scale_up_domain, cluster.num_devices)
+    return replace(cluster, nodes=cluster.nodes * slices, scale_up_domain=domain,
+                   name=f"{slices}x {cluster.name}" if cluster.name and slices > 1 else cluster.name)

@@ -9,7 +9,7 @@ as ``job.framework`` instead of looking it up again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from asap.spec.framework import Framework, get_framework
 from asap.spec.hardware import Cluster, load_cluster
@@ -24,6 +24,11 @@ class Job:
     cluster: Cluster
     train: TrainSpec
     framework: Framework  # the stack TrainSpec.framework names, else the accelerator family's default
+    # the user's measured runs that corrected this job's cluster (asap.cost.learning.Learned.apply_job): how many,
+    # and their relative residuals' spread after the correction; the prediction interval narrows toward them
+    # (asap.cost.bands.shrink_to_learned)
+    learned_runs: int = 0
+    learned_spread: float | None = None
 
     @classmethod
     def resolve(cls, model: ModelSpec, cluster: Cluster, train: TrainSpec) -> "Job":
@@ -51,7 +56,8 @@ class Job:
 
     def with_train(self, train: TrainSpec) -> "Job":
         """The same model and cluster trained as ``train`` (its framework resolved again)."""
-        return Job.resolve(self.model, self.cluster, train)
+        resolved = Job.resolve(self.model, self.cluster, train)
+        return replace(resolved, learned_runs=self.learned_runs, learned_spread=self.learned_spread)
 
     @property
     def devices(self) -> int:

@@ -278,7 +278,9 @@ def check_host_memory(c: RunConfig) -> None:
 
 
 def detect_device(requested: str = "auto", nproc: int = 1) -> str:
-    if requested not in ("auto", "cpu", "cuda"):
+    from asap.runners.common import DEVICE_REQUESTS
+
+    if requested not in DEVICE_REQUESTS:
         raise AsapError("device", f"must be auto, cpu or cuda, got {requested!r}")
     if requested == "cpu":
         return "cpu"

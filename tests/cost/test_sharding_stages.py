@@ -1,0 +1,93 @@
+"""Each stack's sharding stages as the stack allocates them (issue 45.1), hand figures on Llama 3 70B
+(70,553,706,496 parameters; a block 855,654,400: attention 2 x 8192^2 + 2 x 8192 x 1024, SwiGLU 3 x 8192 x 28672,
+two norms) on 8 DGX H100 nodes (64 GPUs), 256 x 8192 tokens.
+
+- FSDP2 without resharding (torchtitan ``fsdp_reshard_after_forward = "never"``, ``apply_fsdp``'s "never"
+  policy; the reference trainer's ``fully_shard(reshard_after_forward=False)``): every block's unsharded bf16
+  parameters live from its forward to its backward (``FSDPParamGroup.post_forward`` reshards only when
+  ``_reshard_after_forward``), so at the end of the forward the whole model: 2 B x 70.55e9 = 131.42 GiB.
+- FSDP2 resharding (zero 3): two blocks gathered (the one computing and the one prefetched), 2 x 2 B x 855.65e6.
+- DeepSpeed ZeRO-2 (``stage_1_and_2.py``): the 16-bit parameters stay whole (2 B x P), the fp32 gradients and
+  optimizer states are partitioned; ZeRO-3 (``stage3.py``): the largest submodule (a third of a block) plus the
+  prefetch bucket (``stage3_prefetch_bucket_size`` 5e7 parameters) gathered, in bf16.
+- Megatron-Core's distributed optimizer (zero 1): bf16 parameters and the fp32 main-grad buffer whole, the
+  fp32 master and Adam states (12 B) sharded over dp.
+"""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from asap.cli import _register_commands, app
+from asap.cli.common import JobOptions
+from asap.cost.estimate import estimate_spelled
+
+GIB = 2 ** 30
+PARAMS = 70_553_706_496
+BLOCK = 855_654_400
+
+
+def job(framework):
+    return JobOptions("llama3-70b", "dgx-h100-8node", 256, 8192, "bf16", framework=framework).load()
+
+
+def test_the_hand_counts_are_the_model_s():
+    j = job("torchtitan")
+    assert j.model.num_params() == PARAMS
+    h, ffn, kv = 8192, 28672, 1024
+    assert 2 * h * h + 2 * h * kv + 3 * h * ffn + 2 * h == BLOCK
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "asap"])
+def test_fsdp2_without_resharding_holds_every_block_gathered(framework):
+    e = estimate_spelled(job(framework), "cp=4,zero=2")  # dp 16 x cp 4 = 64 shards
+    assert e.memory_gb["weights"] == pytest.approx(2 * PARAMS / GIB, rel=1e-4)  # 131.42 GiB
+    assert e.memory_gb["grads"] == pytest.approx(4 * PARAMS / 64 / GIB, rel=1e-4)
+    assert e.memory_gb["optimizer"] == pytest.approx(12 * PARAMS / 64 / GIB, rel=1e-4)
+    assert not e.fits
+
+
+def test_fsdp2_resharding_gathers_two_blocks():
+    e = estimate_spelled(job("torchtitan"), "cp=4,zero=3")
+    # no 16-bit copy beside FSDP2's fp32 shards: only the two gathered blocks
+    assert e.memory_gb["weights"] == pytest.approx(2 * 2 * BLOCK / GIB, rel=1e-4)  # 3.19 GiB
+    assert e.fits
+
+
+def test_the_gathered_weights_count_in_the_allocator_reserve():
+    two, three = (estimate_spelled(job("torchtitan"), f"cp=4,zero={z}") for z in (2, 3))
+    extra = two.memory_gb["allowance"] - three.memory_gb["allowance"]
+    # torchtitan's reserve is 10% of what the step allocates and frees
+    assert extra == pytest.approx(0.10 * (two.memory_gb["weights"] - three.memory_gb["weights"]), rel=1e-3)
+
+
+def test_deepspeed_stages():
+    two = estimate_spelled(job("deepspeed"), "zero=2,recompute=full")
+    three = estimate_spelled(job("deepspeed"), "zero=3,recompute=full")
+    assert two.memory_gb["weights"] == pytest.approx(2 * PARAMS / GIB, rel=1e-4)
+    assert two.memory_gb["grads"] == pytest.approx(4 * PARAMS / 64 / GIB, rel=1e-4)
+    gathered = 2 * (BLOCK / 3 + 5e7)
+    assert three.memory_gb["weights"] == pytest.approx((2 * PARAMS / 64 + gathered) / GIB, rel=1e-4)
+
+
+def test_megatron_distributed_optimizer():
+    e = estimate_spelled(job("megatron"), "tp=8,pp=2,zero=1")  # dp 4; a stage holds half the layers
+    w, g, o = (e.memory_gb[k] for k in ("weights", "grads", "optimizer"))
+    assert g == pytest.approx(2 * w, rel=1e-6)  # 4 B fp32 main grads beside 2 B bf16 weights, both whole
+    assert o == pytest.approx(12 / 4 * w / 2, rel=1e-6)  # 12 B over dp=4
+
+
+def test_plan_does_not_rank_a_zero2_that_cannot_fit():
+    """``plan`` ranked ``cp4 zero2`` #1 at 65.1 GiB before FSDP2's unsharded blocks were counted."""
+    _register_commands()
+    out = CliRunner().invoke(app, ["plan", "-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "256", "-s", "8192",
+                                   "--framework", "torchtitan", "--top", "5", "--json"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.stdout)["candidates"]
+    assert rows and all(r["strategy"]["zero"] != 2 for r in rows), [r["strategy_compact"] for r in rows]
+    # zero 2 fits an 8B (16 GB of bf16 blocks) and is priced with them
+    j = JobOptions("llama3-8b", "dgx-h100-8node", 256, 8192, "bf16", framework="torchtitan").load()
+    two, three = (estimate_spelled(j, f"zero={z}") for z in (2, 3))
+    assert two.memory_gb["weights"] == pytest.approx(2 * j.model.num_params() / GIB, rel=1e-4)
+    assert two.peak_memory_gb > three.peak_memory_gb + 13.0
