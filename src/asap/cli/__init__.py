@@ -38,13 +38,25 @@ def _flags_without_type() -> None:
     patched.display_type_rich = display_type_rich
 
 
-def register_commands() -> None:
-    """Add every command to ``app`` (each module registers its own on import): what ``main`` does first, and
-    what an in-process caller (``typer.testing.CliRunner``) does before invoking ``app``."""
-    from asap.cli import estimate as _estimate  # noqa: F401
+# which module registers each command: ``main`` imports only the one it runs (a command module pulls in its
+# part of the API, and the others' imports would be start-up time spent on nothing); help, a bare ``asap`` and
+# an unknown name import them all (tests/cli/test_cli_lazy_commands.py keeps this table equal to the commands)
+COMMAND_MODULES: dict[str, str] = {
+    "estimate": "estimate", "validate": "estimate", "presets": "estimate", "diagnose": "diagnose", "run": "run",
+    "plan": "plan", "compare": "compare", "schedule": "schedule", "calibrate": "calibrate", "memory": "memory",
+    "propose": "agents", "tune": "agents", "balance": "balance", "emit": "emit", "align": "align", "read": "read",
+    "learn": "learn",
+}
+_OPTIONAL = ("diagnose", "run", "plan", "compare", "schedule", "calibrate", "memory", "agents", "balance", "emit",
+             "align", "read", "learn")
 
-    for optional in ("diagnose", "run", "plan", "compare", "schedule", "calibrate", "memory", "agents", "balance",
-                     "emit", "align", "read", "learn"):
+
+def register_commands(command: str | None = None) -> None:
+    """Add the commands to ``app`` (each module registers its own on import): every command, what ``main`` does
+    for help and what an in-process caller (``typer.testing.CliRunner``) does before invoking ``app``; with
+    ``command`` (a name in ``COMMAND_MODULES``), only the module that registers it."""
+    modules = (COMMAND_MODULES[command],) if command in COMMAND_MODULES else ("estimate", *_OPTIONAL)
+    for optional in modules:
         try:
             __import__(f"asap.cli.{optional}")
         except ModuleNotFoundError as e:
@@ -52,11 +64,18 @@ def register_commands() -> None:
                 raise
 
 
+def command_named(argv: list[str] | None) -> str | None:
+    """The command ``argv`` (``sys.argv[1:]`` when None) runs: its first word that is not an option (the root
+    takes only ``--help`` and ``--version``, neither with a value); None for a bare ``asap`` or root help."""
+    words = sys.argv[1:] if argv is None else argv
+    return next((w for w in words if not w.startswith("-")), None)
+
+
 _register_commands = register_commands  # the former name
 
 
 def main(argv: list[str] | None = None) -> int:
-    register_commands()
+    register_commands(command_named(argv))
     _flags_without_type()
     try:
         return _run(argv)

@@ -133,6 +133,8 @@ class JobOptions:
     def load_lengths(self) -> tuple["Job", Any, Any]:
         """(the job with every option applied; the ``--lengths`` file's attention work and its parsed document,
         both None without one: ``asap.balance.with_lengths``)."""
+        if self.lengths is None:
+            return self.job_without_lengths(), None, None
         from asap.balance import with_lengths
 
         return with_lengths(self.job_without_lengths(), self.lengths)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, cast
 
 import typer
-from rich.progress import Progress
 from rich.table import Table
 
 from asap.cli.root import app
@@ -51,7 +50,6 @@ def estimate(
     options: JobOptions = OPTIONS,  # the job options above, together (``job_options``)
 ):
     """Predict step time, throughput, MFU and peak memory of one parallel strategy."""
-    from asap.balance import lengths_report
     from asap.budget import budget_line
     from asap.cost.estimate import estimate_spelled as run_estimate  # the CLI's text is parsed here
     from asap.spec.stack_rules import runnable_strategy
@@ -63,7 +61,7 @@ def estimate(
     est = run_estimate(job, runnable_strategy(job, strategy, any_stack))
     figures = figures_provenance(job.cluster)
     # aw is set only when options.lengths names a file (with_lengths)
-    extra = {"lengths": lengths_report(job, est, aw, data, cast(str, options.lengths))} if aw is not None else {}
+    extra = {"lengths": _lengths_report(job, est, aw, data, cast(str, options.lengths))} if aw is not None else {}
     out = with_budget(est.to_dict(), job.devices, budget, price)
     if json_out:
         print_json({**readable_keys(out, est, job), "figures": figures, **extra, **learned})
@@ -85,6 +83,13 @@ def estimate(
         out_console.print(mem)
         for line in est.evidence:
             out_console.print(f"  · {line}")
+
+
+def _lengths_report(job, est, aw, data, path: str) -> dict:
+    """``asap.balance.lengths_report``, imported only when a ``--lengths`` file was given."""
+    from asap.balance import lengths_report
+
+    return lengths_report(job, est, aw, data, path)
 
 
 def print_estimate(job, est, strategy_text: str, options: JobOptions) -> None:
@@ -155,6 +160,8 @@ def validate(
     json_out: bool = JsonOpt,
 ):
     """Compare predicted with published step times of real training runs; print each error and the MAPE."""
+    from rich.progress import Progress
+
     from asap.validate import load_all_packaged, load_cases, validate_files
 
     files = load_all_packaged() if cases is None else {str(cases): load_cases(cases)}
