@@ -7,7 +7,7 @@ machine's CPU (fp32: 4 B per weight, gradient, and Adam moment):
 
 import pytest
 
-from asap.cli.common import JobOptions
+from asap.spec.job import Job
 from asap.cost.estimate import estimate_spelled
 
 GIB = 2 ** 30
@@ -25,7 +25,7 @@ def model_file(tmp_path_factory):
 
 
 def job(model_file, framework="asap", cluster="local-cpu"):
-    return JobOptions(model_file, cluster, 4, 128, "fp32", framework=framework, devices=2).load()
+    return Job.from_names(model_file, cluster, 4, 128, "fp32", framework=framework, devices=2)
 
 
 def test_the_parameter_count(model_file):

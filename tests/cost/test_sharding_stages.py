@@ -17,10 +17,10 @@ two norms) on 8 DGX H100 nodes (64 GPUs), 256 x 8192 tokens.
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from asap.cli import _register_commands, app
-from asap.cli.common import JobOptions
+from conftest import run_cli
+
+from asap.spec.job import Job
 from asap.cost.estimate import estimate_spelled
 
 GIB = 2 ** 30
@@ -29,7 +29,7 @@ BLOCK = 855_654_400
 
 
 def job(framework):
-    return JobOptions("llama3-70b", "dgx-h100-8node", 256, 8192, "bf16", framework=framework).load()
+    return Job.from_names("llama3-70b", "dgx-h100-8node", 256, 8192, "bf16", framework=framework)
 
 
 def test_the_hand_counts_are_the_model_s():
@@ -80,14 +80,13 @@ def test_megatron_distributed_optimizer():
 
 def test_plan_does_not_rank_a_zero2_that_cannot_fit():
     """``plan`` ranked ``cp4 zero2`` #1 at 65.1 GiB before FSDP2's unsharded blocks were counted."""
-    _register_commands()
-    out = CliRunner().invoke(app, ["plan", "-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "256", "-s", "8192",
-                                   "--framework", "torchtitan", "--top", "5", "--json"], catch_exceptions=False)
-    assert out.exit_code == 0, out.output
+    out = run_cli("plan", "-m", "llama3-70b", "-c", "dgx-h100-8node", "-b", "256", "-s", "8192",
+                  "--framework", "torchtitan", "--top", "5", "--json")
+    assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)["candidates"]
     assert rows and all(r["strategy"]["zero"] != 2 for r in rows), [r["strategy_compact"] for r in rows]
     # zero 2 fits an 8B (16 GB of bf16 blocks) and is priced with them
-    j = JobOptions("llama3-8b", "dgx-h100-8node", 256, 8192, "bf16", framework="torchtitan").load()
+    j = Job.from_names("llama3-8b", "dgx-h100-8node", 256, 8192, "bf16", framework="torchtitan")
     two, three = (estimate_spelled(j, f"zero={z}") for z in (2, 3))
     assert two.memory_gb["weights"] == pytest.approx(2 * j.model.num_params() / GIB, rel=1e-4)
     assert two.peak_memory_gb > three.peak_memory_gb + 13.0

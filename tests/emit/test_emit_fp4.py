@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from asap.cli.common import JobOptions
+from asap.spec.job import Job
 from asap.emit import emit
 from asap.errors import AsapError
 from asap.spec.strategy import resolve_strategy
@@ -29,7 +29,7 @@ print(json.dumps({"fp4": c.fp4, "fp4_recipe": c.fp4_recipe, "bf16": c.bf16,
 
 
 def job(precision):
-    return JobOptions("llama3-8b", "gb200", 16, 8192, precision, nodes=2).load()
+    return Job.from_names("llama3-8b", "gb200", 16, 8192, precision, nodes=2)
 
 
 def run(fmt, precision):

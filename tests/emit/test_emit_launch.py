@@ -10,8 +10,8 @@ import tomllib
 import pytest
 import yaml
 
-from asap.cli.common import JobOptions
-from asap.cli.emit import emitted_job, write_job
+from asap.search.advice import emitted_job, write_job
+from asap.spec.job import Job
 from asap.emit.launch import run_length
 from asap.errors import AsapError
 from conftest import run_cli
@@ -21,7 +21,7 @@ ITERS_2T = 953674  # 2e12 // (512 x 4096)
 
 
 def job(model="llama3-8b", cluster="dgx-h100-8node", b=512, s=4096, precision="bf16"):
-    return JobOptions(model, cluster, b, s, precision).load()
+    return Job.from_names(model, cluster, b, s, precision)
 
 
 def test_run_length_by_hand():
@@ -108,7 +108,7 @@ def test_cuda_device_max_connections():
         d = emitted_job(fmt, job(), "tp2")
         assert d["launch"]["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
         assert d["text"].count("CUDA_DEVICE_MAX_CONNECTIONS=1") == 1
-    blackwell = JobOptions("llama3-8b", "gb200-nvl72", 512, 4096, devices=64).load()
+    blackwell = Job.from_names("llama3-8b", "gb200-nvl72", 512, 4096, devices=64)
     assert emitted_job("megatron-bridge", blackwell, "tp2")["launch"]["env"] == \
         {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}
     assert emitted_job("megatron-bridge", job(), "tp1")["launch"]["env"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}

@@ -9,22 +9,7 @@ import typer
 from asap.cli.root import app
 from asap.cli.choices import FORMATS, FRAMEWORK_ALIASES, FRAMEWORKS, choice
 from asap.cli.common import JOB, OPTIONS, JobOptions, JsonOpt, err_console, job_options, print_json
-from asap.search.advice import emitted_job
-
-
-def write_job(out_dir: str, emitted: dict) -> list[str]:
-    """The config and its companion files under ``out_dir`` (created), each written whole: their paths."""
-    from pathlib import Path
-
-    from asap.spec.files import write_whole
-
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, text in {emitted["config_file"]: emitted["text"], **emitted["files"]}.items():
-        write_whole(folder / name, text, "out")
-        paths.append(str(folder / name))
-    return paths
+from asap.search.advice import emitted_job, write_job
 
 
 @app.command("emit")

@@ -95,3 +95,18 @@ def emit_best(fmt: str, job: Job, candidates: list[Estimate], tokens: float | No
         return {**emitted, "strategy_string": str(e.strategy), "skipped": skipped}
     raise AsapError("emit", f"none of the {len(candidates)} best candidates can be written as {fmt}: "
                             f"{skipped[0]['reason']}")
+
+
+def write_job(out_dir: str, emitted: dict) -> list[str]:
+    """The config and its companion files under ``out_dir`` (created), each written whole: their paths."""
+    from pathlib import Path
+
+    from asap.spec.files import write_whole
+
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in {emitted["config_file"]: emitted["text"], **emitted["files"]}.items():
+        write_whole(folder / name, text, "out")
+        paths.append(str(folder / name))
+    return paths
