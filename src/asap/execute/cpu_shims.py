@@ -14,7 +14,12 @@ never does. What each shim stands in for:
 * profiler activities: torchtitan passes ``[CPU, None]`` to ``torch.profiler.profile`` when there is no GPU;
   the None is dropped;
 * ``barrier(device_ids=[...])``: an NCCL-only argument (torchtitan passes ``torch.cpu.current_device()``, the
-  string "cpu", when it resets the process groups' timeouts); gloo's barrier takes none.
+  string "cpu", when it resets the process groups' timeouts); gloo's barrier takes none;
+* DeepSpeed's compiled ops: on the CPU accelerator, ``deepspeed.init_distributed`` JIT-compiles a shared-memory
+  allreduce (``deepspeed/comm/torch.py``, ``build_shm_op``) with g++ against the torch headers: minutes on a
+  fresh machine, and a build killed half-way leaves a lock (``~/.cache/torch_extensions``) every later run waits
+  on for ever. asap's launcher uses gloo's collectives and torch's AdamW, so no DeepSpeed op is needed: every op
+  is declared incompatible before the first is probed (``deepspeed.ops.__compatible_ops__``).
 """
 
 from __future__ import annotations
@@ -113,6 +118,16 @@ def patch_gloo_barrier() -> None:
 
     vars(barrier)["_asap_cpu_shim"] = True
     dist.barrier = barrier
+
+
+def patch_deepspeed_no_compiled_ops() -> None:
+    """No DeepSpeed op is JIT-built: ``deepspeed.ops.__compatible_ops__`` answers False for every op (its probe
+    is never run); gloo's collectives stand in for the shared-memory allreduce."""
+    from collections import defaultdict
+
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__ = defaultdict(bool)  # type: ignore[attr-defined]
 
 
 def apply_all() -> None:

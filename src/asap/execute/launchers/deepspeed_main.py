@@ -47,6 +47,11 @@ def train(args) -> None:
     import torch
     import torch.distributed as dist
 
+    if args.asap_cpu:
+        from asap.execute import cpu_shims
+
+        cpu_shims.patch_deepspeed_no_compiled_ops()
+
     from asap.spec.loader import load_model
     from asap.runners.torch.data import local_rows, make_source
     from asap.runners.torch.model import build_model, cross_entropy
