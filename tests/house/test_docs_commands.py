@@ -14,8 +14,9 @@ The contract with the documents (docs authors: keep to it, this test enforces it
 * A file the document shows and then uses by name is a fenced block whose info string names it:
   ```` ```yaml title="my-8b.yaml" ````; those blocks are written into the directory before the
   document's commands run.
-* Files that live in the repository are referenced relative to the repository root; ``docs/examples/`` is
-  copied into every working directory so that those paths resolve.
+* Files that live in the repository are referenced relative to the repository root; ``docs/examples/`` and
+  the stacks' own example configs (``tests/data/stack_configs/``, their sources in its ``SOURCES``) are copied
+  into every working directory so that those paths resolve.
 * An example shown failing says so on the line after it: ``# exit N: <text on stderr>``; the test expects
   exit status N and that text on stderr. Every other example must exit 0.
 """
@@ -172,9 +173,9 @@ def _env(workdir: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("doc", [d for d in PARSED if d.commands], ids=lambda d: str(d.path.relative_to(REPO)))
 def test_document_commands_run(doc: Doc, tmp_path: Path):
-    examples = REPO / "docs" / "examples"
-    if examples.is_dir():
-        shutil.copytree(examples, tmp_path / "docs" / "examples")
+    for shared in (Path("docs") / "examples", Path("tests") / "data" / "stack_configs"):
+        if (REPO / shared).is_dir():
+            shutil.copytree(REPO / shared, tmp_path / shared)
     for name, content in doc.files.items():
         target = tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -45,12 +45,17 @@ def assert_wins(d, cls: str) -> None:
     assert scores[0][1] >= MARGIN * scores[1][1], scores
 
 
-def proposals(spec, strategy: str, batch: int, seq: int, traces: list[str]):
+def proposal_set(spec, strategy: str, batch: int, seq: int, traces: list[str]):
     """The agents' path on the trace: Analyzer (from the trace) then Proposer, on local-cpu with 8 devices."""
     cluster, train = load_cluster("local-cpu", devices=8), TrainSpec(batch, seq, "fp32")
     current = parse_current(strategy, Job.resolve(spec, cluster, train))
     diagnosis = Analyzer(cluster).analyze(estimate(Job.resolve(spec, cluster, train), current), traces=traces)
-    return current, diagnosis, Proposer(Job.resolve(spec, cluster, train)).propose(current, diagnosis).proposals
+    return current, diagnosis, Proposer(Job.resolve(spec, cluster, train)).propose(current, diagnosis)
+
+
+def proposals(spec, strategy: str, batch: int, seq: int, traces: list[str]):
+    current, diagnosis, ps = proposal_set(spec, strategy, batch, seq, traces)
+    return current, diagnosis, ps.proposals
 
 
 def test_wide_dense_data_parallel_run_is_compute_bound_and_grows_its_gemms(tmp_path):
@@ -79,18 +84,27 @@ def test_narrow_long_sequence_run_is_memory_bound_and_raises_intensity(tmp_path)
     sequence per device, gradients accumulated): each device's attention holds 512 x 512 scores per head, and its
     softmax, mask and their backward stream them (0 FLOP/B), while its products contract over 8 or 64 elements
     (2-4 FLOP/B, below the ~6 FLOP/B ridge: memory-bound too); the weights are 64 x 64. The expert's move raises
-    arithmetic intensity: a larger micro-batch (more tokens per weight read and per launch; the cost model prices
-    mbs=2 at 13.3 ms against 14.3 ms). With a global batch of 8 on 8 devices (the earlier form of this test) a
-    micro-batch of 2 needs tp=2 or cp=2, which leaves each device's tokens and memory-bound time as they are: no
-    such move exists, so the batch leaves room for one."""
+    arithmetic intensity: a larger micro-batch (more tokens per weight read and per launch). The cost model prices
+    it the fastest of every move it considers, but only ~2% faster (the weights are 64 x 64, so only the launches
+    and host work per micro-batch go: 48.3 -> 47.3 ms), under the 1.03x a run could confirm: it is then proposed
+    only if it clears that bar, and otherwise the three slots say "no further move" and the audit trail keeps it
+    with its price. With a global batch of 8 on 8 devices (the earlier form of this test) a micro-batch of 2 needs
+    tp=2 or cp=2, which leaves each device's tokens and memory-bound time as they are: no such move exists, so the
+    batch leaves room for one."""
     model = dict(name="narrow", num_layers=1, hidden_size=64, ffn_hidden_size=64, num_attention_heads=8,
                  vocab_size=64)
     d, traces, spec = profiled(tmp_path, model, "dp=8,zero=0", 16, 512)
     assert_wins(d, "memory")
-    current, diagnosis, props = proposals(spec, "dp=8,zero=0", 16, 512, traces)
+    current, diagnosis, ps = proposal_set(spec, "dp=8,zero=0", 16, 512, traces)
     assert diagnosis.source == "trace" and diagnosis.bottleneck == "memory"
-    assert len(props) == 3
-    assert any(p.strategy.mbs > current.mbs for p in props), [str(p.strategy) for p in props]
+    assert len(ps.proposals) == 3
+    raised = [p for p in ps.proposals if p.strategy.mbs > current.mbs]
+    if not raised:  # then no move cleared 1.03x, and the expert's is the fastest the model knows
+        assert all(p.kind == "none" for p in ps.proposals), [str(p.strategy) for p in ps.proposals]
+        priced = [c for c in ps.considered if str(c["why"]).startswith("priced ")]
+        fastest = max(priced, key=lambda c: float(c["why"].split()[1].rstrip("x:")))
+        assert "mbs=2" in fastest["strategy"], fastest
+    assert all(p.kind == "none" or p.expected_speedup >= 1.03 for p in ps.proposals)
 
 
 def test_narrow_deep_tensor_parallel_run_is_communication_bound_and_lowers_tp(tmp_path):

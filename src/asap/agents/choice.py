@@ -89,10 +89,10 @@ def attacked_class(c: Candidate, base: Estimate | None, targets: list[ClassSavin
 def not_proposable(c: Candidate, base: Estimate, targets: list[ClassSaving], hbm_gb: float) -> str | None:
     """Why a priced candidate is not proposed, or None: a move is proposed only if it attacks a class the
     diagnosis names (cuts its terms) and is priced faster beyond the band (at least ``MIN_SPEEDUP``, and not a
-    tie the model cannot break: ``asap.cost.bands.indistinguishable``). Where memory capacity binds (the current
+    tie the model cannot break: ``asap.cost.bands.beyond_band_of_changed_terms``). Where memory capacity binds (the current
     strategy does not fit, or fills more than the headroom a plan keeps), memory is the named term: a move that
     fits (and, where the current fits, leaves that headroom) attacks it, at whatever speed it is priced."""
-    from asap.cost.bands import indistinguishable
+    from asap.cost.bands import beyond_band_of_changed_terms
     from asap.cost.classes import memory_class
 
     if not base.fits:
@@ -103,7 +103,7 @@ def not_proposable(c: Candidate, base: Estimate, targets: list[ClassSaving], hbm
     speedup = base.step_time_s / c.step_s
     if speedup < MIN_SPEEDUP:
         return f"priced {speedup:.3f}x: under {MIN_SPEEDUP}x, no gain a run could confirm"
-    if indistinguishable(base, c.estimate):
+    if not beyond_band_of_changed_terms(base, c.estimate):
         return f"priced {speedup:.3f}x, within the band of the terms it changes: a tie the model cannot break"
     if attacked_class(c, base, targets) is None:
         return "cuts no term the diagnosis names"

@@ -27,6 +27,7 @@ from asap.agents.neighbourhood import Neighbourhood
 from asap.agents.precondition import variables
 from asap.agents.workload import job_arguments, workload_record
 from asap.compare import deltas
+from asap.cost.bands import speedup_interval
 from asap.cost.estimate import Estimate, estimate
 from asap.errors import AsapError
 from asap.spec.job import Job
@@ -473,7 +474,7 @@ class Proposer(Neighbourhood):
                                        c.evidence] + [f"diagnosis:{named}={saving:.3g}s"]
         trials = self._similar_trials(c.strategy)
         evidence += [f"memory:trial{t['id']}" for t in trials]
-        return Proposal(c.strategy, rationale, speedup, (base.step_time_s / hi, base.step_time_s / lo), c.step_s,
+        return Proposal(c.strategy, rationale, speedup, speedup_interval(base, c.estimate), c.step_s,
                         (lo, hi), tradeoffs(base, c.estimate, self.usable_gb, self.train.global_batch),
                         evidence, c.estimate.fits, c.source, kind=kind, attacks=figure,
                         attacks_class=named, knobs=sorted(c.knobs), entries=entries,

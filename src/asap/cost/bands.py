@@ -37,6 +37,18 @@ so one run moves the interval a fifth of the way, eight runs two thirds.
 overlap fraction being |A n B| / min(|A|, |B|), the share of the narrower interval that lies inside the other.
 Two rows of one plan share the relative interval [1/(1 + e_hi), 1/(1 + e_lo)], so the fraction depends only on
 the ratio of their step times: a slower row is never marked while a faster one is not.
+
+**A move beyond the band** (``beyond_band_of_changed_terms``): a proposal claims that one strategy of a job is
+faster than another of the same job. What the two share (every term the move leaves alone, the job's common
+scale) errs alike in both and cancels in the claim, so the gain is judged against the error of the terms the move
+changes: with c = sum over the exposed terms of |t_k(base) - t_k(move)| (seconds) and the interval's relative
+half-width e = (e_hi - e_lo) / 2 (``error_scale``),
+
+    beyond the band  <=>  t(base) - t(move) > e * c
+
+A move that shrinks every term it touches is beyond the band at any gain (its terms would have to err by more
+than 100% to reverse it); one that trades terms (more compute for less communication) must save more than the
+error of what it trades.
 """
 
 from __future__ import annotations
@@ -162,6 +174,27 @@ def prediction_interval(step_s: float, family: str, stack: str, precision: str, 
     """The 80% prediction interval [low, high] of a predicted step of ``step_s`` seconds (module docstring)."""
     return error_quantiles(family, stack, precision, learned_runs=learned_runs,
                            learned_spread=learned_spread).interval_s(step_s)
+
+
+def changed_terms_error_s(base, move) -> float:
+    """e * c of the module docstring: the error (seconds) of the exposed terms ``move`` changes from ``base``."""
+    keys = set(base.exposed_s) | set(move.exposed_s)
+    changed_s = sum(abs(base.exposed_s.get(k, 0.0) - move.exposed_s.get(k, 0.0)) for k in keys)
+    return max(base.error_scale, move.error_scale) * changed_s
+
+
+def beyond_band_of_changed_terms(base, move) -> bool:
+    """Whether ``move``'s gain over ``base`` (two ``Estimate``s of one job) exceeds the error of the exposed terms
+    it changes (module docstring)."""
+    return base.step_time_s - move.step_time_s > changed_terms_error_s(base, move)
+
+
+def speedup_interval(base, move) -> tuple[float, float]:
+    """The speedup of ``move`` over ``base`` with the step saved anywhere in [gain - e * c, gain + e * c]: its low
+    end is above 1 exactly when the move is beyond the band (module docstring)."""
+    gain, err = base.step_time_s - move.step_time_s, changed_terms_error_s(base, move)
+    step = base.step_time_s
+    return step / max(step - gain + err, 1e-12), step / max(step - gain - err, 1e-12)
 
 
 def overlap_fraction(a: tuple[float, float], b: tuple[float, float]) -> float:

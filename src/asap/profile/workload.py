@@ -99,7 +99,19 @@ def raw_events(path: str | Path) -> list[dict]:
     except (OSError, ValueError, EOFError):
         return []
     events = doc.get("traceEvents") if isinstance(doc, dict) else None
-    return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+    return [e for e in events if _well_formed(e)] if isinstance(events, list) else []
+
+
+def _well_formed(e: Any) -> bool:
+    """An event this module can read: a dict whose ``ts`` and ``dur``, where present, are finite numbers (``dur``
+    not negative); a malformed one is skipped, as the timeline's own reader skips it."""
+    if not isinstance(e, dict):
+        return False
+    for key in ("ts", "dur"):
+        v = e.get(key, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            return False
+    return e.get("dur", 0.0) >= 0
 
 
 def _time_by(events: list[dict], cat: str) -> dict[str, float]:
@@ -170,7 +182,7 @@ def host_split(events: list[dict]) -> HostSplit | None:
             continue
         name, cat = str(e.get("name", "")), e.get("cat")
         if cat == "cpu_op":
-            by_thread.setdefault((e.get("pid"), e.get("tid")), []).extend(_clip(e, windows))
+            by_thread.setdefault((str(e.get("pid")), str(e.get("tid"))), []).extend(_clip(e, windows))
         if cat in ("cpu_op", "user_annotation") and LOADER_RE.search(name):
             loader.extend(_clip(e, windows))
         if cat in ("cuda_runtime", "cuda_driver") and LAUNCH_RE.match(name):
@@ -186,8 +198,7 @@ def host_split(events: list[dict]) -> HostSplit | None:
 
 def read_workload(d: Any, paths: list[Path]) -> None:
     """Set ``d``'s (``asap.profile.diagnose.Diagnosis``) workload kind and host split, from the first Kineto trace
-    of the job (one rank's file); a
-    host-bound verdict gets the split as evidence."""
+    of the job (one rank's file), each as evidence after the verdict's line (a host-bound verdict's split first)."""
     for path in paths[:2]:  # a rank's file tells; a folder of non-Kineto files is not read through
         events = raw_events(path)
         kind = workload_of(events) if events else None
@@ -196,7 +207,8 @@ def read_workload(d: Any, paths: list[Path]) -> None:
         d.workload = kind.to_dict()
         split = host_split(events)
         d.host_split = split.to_dict() if split else None
-        d.evidence.insert(0, f"workload: {kind.kind.value} ({kind.evidence})")
+        at = min(1, len(d.evidence))  # after the verdict's own line, which names the bottleneck
+        d.evidence.insert(at, f"workload: {kind.kind.value} ({kind.evidence})")
         if split and d.bottleneck == Bottleneck.HOST:
-            d.evidence.insert(1, split.line())
+            d.evidence.insert(at, split.line())
         return
