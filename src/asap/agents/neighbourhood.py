@@ -4,7 +4,7 @@ moves and the knowledge entry whose precondition holds where it is turned."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from asap.agents.choice import answers_term, term_cut_s
 from asap.agents.moves import NEIGHBOUR_MOVES, PAIR_LEADERS, moved_knobs, moved_strategy, moves_that_way
@@ -21,34 +21,35 @@ if TYPE_CHECKING:
     from asap.spec.job import Job
 
 
-class Neighbourhood:
-    """What the Proposer has that these methods read (its own definitions take precedence)."""
+class ProposerHost(Protocol):
+    """What the class these methods are mixed into must have (``asap.agents.proposer.Proposer`` implements each;
+    mypy checks that it does)."""
 
     job: Job
     cluster: Cluster
     state: dict[str, Any]
-    _knowledge: list[KnowledgeEntry] | None
 
     @property
-    def moe(self) -> bool:
-        raise NotImplementedError
+    def moe(self) -> bool: ...
 
     @property
-    def priced_base(self) -> Estimate:
-        raise NotImplementedError
+    def knowledge(self) -> list[KnowledgeEntry]: ...
 
-    def price(self, strategy: Strategy) -> Estimate:
-        raise NotImplementedError
+    @property
+    def priced_base(self) -> Estimate: ...
 
-    def resolve(self, spelled: str | dict) -> Strategy:
-        raise NotImplementedError
+    def price(self, strategy: Strategy) -> Estimate: ...
+
+    def resolve(self, spelled: str | dict) -> Strategy: ...
 
     def _add(self, out: list, considered: list, strategy: dict | str | None, source: str, why: str, evidence: list,
-             entry=None, target=None):
-        raise NotImplementedError
+             entry=None, target=None): ...
 
-    def _applies(self, e) -> bool:
-        raise NotImplementedError
+    def _applies(self, e) -> bool: ...
+
+
+class Neighbourhood(ProposerHost):
+    """The neighbourhood search and the per-knob citations, mixed into the Proposer."""
 
     def _neighbourhood(self, current: Strategy, targets: list[ClassSaving], out: list, considered: list) -> None:
         """The single-knob neighbours of the current strategy (``NEIGHBOUR_MOVES``), then the two-knob ones: each
@@ -90,14 +91,6 @@ class Neighbourhood:
         self._add(out, considered, strategy, "neighbour", f"{what} ({desc})",
                   [f"knowledge:{entry.id}"] if entry else [], entry=entry, target=None)
         return est
-
-    @property
-    def knowledge(self) -> list[KnowledgeEntry]:
-        from asap.agents.knowledge import load_knowledge
-
-        if self._knowledge is None:
-            self._knowledge = load_knowledge()
-        return self._knowledge
 
     def cite(self, new: Strategy) -> list[tuple[str, KnowledgeEntry | None, str, float]]:
         """For each knob ``new`` turns from the current strategy, (knob, entry, term, change): the term the knob

@@ -124,6 +124,15 @@ class Proposer(Neighbourhood):
         return self.model.moe is not None
 
     @property
+    def knowledge(self) -> list[KnowledgeEntry]:
+        """The knowledge base, loaded once (for citations)."""
+        from asap.agents.knowledge import load_knowledge
+
+        if self._knowledge is None:
+            self._knowledge = load_knowledge()
+        return self._knowledge
+
+    @property
     def usable_gb(self) -> float:
         """The peak a strategy may reach and fit (``asap.cost.device_memory.usable_hbm_gb``: the device's less the margin)."""
         from asap.cost.device_memory import usable_hbm_gb
