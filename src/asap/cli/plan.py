@@ -16,7 +16,6 @@ from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, LearnMemoryOpt, 
                              job_options, out_console, print_json, print_learned, strategy_column, with_learned)
 from asap.budget import budget_of, with_budget
 from asap.cli.format import compact_of, mfu_peak_name, readable_keys, seconds
-from asap.errors import AsapError
 from asap.spec.words import human_word
 
 
@@ -106,6 +105,7 @@ def plan(
 def _sensitivity_and_tight(job, fixed: dict, result, options: JobOptions) -> dict | None:
     """Set the plan's ``sensitivity`` (``asap.search.sensitivity``) and return its tight row (``tight_row``;
     only under the default headroom)."""
+    from asap.search.advice import tight_row
     from asap.search.sensitivity import sensitivity
 
     result.sensitivity = sensitivity(job, result.candidates)
@@ -118,41 +118,6 @@ def _print_tight(tight: dict | None) -> None:
         out_console.print(f"tight: {tight['strategy_compact']} {seconds(tight['step_time_s'])} at "
                           f"{tight['peak_memory_gb']:.1f} GiB ({tight['device_share']:.0%} of the device): "
                           f"{tight['why']}", soft_wrap=True, highlight=False)
-
-
-# Show the fastest row that fits the device but not the headroom beside #1 when keeping the headroom costs more
-# step time than this share: the 8% headroom guards against allocator fragmentation and NCCL buffers (PyTorch's
-# expandable_segments allocator removes most of the former), which costs a run an OOM at start, not 10% of
-# every step for the whole run.
-TIGHT_GAIN = 0.10
-
-
-def tight_row(job, fixed: dict, result, args: str = "") -> dict | None:
-    """The fastest strategy that fits the device without the headroom, where it is more than ``TIGHT_GAIN``
-    faster than the plan's #1 (or #1 does not exist): ``{strategy_compact, step_time_s, peak_memory_gb,
-    device_share, faster_by, why, command}``; None otherwise."""
-    from asap.search.nofit import NoFitError
-    from asap.search.planner import plan as run_plan, plan_headroom
-
-    if not result.candidates or job.train.memory_margin_gb <= 0:
-        return None
-    try:
-        rows = run_plan(plan_headroom(job, 0.0), fixed=dict(fixed), top=1, split_candidates=0).candidates
-    except (NoFitError, AsapError):
-        return None
-    best, tight = result.candidates[0], rows[0] if rows else None
-    if tight is None or tight.step_time_s > best.step_time_s * (1 - TIGHT_GAIN):
-        return None
-    gain = 1 - tight.step_time_s / best.step_time_s
-    share = tight.peak_memory_gb / result.device_memory_gb
-    why = (f"{gain:.0%} faster than #1, over the {result.headroom_gb:.1f} GiB headroom a plan keeps; the headroom "
-           f"guards against allocator fragmentation and NCCL buffers, which cost an out-of-memory at start, not "
-           f"{gain:.0%} of every step: try it (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) or plan with "
-           "--memory-margin 0")
-    compact = compact_of(tight, job)
-    return {"strategy": tight.strategy.to_dict(), "strategy_compact": compact, "step_time_s": tight.step_time_s,
-            "peak_memory_gb": tight.peak_memory_gb, "device_share": share, "faster_by": gain, "why": why,
-            "command": f"asap estimate {args} -S {quote(compact)}".replace("  ", " ")}
 
 
 def candidates_table(result, devices: int, moe: bool, framework=None, include_oom: bool = False,

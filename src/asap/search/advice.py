@@ -1,11 +1,13 @@
 """Decisions the commands print, made here so that the API reaches them too: the plan to run next when a
 strategy does not fit (``fitting_next``, ``asap estimate``'s ``next:`` line) and the best planned candidate a
 framework format can express (``emit_best``, ``asap plan --emit``), with ``emit_strategy``, one strategy
-completed as ``estimate`` completes it and written in a format."""
+completed as ``estimate`` completes it and written in a format; and the row a plan shows beside a slow #1 that
+fits the device without the headroom (``tight_row``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from shlex import quote
 from typing import Any, Callable
 
 from asap.cost.estimate import Estimate, estimate_spelled
@@ -110,3 +112,37 @@ def write_job(out_dir: str, emitted: dict) -> list[str]:
         write_whole(folder / name, text, "out")
         paths.append(str(folder / name))
     return paths
+
+
+# Show the fastest row that fits the device but not the headroom beside #1 when keeping the headroom costs more
+# step time than this share: the 8% headroom guards against allocator fragmentation and NCCL buffers (PyTorch's
+# expandable_segments allocator removes most of the former), which costs a run an OOM at start, not 10% of
+# every step for the whole run.
+TIGHT_GAIN = 0.10
+
+
+def tight_row(job, fixed: dict, result, args: str = "") -> dict | None:
+    """The fastest strategy that fits the device without the headroom, where it is more than ``TIGHT_GAIN``
+    faster than the plan's #1 (or #1 does not exist): ``{strategy_compact, step_time_s, peak_memory_gb,
+    device_share, faster_by, why, command}``; None otherwise."""
+    from asap.spec.strategy import format_compact
+
+    if not result.candidates or job.train.memory_margin_gb <= 0:
+        return None
+    try:
+        rows = plan(plan_headroom(job, 0.0), fixed=dict(fixed), top=1, split_candidates=0).candidates
+    except (NoFitError, AsapError):
+        return None
+    best, tight = result.candidates[0], rows[0] if rows else None
+    if tight is None or tight.step_time_s > best.step_time_s * (1 - TIGHT_GAIN):
+        return None
+    gain = 1 - tight.step_time_s / best.step_time_s
+    share = tight.peak_memory_gb / result.device_memory_gb
+    why = (f"{gain:.0%} faster than #1, over the {result.headroom_gb:.1f} GiB headroom a plan keeps; the headroom "
+           f"guards against allocator fragmentation and NCCL buffers, which cost an out-of-memory at start, not "
+           f"{gain:.0%} of every step: try it (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) or plan with "
+           "--memory-margin 0")
+    compact = format_compact(tight.strategy, job.devices, job.model.moe is not None, job.framework)
+    return {"strategy": tight.strategy.to_dict(), "strategy_compact": compact, "step_time_s": tight.step_time_s,
+            "peak_memory_gb": tight.peak_memory_gb, "device_share": share, "faster_by": gain, "why": why,
+            "command": f"asap estimate {args} -S {quote(compact)}".replace("  ", " ")}
