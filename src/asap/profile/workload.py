@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -109,7 +110,7 @@ def _well_formed(e: Any) -> bool:
         return False
     for key in ("ts", "dur"):
         v = e.get(key, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v) > 1e300 or not math.isfinite(v):
             return False
     return e.get("dur", 0.0) >= 0
 
