@@ -200,22 +200,22 @@ def test_the_loop_learns_a_machine_that_differs_from_the_catalog(tmp_path):
 
 
 def test_tune_with_real_runs_on_four_cpu_processes(tmp_path, monkeypatch):
-    """``asap tune --executor torch``: tiny-dense on 4 gloo processes, global batch 16, 128 tokens, budget 4.
+    """``asap tune --executor torch``: tiny-dense on 4 gloo processes, global batch 16, 128 tokens, budget 3.
     It ends no slower than its first trial, every trial is in Memory, and a second run with the same Memory
-    runs none of them again."""
+    (budget 1) runs none of them again."""
     from asap.execute.torch_exec import TorchExecutor
 
     monkeypatch.setenv("ASAP_DATA_DIR", str(tmp_path))  # no calibration of this machine: the catalog's figures
     m, c, t = load_model("tiny-dense"), load_cluster("local-cpu"), TrainSpec(16, 128, "fp32")
     db = tmp_path / "memory.sqlite"
     with Memory.open(db) as mem:
-        r1 = Coordinator(Job.resolve(m, c, t), TorchExecutor(m, t, steps=3), mem, budget=4).run()
+        r1 = Coordinator(Job.resolve(m, c, t), TorchExecutor(m, t, steps=3), mem, budget=3).run()
         stored = {x.strategy_string for x in mem.trials()}
     first = r1["trials"][0]
     assert first["status"] == "ok" and r1["best"]["measured_step_time_s"] <= first["measured_step_time_s"]
     assert len(stored) == len([x for x in r1["trials"] if x["status"] != "skipped"])
     with Memory.open(db) as mem:
-        r2 = Coordinator(Job.resolve(m, c, t), TorchExecutor(m, t, steps=3), mem, budget=2).run()
+        r2 = Coordinator(Job.resolve(m, c, t), TorchExecutor(m, t, steps=3), mem, budget=1).run()
     ran_again = [x for x in r2["trials"] if x["status"] != "skipped"]
     assert not {x["strategy_string"] for x in ran_again} & {x["strategy_string"] for x in r1["trials"]}
 

@@ -147,8 +147,8 @@ def _tune(tmp_path, monkeypatch, check):
     monkeypatch.setenv("ASAP_DATA_DIR", str(tmp_path))  # no calibration of this machine: the catalog's figures
     m, t = load_model("tiny-dense"), TrainSpec(8, 32, "fp32")
     with Memory.open(tmp_path / "memory.sqlite") as mem:
-        result = Coordinator(Job.resolve(m, load_cluster("local-cpu", devices=4), t), TorchExecutor(m, t, steps=2, device="cpu"),
-                             mem, budget=2, start="dp=4", verify=check).run()
+        result = Coordinator(Job.resolve(m, load_cluster("local-cpu", devices=2), t), TorchExecutor(m, t, steps=2, device="cpu"),
+                             mem, budget=2, start="dp=2", verify=check).run()
         stored = {x.id: x for x in mem.trials()}
     ran = [x for x in result["trials"] if x["measured_step_time_s"] is not None and x["status"] != "skipped"]
     assert len(ran) == 2, result["trials"]  # the start and one proposal both ran
