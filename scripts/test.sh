@@ -7,6 +7,11 @@ cd "$(dirname "$0")/.."
 # Debian's Chromium: one test opens the tune report headless and looks at a screenshot of it.
 command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
 
+# MaxText 0.2.5 needs Python >= 3.12: its own venv, built in the background while the project's venv installs
+# (they share nothing); scripts/maxtext_venv.sh holds its steps, .venv-maxtext.log what they printed.
+bash scripts/maxtext_venv.sh > .venv-maxtext.log 2>&1 &
+maxtext_venv=$!
+
 # The project's venv.
 python3 -m venv .venv
 
@@ -26,17 +31,8 @@ python3 -m venv .venv
 # Megatron-Bridge 0.3.1 needs megatron-core 0.16: a pip --target folder beside the venv, read by its own process.
 .venv/bin/pip install -q --no-deps --target .venv-bridge megatron-bridge==0.3.1 megatron-core==0.16.0 omegaconf==2.3.0 antlr4-python3-runtime==4.9.3 six==1.17.0 regex
 
-# MaxText 0.2.5 needs Python >= 3.12: its own venv.
-PYENV_VERSION=3.12.1 python3.12 -m venv .venv-maxtext
-
-# Its wheel declares no dependencies: install it without them ...
-.venv-maxtext/bin/pip install -q --no-deps maxtext==0.2.5
-
-# ... then the CPU part of the requirements file it ships: its list without the CUDA wheels ...
-grep -v -E '^(cuda-|nvidia-cutlass)' .venv-maxtext/lib/python3.12/site-packages/dependencies/requirements/generated_requirements/decoupled-requirements.txt > .venv-maxtext/cpu-requirements.txt
-
-# ... installed.
-.venv-maxtext/bin/pip install -q -r .venv-maxtext/cpu-requirements.txt
+# MaxText's venv ready (its log printed if it failed).
+wait "$maxtext_venv" || { cat .venv-maxtext.log; exit 1; }
 
 # Lint: must be clean (configured in pyproject.toml).
 .venv/bin/ruff check
