@@ -246,12 +246,16 @@ def test_torchtitan_stock_flavors_and_refusals(tmp_path):
                                                                            "deepseek-v3")]
     flavors = {"llama3.1-8b": "8B", "llama3.1-70b": "70B", "llama3.1-405b": "405B", "qwen3-8b": "8B",
                "qwen3-30b-a3b": "30B-A3B", "gpt-oss-120b": "120b", "deepseek-v3": "asap-DeepseekV3ForCausalLM"}
+    jobs, files = [], []
     for name, model in cases:
         j = job(name, b=64, model=model)
         toml, args = tmp_path / f"{name}.toml", tmp_path / f"{name}.json"
         toml.write_text(emit_strategy("torchtitan", j, "zero=3"))
         args.write_text(model_args_json(j.model, 4096))
-        got = run_json([sys.executable, str(STACKS / "torchtitan_load.py"), str(toml), str(args)], timeout=600)
+        jobs.append(j)
+        files += [str(toml), str(args)]
+    loaded = run_json([sys.executable, str(STACKS / "torchtitan_load.py"), *files], timeout=900)  # one process
+    for (name, model), j, got in zip(cases, jobs, loaded, strict=True):
         assert got["flavor"] == flavors[name], name
         want = expected(hf(name))
         if model is not None:

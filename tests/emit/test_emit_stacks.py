@@ -100,12 +100,16 @@ def test_torchtitan_builds_the_emitted_model(tmp_path):
              ("tiny-dense", "tp=2,zero=0,recompute=full", ("llama3", "asap-tiny-dense")),
              ("mixtral-8x7b", "ep=8,zero=3,mbs=2", ("qwen3", "asap-mixtral-8x7b")),
              ("deepseek-v3", "pp=4,ep=8,zero=3", ("deepseek_v3", "asap-deepseek-v3"))]
-    for name, strategy, (family, flavor) in cases:
-        m = job(name).model
-        m = replace(m, mtp_layers=0)
+    models = []
+    for name, _, _ in cases:
+        m = replace(job(name).model, mtp_layers=0)
         if m.moe is not None:  # torchtitan 0.2.2 balances experts by the expert bias only (no balancing loss)
             m = replace(m, moe=replace(m.moe, expert_bias=True, aux_loss_coef=0.0))
-        got = run_loader("torchtitan_load.py", *titan_case(tmp_path, m, strategy), timeout=300)
+        models.append(m)
+    files = [f for (_, strategy, _), m in zip(cases, models, strict=True)
+             for f in titan_case(tmp_path, m, strategy)]  # one torchtitan process loads every case
+    loaded = run_loader("torchtitan_load.py", *files, timeout=600)
+    for (name, _, (family, flavor)), m, got in zip(cases, models, loaded, strict=True):
         assert (got["name"], got["flavor"]) == (family, flavor)
         assert got["params"] == m.num_params(), name
         assert got["layer_names"] == [str(i) for i in range(m.num_layers)]
@@ -125,10 +129,12 @@ def test_torchtitan_stock_flavors_build_asap_counts(tmp_path):
     installed("torchtitan")
     from asap.spec.loader import load_model
 
-    for name, flavor in (("llama3.1-70b", "70B"), ("qwen3-8b", "8B")):
-        m = load_model(name)
-        got = run_loader("torchtitan_load.py", *titan_case(tmp_path, m, "zero=3"), timeout=300)
-        assert (got["flavor"], got["params"]) == (flavor, m.num_params())
+    cases = (("llama3.1-70b", "70B"), ("qwen3-8b", "8B"))
+    models = [load_model(name) for name, _ in cases]
+    files = [f for m in models for f in titan_case(tmp_path, m, "zero=3")]
+    loaded = run_loader("torchtitan_load.py", *files, timeout=600)
+    for (name, flavor), m, got in zip(cases, models, loaded, strict=True):
+        assert (got["flavor"], got["params"]) == (flavor, m.num_params()), name
 
 
 def maxtext_python():

@@ -1,6 +1,8 @@
 """Load an emitted torchtitan TOML with torchtitan's own ConfigManager and build its model on the meta device.
 
-Usage: python torchtitan_load.py JOB.toml MODEL_ARGS.json -> one JSON object on stdout. MODEL_ARGS.json is
+Usage: python torchtitan_load.py JOB.toml MODEL_ARGS.json -> one JSON object on stdout; with several pairs
+(JOB1.toml ARGS1 JOB2.toml ARGS2 ...) a JSON list of them, from one process (torchtitan imported once; each job's
+model args are a copy of its flavor's, so one job's update_from_config does not reach the next). MODEL_ARGS.json is
 ``asap.emit.torchtitan_model.model_args_json``: a custom flavor is registered first (``register_flavor``), as a
 trainer process does. In its place, the registration file ``asap emit`` writes beside a custom flavor's TOML
 (``asap_register_<model>.py``, ``asap.emit.torchtitan_model.registration_file``) is run as a module (run_name not
@@ -8,6 +10,7 @@ trainer process does. In its place, the registration file ``asap emit`` writes b
 ``update_from_config(job_config)``, as torchtitan/train.py builds it.
 """
 
+import copy
 import dataclasses
 import importlib.util
 import json
@@ -37,7 +40,7 @@ def main(toml_path, args_path):
             register_flavor(emitted["name"], emitted["flavor"], emitted["args"])
     cfg = ConfigManager().parse_args(["--job.config_file", toml_path])
     train_spec = get_train_spec(cfg.model.name)
-    model_args = train_spec.model_args[cfg.model.flavor]
+    model_args = copy.deepcopy(train_spec.model_args[cfg.model.flavor])
     model_args.update_from_config(cfg)
     with torch.device("meta"):
         model = train_spec.model_cls(model_args)
@@ -57,4 +60,6 @@ def main(toml_path, args_path):
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], sys.argv[2])))
+    pairs = list(zip(sys.argv[1::2], sys.argv[2::2], strict=True))
+    out = [main(toml, args) for toml, args in pairs]
+    print(json.dumps(out[0] if len(out) == 1 else out))
