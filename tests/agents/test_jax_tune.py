@@ -19,7 +19,7 @@ def test_tune_with_the_jax_executor_ends_no_slower_than_its_first_trial(tmp_path
     monkeypatch.setenv("ASAP_DATA_DIR", str(tmp_path))  # no calibration of this machine: the catalog's figures
     db = tmp_path / "memory.sqlite"
     res = CliRunner().invoke(app, ["tune", "-m", "tiny-dense", "--cluster", "local-cpu", "--devices", "8", "-b", "8",
-                                   "-s", "32", "--executor", "jax", "--budget", "3", "--steps", "2",
+                                   "-s", "32", "--executor", "jax", "--budget", "2", "--steps", "2",
                                    "--memory", str(db), "--json"])
     assert res.exit_code == 0, res.output
     r = json.loads(res.stdout)
