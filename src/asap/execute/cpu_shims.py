@@ -127,7 +127,7 @@ def patch_deepspeed_no_compiled_ops() -> None:
 
     import deepspeed.ops
 
-    deepspeed.ops.__compatible_ops__ = defaultdict(bool)  # type: ignore[attr-defined]
+    deepspeed.ops.__compatible_ops__ = defaultdict(bool)
 
 
 def apply_all() -> None:
