@@ -10,6 +10,8 @@ command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q ch
 # MaxText 0.2.5 needs Python >= 3.12: its own venv, built in the background while the project's venv installs
 # (they share nothing); scripts/maxtext_venv.sh holds its steps, .venv-maxtext.log what they printed.
 bash scripts/maxtext_venv.sh > .venv-maxtext.log 2>&1 &
+
+# Its process id, for the wait below.
 maxtext_venv=$!
 
 # The project's venv.
