@@ -71,28 +71,12 @@ FILE_MARKERS = {
 }
 
 
-# The files of most worker time (pytest --durations on two cores), longest first: with --dist loadfile each file
-# runs whole on one worker, so they start first and the short files fill in around them (no long file left alone
-# at the end while the other worker idles).
-LONGEST_FILES = ("test_docs_commands", "test_tune_stacks", "test_agents", "test_align", "test_jax_meshes",
-                 "test_train_distributed", "test_emit_launch", "test_golden", "test_emit_arch", "test_jax_tune")
-
-
-def _heaviness(stem: str) -> int:
-    """Negative for the longest files (in ``LONGEST_FILES`` order), then 1 for the other marked ones, then 2."""
-    if stem in LONGEST_FILES:
-        return -len(LONGEST_FILES) + LONGEST_FILES.index(stem)
-    return 1 if any(stem in files for files in FILE_MARKERS.values()) else 2
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         stem = Path(str(item.fspath)).stem
         for marker, files in FILE_MARKERS.items():
             if stem in files:
                 item.add_marker(getattr(pytest.mark, marker))
-    # heaviest files first, each file's tests in their own order (a stable sort)
-    items.sort(key=lambda item: _heaviness(Path(str(item.fspath)).stem))
 
 
 def _descendants(pid: int) -> list[tuple[int, str]]:
