@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MaxText 0.2.5's own venv (it needs Python >= 3.12), for the tests that run MaxText's trainer on CPU;
-# scripts/test.sh runs this in the background. One step a line.
+# scripts/setup.sh runs this in the background. One step a line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -37,14 +37,14 @@ def test_the_readme_first_command_twice_prints_the_same_table(tmp_path):
 
 
 def test_the_readme_second_command_is_the_script_ci_runs():
-    """The README's test command is one call of scripts/test.sh, and .ci/run calls the same script; every step
+    """The README's test command is scripts/setup.sh then pytest, and .ci/run runs the same two; every step
     of the script is a single commented line (the comment says what it installs or runs, and why)."""
     text = (REPO / "README.md").read_text()
     block = text.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
     commands = block.strip().splitlines()
-    assert len(commands) == 2 and commands[1] == "bash scripts/test.sh"
+    assert len(commands) == 2 and commands[1] == "bash scripts/setup.sh && .venv/bin/python -m pytest -n 2 --dist loadfile"
     ci = [ln for ln in (REPO / ".ci/run").read_text().splitlines() if ln and not ln.startswith(("#", "set ", "cd "))]
-    assert ci == ["bash scripts/test.sh"]
-    lines = (REPO / "scripts/test.sh").read_text().splitlines()
+    assert ci == ["bash scripts/setup.sh", ".venv/bin/python -m pytest -n 2 --dist loadfile"]
+    lines = (REPO / "scripts/setup.sh").read_text().splitlines()
     steps = [i for i, ln in enumerate(lines) if ln and not ln.startswith(("#", "set ", "cd "))]
     assert steps and all(lines[i - 1].startswith("#") for i in steps)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up everything the test suite needs on a fresh machine, then check and test asap.
-# Run from anywhere: `bash scripts/test.sh` (CI's .ci/run calls this same script). One step a line.
+# Set up everything the test suite needs on a fresh machine, then lint and type-check asap.
+# Run from anywhere: `bash scripts/setup.sh`; the README's test command and CI's .ci/run run it, then pytest.
+# One step a line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +42,3 @@ wait "$maxtext_venv" || { cat .venv-maxtext.log; exit 1; }
 
 # Types: must be clean (configured in pyproject.toml).
 .venv/bin/mypy
-
-# The suite on two pytest-xdist workers, a file to a worker (a module's fixtures, e.g. a profiled stack run, made once).
-.venv/bin/python -m pytest -n 2 --dist loadfile
