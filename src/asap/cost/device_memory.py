@@ -227,6 +227,35 @@ def zero3_gathered_bytes(largest_layer_params, framework=None, bytes_per_param=2
     return np.minimum(whole, part)
 
 
+def fsdp2_reduce_buffer_bytes(largest_layer_params, framework, zero, dp_shard, unsharded_bytes, reduce_bytes):
+    """Bytes FSDP2 holds for gradient reduction beyond the sharded gradients (``Framework.fsdp2_reduce_buffers``):
+    one block's unsharded gradient in the all-gather dtype (``unsharded_bytes``: 2 B under a bf16 ``param_dtype``,
+    4 B in fp32) and one block's flat reduce-scatter input in ``reduce_dtype`` (``reduce_bytes``, 4 B): while a
+    block's backward accumulates its unsharded gradient the previous block's input is still retained
+    (``reduce_scatter_states``), and at its post-backward the input is popped before the new one is copied in
+    (``foreach_reduce_scatter_copy_in``) while the unsharded gradient still lives:
+        largest_layer_params x (unsharded_bytes + reduce_bytes)
+    on rows that shard with FSDP2 (``zero >= fsdp_zero``) over more than one rank; 0 elsewhere."""
+    z = np.asarray(zero)
+    if framework is None or not framework.fsdp2_reduce_buffers:
+        return np.zeros(z.shape)
+    on = (z >= framework.fsdp_zero) & (np.asarray(dp_shard) > 1)
+    return np.where(on, largest_layer_params * (unsharded_bytes + reduce_bytes), 0.0)
+
+
+def fsdp_unresharded_params(framework, f, zero):
+    """[N, K] parameters of each device that FSDP2 keeps gathered through the step under ZeRO-3 although they
+    sit outside the transformer blocks (``Framework.fsdp_unresharded_units``: the root unit never reshards
+    after forward; torchtitan's ``[norm, output]`` unit is wrapped with ``reshard_after_forward`` False). Under
+    ZeRO-2 FSDP every unit stays gathered anyway (``fsdp_holds_gathered``)."""
+    z = np.asarray(zero)
+    units = framework.fsdp_unresharded_units if framework is not None else ()
+    if not units:
+        return None
+    out = sum(f.rows(f.embedding_params if u == "embedding" else f.head_params) for u in units)
+    return np.where((z >= Zero.PARAMETERS)[:, None], out, 0.0)
+
+
 def ddp_bucket_rows(framework, S: StrategyBatch) -> np.ndarray:
     """Rows whose gradients torch's DDP holds twice (``Framework.ddp_bucket_copy``): zero 0 or 1 over more than
     one data-parallel rank, without pipeline or tensor parallelism (the reference trainer's ``apply_dp``
@@ -325,6 +354,13 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # shards are the optimizer's master, in its 12 B)
     shard_w = np.where(held & (train.precision == "fp32"), 4.0 / np.maximum(dense_shard, 1), 0.0)
     states += shard_w[:, None] * dense_p
+    # FSDP2's gradient reduction buffers (one block's unsharded gradient and reduce-scatter input) and, under
+    # ZeRO-3, the units outside the blocks its root keeps gathered (not where ``kept`` holds everything)
+    reduce_buf = np.where(kept, 0.0, fsdp2_reduce_buffer_bytes(f.rows(f.largest_layer_params), framework, S.zero,
+                                                               dense_shard, wide, g))
+    unresharded = fsdp_unresharded_params(framework, f, np.where(kept, Zero.OPTIMIZER, S.zero))
+    edges = np.zeros_like(states) if unresharded is None else unresharded * wide
+    states += edges
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
     stored = in_flight_by_layout(train, S, f)
@@ -335,7 +371,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     a = np.maximum(f.rows(f.working_bytes)[:, None], f.rows(f.once_bytes))
     a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
     body = states
-    body += gathered[:, None]
+    body += (gathered + reduce_buf)[:, None]
     body += a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
@@ -343,14 +379,17 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
     # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
     # gathered weights); the model states are allocated once at start-up and never freed
-    transient = at(a, which) + gathered + np.where(held | kept, dense_at * wd + expert_at * we, 0.0)
+    edges_at = at(edges, which)
+    transient = (at(a, which) + gathered + reduce_buf + edges_at
+                 + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
     _, _, od_all = state_bytes_per_param(train.precision, zero, dense_shard, g)
     _, _, oe_all = state_bytes_per_param(train.precision, zero, edp, g)
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
-    return MemoryBreakdown(host_gb=host / GB, weights_gb=(dense_at * (wd + shard_w) + expert_at * we + gathered) / GB,
-                           grads_gb=(dense_at * gd + expert_at * ge) / GB,
+    return MemoryBreakdown(host_gb=host / GB,
+                           weights_gb=(dense_at * (wd + shard_w) + expert_at * we + gathered + edges_at) / GB,
+                           grads_gb=(dense_at * gd + expert_at * ge + reduce_buf) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
                            peak_gb=(peak_body + allowance) / GB)
