@@ -45,6 +45,9 @@ num_attention_heads: 8
 vocab_size: 8192
 """
 STRATEGIES = ("dp=2,zero=0", "dp=2,zero=1", "dp=2,zero=2", "dp=2,zero=3", "tp=2", "pp=2")
+# what torchtitan 0.2.2 runs on 2 CPU processes (../shared/frameworks-on-cpu.md): DDP, FSDP2 with and without
+# resharding, TP, PP (its zero 1 does not exist)
+TORCHTITAN_STRATEGIES = ("dp=2,zero=0", "dp=2,zero=2", "dp=2,zero=3", "tp=2", "pp=2")
 
 
 # glibc's static default mmap threshold (mallopt(3)); setting it turns the dynamic threshold off
@@ -60,11 +63,33 @@ def asap(*args: str, env_extra: dict[str, str] | None = None) -> dict:
     return json.loads(out.stdout)
 
 
+def torchtitan_peak_gb(model_path: str, strategy: str, steps: int, env: dict[str, str]) -> float | str:
+    """torchtitan's own trainer on the same job (``asap.execute.torchtitan_exec``: torchrun, gloo, float32
+    parameters on CPU): the largest ``memory:`` figure its metrics line printed (on CPU, the rank's peak RSS,
+    ``asap.execute.cpu_shims``), or the one-line reason it did not run."""
+    from asap.execute.logs import peak_memory_gb
+    from asap.execute.torchtitan_exec import TorchtitanExecutor
+    from asap.spec.job import Job
+    from asap.spec.strategy import resolve_strategy
+
+    job = Job.from_names(model_path, "local-cpu", 4, 128, "fp32", framework="torchtitan", devices=2)
+    ex = TorchtitanExecutor(job, steps=steps, profile=False, cpu=True)
+    ex.env = {**(ex.env or {}), **env}
+    s = resolve_strategy(strategy, job.model, job.train, 2, framework=job.framework)
+    res = ex.run(s)
+    details = getattr(res, "details", {}) or {}
+    text = details.get("log_tail") or getattr(res, "log_tail", "") or ""
+    peak = peak_memory_gb("torchtitan", text)
+    return peak if peak is not None else f"no peak: {getattr(res, 'reason', text[-200:])}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
     ap.add_argument("--glibc-default", action="store_true", help="measure with glibc's dynamic mmap threshold")
+    ap.add_argument("--torchtitan", nargs="*", default=list(TORCHTITAN_STRATEGIES),
+                    help="strategies to run on torchtitan's trainer too (none: skip it)")
     a = ap.parse_args(argv)
     env = {} if a.glibc_default else PINNED_MALLOC
     runtime = asap("run", "-m", "tiny-dense", "-S", "dp=2", "-b", "8", "-s", "32", "--steps", str(a.steps),
@@ -82,6 +107,16 @@ def main(argv=None) -> int:
             m, p = run["peak_memory_gb"], est["peak_memory_gb"]
             terms = " ".join(f"{k} {v:.3f}" for k, v in est["memory_gb"].items())
             print(f"{s:14s} {m:9.3f} {p:9.3f} {p / m - 1:+7.1%}  {terms}", flush=True)
+        for s in a.torchtitan:
+            m = torchtitan_peak_gb(str(model), s, a.steps + 1, env)
+            est = asap("estimate", *job, "-c", "local-cpu", "--devices", "2", "--framework", "torchtitan",
+                       "--precision", "fp32", "-S", s)
+            p = est["peak_memory_gb"]
+            terms = " ".join(f"{k} {v:.3f}" for k, v in est["memory_gb"].items())
+            if isinstance(m, str):
+                print(f"torchtitan {s:14s} {m}", flush=True)
+            else:
+                print(f"torchtitan {s:14s} {m:9.3f} {p:9.3f} {p / m - 1:+7.1%}  {terms}", flush=True)
     return 0
 
 

@@ -227,33 +227,38 @@ def zero3_gathered_bytes(largest_layer_params, framework=None, bytes_per_param=2
     return np.minimum(whole, part)
 
 
-def fsdp2_reduce_buffer_bytes(largest_layer_params, framework, zero, dp_shard, unsharded_bytes, reduce_bytes):
-    """Bytes FSDP2 holds for gradient reduction beyond the sharded gradients (``Framework.fsdp2_reduce_buffers``):
-    one block's unsharded gradient in the all-gather dtype (``unsharded_bytes``: 2 B under a bf16 ``param_dtype``,
-    4 B in fp32) and one block's flat reduce-scatter input in ``reduce_dtype`` (``reduce_bytes``, 4 B): while a
-    block's backward accumulates its unsharded gradient the previous block's input is still retained
-    (``reduce_scatter_states``), and at its post-backward the input is popped before the new one is copied in
-    (``foreach_reduce_scatter_copy_in``) while the unsharded gradient still lives:
-        largest_layer_params x (unsharded_bytes + reduce_bytes)
+def fsdp2_reduce_buffer_bytes(largest_layer_params, framework, zero, dp_shard, unsharded_bytes, reduce_bytes,
+                              layer_activations=0.0):
+    """Bytes FSDP2 holds for gradient reduction beyond the sharded gradients at the device's peak
+    (``Framework.fsdp2_reduce_buffers``). A block's backward accumulates its unsharded gradient in the all-gather
+    dtype (``unsharded_bytes``: 2 B under a bf16 ``param_dtype``, 4 B in fp32); its post-backward copies it into a
+    flat reduce-scatter input in ``reduce_dtype`` (``reduce_bytes``, 4 B; ``foreach_reduce_scatter_copy_in``)
+    while the unsharded gradient still lives, and that input is retained until the next block's post-backward
+    (``reduce_scatter_states``, ``reduce_scatter_max_input_buffers`` = 1). The first block's backward starts at
+    the activations' peak with no input retained yet; from its post-backward on, that block's activations
+    (``layer_activations``, one layer's) are freed. So the peak holds
+        L u + max(0, L r - layer_activations)        (L = largest_layer_params)
     on rows that shard with FSDP2 (``zero >= fsdp_zero``) over more than one rank; 0 elsewhere."""
     z = np.asarray(zero)
     if framework is None or not framework.fsdp2_reduce_buffers:
         return np.zeros(z.shape)
-    on = (z >= framework.fsdp_zero) & (np.asarray(dp_shard) > 1)
-    return np.where(on, largest_layer_params * (unsharded_bytes + reduce_bytes), 0.0)
+    on = ((z >= framework.fsdp_zero) & (np.asarray(dp_shard) > 1))[:, None]
+    L = np.asarray(largest_layer_params)[:, None]
+    held = L * unsharded_bytes + np.maximum(0.0, L * reduce_bytes - layer_activations)
+    return np.where(on, held, 0.0)
 
 
-def fsdp_unresharded_params(framework, f, zero):
-    """[N, K] parameters of each device that FSDP2 keeps gathered through the step under ZeRO-3 although they
-    sit outside the transformer blocks (``Framework.fsdp_unresharded_units``: the root unit never reshards
-    after forward; torchtitan's ``[norm, output]`` unit is wrapped with ``reshard_after_forward`` False). Under
-    ZeRO-2 FSDP every unit stays gathered anyway (``fsdp_holds_gathered``)."""
+def fsdp_unresharded_params(framework, f, zero, dp_shard):
+    """[N, K] parameters of each device that FSDP2 keeps gathered through the step under ZeRO-3 over more than
+    one rank although they sit outside the transformer blocks (``Framework.fsdp_unresharded_units``: the root
+    unit never reshards after forward; torchtitan's ``[norm, output]`` unit is wrapped with ``reshard_after_forward``
+    False). Under ZeRO-2 FSDP every unit stays gathered anyway (``fsdp_holds_gathered``)."""
     z = np.asarray(zero)
     units = framework.fsdp_unresharded_units if framework is not None else ()
     if not units:
         return None
     out = sum(f.rows(f.embedding_params if u == "embedding" else f.head_params) for u in units)
-    return np.where((z >= Zero.PARAMETERS)[:, None], out, 0.0)
+    return np.where(((z >= Zero.PARAMETERS) & (np.asarray(dp_shard) > 1))[:, None], out, 0.0)
 
 
 def ddp_bucket_rows(framework, S: StrategyBatch) -> np.ndarray:
@@ -356,9 +361,12 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     states += shard_w[:, None] * dense_p
     # FSDP2's gradient reduction buffers (one block's unsharded gradient and reduce-scatter input) and, under
     # ZeRO-3, the units outside the blocks its root keeps gathered (not where ``kept`` holds everything)
-    reduce_buf = np.where(kept, 0.0, fsdp2_reduce_buffer_bytes(f.rows(f.largest_layer_params), framework, S.zero,
-                                                               dense_shard, wide, g))
-    unresharded = fsdp_unresharded_params(framework, f, np.where(kept, Zero.OPTIMIZER, S.zero))
+    layers = f.rows(f.layers)
+    one_layer = np.divide(f.rows(f.kept_bytes), layers, out=np.zeros_like(layers, dtype=float), where=layers > 0)
+    reduce_buf = np.where(kept[:, None], 0.0, fsdp2_reduce_buffer_bytes(
+        f.rows(f.largest_layer_params), framework, S.zero, dense_shard, np.asarray(wide)[..., None],
+        np.asarray(g)[..., None], one_layer))
+    unresharded = fsdp_unresharded_params(framework, f, np.where(kept, Zero.OPTIMIZER, S.zero), dense_shard)
     edges = np.zeros_like(states) if unresharded is None else unresharded * wide
     states += edges
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
@@ -371,7 +379,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     a = np.maximum(f.rows(f.working_bytes)[:, None], f.rows(f.once_bytes))
     a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
     body = states
-    body += (gathered + reduce_buf)[:, None]
+    body += gathered[:, None]
+    body += reduce_buf
     body += a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
@@ -379,7 +388,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
     # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
     # gathered weights); the model states are allocated once at start-up and never freed
-    edges_at = at(edges, which)
+    edges_at, reduce_buf = at(edges, which), at(reduce_buf, which)
     transient = (at(a, which) + gathered + reduce_buf + edges_at
                  + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
