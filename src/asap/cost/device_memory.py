@@ -241,7 +241,7 @@ def fsdp2_reduce_buffer_bytes(largest_layer_params, framework, zero, dp_shard, u
     on rows that shard with FSDP2 (``zero >= fsdp_zero``) over more than one rank; 0 elsewhere."""
     z = np.asarray(zero)
     if framework is None or not framework.fsdp2_reduce_buffers:
-        return np.zeros(z.shape)
+        return np.zeros((len(z), 1))
     on = ((z >= framework.fsdp_zero) & (np.asarray(dp_shard) > 1))[:, None]
     L = np.asarray(largest_layer_params)[:, None]
     held = L * unsharded_bytes + np.maximum(0.0, L * reduce_bytes - layer_activations)
@@ -388,7 +388,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
     # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
     # gathered weights); the model states are allocated once at start-up and never freed
-    edges_at, reduce_buf = at(edges, which), at(reduce_buf, which)
+    edges_at = at(edges, which)
+    reduce_buf = reduce_buf[:, 0] if reduce_buf.shape[1] == 1 else at(reduce_buf, which)
     transient = (at(a, which) + gathered + reduce_buf + edges_at
                  + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
