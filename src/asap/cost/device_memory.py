@@ -261,6 +261,20 @@ def fsdp_unresharded_params(framework, f, zero, dp_shard):
     return np.where(((z >= Zero.PARAMETERS) & (np.asarray(dp_shard) > 1))[:, None], out, 0.0)
 
 
+def fsdp2_terms(f, S: StrategyBatch, framework, kept, dense_shard, wide: float, g):
+    """([N, K] or [N, 1] FSDP2's gradient reduction buffers at each device's peak, [N, K] the bytes of the units
+    outside the blocks its root keeps gathered under ZeRO-3 or None for a stack without), none where ``kept`` holds everything unsharded
+    (``fsdp2_reduce_buffer_bytes``, ``fsdp_unresharded_params``); ``wide`` the gathered dtype's bytes, ``g`` the
+    reduce dtype's per row."""
+    layers = f.rows(f.layers)
+    one_layer = np.divide(f.rows(f.kept_bytes), layers, out=np.zeros_like(layers, dtype=float), where=layers > 0)
+    reduce_buf = np.where(kept[:, None], 0.0, fsdp2_reduce_buffer_bytes(
+        f.rows(f.largest_layer_params), framework, S.zero, dense_shard, np.asarray(wide)[..., None],
+        np.asarray(g)[..., None], one_layer))
+    unresharded = fsdp_unresharded_params(framework, f, np.where(kept, Zero.OPTIMIZER, S.zero), dense_shard)
+    return reduce_buf, None if unresharded is None else unresharded * wide
+
+
 def ddp_bucket_rows(framework, S: StrategyBatch) -> np.ndarray:
     """Rows whose gradients torch's DDP holds twice (``Framework.ddp_bucket_copy``): zero 0 or 1 over more than
     one data-parallel rank, without pipeline or tensor parallelism (the reference trainer's ``apply_dp``
@@ -359,16 +373,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # shards are the optimizer's master, in its 12 B)
     shard_w = np.where(held & (train.precision == "fp32"), 4.0 / np.maximum(dense_shard, 1), 0.0)
     states += shard_w[:, None] * dense_p
-    # FSDP2's gradient reduction buffers (one block's unsharded gradient and reduce-scatter input) and, under
-    # ZeRO-3, the units outside the blocks its root keeps gathered (not where ``kept`` holds everything)
-    layers = f.rows(f.layers)
-    one_layer = np.divide(f.rows(f.kept_bytes), layers, out=np.zeros_like(layers, dtype=float), where=layers > 0)
-    reduce_buf = np.where(kept[:, None], 0.0, fsdp2_reduce_buffer_bytes(
-        f.rows(f.largest_layer_params), framework, S.zero, dense_shard, np.asarray(wide)[..., None],
-        np.asarray(g)[..., None], one_layer))
-    unresharded = fsdp_unresharded_params(framework, f, np.where(kept, Zero.OPTIMIZER, S.zero), dense_shard)
-    edges = np.zeros_like(states) if unresharded is None else unresharded * wide
-    states += edges
+    reduce_buf, edges = fsdp2_terms(f, S, framework, kept, dense_shard, wide, g)
+    if edges is not None:
+        states += edges
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
     stored = in_flight_by_layout(train, S, f)
@@ -388,7 +395,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
     # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
     # gathered weights); the model states are allocated once at start-up and never freed
-    edges_at = at(edges, which)
+    edges_at = 0.0 if edges is None else at(edges, which)
     reduce_buf = reduce_buf[:, 0] if reduce_buf.shape[1] == 1 else at(reduce_buf, which)
     transient = (at(a, which) + gathered + reduce_buf + edges_at
                  + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
