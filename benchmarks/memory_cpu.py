@@ -1,13 +1,16 @@
-"""Peak memory the reference trainer measures on this machine's CPU against ``asap estimate``'s, per strategy.
+"""Peak memory the reference trainer and torchtitan measure on this machine's CPU against ``asap estimate``'s.
 
     PYTHONPATH=src .venv/bin/python benchmarks/memory_cpu.py [--steps 2] [--strategies 'dp=2' 'dp=2,zero=3' ...]
+        [--torchtitan 'dp=2,zero=3' ...] [--glibc-default]
 
 Each strategy runs ``asap run`` (gloo processes, fp32, the largest rank's peak RSS: what ``peak_memory_gb``
 reports on a CPU) on a 68M-parameter dense model (4 layers, h 1024, vocab 8192, 4 x 128 tokens per step), large
 enough that its states outweigh the runtime, and ``asap estimate`` prices the same job (``--framework asap``,
 ``local-cpu``). Prints measured, predicted, the error, and the predicted terms. The runtime's own resident set
 (torch, gloo, the Python process: the CPU's fixed allowance in ``asap.cost.device_memory``) is measured first as
-the peak of the tiny-dense model, whose tensors are a few MB.
+the peak of the tiny-dense model, whose tensors are a few MB. Then torchtitan's own trainer runs the same job
+(``asap.execute.torchtitan_exec``; ``--torchtitan`` with no strategy skips it), priced with ``--framework
+torchtitan`` (``torchtitan_rows``: its larger runtime in place of the reference trainer's).
 
 What peak RSS counts on a CPU beyond the tensors: glibc's malloc, not torch, decides when freed memory goes
 back to the OS. Its mmap threshold is dynamic (mallopt(3), M_MMAP_THRESHOLD: after a freed mmapped block the
@@ -21,8 +24,12 @@ model prices. ``--glibc-default`` measures with the dynamic threshold instead (t
 difference).
 
 On this project's 2-core CPU machine (torch 2.13, gloo), measured (threshold pinned) against predicted:
-{RESULTS}
-With glibc's dynamic threshold the same runs peak at 1.845, 1.600, 1.499, 1.401, 1.043 and 1.093 GiB: glibc keeps
+runtime 0.396 GiB; dp=2 zero 0 1.722 / 1.713 (-0.5%), zero 1 1.468 / 1.459 (-0.6%), zero 2 1.299 / 1.327 (+2.2%),
+zero 3 1.216 / 1.222 (+0.5%), tp=2 0.957 / 0.930 (-2.8%), pp=2 0.978 / 0.943 (-3.6%). torchtitan 0.2.2 (runtime
+0.560 GiB, +0.160 over the allowance, added to its predictions): dp=2 zero 0 1.900 / 1.873 (-1.4%), zero 2 1.440 /
+1.487 (+3.3%), zero 3 1.290 / 1.348 (+4.5%), tp=2 1.130 / 1.142 (+1.1%), pp=2 1.120 / 1.115 (-0.4%); before FSDP2's
+terms (and its runtime) were priced: -9.8, -14.5, -18.1, -13.1, -14.7%.
+With glibc's dynamic threshold the reference trainer's runs peak at 1.845, 1.600, 1.499, 1.401, 1.043 and 1.093 GiB: glibc keeps
 0.12 to 0.24 GiB (before this benchmark pinned the threshold and FSDP2's reduce-scatter buffers and unresharded root
 were priced: -7.1, -8.8, -17.9, -24.6, -10.9, -13.8% against those).
 """
