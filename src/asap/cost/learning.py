@@ -69,6 +69,11 @@ class Term:
     bandwidths: tuple[str, ...] = ()  # accelerator fields in GB/s: divided by f
 
 
+# The kernel rates' priors as a real kernel library ranges (the widths below) times this: the share of that range a
+# source's runs still share once the family's constants are fitted to the other sources' runs (the moment estimate
+# of the held-out residuals' covariance between alike runs of one source over the covariance these widths imply,
+# sqrt(0.0038 / 0.027) = 0.37; ``benchmarks/learning_priors.py``).
+FITTED_KERNEL_PRIOR = 0.37
 _HOST_TIMES = ("host_op_s", "kernel_overhead_s")
 _NET_TIMES = ("collective_latency_s", "hop_latency_s", "sync_s")
 # The terms, one row each. Prior widths: large GEMMs reach 0.55-0.75 of peak across libraries, clocks and shapes
@@ -79,10 +84,12 @@ _NET_TIMES = ("collective_latency_s", "hop_latency_s", "sync_s")
 # catalog's NICs per GPU to shared, unoptimised fabrics (2.0); launch and sync latencies with the library and
 # its tuning (1.5).
 TERMS: dict[str, Term] = {t.name: t for t in (
-    Term("gemm", "bf16/fp16 GEMM rate", math.log(1.25), efficiencies=("gemm_efficiency",)),
-    Term("fp8_gemm", "fp8/fp4 GEMM rate", math.log(1.3), efficiencies=("fp8_gemm_efficiency",)),
-    Term("attention", "attention kernels", math.log(1.25), efficiencies=("attention_efficiency",)),
-    Term("memory_bound", "memory-bound kernels", math.log(1.2), efficiencies=("hbm_efficiency",)),
+    Term("gemm", "bf16/fp16 GEMM rate", FITTED_KERNEL_PRIOR * math.log(1.25), efficiencies=("gemm_efficiency",)),
+    Term("fp8_gemm", "fp8/fp4 GEMM rate", FITTED_KERNEL_PRIOR * math.log(1.3),
+         efficiencies=("fp8_gemm_efficiency",)),
+    Term("attention", "attention kernels", FITTED_KERNEL_PRIOR * math.log(1.25),
+         efficiencies=("attention_efficiency",)),
+    Term("memory_bound", "memory-bound kernels", FITTED_KERNEL_PRIOR * math.log(1.2), efficiencies=("hbm_efficiency",)),
     Term("host", "host dispatch and launch", math.log(1.5), times=_HOST_TIMES),
     Term("scale_up", "scale-up fabric (NVLink, ICI, HCCS)", math.log(1.5), bandwidths=("intra_node_gbps",)),
     Term("scale_out", "scale-out fabric (IB/RoCE, DCN)", math.log(2.0), bandwidths=("inter_node_gbps",)),
@@ -258,6 +265,10 @@ OTHER_CLUSTER_SIGMA = 0.05  # another cluster of the same accelerator: other clo
 OTHER_ACCELERATOR_SIGMA = 0.15
 # a dense run for an MoE job or the other way: grouped expert GEMMs, dispatch and their host work are other kernels
 OTHER_ARCHITECTURE_SIGMA = 0.15
+# another precision (bf16 against fp8 or fp4): its GEMMs are another term (J), but the recipe's casts, scales and
+# amax reductions and the kernels' shapes are other code; the held-out residuals of a source's runs differ most
+# across precisions (0.26 fitted on within-source pairs; ``benchmarks/learning_priors.py``)
+OTHER_PRECISION_SIGMA = 0.25
 SIZE_SIGMA = 0.15  # per e-fold of model size between the run and the job: other shapes, other kernels
 SCALE_SIGMA = 0.04  # per e-fold of device count: other collectives' sizes, another share of the fabric
 
@@ -266,7 +277,8 @@ def run_sigma(run_job: Job, job: Job, same_job: bool = False) -> float:
     """sigma_i: how far (log, one standard deviation) a run's measured step may sit from the model's once the
     terms are right, for predicting ``job``: the measurement alone for a trial of the same job (``same_job``),
     else sqrt(MEASUREMENT^2 + MODEL^2 + OTHER_CLUSTER^2 [another cluster] + OTHER_ACCELERATOR^2 [another
-    accelerator of the family] + OTHER_ARCHITECTURE^2 [MoE against dense] + (SIZE ln(P_run / P_job))^2
+    accelerator of the family] + OTHER_ARCHITECTURE^2 [MoE against dense] + OTHER_PRECISION^2 [another
+    precision] + (SIZE ln(P_run / P_job))^2
     + (SCALE ln(devices_run / devices_job))^2)."""
     if same_job:
         return MEASUREMENT_SIGMA
@@ -277,6 +289,8 @@ def run_sigma(run_job: Job, job: Job, same_job: bool = False) -> float:
         var += OTHER_ACCELERATOR_SIGMA ** 2
     if (run_job.model.moe is None) != (job.model.moe is None):
         var += OTHER_ARCHITECTURE_SIGMA ** 2
+    if run_job.train.precision != job.train.precision:
+        var += OTHER_PRECISION_SIGMA ** 2
     size = math.log(run_job.model.num_params() / job.model.num_params())
     scale = math.log(run_job.devices / job.devices)
     return math.sqrt(var + (SIZE_SIGMA * size) ** 2 + (SCALE_SIGMA * scale) ** 2)
