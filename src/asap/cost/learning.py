@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -86,6 +86,9 @@ class Term:
     efficiencies: tuple[str, ...] = ()  # family constants that are fractions of peak: divided by f
     times: tuple[str, ...] = ()  # family constants that are seconds per call: multiplied by f
     bandwidths: tuple[str, ...] = ()  # accelerator fields in GB/s: divided by f
+    # the precision class whose published runs the family's constant for it was fitted on ("any": every run of the
+    # family; None: not a fitted kernel rate): where the family has such runs, the prior is FITTED_KERNEL_PRIOR x
+    fitted_on: str | None = None
 
 
 # The kernel rates' priors: the range a kernel library's rate takes (the widths in TERMS) times this, the share of
@@ -96,7 +99,7 @@ class Term:
 FITTED_KERNEL_PRIOR = 0.26
 _HOST_TIMES = ("host_op_s", "kernel_overhead_s")
 _NET_TIMES = ("collective_latency_s", "hop_latency_s", "sync_s")
-# The terms, one row each. Prior widths (the kernel rates' times FITTED_KERNEL_PRIOR): large GEMMs reach 0.55-0.75 of peak across libraries, clocks and shapes
+# The terms, one row each. Prior widths (the kernel rates' times FITTED_KERNEL_PRIOR where fitted): large GEMMs reach 0.55-0.75 of peak across libraries, clocks and shapes
 # (1.25); fp8 GEMMs vary more with scaling recipes and shapes (1.3); attention kernels as GEMMs once the kernel
 # (FlashAttention 2 or 3, cuDNN, splash) is the stack's (1.25: a term that carries a tenth of a step must not take
 # a run's whole error); streaming kernels 1.2; host dispatch with the Python and launch stack (1.5);
@@ -104,12 +107,10 @@ _NET_TIMES = ("collective_latency_s", "hop_latency_s", "sync_s")
 # catalog's NICs per GPU to shared, unoptimised fabrics (2.0); launch and sync latencies with the library and
 # its tuning (1.5).
 TERMS: dict[str, Term] = {t.name: t for t in (
-    Term("gemm", "bf16/fp16 GEMM rate", FITTED_KERNEL_PRIOR * math.log(1.25), efficiencies=("gemm_efficiency",)),
-    Term("fp8_gemm", "fp8/fp4 GEMM rate", FITTED_KERNEL_PRIOR * math.log(1.3),
-         efficiencies=("fp8_gemm_efficiency",)),
-    Term("attention", "attention kernels", FITTED_KERNEL_PRIOR * math.log(1.25),
-         efficiencies=("attention_efficiency",)),
-    Term("memory_bound", "memory-bound kernels", FITTED_KERNEL_PRIOR * math.log(1.2), efficiencies=("hbm_efficiency",)),
+    Term("gemm", "bf16/fp16 GEMM rate", math.log(1.25), efficiencies=("gemm_efficiency",), fitted_on="16-bit"),
+    Term("fp8_gemm", "fp8/fp4 GEMM rate", math.log(1.3), efficiencies=("fp8_gemm_efficiency",), fitted_on="low"),
+    Term("attention", "attention kernels", math.log(1.25), efficiencies=("attention_efficiency",), fitted_on="any"),
+    Term("memory_bound", "memory-bound kernels", math.log(1.2), efficiencies=("hbm_efficiency",), fitted_on="any"),
     Term("host", "host dispatch and launch", math.log(1.5), times=_HOST_TIMES),
     Term("scale_up", "scale-up fabric (NVLink, ICI, HCCS)", math.log(1.5), bandwidths=("intra_node_gbps",)),
     Term("scale_out", "scale-out fabric (IB/RoCE, DCN)", math.log(2.0), bandwidths=("inter_node_gbps",)),
@@ -232,22 +233,46 @@ def sensitivities(runs: Sequence[MeasuredRun], terms: Sequence[str], x: np.ndarr
     return base, np.where(np.abs(jac) < NOT_EXERCISED, 0.0, jac)
 
 
-def prior_precision(terms: Sequence[str]) -> np.ndarray:
+def prior_widths(terms: Sequence[str], fitted: Collection[str] = ()) -> np.ndarray:
+    """s_k: the term's width, times ``FITTED_KERNEL_PRIOR`` for the terms in ``fitted`` (``fitted_terms``)."""
+    return np.array([TERMS[t].prior_sigma * (FITTED_KERNEL_PRIOR if t in fitted else 1.0) for t in terms])
+
+
+def prior_precision(terms: Sequence[str], fitted: Collection[str] = ()) -> np.ndarray:
     """P = diag(1 / s_k^2)."""
-    return np.diag([TERMS[t].prior_sigma ** -2.0 for t in terms])
+    return np.diag(prior_widths(terms, fitted) ** -2.0)
 
 
-def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] = LEARN_TERMS, steps: int = 1) -> Learned:
+def fitted_terms(family: str, precision: str, records: Sequence[Mapping[str, Any]] | None = None) -> frozenset[str]:
+    """The kernel terms whose catalog constant was fitted on published runs of ``family`` that a job in
+    ``precision`` relies on: ``records`` (default: the shipped runs, ``asap.cost.bands.error_bands``) hold a run
+    of the family in the term's precision class (the bf16 GEMM rate: a 16-bit run; the fp8/fp4 rate: a run in the
+    job's low-precision class, fp8 for a 16-bit job; attention and streaming kernels: any run). An fp4 job on a
+    family with no shipped fp4 run keeps the fp8/fp4 rate's full width: the catalog's fp4 rate is a published
+    figure, not a fit, and the job's runs may move it far."""
+    from asap.cost.bands import error_bands, precision_class
+
+    rows = error_bands()["residuals"] if records is None else records
+    classes = {precision_class(str(r["precision"])) for r in rows if r["family"] == family}
+    low = precision_class(precision) if precision_class(precision) in ("fp8", "fp4") else "fp8"
+    need = {"16-bit": "16-bit", "low": low}
+    return frozenset(t.name for t in TERMS.values() if t.fitted_on is not None and classes
+                     and (t.fitted_on == "any" or need[t.fitted_on] in classes))
+
+
+def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] = LEARN_TERMS, steps: int = 1,
+        fitted: Collection[str] = ()) -> Learned:
     """The MAP factors of ``terms`` given ``runs`` (module docstring) after ``steps`` Gauss-Newton steps from the
     catalog: 1 is the weighted least-squares problem linearised at the catalog (``asap learn``: each run priced
-    len(terms) + 1 times); the tune loop iterates (``TUNE_STEPS``), its factors being larger. No runs: every
+    len(terms) + 1 times); the tune loop iterates (``TUNE_STEPS``), its factors being larger. ``fitted``: the
+    terms whose prior is narrowed to ``FITTED_KERNEL_PRIOR`` (``fitted_terms`` of the job). No runs: every
     factor 1."""
     terms = tuple(terms)
     if not runs:
-        return Learned(terms, (0.0,) * len(terms), tuple(TERMS[t].prior_sigma for t in terms))
+        return Learned(terms, (0.0,) * len(terms), tuple(float(v) for v in prior_widths(terms, fitted)))
     log_m = np.log([r.measured_step_time_s for r in runs])
     w = np.array([r.sigma ** -2.0 for r in runs])
-    p = prior_precision(terms)
+    p = prior_precision(terms, fitted)
     x = np.zeros(len(terms))
     base, jac = sensitivities(runs, terms, x)
     catalog = np.exp(base)
