@@ -130,7 +130,7 @@ def table(rows: list) -> str:
     zero = np.concatenate([r[3] for r in rows])
     few = np.concatenate([r[4] for r in rows])
     lines.append(f"\nover all {len(zero)} predicted runs of {len(rows)} sources: zero-shot (leave-one-source-out) "
-                 f"MAPE {np.abs(zero).mean():.1%}, few-shot {np.abs(few).mean():.1%}; sources where few-shot is "
+                 f"MAPE {np.abs(zero).mean():.2%}, few-shot {np.abs(few).mean():.2%}; sources where few-shot is "
                  f"better: {sum(np.abs(r[4]).mean() < np.abs(r[3]).mean() for r in rows)} of {len(rows)}")
     return "\n".join(lines)
 
