@@ -25,7 +25,7 @@ difference).
 
 On this project's 2-core CPU machine (torch 2.13, gloo), measured (threshold pinned) against predicted:
 runtime 0.396 GiB; dp=2 zero 0 1.722 / 1.713 (-0.5%), zero 1 1.468 / 1.459 (-0.6%), zero 2 1.299 / 1.327 (+2.2%),
-zero 3 1.216 / 1.222 (+0.5%), tp=2 0.957 / 0.930 (-2.8%), pp=2 0.978 / 0.943 (-3.6%). torchtitan 0.2.2 (runtime
+zero 3 1.216 / 1.222 (+0.5%), tp=2 0.957 / 0.934 (-2.4%), pp=2 0.978 / 0.943 (-3.6%). torchtitan 0.2.2 (runtime
 0.560 GiB, +0.160 over the allowance, added to its predictions): dp=2 zero 0 1.900 / 1.873 (-1.4%), zero 2 1.440 /
 1.487 (+3.3%), zero 3 1.290 / 1.348 (+4.5%), tp=2 1.130 / 1.142 (+1.1%), pp=2 1.120 / 1.115 (-0.4%); before FSDP2's
 terms (and its runtime) were priced: -9.8, -14.5, -18.1, -13.1, -14.7%.

@@ -8,6 +8,8 @@ machine's CPU (fp32: 4 B per weight, gradient, and Adam moment):
   block x 4 + max(0, block x 4 - layer) B in fp32, block x 2 + max(0, block x 4 - layer) B under bf16.
 - FSDP2's root never reshards after forward: under zero 3 the reference trainer keeps the embedding, final norm and
   head gathered (4 B each in fp32), torchtitan its ``[norm, output]`` unit only.
+- The loss at the vocabulary shard: torchtitan's loss_parallel holds T x V / tp logits (and their fp32 copy) per
+  rank; the reference trainer all-gathers them (``output_layouts=Replicate()``): T x V per rank.
 """
 
 import pytest
@@ -120,3 +122,14 @@ def test_fsdp2_root_units_stay_gathered_under_zero3(model_file):
     titan = Job.from_names(j.model, "dgx-h100-1", 4, 128, "bf16", framework="torchtitan", devices=2)
     t = estimate_spelled(titan, "dp=2,zero=3")
     assert t.memory_gb["weights"] * GIB == pytest.approx(2 * 2 * BLOCK + 2 * (V * H + H), rel=1e-6)
+
+
+def test_the_reference_trainer_holds_the_whole_vocabulary_under_tp(model_file):
+    """tp=2, sequence-parallel, fp32, no recompute: the same stored activations on both stacks; the logits of one
+    micro-batch (T = 128 tokens) in fp32 plus their fp32 copy (4 + 4 B): the reference trainer T x V x 8 B, torchtitan
+    T x V x 8 / 2 B."""
+    j = job(model_file)
+    titan = Job.from_names(j.model, "local-cpu", 4, 128, "fp32", framework="torchtitan", devices=2)
+    ref, tt = (estimate_spelled(x, "dp=1,tp=2,sp=1,mbs=1,zero=0,recompute=none") for x in (j, titan))
+    assert (ref.memory_gb["activations"] - tt.memory_gb["activations"]) * GIB == pytest.approx(128 * V * 8 / 2,
+                                                                                                  rel=1e-6)

@@ -275,6 +275,16 @@ def fsdp2_terms(f, S: StrategyBatch, framework, kept, dense_shard, wide: float, 
     return reduce_buf, None if unresharded is None else unresharded * wide
 
 
+def logits_bytes_per_device(f, S: StrategyBatch, framework) -> np.ndarray:
+    """[N, K] the logits of one micro-batch where the head sits: at each rank's vocabulary shard (T V / tp), or
+    whole (T V) on every tensor-parallel rank of a stack whose loss is not vocabulary-parallel
+    (``Framework.loss_parallel`` False: the head all-gathers them)."""
+    once = f.rows(f.once_bytes)
+    if framework is not None and not framework.loss_parallel:
+        once = once * S.tp[:, None]
+    return once
+
+
 def ddp_bucket_rows(framework, S: StrategyBatch) -> np.ndarray:
     """Rows whose gradients torch's DDP holds twice (``Framework.ddp_bucket_copy``): zero 0 or 1 over more than
     one data-parallel rank, without pipeline or tensor parallelism (the reference trainer's ``apply_dp``
@@ -383,7 +393,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     stored_on_device = stored_under_offload(f, S, stored)
     # the logits live from the head's forward to the end of its backward, before the last layer's backward
     # re-materialises it: the two are never live at once, the device holds the larger
-    a = np.maximum(f.rows(f.working_bytes)[:, None], f.rows(f.once_bytes))
+    a = np.maximum(f.rows(f.working_bytes)[:, None], logits_bytes_per_device(f, S, framework))
     a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
     body = states
     body += gathered[:, None]

@@ -366,6 +366,12 @@ class Framework:
     # reference trainer (``asap.runners.torch.parallel.apply_fsdp``) leaves the embedding, final norm and head
     # to the root. Names from ("embedding", "head").
     fsdp_unresharded_units: tuple[str, ...] = ()
+    # the loss runs on each rank's vocabulary shard of the logits under tensor parallelism (Megatron-Core's
+    # vocab_parallel_cross_entropy; torchtitan's ``loss_parallel`` unless ``parallelism.disable_loss_parallel``:
+    # the head's ColwiseParallel keeps ``Shard(-1)``); False: the head all-gathers the logits to every rank and
+    # the loss runs on the whole vocabulary (the reference trainer's ``apply_tp``: ``ColwiseParallel(output_layouts
+    # =Replicate())``), so each rank holds T x V logits, not T x V / tp
+    loss_parallel: bool = True
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -464,7 +470,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
               attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("embedding", "head")),
+              fsdp_unresharded_units=("embedding", "head"), loss_parallel=False),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs
