@@ -287,7 +287,8 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
             kept[kind] = np.where(is_maxtext(S.recompute), policy.device_bytes + policy.offload_bytes, kept[kind])
             offloaded[kind] = policy.offload_bytes
     per_logit = ab + 4.0 if logits_bytes is None else logits_bytes
-    logits = T * model.vocab_size / S.tp * per_logit * (1 + model.mtp_layers)
+    # a tiled loss (``vocab_tiles``, MaxText num_vocab_tiling) holds one chunk of the tokens' logits at a time
+    logits = T * model.vocab_size / S.tp * per_logit * (1 + model.mtp_layers) / S.vocab_tiles
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
                            working=_columns(n, dense=working["dense"], moe=working["moe"], mtp=working["moe"]),
                            once=_columns(n, head=logits),

@@ -87,6 +87,8 @@ def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> d
         cfg.update(offloaded_remat(s))
     if s.offload_opt:
         cfg["optimizer_memory_host_offload"] = True
+    if s.vocab_tiles > 1:  # base.yml: "The logits are tiled into num_vocab_tiling parts along the batch-sequence axis"
+        cfg["num_vocab_tiling"] = s.vocab_tiles
     cfg["dtype"] = {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16")
     if train.precision == "fp8":
         cfg["quantization"] = "fp8"

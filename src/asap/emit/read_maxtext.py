@@ -42,7 +42,7 @@ BASE: dict[str, Any] = {"per_device_batch_size": 12.0, "max_target_length": 2048
                         "decoder_layer_input": "device", "model_name": "default", "global_parameter_scale": 1,
                         **{f"ici_{a}_parallelism": 1 for a in AXES + OTHER_AXES},
                         **{f"dcn_{a}_parallelism": 1 for a in AXES + OTHER_AXES},
-                        "ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1}
+                        "ici_fsdp_parallelism": -1, "dcn_data_parallelism": -1, "num_vocab_tiling": 1}
 MAPPED = tuple(BASE) + ARCH_KEYS + CUSTOM_REMAT_TENSORS + ("base_config",)
 # keys that do not change a step: paths, data, logging, checkpointing, profiling, the optimizer's
 # hyper-parameters, seeds; the kernel choices asap prices one way (flash attention, fused kernels)
@@ -172,6 +172,8 @@ def maxtext_strategy(cfg: dict, model: ModelSpec, cluster) -> tuple[dict[str, An
     s: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": int(tp > 1)}
     if cp > 1:
         s["cp_comm"] = "allgather"
+    if int(cfg.get("num_vocab_tiling", 1)) > 1:  # the loss in chunks of the tokens (utils/vocabulary_tiling.py)
+        s["vocab_tiles"] = int(cfg["num_vocab_tiling"])
     if ax["fsdp"] > 1:
         s["zero"] = 3
         s["dp_replicate"] = ax["data"]

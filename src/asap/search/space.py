@@ -68,6 +68,9 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         dp_replicate=[1],
         # context parallelism's exchange: the stack's default (``Framework.cp_comm``), not searched
         cp_comm=[KNOB["cp_comm"].code_of_printed(framework.cp_comm)],
+        # a tiled loss where the stack offers one (MaxText): whole, or in 8 chunks as MaxText's own v4 recipes set
+        # it (configs/tpu/v4/22b.sh, 52b.sh: num_vocab_tiling=8); the stacks that offer only 1 keep it
+        vocab_tiles=[1, 8],
     )
     for key, allowed in framework.offers.items():  # each candidate's code in its printed spelling (the knob table's)
         cands[key] = [v for v in cands[key] if KNOB[key].printed_of_code(v) in allowed] or cands[key][:1]

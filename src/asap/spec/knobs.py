@@ -410,6 +410,8 @@ KNOBS: tuple[Knob, ...] = (
          hidden=1, compact="dprep"),
     Knob("cp_comm", K.ENUM, "p2p", "context parallelism's exchange: ring, Ulysses all-to-all, all-gather of K,V "
          "(default: the stack's)", choices=CP_COMMS, type=CpComm, hidden="p2p", inert=_no_exchange),
+    Knob("vocab_tiles", K.DEGREE, 1, "the loss computed over this many chunks of a micro-batch's tokens, one "
+         "chunk's logits live at a time (MaxText num_vocab_tiling)", hidden=1, compact="vtiles"),
 )
 del K
 KNOB: Mapping[str, Knob] = {k.name: k for k in KNOBS}

@@ -155,6 +155,11 @@ RULES: tuple[Rule, ...] = (
     Rule("offload_opt", ("offload_opt", "zero"), lambda c, j: (c["offload_opt"] == 0) | (c["zero"] >= 1),
          lambda s, j: "offload_opt=1 steps each rank's optimizer shard on its host, which needs zero >= 1 "
                             "(Megatron-Core's --optimizer-cpu-offload runs under the distributed optimizer)"),
+    # MaxText's tiled loss splits a device's batch-sequence axis into equal chunks (configs/types.py: "Per
+    # device batch size times sequence length should be divisible by the number of vocab tiles")
+    Rule("vocab_tiles", ("vocab_tiles", "mbs"), lambda c, j: (c["mbs"] * j.train.seq_len) % c["vocab_tiles"] == 0,
+         lambda s, j: f"vocab_tiles={s.vocab_tiles} does not divide mbs*seq_len = {s.mbs * j.train.seq_len} "
+                            "(the tokens of a micro-batch are cut into equal chunks)"),
 )
 
 

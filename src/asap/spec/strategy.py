@@ -101,6 +101,10 @@ class Strategy:
     # context parallelism's exchange (``CpComm``): p2p ring, a2a (Ulysses), allgather of K,V; Megatron-Core
     # --cp-comm-type, MindSpeed --context-parallel-algo, MaxText's all-gather context parallelism
     cp_comm: CpComm = CpComm.P2P
+    # the loss over this many chunks of a micro-batch's tokens (MaxText ``num_vocab_tiling``,
+    # maxtext/utils/vocabulary_tiling.py: a custom_vjp over jax.lax.scan keeps one chunk's logits at a time and
+    # re-runs the head's forward per chunk in the backward); 1: the whole micro-batch's logits at once
+    vocab_tiles: int = 1
 
     def __post_init__(self) -> None:
         """Hold every knob as its type: values given in their printed spelling (``zero=1``, ``sp=0``,
