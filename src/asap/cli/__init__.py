@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from asap.cli.coerce import install as install_plain_coercion
 from asap.cli.root import app
 from asap.errors import AsapError
 
@@ -77,6 +78,7 @@ _register_commands = register_commands  # the former name
 def main(argv: list[str] | None = None) -> int:
     register_commands(command_named(argv))
     _flags_without_type()
+    install_plain_coercion()  # Pydantic imported only for a value that is not a plain str, int or float
     try:
         return _run(argv)
     except KeyboardInterrupt:
