@@ -129,10 +129,12 @@ def tight_row(job, fixed: dict, result, args: str = "") -> dict | None:
 
     if not result.candidates or job.train.memory_margin_gb <= 0:
         return None
-    try:
-        rows = plan(plan_headroom(job, 0.0), fixed=dict(fixed), top=1, split_candidates=0).candidates
-    except (NoFitError, AsapError):
-        return None
+    rows = result.tight_candidates  # priced beside the plan (``plan(..., tight=True)``), where it was
+    if rows is None:
+        try:
+            rows = plan(plan_headroom(job, 0.0), fixed=dict(fixed), top=1, split_candidates=0).candidates
+        except (NoFitError, AsapError):
+            return None
     best, tight = result.candidates[0], rows[0] if rows else None
     if tight is None or tight.step_time_s > best.step_time_s * (1 - TIGHT_GAIN):
         return None
