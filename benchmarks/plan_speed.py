@@ -3,16 +3,16 @@
     python benchmarks/plan_speed.py [--repeat 5] [--no-hog] [--no-command] [--job DeepSeek]
 
 Each job is planned as ``asap plan`` plans it (the default headroom, ``search.planner.plan_headroom``; the
-layer split on every shape that could win; the tight row's plan priced in the same pass, ``tight=True``),
-``--repeat`` times after one warm-up call (which fills the per-process caches: event simulations of unequal
-interleaved chunks); then again while a busy-loop process per CPU core competes for the machine. Medians are
-printed (wall, and CPU: ``time.process_time``, every thread of the process, which barely moves with the
-machine's load), with ``os.getloadavg()`` before each series so a figure can be read against how loaded the
-machine was. Then (unless ``--no-command``) the whole command as a user runs it, ``--repeat`` fresh processes
-(start-up, imports, cold caches, the plan, its sensitivity and tight row, the JSON printed): median wall and
-CPU (the child's user + system time). Targets on this machine, unloaded: issue 45.15, DeepSeek-V3 on 2048
-H800 in 1.5 s wall; issue 32, Llama 3.1 405B in 1 s. The plan itself is the same under the hog (the split
-search counts moves, not seconds).
+layer split on every shape that could win), less the tight row's plan (which ``asap plan`` prices in the same
+pass, ``tight=True``: the command's figure below has it), ``--repeat`` times after one warm-up call (which
+fills the per-process caches: event simulations of unequal interleaved chunks); then again while a busy-loop
+process per CPU core competes for the machine. Medians are printed (wall, and CPU: ``time.process_time``,
+every thread of the process, which barely moves with the machine's load), with ``os.getloadavg()`` before
+each series so a figure can be read against how loaded the machine was. Then (unless ``--no-command``) the
+whole command as a user runs it, ``--repeat`` fresh processes (start-up, imports, cold caches, the plan with
+its tight row, the sensitivity, the JSON printed): median wall and CPU (the child's user + system time).
+Targets on this machine, unloaded: issue 45.15, DeepSeek-V3 on 2048 H800 in 1.5 s wall; issue 32, Llama 3.1
+405B in 1 s. The plan itself is the same under the hog (the split search counts moves, not seconds).
 
     asap plan -m deepseek-v3 -c h800 --nodes 256 -b 15360 -s 4096
     asap plan -m llama3.1-405b -c h100-sxm --nodes 2048 -b 2048 -s 8192
@@ -48,7 +48,7 @@ def series(job: Job, repeat: int, sens: list[float] | None = None) -> tuple[list
     times, cpu, r = [], [], None
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        r = plan(job, top=5, tight=True)
+        r = plan(job, top=5)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         if sens is not None:
@@ -91,7 +91,7 @@ def main() -> None:
         if args.job.lower() not in title.lower():
             continue
         job = plan_headroom(Job.resolve(load_model(model), load_cluster(acc, nodes=nodes), TrainSpec(gb, seq)))
-        plan(job, top=5, tight=True)  # warm-up: the per-process caches
+        plan(job, top=5)  # warm-up: the per-process caches
         load = os.getloadavg()[0]
         sens: list[float] = []
         quiet, quiet_cpu, r = series(job, args.repeat, sens)
