@@ -11,7 +11,6 @@ from shlex import quote
 from typing import Any, Callable
 
 from asap.cost.estimate import Estimate, estimate_spelled
-from asap.emit import FRAMEWORK_OF, check_format, emit
 from asap.errors import AsapError
 from asap.search.nofit import NoFitError
 from asap.search.planner import plan, plan_headroom
@@ -65,7 +64,7 @@ def emitted_job(fmt: str, job: Job, strategy, tokens: float | None = None, stric
     from dataclasses import asdict
 
     from asap.cost.estimate import estimate
-    from asap.emit import config_name, launch
+    from asap.emit import FRAMEWORK_OF, check_format, config_name, emit, launch  # only a job that emits
     from asap.emit.launch import run_length
 
     check_format(fmt)
