@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from asap.cost.learning import LEARN_TERMS, Learned, MeasuredRun, fit, run_sigma
+from asap.cost.learning import LEARN_TERMS, Learned, MeasuredRun, fit, fitted_terms, run_sigma
 from asap.errors import AsapError
 from asap.memory import DuplicateRun, Memory, MeasuredRunRow, job_document, store_run
 from asap.spec.hardware import Cluster, cluster_from_dict, load_cluster
@@ -193,6 +193,14 @@ def runs_for(rows: Iterable[MeasuredRunRow], job: Job) -> list[MeasuredRun]:
     return out
 
 
+def fit_for(job: Job, runs: list[MeasuredRun], terms=LEARN_TERMS, records=None) -> Learned:
+    """``asap.cost.learning.fit`` of ``runs`` for ``job``: the kernel terms whose catalog constants were fitted on
+    the family's published runs of the job's precision classes narrowed (``fitted_terms``; ``records``: the runs
+    that fit, default the shipped ones)."""
+    family, precision = job.cluster.accelerator.family, job.train.precision
+    return fit(runs, terms, fitted=fitted_terms(family, precision, records))
+
+
 def learned_for(job: Job, memory: str | Path | Memory | None, terms=LEARN_TERMS) -> Learned:
     """The terms learned for ``job`` from the measured runs in ``memory`` (nothing: ``Learned()``)."""
     if memory is None:
@@ -202,7 +210,7 @@ def learned_for(job: Job, memory: str | Path | Memory | None, terms=LEARN_TERMS)
     else:
         with Memory.open(memory) as mem:
             rows = mem.measured_runs(job.framework.name, job.cluster.accelerator.family)
-    return fit(runs_for(rows, job), terms)
+    return fit_for(job, runs_for(rows, job), terms)
 
 
 def learned_job(job: Job, memory: str | Path | Memory | None) -> tuple[Job, Learned]:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from asap.cost.estimate import estimate
-from asap.cost.learning import LEARN_TERMS, TERMS, MeasuredRun, corrected_cluster, fit, run_sigma, sensitivities
+from asap.cost.learning import (FITTED_KERNEL_PRIOR, LEARN_TERMS, TERMS, MeasuredRun, corrected_cluster, fit,
+                                fitted_terms, run_sigma, sensitivities)
 from asap.spec.hardware import cluster_from_dict, load_cluster
 from asap.spec.job import Job
 from asap.spec.loader import load_model
@@ -115,3 +116,17 @@ def test_learned_runs_narrow_the_prediction_interval():
              for name, j in (("catalog", job), ("learned", corrected))}
     assert width["learned"] < width["catalog"]
     assert corrected.with_train(job.train).learned_runs == 3  # kept when the training spec is swapped
+
+
+def test_kernel_priors_narrow_where_the_catalog_was_fitted():
+    """The kernel rates the family's constants were fitted on (the shipped runs: Hopper in bf16 and fp8) take
+    FITTED_KERNEL_PRIOR of their width; an fp4 job on Blackwell, whose fp4 rate no shipped run fitted, keeps the
+    fp8/fp4 rate's full width; a family with no shipped run keeps every width. Narrowed, one run moves less."""
+    assert fitted_terms("hopper", "bf16") == {"gemm", "fp8_gemm", "attention", "memory_bound"}
+    assert "fp8_gemm" not in fitted_terms("blackwell", "nvfp4") and "gemm" in fitted_terms("blackwell", "nvfp4")
+    assert fitted_terms("no-such-family", "bf16") == frozenset()
+    job = _job(load_cluster("dgx-h100-1node"))
+    run = _run(job, {"tp": 1, "mbs": 1, "recompute": "none"})
+    wide, narrow = fit([run], ("gemm",)), fit([run], ("gemm",), fitted={"gemm"})
+    assert 1.0 < narrow.factor("gemm") < wide.factor("gemm")
+    assert fit([], ("gemm",), fitted={"gemm"}).log_sigma[0] == pytest.approx(FITTED_KERNEL_PRIOR * TERMS["gemm"].prior_sigma)

@@ -149,6 +149,25 @@ def test_estimate_with_memory_names_the_runs_and_factors_and_without_it_is_uncha
     assert width(learned) < width(plain)
 
 
+def test_validate_with_memory_moves_the_fp4_rate_no_shipped_run_fitted_and_not_the_fitted_kernels(tmp_path):
+    """docs/learn.md's worked example: three nvfp4 runs of fp4_runs_2025.json in, the fourth validated. Blackwell's
+    fp4 GEMM rate was fitted on no shipped run (full prior width): it takes the runs' error; its attention and
+    streaming kernels were (the shipped bf16 and fp8 runs: FITTED_KERNEL_PRIOR): they stay at the catalog."""
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples" / "learn"
+    db = tmp_path / "fp4.sqlite"
+    subprocess.run([*ASAP, "learn", "--cases", str(examples / "three_fp4.json"), "--memory", str(db)],
+                   capture_output=True, text=True, check=True)
+    run = [*ASAP, "validate", "--cases", str(examples / "fourth_fp4.json"), "--json"]
+    plain = json.loads(subprocess.run(run, capture_output=True, text=True, check=True).stdout)
+    learned = json.loads(subprocess.run([*run, "--memory", str(db)], capture_output=True, text=True,
+                                        check=True).stdout)
+    case = learned["cases"][0]
+    assert case["learned_from"] == [1, 2, 3]
+    assert case["corrections"]["fp8_gemm"] > 1.02
+    assert "attention" not in case["corrections"] and "memory_bound" not in case["corrections"]
+    assert abs(case["error"]) < abs(plain["cases"][0]["error"])
+
+
 def test_asap_learn_job_reads_the_stacks_config_and_its_log(tmp_path):
     """The torchtitan config ``asap emit`` writes for the logged run (tiny-dense dp=2 zero=3 -b 8 -s 64 fp32 on 2
     CPU processes) read back by ``read_job``, the real log beside it: one measured run, the median after warm-up;

@@ -38,6 +38,11 @@ from asap.spec.strategy import SCHEDULES, parse_strategy
 from asap.spec.knobs import RECOMPUTE, RECOMPUTE_MODULES
 
 MAX_CANDIDATES = 5
+# The longest answer the schema allows, in tokens: MAX_CANDIDATES x (a strategy of ~80 characters, a rationale
+# of 400, ~40 of JSON) + a narrative of 600 + ~30 = 3,230 characters, ~3.5 characters a token: ~920, rounded up.
+# A smaller cap (ASAP_LLM_MAX_TOKENS) bounds a slow local model's time; an answer it cuts short fails validation
+# and is dropped with its reason, like any other.
+DEFAULT_MAX_TOKENS = 1024
 DEFAULT_MODEL = "gpt-4o-mini"  # used when neither the option nor ASAP_LLM_MODEL names one
 MAX_RESPONSE_BYTES = 4 << 20  # a chat answer larger than this is not an answer
 MAX_ERROR_CHARS = 300  # the one-line error is cut to this length
@@ -96,6 +101,7 @@ class LLMConfig:
     model: str
     api_key: str | None = None
     timeout_s: float = 20.0
+    max_tokens: int = DEFAULT_MAX_TOKENS
 
     @classmethod
     def from_env(cls, base_url: str | None = None, model: str | None = None,
@@ -337,7 +343,7 @@ class LLMAdvisor:
         return {"model": self.config.model,
                 "messages": [{"role": "system", "content": SYSTEM_PROMPT},
                              {"role": "user", "content": json.dumps(context, default=str)}],
-                "temperature": 0, "max_tokens": 1024,
+                "temperature": 0, "max_tokens": self.config.max_tokens,
                 "response_format": {"type": "json_object", "schema": response_schema()}}
 
     def advise(self, context: dict) -> AdviceResult:

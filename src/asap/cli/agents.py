@@ -49,6 +49,11 @@ def _llm(enabled: bool, base_url, model, key):
             config.timeout_s = float(wait)
         except ValueError:
             raise AsapError("ASAP_LLM_TIMEOUT_S", f"must be a number of seconds, got {wait!r}") from None
+    cap = os.environ.get("ASAP_LLM_MAX_TOKENS", "").strip()
+    if cap:  # the answer's length bounds a slow local model's time (one token a few tenths of a second on a CPU)
+        if not cap.isdigit() or int(cap) < 1:
+            raise AsapError("ASAP_LLM_MAX_TOKENS", f"must be a whole number of tokens >= 1, got {cap!r}")
+        config.max_tokens = int(cap)
     return LLMAdvisor(config)
 
 

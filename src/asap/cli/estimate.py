@@ -193,15 +193,14 @@ def validate(
 def _case_learner(memory: str):
     """``validate --memory``: a case's job corrected by the measured runs in ``memory`` other than its own (a
     run whose ``source_ref`` is the case's id), and the fields that say so."""
-    from asap.learn import learned_fields, runs_for
-    from asap.cost.learning import fit
+    from asap.learn import fit_for, learned_fields, runs_for
     from asap.memory import Memory
 
     with Memory.open(memory) as mem:
         rows = mem.measured_runs()
 
     def correct(job, case_id: str):
-        learned = fit(runs_for([r for r in rows if r.source_ref != case_id], job))
+        learned = fit_for(job, runs_for([r for r in rows if r.source_ref != case_id], job))
         return learned.apply_job(job), learned_fields(learned)
 
     return correct

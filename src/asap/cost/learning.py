@@ -32,12 +32,34 @@ so one run moves a term by the share of its error that term can carry, shrunk by
 
 - a term learns from the runs whose step it carries: J_ik is the term's share of run i's step, so the residual
   of a run that is mostly data-parallel traffic goes to the scale-out term (J ~ 0.7) and barely to the GEMM rate
-  (J ~ 0.3, prior s 3x narrower: 0.3^2 s_gemm^2 / 0.7^2 s_out^2 ~ 2% of it);
+  (J ~ 0.3, prior s 12x narrower: 0.3^2 s_gemm^2 / 0.7^2 s_out^2 ~ 0.1% of it);
 - a term a run does not exercise has J_ik = 0 and keeps its catalog value: another precision's GEMMs (fp8 in a
   bf16 run), a fabric it never crossed (scale-out on one node);
 - a run unlike the job (another cluster, a much larger or smaller model, another scale) weighs less: its sigma_i
   grows with the distance (``run_sigma``), so it teaches less;
 - the posterior covariance (J^T W J + P)^-1 gives each factor's uncertainty (``Learned.uncertainty``).
+
+How wide: the priors and the run scatters are measured on the shipped runs' leave-one-source-out residuals
+(``benchmarks/learning_priors.py``: each run predicted with its family's constants refitted without its source,
+what a new user's runs look like to the model). Two runs of one source share an offset the learning can carry,
+and each has its own scatter it cannot. The shared part is small: alike runs of one source (one accelerator,
+architecture and precision) covary by 0.0038 in log^2 (an offset of ~6%), while the kernel priors as a kernel
+library ranges (GEMMs at 0.55-0.75 of peak: 1.25) imply 0.025, six times more; with those widths two runs of a
+source moved the GEMM rate 10-18% and made the source's other runs worse (few-shot 8.8% against 7.9% zero-shot
+on the shipped files; Google's tpu-recipes 9.9% -> 13.4%, two MoE runs on TPU7x -28% and -10% off moving the
+dense runs on v6e and v5p). So the kernel terms' priors are those widths times ``FITTED_KERNEL_PRIOR`` (0.26, the
+moment estimate) where the catalog's kernel constants are *fitted* to the family's published runs of the term's
+precision class (``fitted_terms``): what is left of them for a new machine of the family is that small. Where no
+shipped run fitted them (fp4 on Blackwell, a family without shipped runs) the catalog's figure is a published
+number and the full width stays: the runs may move it far. The fabric and host priors keep their widths: the shipped
+runs barely exercise them (they cannot measure them), and a user's fabric is where machines differ most (half the
+NICs, a shared fabric); several alike runs still move any term a lot (n J^2 s^2 against sigma^2). The run scatter
+(``run_sigma``) is a variogram of the same residuals, E[(e_a - e_b)^2] over one source's pairs: a run's own
+scatter 0.08 (asap: 0.10 with the measurement), another accelerator 0.12 (0.15), MoE against dense 0.17 (0.15),
+another precision 0.26 (``OTHER_PRECISION_SIGMA`` 0.25, the largest: a precision's recipe is other code). The
+pairs find no growth with model size or scale (the shipped sources grow both together, as weak-scaling tables);
+``SIZE_SIGMA`` and ``SCALE_SIGMA`` are kept for runs outside that span. With these: few-shot 7.7% against 7.9%
+zero-shot over the same 51 runs, tpu-recipes 9.9% -> 9.9% (``benchmarks/fewshot.py --maxiter 1``).
 
 Deterministic: no random start, no sampling; the same runs in any order give the same factors up to rounding.
 """
@@ -46,7 +68,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -67,11 +89,21 @@ class Term:
     efficiencies: tuple[str, ...] = ()  # family constants that are fractions of peak: divided by f
     times: tuple[str, ...] = ()  # family constants that are seconds per call: multiplied by f
     bandwidths: tuple[str, ...] = ()  # accelerator fields in GB/s: divided by f
+    # the precision class whose published runs the family's constant for it was fitted on ("any": every run of the
+    # family; None: not a fitted kernel rate): where the family has such runs, the prior is FITTED_KERNEL_PRIOR x
+    fitted_on: str | None = None
 
 
+# The kernel rates' priors: the range a kernel library's rate takes (the widths in TERMS) times this, the share of
+# that range a machine of a catalog family is still off by once the family's constants are fitted to published
+# runs. Measured (module docstring, "How wide"): the shipped runs' held-out residuals covary between alike runs
+# of one source by 0.0038 (log^2), of which the fabric and host priors imply 0.0022 and the raw kernel widths
+# 0.025, so kappa^2 = (0.0038 - 0.0022) / 0.025, kappa = 0.26 (``benchmarks/learning_priors.py``). Only where the
+# family's constants were fitted on runs of the term's precision class (``fitted_terms``).
+FITTED_KERNEL_PRIOR = 0.26
 _HOST_TIMES = ("host_op_s", "kernel_overhead_s")
 _NET_TIMES = ("collective_latency_s", "hop_latency_s", "sync_s")
-# The terms, one row each. Prior widths: large GEMMs reach 0.55-0.75 of peak across libraries, clocks and shapes
+# The terms, one row each. Prior widths (the kernel rates' times FITTED_KERNEL_PRIOR where fitted): large GEMMs reach 0.55-0.75 of peak across libraries, clocks and shapes
 # (1.25); fp8 GEMMs vary more with scaling recipes and shapes (1.3); attention kernels as GEMMs once the kernel
 # (FlashAttention 2 or 3, cuDNN, splash) is the stack's (1.25: a term that carries a tenth of a step must not take
 # a run's whole error); streaming kernels 1.2; host dispatch with the Python and launch stack (1.5);
@@ -79,10 +111,10 @@ _NET_TIMES = ("collective_latency_s", "hop_latency_s", "sync_s")
 # catalog's NICs per GPU to shared, unoptimised fabrics (2.0); launch and sync latencies with the library and
 # its tuning (1.5).
 TERMS: dict[str, Term] = {t.name: t for t in (
-    Term("gemm", "bf16/fp16 GEMM rate", math.log(1.25), efficiencies=("gemm_efficiency",)),
-    Term("fp8_gemm", "fp8/fp4 GEMM rate", math.log(1.3), efficiencies=("fp8_gemm_efficiency",)),
-    Term("attention", "attention kernels", math.log(1.25), efficiencies=("attention_efficiency",)),
-    Term("memory_bound", "memory-bound kernels", math.log(1.2), efficiencies=("hbm_efficiency",)),
+    Term("gemm", "bf16/fp16 GEMM rate", math.log(1.25), efficiencies=("gemm_efficiency",), fitted_on="16-bit"),
+    Term("fp8_gemm", "fp8/fp4 GEMM rate", math.log(1.3), efficiencies=("fp8_gemm_efficiency",), fitted_on="low"),
+    Term("attention", "attention kernels", math.log(1.25), efficiencies=("attention_efficiency",), fitted_on="any"),
+    Term("memory_bound", "memory-bound kernels", math.log(1.2), efficiencies=("hbm_efficiency",), fitted_on="any"),
     Term("host", "host dispatch and launch", math.log(1.5), times=_HOST_TIMES),
     Term("scale_up", "scale-up fabric (NVLink, ICI, HCCS)", math.log(1.5), bandwidths=("intra_node_gbps",)),
     Term("scale_out", "scale-out fabric (IB/RoCE, DCN)", math.log(2.0), bandwidths=("inter_node_gbps",)),
@@ -205,22 +237,46 @@ def sensitivities(runs: Sequence[MeasuredRun], terms: Sequence[str], x: np.ndarr
     return base, np.where(np.abs(jac) < NOT_EXERCISED, 0.0, jac)
 
 
-def prior_precision(terms: Sequence[str]) -> np.ndarray:
+def prior_widths(terms: Sequence[str], fitted: Collection[str] = ()) -> np.ndarray:
+    """s_k: the term's width, times ``FITTED_KERNEL_PRIOR`` for the terms in ``fitted`` (``fitted_terms``)."""
+    return np.array([TERMS[t].prior_sigma * (FITTED_KERNEL_PRIOR if t in fitted else 1.0) for t in terms])
+
+
+def prior_precision(terms: Sequence[str], fitted: Collection[str] = ()) -> np.ndarray:
     """P = diag(1 / s_k^2)."""
-    return np.diag([TERMS[t].prior_sigma ** -2.0 for t in terms])
+    return np.diag(prior_widths(terms, fitted) ** -2.0)
 
 
-def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] = LEARN_TERMS, steps: int = 1) -> Learned:
+def fitted_terms(family: str, precision: str, records: Sequence[Mapping[str, Any]] | None = None) -> frozenset[str]:
+    """The kernel terms whose catalog constant was fitted on published runs of ``family`` that a job in
+    ``precision`` relies on: ``records`` (default: the shipped runs, ``asap.cost.bands.error_bands``) hold a run
+    of the family in the term's precision class (the bf16 GEMM rate: a 16-bit run; the fp8/fp4 rate: a run in the
+    job's low-precision class, fp8 for a 16-bit job; attention and streaming kernels: any run). An fp4 job on a
+    family with no shipped fp4 run keeps the fp8/fp4 rate's full width: the catalog's fp4 rate is a published
+    figure, not a fit, and the job's runs may move it far."""
+    from asap.cost.bands import error_bands, precision_class
+
+    rows = error_bands()["residuals"] if records is None else records
+    classes = {precision_class(str(r["precision"])) for r in rows if r["family"] == family}
+    low = precision_class(precision) if precision_class(precision) in ("fp8", "fp4") else "fp8"
+    need = {"16-bit": "16-bit", "low": low}
+    return frozenset(t.name for t in TERMS.values() if t.fitted_on is not None and classes
+                     and (t.fitted_on == "any" or need[t.fitted_on] in classes))
+
+
+def fit(runs: Sequence[MeasuredRun], terms: Sequence[str] = LEARN_TERMS, steps: int = 1,
+        fitted: Collection[str] = ()) -> Learned:
     """The MAP factors of ``terms`` given ``runs`` (module docstring) after ``steps`` Gauss-Newton steps from the
     catalog: 1 is the weighted least-squares problem linearised at the catalog (``asap learn``: each run priced
-    len(terms) + 1 times); the tune loop iterates (``TUNE_STEPS``), its factors being larger. No runs: every
+    len(terms) + 1 times); the tune loop iterates (``TUNE_STEPS``), its factors being larger. ``fitted``: the
+    terms whose prior is narrowed to ``FITTED_KERNEL_PRIOR`` (``fitted_terms`` of the job). No runs: every
     factor 1."""
     terms = tuple(terms)
     if not runs:
-        return Learned(terms, (0.0,) * len(terms), tuple(TERMS[t].prior_sigma for t in terms))
+        return Learned(terms, (0.0,) * len(terms), tuple(float(v) for v in prior_widths(terms, fitted)))
     log_m = np.log([r.measured_step_time_s for r in runs])
     w = np.array([r.sigma ** -2.0 for r in runs])
-    p = prior_precision(terms)
+    p = prior_precision(terms, fitted)
     x = np.zeros(len(terms))
     base, jac = sensitivities(runs, terms, x)
     catalog = np.exp(base)
@@ -258,6 +314,10 @@ OTHER_CLUSTER_SIGMA = 0.05  # another cluster of the same accelerator: other clo
 OTHER_ACCELERATOR_SIGMA = 0.15
 # a dense run for an MoE job or the other way: grouped expert GEMMs, dispatch and their host work are other kernels
 OTHER_ARCHITECTURE_SIGMA = 0.15
+# another precision (bf16 against fp8 or fp4): its GEMMs are another term (J), but the recipe's casts, scales and
+# amax reductions and the kernels' shapes are other code; the held-out residuals of a source's runs differ most
+# across precisions (0.26 fitted on within-source pairs; ``benchmarks/learning_priors.py``)
+OTHER_PRECISION_SIGMA = 0.25
 SIZE_SIGMA = 0.15  # per e-fold of model size between the run and the job: other shapes, other kernels
 SCALE_SIGMA = 0.04  # per e-fold of device count: other collectives' sizes, another share of the fabric
 
@@ -266,7 +326,8 @@ def run_sigma(run_job: Job, job: Job, same_job: bool = False) -> float:
     """sigma_i: how far (log, one standard deviation) a run's measured step may sit from the model's once the
     terms are right, for predicting ``job``: the measurement alone for a trial of the same job (``same_job``),
     else sqrt(MEASUREMENT^2 + MODEL^2 + OTHER_CLUSTER^2 [another cluster] + OTHER_ACCELERATOR^2 [another
-    accelerator of the family] + OTHER_ARCHITECTURE^2 [MoE against dense] + (SIZE ln(P_run / P_job))^2
+    accelerator of the family] + OTHER_ARCHITECTURE^2 [MoE against dense] + OTHER_PRECISION^2 [another
+    precision] + (SIZE ln(P_run / P_job))^2
     + (SCALE ln(devices_run / devices_job))^2)."""
     if same_job:
         return MEASUREMENT_SIGMA
@@ -277,6 +338,8 @@ def run_sigma(run_job: Job, job: Job, same_job: bool = False) -> float:
         var += OTHER_ACCELERATOR_SIGMA ** 2
     if (run_job.model.moe is None) != (job.model.moe is None):
         var += OTHER_ARCHITECTURE_SIGMA ** 2
+    if run_job.train.precision != job.train.precision:
+        var += OTHER_PRECISION_SIGMA ** 2
     size = math.log(run_job.model.num_params() / job.model.num_params())
     scale = math.log(run_job.devices / job.devices)
     return math.sqrt(var + (SIZE_SIGMA * size) ** 2 + (SCALE_SIGMA * scale) ** 2)
