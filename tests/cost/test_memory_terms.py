@@ -3,6 +3,13 @@ machine's CPU (fp32: 4 B per weight, gradient, and Adam moment):
 
 - torch DDP (the reference trainer's zero 0/1 over dp ranks, torchtitan's ``replicate``): ``param.grad`` and the
   Reducer's flat bucket, 2 x 4 B per parameter; FSDP2 (zero 2/3), tensor or pipeline parallelism: one copy.
+- FSDP2's gradient reduction: beside the sharded gradients, one block's unsharded gradient (all-gather dtype) and
+  one block's reduce-scatter input (reduce dtype) less the layer of activations freed before it exists:
+  block x 4 + max(0, block x 4 - layer) B in fp32, block x 2 + max(0, block x 4 - layer) B under bf16.
+- FSDP2's root never reshards after forward: under zero 3 the reference trainer keeps the embedding, final norm and
+  head gathered (4 B each in fp32), torchtitan its ``[norm, output]`` unit only.
+- The loss at the vocabulary shard: torchtitan's loss_parallel holds T x V / tp logits (and their fp32 copy) per
+  rank; the reference trainer all-gathers them (``output_layouts=Replicate()``): T x V per rank.
 """
 
 import pytest
@@ -33,14 +40,19 @@ def test_the_parameter_count(model_file):
     assert job(model_file).model.num_params() == layers * (4 * h * h + 3 * h * f + 2 * h) + 2 * v * h + h
 
 
+H, F, V = 1024, 2816, 8192
+BLOCK = 4 * H * H + 3 * H * F + 2 * H  # one transformer block's parameters (q, k, v, o; w1, w2, w3; two norms)
+
+
 @pytest.mark.parametrize("strategy,copies", [("dp=2,zero=0", 2), ("dp=2,zero=1", 2), ("dp=2,zero=2", 0.5),
                                              ("tp=2", 1), ("pp=2", 1)])
 def test_ddp_holds_the_gradients_twice(model_file, strategy, copies):
     j = job(model_file)
     e = estimate_spelled(j, strategy)
     P = j.model.num_params()
-    if strategy.startswith("dp"):
-        assert e.memory_gb["grads"] == pytest.approx(copies * 4 * P / GIB, rel=1e-6)
+    if strategy.startswith("dp"):  # zero 2 (FSDP2) adds one block's reduction buffers (the test below)
+        buffers = 4 * BLOCK + (4 * BLOCK - one_layer_activations(e, 8)) if strategy.endswith("zero=2") else 0
+        assert e.memory_gb["grads"] * GIB == pytest.approx(copies * 4 * P + buffers, rel=1e-6)
     else:  # one copy of the rank's share of the parameters
         assert e.memory_gb["grads"] == pytest.approx(e.memory_gb["weights"], rel=1e-6)
 
@@ -61,6 +73,63 @@ def test_fp32_fsdp2_keeps_its_shards_beside_the_gathered_weights(model_file):
     two = estimate_spelled(j, "dp=2,zero=2")
     assert two.memory_gb["weights"] == pytest.approx((4 * P + 4 * P / 2) / GIB, rel=1e-6)
     three = estimate_spelled(j, "dp=2,zero=3")
-    block = 4 * 1024 * 1024 + 3 * 1024 * 2816 + 2 * 1024
-    largest = max(block, 8192 * 1024)  # the embedding is a unit of its own, larger than a block here
-    assert three.memory_gb["weights"] * GIB == pytest.approx(4 * P / 2 + 2 * 4 * largest, rel=1e-6)
+    largest = max(BLOCK, V * H)  # a block outweighs the embedding here
+    root = V * H + (V * H + H)  # the root's embedding, head and final norm, gathered through the step
+    assert three.memory_gb["weights"] * GIB == pytest.approx(4 * P / 2 + 2 * 4 * largest + 4 * root, rel=1e-6)
+
+
+def one_layer_activations(e, logit_bytes):
+    """One layer's stored activations of the estimate's peak device (recompute none, one micro-batch in flight,
+    4 layers): the activations term less the logits of the micro-batch (1 x 128 tokens x V x ``logit_bytes``)."""
+    return (e.memory_gb["activations"] * GIB - 128 * V * logit_bytes) / 4
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_fsdp2_reduce_scatter_buffers(model_file, zero):
+    """fp32: the sharded gradients (4 B x P / 2), one block's unsharded gradient (4 B) and its flat reduce-scatter
+    input (4 B), less one layer's activations that the first block's backward frees before the input exists;
+    bf16 torchtitan: a bf16 unsharded gradient and an fp32 input (2 + 4 B); Megatron's zero 3 (its own FSDP, a
+    bf16 buffer): none."""
+    j = job(model_file)
+    P = j.model.num_params()
+    e = estimate_spelled(j, f"dp=2,zero={zero}")
+    layer = one_layer_activations(e, 4 + 4)  # fp32 logits and their fp32 copy
+    assert 0 < layer < 4 * BLOCK
+    assert e.memory_gb["grads"] * GIB == pytest.approx(4 * P / 2 + 4 * BLOCK + (4 * BLOCK - layer), rel=1e-6)
+    titan = Job.from_names(j.model, "dgx-h100-1", 4, 128, "bf16", framework="torchtitan", devices=2)
+    t = estimate_spelled(titan, f"dp=2,zero={zero}")
+    layer = one_layer_activations(t, 2 + 4)
+    assert t.memory_gb["grads"] * GIB == pytest.approx(4 * P / 2 + 2 * BLOCK + max(0, 4 * BLOCK - layer), rel=1e-6)
+    mega = Job.from_names(j.model, "dgx-h100-1", 4, 128, "bf16", framework="megatron", devices=2)
+    assert estimate_spelled(mega, "dp=2,zero=3").memory_gb["grads"] * GIB == pytest.approx(2 * P / 2, rel=1e-6)
+
+
+def test_fsdp2_reduce_input_hides_under_freed_activations():
+    """At 8K tokens a layer's activations outweigh a block's fp32 reduce-scatter input: only the unsharded bf16
+    gradient adds to the peak (2 B x block)."""
+    m = {**MODEL, "name": "mid-long"}
+    titan = Job.from_names(m, "dgx-h100-1", 16, 8192, "bf16", framework="torchtitan", devices=2)
+    t = estimate_spelled(titan, "dp=2,zero=3,mbs=1")
+    P = titan.model.num_params()
+    assert t.memory_gb["grads"] * GIB == pytest.approx(4 * P / 2 + 2 * BLOCK, rel=1e-6)
+
+
+def test_fsdp2_root_units_stay_gathered_under_zero3(model_file):
+    """Zero 3 in bf16 on torchtitan: the fp32 shards live in the optimizer (no 16-bit copy), two bf16 blocks
+    gathered, and its ``[norm, output]`` unit (never resharded after forward) gathered in bf16: 2 B x (V h + h);
+    the embedding is resharded."""
+    j = job(model_file)
+    titan = Job.from_names(j.model, "dgx-h100-1", 4, 128, "bf16", framework="torchtitan", devices=2)
+    t = estimate_spelled(titan, "dp=2,zero=3")
+    assert t.memory_gb["weights"] * GIB == pytest.approx(2 * 2 * BLOCK + 2 * (V * H + H), rel=1e-6)
+
+
+def test_the_reference_trainer_holds_the_whole_vocabulary_under_tp(model_file):
+    """tp=2, sequence-parallel, fp32, no recompute: the same stored activations on both stacks; the logits of one
+    micro-batch (T = 128 tokens) in fp32 plus their fp32 copy (4 + 4 B): the reference trainer T x V x 8 B, torchtitan
+    T x V x 8 / 2 B."""
+    j = job(model_file)
+    titan = Job.from_names(j.model, "local-cpu", 4, 128, "fp32", framework="torchtitan", devices=2)
+    ref, tt = (estimate_spelled(x, "dp=1,tp=2,sp=1,mbs=1,zero=0,recompute=none") for x in (j, titan))
+    assert (ref.memory_gb["activations"] - tt.memory_gb["activations"]) * GIB == pytest.approx(128 * V * 8 / 2,
+                                                                                                  rel=1e-6)

@@ -43,15 +43,20 @@ def test_the_hand_counts_are_the_model_s():
 def test_fsdp2_without_resharding_holds_every_block_gathered(framework):
     e = estimate_spelled(job(framework), "cp=4,zero=2")  # dp 16 x cp 4 = 64 shards
     assert e.memory_gb["weights"] == pytest.approx(2 * PARAMS / GIB, rel=1e-4)  # 131.42 GiB
-    assert e.memory_gb["grads"] == pytest.approx(4 * PARAMS / 64 / GIB, rel=1e-4)
+    # the fp32 gradient shards, and FSDP2's reduction buffers (tests/cost/test_memory_terms.py): a block's bf16
+    # unsharded gradient and its fp32 reduce-scatter input less one layer's activations (2048 tokens a device)
+    buffers = e.memory_gb["grads"] * GIB - 4 * PARAMS / 64
+    assert 2 * BLOCK < buffers < 6 * BLOCK
     assert e.memory_gb["optimizer"] == pytest.approx(12 * PARAMS / 64 / GIB, rel=1e-4)
     assert not e.fits
 
 
 def test_fsdp2_resharding_gathers_two_blocks():
     e = estimate_spelled(job("torchtitan"), "cp=4,zero=3")
-    # no 16-bit copy beside FSDP2's fp32 shards: only the two gathered blocks
-    assert e.memory_gb["weights"] == pytest.approx(2 * 2 * BLOCK / GIB, rel=1e-4)  # 3.19 GiB
+    # no 16-bit copy beside FSDP2's fp32 shards: only the two gathered blocks, and the [norm, output] unit that
+    # torchtitan never reshards after forward (vocabulary 128256, bf16)
+    head = 128256 * 8192 + 8192
+    assert e.memory_gb["weights"] == pytest.approx((2 * 2 * BLOCK + 2 * head) / GIB, rel=1e-4)  # 5.15 GiB
     assert e.fits
 
 

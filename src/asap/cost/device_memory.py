@@ -227,6 +227,64 @@ def zero3_gathered_bytes(largest_layer_params, framework=None, bytes_per_param=2
     return np.minimum(whole, part)
 
 
+def fsdp2_reduce_buffer_bytes(largest_layer_params, framework, zero, dp_shard, unsharded_bytes, reduce_bytes,
+                              layer_activations=0.0):
+    """Bytes FSDP2 holds for gradient reduction beyond the sharded gradients at the device's peak
+    (``Framework.fsdp2_reduce_buffers``). A block's backward accumulates its unsharded gradient in the all-gather
+    dtype (``unsharded_bytes``: 2 B under a bf16 ``param_dtype``, 4 B in fp32); its post-backward copies it into a
+    flat reduce-scatter input in ``reduce_dtype`` (``reduce_bytes``, 4 B; ``foreach_reduce_scatter_copy_in``)
+    while the unsharded gradient still lives, and that input is retained until the next block's post-backward
+    (``reduce_scatter_states``, ``reduce_scatter_max_input_buffers`` = 1). The first block's backward starts at
+    the activations' peak with no input retained yet; from its post-backward on, that block's activations
+    (``layer_activations``, one layer's) are freed. So the peak holds
+        L u + max(0, L r - layer_activations)        (L = largest_layer_params)
+    on rows that shard with FSDP2 (``zero >= fsdp_zero``) over more than one rank; 0 elsewhere."""
+    z = np.asarray(zero)
+    if framework is None or not framework.fsdp2_reduce_buffers:
+        return np.zeros((len(z), 1))
+    on = ((z >= framework.fsdp_zero) & (np.asarray(dp_shard) > 1))[:, None]
+    L = np.asarray(largest_layer_params)[:, None]
+    held = L * unsharded_bytes + np.maximum(0.0, L * reduce_bytes - layer_activations)
+    return np.where(on, held, 0.0)
+
+
+def fsdp_unresharded_params(framework, f, zero, dp_shard):
+    """[N, K] parameters of each device that FSDP2 keeps gathered through the step under ZeRO-3 over more than
+    one rank although they sit outside the transformer blocks (``Framework.fsdp_unresharded_units``: the root
+    unit never reshards after forward; torchtitan's ``[norm, output]`` unit is wrapped with ``reshard_after_forward``
+    False). Under ZeRO-2 FSDP every unit stays gathered anyway (``fsdp_holds_gathered``)."""
+    z = np.asarray(zero)
+    units = framework.fsdp_unresharded_units if framework is not None else ()
+    if not units:
+        return None
+    out = sum(f.rows(f.embedding_params if u == "embedding" else f.head_params) for u in units)
+    return np.where(((z >= Zero.PARAMETERS) & (np.asarray(dp_shard) > 1))[:, None], out, 0.0)
+
+
+def fsdp2_terms(f, S: StrategyBatch, framework, kept, dense_shard, wide: float, g):
+    """([N, K] or [N, 1] FSDP2's gradient reduction buffers at each device's peak, [N, K] the bytes of the units
+    outside the blocks its root keeps gathered under ZeRO-3 or None for a stack without), none where ``kept`` holds everything unsharded
+    (``fsdp2_reduce_buffer_bytes``, ``fsdp_unresharded_params``); ``wide`` the gathered dtype's bytes, ``g`` the
+    reduce dtype's per row."""
+    layers = f.rows(f.layers)
+    one_layer = np.divide(f.rows(f.kept_bytes), layers, out=np.zeros_like(layers, dtype=float), where=layers > 0)
+    reduce_buf = np.where(kept[:, None], 0.0, fsdp2_reduce_buffer_bytes(
+        f.rows(f.largest_layer_params), framework, S.zero, dense_shard, np.asarray(wide)[..., None],
+        np.asarray(g)[..., None], one_layer))
+    unresharded = fsdp_unresharded_params(framework, f, np.where(kept, Zero.OPTIMIZER, S.zero), dense_shard)
+    return reduce_buf, None if unresharded is None else unresharded * wide
+
+
+def logits_bytes_per_device(f, S: StrategyBatch, framework) -> np.ndarray:
+    """[N, K] the logits of one micro-batch where the head sits: at each rank's vocabulary shard (T V / tp), or
+    whole (T V) on every tensor-parallel rank of a stack whose loss is not vocabulary-parallel
+    (``Framework.loss_parallel`` False: the head all-gathers them)."""
+    once = f.rows(f.once_bytes)
+    if framework is not None and not framework.loss_parallel:
+        once = once * S.tp[:, None]
+    return once
+
+
 def ddp_bucket_rows(framework, S: StrategyBatch) -> np.ndarray:
     """Rows whose gradients torch's DDP holds twice (``Framework.ddp_bucket_copy``): zero 0 or 1 over more than
     one data-parallel rank, without pipeline or tensor parallelism (the reference trainer's ``apply_dp``
@@ -325,6 +383,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # shards are the optimizer's master, in its 12 B)
     shard_w = np.where(held & (train.precision == "fp32"), 4.0 / np.maximum(dense_shard, 1), 0.0)
     states += shard_w[:, None] * dense_p
+    reduce_buf, edges = fsdp2_terms(f, S, framework, kept, dense_shard, wide, g)
+    if edges is not None:
+        states += edges
     # activations: the device's in-flight micro-batches of its layers, the largest layer re-materialised under
     # full recompute, and the logits of one micro-batch where the head sits
     stored = in_flight_by_layout(train, S, f)
@@ -332,10 +393,11 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     stored_on_device = stored_under_offload(f, S, stored)
     # the logits live from the head's forward to the end of its backward, before the last layer's backward
     # re-materialises it: the two are never live at once, the device holds the larger
-    a = np.maximum(f.rows(f.working_bytes)[:, None], f.rows(f.once_bytes))
+    a = np.maximum(f.rows(f.working_bytes)[:, None], logits_bytes_per_device(f, S, framework))
     a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
     body = states
     body += gathered[:, None]
+    body += reduce_buf
     body += a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
@@ -343,14 +405,18 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
     # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
     # gathered weights); the model states are allocated once at start-up and never freed
-    transient = at(a, which) + gathered + np.where(held | kept, dense_at * wd + expert_at * we, 0.0)
+    edges_at = 0.0 if edges is None else at(edges, which)
+    reduce_buf = reduce_buf[:, 0] if reduce_buf.shape[1] == 1 else at(reduce_buf, which)
+    transient = (at(a, which) + gathered + reduce_buf + edges_at
+                 + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
     _, _, od_all = state_bytes_per_param(train.precision, zero, dense_shard, g)
     _, _, oe_all = state_bytes_per_param(train.precision, zero, edp, g)
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
-    return MemoryBreakdown(host_gb=host / GB, weights_gb=(dense_at * (wd + shard_w) + expert_at * we + gathered) / GB,
-                           grads_gb=(dense_at * gd + expert_at * ge) / GB,
+    return MemoryBreakdown(host_gb=host / GB,
+                           weights_gb=(dense_at * (wd + shard_w) + expert_at * we + gathered + edges_at) / GB,
+                           grads_gb=(dense_at * gd + expert_at * ge + reduce_buf) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
                            peak_gb=(peak_body + allowance) / GB)

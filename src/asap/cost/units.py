@@ -384,6 +384,8 @@ class DeviceFigures:
     largest_layer_params: np.ndarray  # [n] the model's largest transformer layer on one device
     working_bytes: np.ndarray  # [n] the largest layer re-materialised under full recompute
     offloaded_bytes: np.ndarray  # of kept_bytes, what a MaxText remat policy keeps in host memory
+    embedding_params: np.ndarray  # of dense_params, the token embedding's on the device
+    head_params: np.ndarray  # of dense_params, the final norm's and the output head's on the device
     time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n, K] seconds per micro-batch
     whole_time: dict[str, np.ndarray] | None = None  # TIME_PARTS -> [n] seconds per micro-batch
 
@@ -420,7 +422,8 @@ class DeviceFigures:
 
 # the DeviceFigures fields with one entry per combination
 COMBINATION_FIELDS = ("device", "dense_params", "expert_params", "layers", "kept_bytes", "once_bytes",
-                      "param_tensors", "largest_layer_params", "working_bytes", "offloaded_bytes")
+                      "param_tensors", "largest_layer_params", "working_bytes", "offloaded_bytes",
+                      "embedding_params", "head_params")
 
 
 def with_times(f: DeviceFigures, ut: UnitTimes) -> DeviceFigures:
@@ -453,9 +456,12 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
     dense_p, expert_p, kept, once, tensors, offloaded = st.per_device(params.dense, params.expert, acts.kept,
                                                                       acts.once, unit_tensors(model, sub),
                                                                       acts.offloaded)
+    # the units outside the blocks, per device (FSDP2's root keeps some of them gathered: ``device_memory``)
+    embedding_p, head_p = (st.counts[:, :, u] * params.dense[:, u, None] for u in (Unit.EMBEDDING, Unit.HEAD))
     figures = DeviceFigures(
         row=row, stages=st, device=st.device, dense_params=dense_p, expert_params=expert_p, layers=st.counts @ layer_mask,
         kept_bytes=kept, once_bytes=once, param_tensors=tensors,
         largest_layer_params=np.max((params.dense + params.expert)[:, kinds], axis=1),
-        working_bytes=np.max(acts.working[:, kinds], axis=1), offloaded_bytes=offloaded)
+        working_bytes=np.max(acts.working[:, kinds], axis=1), offloaded_bytes=offloaded,
+        embedding_params=embedding_p, head_params=head_p)
     return figures if ut is None else timed(figures, ut, first)

@@ -351,6 +351,27 @@ class Framework:
     # distributed.py), so the gradients are held twice, ``param.grad`` and the bucket. Megatron-Core's
     # contiguous grad buffer (``main_grad``) and DeepSpeed's partitions are the one copy.
     ddp_bucket_copy: bool = False
+    # torch FSDP2 (``torch.distributed.fsdp.fully_shard``) shards from ``fsdp_zero`` on: during each block's
+    # backward it holds the block's unsharded gradient (in the all-gather dtype) and then copies it into a flat
+    # reduce-scatter input in ``reduce_dtype``, keeping the previous block's input until this block's
+    # post-backward (``_fsdp_collectives.foreach_reduce``; ``FSDPParamGroup.post_backward`` pops the retained
+    # ``reduce_scatter_states`` down to ``reduce_scatter_max_input_buffers`` = 1 before appending its own):
+    # one block's parameters once in each dtype beside the sharded gradients (``fsdp_reduce_buffers``)
+    fsdp2_reduce_buffers: bool = False
+    # the units outside the blocks that FSDP2 keeps gathered from the forward to the end of the backward under
+    # ZeRO-3: the root ``fully_shard(model)`` never reshards after forward (``FSDPState._lazy_init`` sets the
+    # root groups' ``post_forward_mesh_info`` to None), so what only the root wraps stays unsharded; torchtitan
+    # wraps ``[norm, output]`` with ``reshard_after_forward = policy == "always"`` (False by default, models/
+    # llama3/infra/parallelize.py ``apply_fsdp``) and the embedding as a unit of its own, resharded; the
+    # reference trainer (``asap.runners.torch.parallel.apply_fsdp``) leaves the embedding, final norm and head
+    # to the root. Names from ("embedding", "head").
+    fsdp_unresharded_units: tuple[str, ...] = ()
+    # the loss runs on each rank's vocabulary shard of the logits under tensor parallelism (Megatron-Core's
+    # vocab_parallel_cross_entropy; torchtitan's ``loss_parallel`` unless ``parallelism.disable_loss_parallel``:
+    # the head's ColwiseParallel keeps ``Shard(-1)``); False: the head all-gathers the logits to every rank and
+    # the loss runs on the whole vocabulary (the reference trainer's ``apply_tp``: ``ColwiseParallel(output_layouts
+    # =Replicate())``), so each rank holds T x V logits, not T x V / tp
+    loss_parallel: bool = True
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -413,7 +434,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               attention_kernel=AttentionKernel.SDPA,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
-              round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True),
+              round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
+              fsdp_unresharded_units=("head",)),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -447,7 +469,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
-              attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True),
+              attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
+              fsdp_unresharded_units=("embedding", "head"), loss_parallel=False),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs
