@@ -78,8 +78,13 @@ def estimate(
                           "reserve)")
         mem.add_column("term")
         mem.add_column("GiB", justify="right")
+        from asap.cost.estimate import MEMORY_DETAIL_WORDS
+
         for k, v in est.memory_gb.items():
             mem.add_row(k, f"{v:.2f}")
+            for part, gb in est.memory_detail_gb.items():  # its parts, where they hold anything
+                if part.startswith(f"{k}_") and gb > 0:
+                    mem.add_row(f"  of which {MEMORY_DETAIL_WORDS[part]}", f"{gb:.2f}")
         out_console.print(mem)
         for line in est.evidence:
             out_console.print(f"  · {line}")

@@ -126,6 +126,12 @@ class MemoryBreakdown:
     allowance_gb: np.ndarray
     peak_gb: np.ndarray
     host_gb: np.ndarray | float = 0.0  # what host offload keeps in host memory per device (not in peak_gb)
+    # parts of the terms above, listed by ``estimate --explain`` (``memory_detail_gb``): the weights FSDP/ZeRO-3
+    # holds gathered (in weights_gb), FSDP2's gradient reduction buffers (in grads_gb), the loss's logits of one
+    # micro-batch where the head sits (in activations_gb when they are the larger transient)
+    gathered_gb: np.ndarray | float = 0.0
+    reduce_buffers_gb: np.ndarray | float = 0.0
+    logits_gb: np.ndarray | float = 0.0
 
     @classmethod
     def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
@@ -393,7 +399,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     stored_on_device = stored_under_offload(f, S, stored)
     # the logits live from the head's forward to the end of its backward, before the last layer's backward
     # re-materialises it: the two are never live at once, the device holds the larger
-    a = np.maximum(f.rows(f.working_bytes)[:, None], logits_bytes_per_device(f, S, framework))
+    logits, working = logits_bytes_per_device(f, S, framework), f.rows(f.working_bytes)[:, None]
+    a = np.maximum(working, logits)
     a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
     body = states
     body += gathered[:, None]
@@ -419,4 +426,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            grads_gb=(dense_at * gd + expert_at * ge + reduce_buf) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
-                           peak_gb=(peak_body + allowance) / GB)
+                           peak_gb=(peak_body + allowance) / GB, gathered_gb=(gathered + edges_at) / GB,
+                           reduce_buffers_gb=reduce_buf / GB,
+                           logits_gb=at(np.broadcast_to(np.where(logits >= working, logits, 0.0), a.shape),
+                                        which) / GB)

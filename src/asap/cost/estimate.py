@@ -82,6 +82,12 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) 
     return 6.0 * n + (attention / 2 if causal else attention)
 
 
+# estimate --explain's words for the parts of a memory term (``Estimate.memory_detail_gb``)
+MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the blocks computing and prefetched)",
+                       "grads_reduce_buffers": "FSDP2's gradient reduction buffers",
+                       "activations_logits": "the logits of one micro-batch (the loss)"}
+
+
 @dataclass
 class BatchEstimate:
     """Arrays over a StrategyBatch: what ``plan`` ranks."""
@@ -97,6 +103,8 @@ class BatchEstimate:
     ep_split_saving_s: np.ndarray | float = 0.0  # what splitting micro-batches for dispatch overlap would save
     dispatcher: np.ndarray | None = None  # the MoE dispatcher priced per row (index into DISPATCHERS)
     host_memory_gb: np.ndarray | float = 0.0  # what host offload keeps in host memory per device
+    # parts of memory_gb's terms (MemoryBreakdown's gathered, reduce buffers, logits)
+    memory_detail_gb: dict[str, np.ndarray | float] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -414,6 +422,8 @@ def estimate_batch(job: Job, S: StrategyBatch, mem: MemoryBreakdown | None = Non
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
                    "activations": mem.activations_gb, "allowance": mem.allowance_gb,
                    "allocated": mem.peak_gb - mem.allowance_gb},
+        memory_detail_gb={"weights_gathered": mem.gathered_gb, "grads_reduce_buffers": mem.reduce_buffers_gb,
+                          "activations_logits": mem.logits_gb},
         memory_bound_s=m * times.parts["mem"], imbalance_s=np.where(S.pp == 1, 0.0, m * (times.t_max_s - times.t_avg_s)),
         ep_split_saving_s=ep_split_saving_s(model, S, ut, times, m), dispatcher=ut.rows(ut.cm.dispatcher))
 
@@ -440,6 +450,8 @@ class Estimate:
     step_time_range_s: tuple[float, float] = (0.0, 0.0)  # this prediction's 80% interval (asap.cost.bands)
     error_scale: float = 0.0  # the interval's relative half-width (e_hi - e_lo) / 2 (asap.cost.bands)
     host_memory_gb: float = 0.0  # what host offload keeps in host memory per device (GiB)
+    # parts of memory_gb's terms, each key "<term>_<part>" (MEMORY_DETAIL_WORDS)
+    memory_detail_gb: dict[str, float] = field(default_factory=dict)
     memory_bound_s: float = 0.0  # time in memory-bound kernels over the step (inside compute)
     # what can be won (asap.cost.classes), verdict first; bottleneck is classes[0]'s coarse word
     classes: list[ClassSaving] = field(default_factory=list)
@@ -475,6 +487,7 @@ class Estimate:
             "breakdown_s": self.breakdown_s,
             "exposed_s": self.exposed_s,
             "memory_gb": self.memory_gb,
+            "memory_detail_gb": self.memory_detail_gb,
             "bottleneck": self.bottleneck,
             "bottleneck_class": self.bottleneck_class,
             "classes": [c.to_dict() for c in self.classes],
@@ -532,6 +545,8 @@ def estimate_from_batch(job: Job, S: StrategyBatch, be: BatchEstimate, i: int) -
         peak_memory_gb=float(be.peak_memory_gb[i]), fits=bool(be.fits[i]),
         breakdown_s={k: float(v[i]) for k, v in be.breakdown_s.items()}, exposed_s=exposed,
         memory_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i]) for k, v in be.memory_gb.items()},
+        memory_detail_gb={k: float(np.broadcast_to(v, be.step_time_s.shape)[i])
+                          for k, v in be.memory_detail_gb.items()},
         bottleneck=None, alternatives=alternatives, imbalance_s=float(be.imbalance_s[i]),
         step_time_range_s=band.interval_s(step), error_scale=band.relative_half_width,
         host_memory_gb=float(np.broadcast_to(be.host_memory_gb, be.step_time_s.shape)[i]),
