@@ -1,15 +1,18 @@
 """How long ``plan`` takes on the two headline jobs, quiet and under a CPU hog (a benchmark, not a test).
 
-    python benchmarks/plan_speed.py [--repeat 5] [--no-hog]
+    python benchmarks/plan_speed.py [--repeat 5] [--no-hog] [--no-command] [--job DeepSeek]
 
 Each job is planned as ``asap plan`` plans it (the default headroom, ``search.planner.plan_headroom``; the
-layer split on every shape that could win), ``--repeat`` times after one warm-up call (which fills the
-per-process caches: event simulations of unequal interleaved chunks); then again while a busy-loop process
-per CPU core competes for the machine. Medians are printed (wall, and CPU: ``time.process_time``, every
-thread of the process, which barely moves with the machine's load), with ``os.getloadavg()`` before each
-series so a figure can be read against how loaded the machine was. Targets on this machine, unloaded: issue
-45.15, DeepSeek-V3 on 2048 H800 in 1.5 s wall; issue 32, Llama 3.1 405B in 1 s.
-The plan itself is the same under the hog (the split search counts moves, not seconds).
+layer split on every shape that could win), less the tight row's plan (which ``asap plan`` prices in the same
+pass, ``tight=True``: the command's figure below has it), ``--repeat`` times after one warm-up call (which
+fills the per-process caches: event simulations of unequal interleaved chunks); then again while a busy-loop
+process per CPU core competes for the machine. Medians are printed (wall, and CPU: ``time.process_time``,
+every thread of the process, which barely moves with the machine's load), with ``os.getloadavg()`` before
+each series so a figure can be read against how loaded the machine was. Then (unless ``--no-command``) the
+whole command as a user runs it, ``--repeat`` fresh processes (start-up, imports, cold caches, the plan with
+its tight row, the sensitivity, the JSON printed): median wall and CPU (the child's user + system time).
+Targets on this machine, unloaded: issue 45.15, DeepSeek-V3 on 2048 H800 in 1.5 s wall; issue 32, Llama 3.1
+405B in 1 s. The plan itself is the same under the hog (the split search counts moves, not seconds).
 
     asap plan -m deepseek-v3 -c h800 --nodes 256 -b 15360 -s 4096
     asap plan -m llama3.1-405b -c h100-sxm --nodes 2048 -b 2048 -s 8192
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -54,6 +58,24 @@ def series(job: Job, repeat: int, sens: list[float] | None = None) -> tuple[list
     return times, cpu, r
 
 
+def command_series(model: str, acc: str, nodes: int, gb: int, seq: int, repeat: int) -> str:
+    """Median wall and CPU seconds of ``asap plan ... --json`` as ``repeat`` fresh processes (what a user waits
+    for: start-up and cold caches included), with the load before the series."""
+    args = ["plan", "-m", model, "-c", acc, "--nodes", str(nodes), "-b", str(gb), "-s", str(seq), "--json"]
+    code = "import sys; from asap.cli import main; sys.argv[0] = 'asap'; sys.exit(main())"
+    load, walls, cpus = os.getloadavg()[0], [], []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code, *args], capture_output=True, check=True)
+        walls.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return (f"  as a command, asap {' '.join(args)}: {repeat} processes (load {load:.1f}) median "
+            f"{statistics.median(walls):.2f} s wall (min {min(walls):.2f}), {statistics.median(cpus):.2f} s CPU "
+            f"(min {min(cpus):.2f})")
+
+
 def hogs(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
@@ -62,8 +84,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-hog", action="store_true", help="skip the series under a CPU hog")
+    ap.add_argument("--no-command", action="store_true", help="skip the series of whole `asap plan` processes")
+    ap.add_argument("--job", default="", help="only the jobs whose title holds this text (e.g. DeepSeek)")
     args = ap.parse_args()
     for title, model, acc, nodes, gb, seq, target_s in JOBS:
+        if args.job.lower() not in title.lower():
+            continue
         job = plan_headroom(Job.resolve(load_model(model), load_cluster(acc, nodes=nodes), TrainSpec(gb, seq)))
         plan(job, top=5)  # warm-up: the per-process caches
         load = os.getloadavg()[0]
@@ -89,6 +115,8 @@ def main() -> None:
                      f"{statistics.median(loaded):.2f} s (max {max(loaded):.2f}){'' if same else ' DIFFERENT PLAN'}")
         print(line + f"; target {target_s:g} s wall unloaded; best {best.strategy} {best.step_time_s:.3f} s/step at "
                      f"{best.peak_memory_gb:.1f} GiB (limit {r.memory_limit_gb:.1f})", flush=True)
+        if not args.no_command:
+            print(command_series(model, acc, nodes, gb, seq, args.repeat), flush=True)
 
 
 if __name__ == "__main__":

@@ -247,3 +247,21 @@ def test_pp16_vpp4_m256_simulates_well_under_a_second():
     assert len(sim.timeline) == 2 * 16 * 4 * 256
     assert sim.bubble_fraction == pytest.approx(15 / (4 * 256))
     assert best_s < 1.0, best_s
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["1f1b", "interleaved", "zb", "gpipe"]), st.sampled_from([1, 2, 3, 4, 8]),
+       st.sampled_from([2, 3, 4]), st.integers(1, 6), st.randoms(use_true_random=False))
+def test_the_planners_step_is_the_full_simulations_step(schedule, pp, vpp, rounds, rng):
+    """``simulated_step_s`` (the planner's: a cached per-shape operation table) gives exactly the step of
+    ``simulate_schedule`` (the order decoded afresh), twice in a row (the second from the cache)."""
+    from asap.cost.schedule_sim import simulated_step_s
+
+    vpp = vpp if schedule == "interleaved" else 1
+    m = rounds * pp if schedule == "interleaved" else rounds
+    stages = pp * vpp
+    fwd = [rng.uniform(0.1, 2.0) for _ in range(stages)]
+    bwd = [rng.uniform(0.1, 4.0) for _ in range(stages)]
+    full = simulate_schedule(pp, vpp, m, schedule, forward_s=fwd, backward_s=bwd).step_time_s
+    assert simulated_step_s(pp, vpp, m, schedule, fwd, bwd) == full == simulated_step_s(pp, vpp, m, schedule, fwd,
+                                                                                        bwd)

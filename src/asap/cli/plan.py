@@ -79,7 +79,8 @@ def plan(
             progress.update(task, completed=done, total=total, visible=total > 131072)
 
         result = run_plan(job, fixed=fixed, top=top, include_oom=include_oom, progress=on_chunk,
-                          split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit)
+                          split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit,
+                          tight=options.memory_margin is None)  # the tight row's plan priced in the same pass
     tight = _sensitivity_and_tight(job, fixed, result, options)
     emitted = emit_best(emit, job, result.candidates, budget) if emit is not None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)

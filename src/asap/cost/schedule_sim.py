@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import attrgetter
 from typing import Sequence, Union, cast
 
@@ -164,10 +165,11 @@ def interleaved_order(pp: int, vpp: int, m: int) -> list[OrderedOps]:
     """
     total = vpp * m
     orders = []
+    # every rank runs the same sequence of forwards and of backwards; only its warm-up differs
+    fwd = [(F, mb, c) for c, mb in (interleaved_chunk_and_micro_batch(k, pp, vpp, True) for k in range(total))]
+    bwd = [(B, mb, c) for c, mb in (interleaved_chunk_and_micro_batch(k, pp, vpp, False) for k in range(total))]
     for rank in range(pp):
         warmup = min((pp - rank - 1) * 2 + (vpp - 1) * pp, total)
-        fwd = [(F, mb, c) for c, mb in (interleaved_chunk_and_micro_batch(k, pp, vpp, True) for k in range(total))]
-        bwd = [(B, mb, c) for c, mb in (interleaved_chunk_and_micro_batch(k, pp, vpp, False) for k in range(total))]
         order = fwd[:warmup]
         for k in range(total - warmup):
             order += [fwd[warmup + k], bwd[k]]
@@ -326,25 +328,66 @@ def simulated_step_s(pp: int, vpp: int, micro_batches: int, schedule: str, forwa
     fwd, bwd = list(forward_s), list(backward_s)
     share = b_share if schedule == "zb" else 1.0
     durations = (fwd, [t * share for t in bwd], [t * (1.0 - share) for t in bwd])
-    orders = schedule_order(schedule, pp, vpp, micro_batches)
-    _, ends = run_orders(orders, pp, vpp, micro_batches, durations, 0.0)
+    orders = _frozen_order(schedule, pp, vpp, micro_batches)
+    _, ends = run_orders(orders, pp, vpp, micro_batches, durations, 0.0,
+                         _frozen_table(schedule, pp, vpp, micro_batches))
     return max(device_end_s(order, d, pp, stages, micro_batches, ends) for d, order in enumerate(orders))
+
+
+@lru_cache(maxsize=256)
+def _frozen_order(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """``schedule_order``, built once per shape and kept read-only: the planner simulates many unequal chunk
+    layouts of one (pp, vpp, m), every one in the same order."""
+    return tuple(tuple(order) for order in schedule_order(schedule, pp, vpp, m))
 
 
 def _op_id(kind: int, micro_batch: int, stage: int, stages: int, m: int) -> int:
     return (kind * stages + stage) * m + micro_batch
 
 
-def run_orders(orders: list[OrderedOps], pp: int, vpp: int, m: int, durations: tuple[list[float], ...],
-               latency_s: float) -> tuple[list[float], list[float]]:
+def op_table(orders: Sequence[Sequence[tuple[int, int, int]]], pp: int, vpp: int,
+             m: int) -> tuple[tuple[tuple[int, bool, int, int], ...], ...]:
+    """Each device's operations as ``run_orders`` walks them: (the operation its dependency is, ``_op_id``, -1
+    for none; whether that dependency is on another device; its own ``_op_id``; its duration's index,
+    kind * stages + stage). They depend on the order alone, not on the times."""
+    stages = pp * vpp
+    last = stages - 1
+    cross = pp > 1
+    table = []
+    for device, order in enumerate(orders):
+        ops = []
+        for kind, mb, chunk in order:
+            stage = chunk * pp + device
+            if kind == F:
+                dep, hop = ((stage - 1) * m + mb, cross) if stage else (-1, False)
+            elif kind == B:
+                dep, hop = ((stages + stage + 1) * m + mb, cross) if stage < last else (stage * m + mb, False)
+            else:
+                dep, hop = (stages + stage) * m + mb, False
+            ops.append((dep, hop, (kind * stages + stage) * m + mb, kind * stages + stage))
+        table.append(tuple(ops))
+    return tuple(table)
+
+
+@lru_cache(maxsize=256)
+def _frozen_table(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[tuple[int, bool, int, int], ...], ...]:
+    return op_table(_frozen_order(schedule, pp, vpp, m), pp, vpp, m)
+
+
+def run_orders(orders: Sequence[Sequence[tuple[int, int, int]]], pp: int, vpp: int, m: int,
+               durations: tuple[list[float], ...], latency_s: float,
+               table: Sequence[Sequence[tuple[int, bool, int, int]]] | None = None) -> tuple[list[float], list[float]]:
     """Start and end time of every operation, indexed by ``_op_id``; ``-1`` marks one that never ran.
 
     Each device advances through its order while the next operation's dependency has ended; otherwise it
     parks on that dependency and is woken when it ends. Raises ``AsapError`` if some device never finishes.
+    ``table``: the orders' ``op_table``, where the caller keeps it.
     """
     stages = pp * vpp
-    last = stages - 1
-    cross = pp > 1
+    ops_of = op_table(orders, pp, vpp, m) if table is None else table
+    if any(len(times) < stages for times in durations):
+        raise AsapError("schedule", f"each kind of operation needs a time per virtual stage ({stages})")
+    duration = [t for kind in range(3) for t in durations[kind][:stages]]  # by kind * stages + stage
     starts = [-1.0] * (3 * stages * m)
     ends = [-1.0] * (3 * stages * m)
     position = [0] * pp
@@ -353,19 +396,10 @@ def run_orders(orders: list[OrderedOps], pp: int, vpp: int, m: int, durations: t
     ready = deque(range(pp))
     while ready:
         device = ready.popleft()
-        order = orders[device]
+        ops = ops_of[device]
         i, now = position[device], free_s[device]
-        while i < len(order):
-            kind, mb, chunk = order[i]
-            stage = chunk * pp + device
-            # the dependency (an index as ``_op_id``, inlined for speed) and whether it crosses devices
-            if kind == F:
-                dep, hop = ((stage - 1) * m + mb, cross) if stage else (-1, False)
-            elif kind == B:
-                dep, hop = (((stages + stage + 1) * m + mb, cross) if stage < last
-                            else (stage * m + mb, False))
-            else:
-                dep, hop = (stages + stage) * m + mb, False
+        while i < len(ops):
+            dep, hop, op, d = ops[i]
             if dep >= 0:
                 dep_end = ends[dep]
                 if dep_end < 0:
@@ -374,8 +408,7 @@ def run_orders(orders: list[OrderedOps], pp: int, vpp: int, m: int, durations: t
                 start = max(now, dep_end + latency_s) if hop else max(now, dep_end)
             else:
                 start = now
-            now = start + durations[kind][stage]
-            op = (kind * stages + stage) * m + mb
+            now = start + duration[d]
             starts[op], ends[op] = start, now
             i += 1
             waiting = parked.pop(op, None)
@@ -445,7 +478,7 @@ def build_timeline(orders: list[OrderedOps], pp: int, m: int, starts: list[float
     return tuple(ops)
 
 
-def device_end_s(order: OrderedOps, device: int, pp: int, stages: int, m: int, ends: list[float]) -> float:
+def device_end_s(order: Sequence[tuple[int, int, int]], device: int, pp: int, stages: int, m: int, ends: list[float]) -> float:
     """When a device's last operation ends (its order is sequential, so the last one ends last)."""
     kind, mb, chunk = order[-1]
     return ends[_op_id(kind, mb, chunk * pp + device, stages, m)]

@@ -11,7 +11,6 @@ from shlex import quote
 from typing import Any, Callable
 
 from asap.cost.estimate import Estimate, estimate_spelled
-from asap.emit import FRAMEWORK_OF, check_format, emit
 from asap.errors import AsapError
 from asap.search.nofit import NoFitError
 from asap.search.planner import plan, plan_headroom
@@ -65,7 +64,7 @@ def emitted_job(fmt: str, job: Job, strategy, tokens: float | None = None, stric
     from dataclasses import asdict
 
     from asap.cost.estimate import estimate
-    from asap.emit import config_name, launch
+    from asap.emit import FRAMEWORK_OF, check_format, config_name, emit, launch  # only a job that emits
     from asap.emit.launch import run_length
 
     check_format(fmt)
@@ -129,10 +128,12 @@ def tight_row(job, fixed: dict, result, args: str = "") -> dict | None:
 
     if not result.candidates or job.train.memory_margin_gb <= 0:
         return None
-    try:
-        rows = plan(plan_headroom(job, 0.0), fixed=dict(fixed), top=1, split_candidates=0).candidates
-    except (NoFitError, AsapError):
-        return None
+    rows = result.tight_candidates  # priced beside the plan (``plan(..., tight=True)``), where it was
+    if rows is None:
+        try:
+            rows = plan(plan_headroom(job, 0.0), fixed=dict(fixed), top=1, split_candidates=0).candidates
+        except (NoFitError, AsapError):
+            return None
     best, tight = result.candidates[0], rows[0] if rows else None
     if tight is None or tight.step_time_s > best.step_time_s * (1 - TIGHT_GAIN):
         return None

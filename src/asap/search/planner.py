@@ -98,6 +98,9 @@ class PlanResult:
     headroom_gb: float = 0.0  # kept free below it (``--memory-margin``; ``plan_headroom``)
     # which input the #1 leans on (``asap.search.sensitivity.sensitivity``; the CLI sets it)
     sensitivity: dict[str, Any] | None = None
+    # ``plan(..., tight=True)``: the candidates of the same plan without the headroom (top 1, no split search:
+    # what ``asap.search.advice.tight_row`` reads), priced in the same pass; None where not asked or not known
+    tight_candidates: list[Estimate] | None = None
 
     @property
     def memory_limit_gb(self) -> float:
@@ -189,7 +192,7 @@ def fallbacks(fw, train, fixed: dict[str, Any]) -> list[Fallback]:
 def plan(job: Job, *, fixed: dict[str, Any] | None = None, top: int = 5, include_oom: bool = False,
          progress: Callable[[int, int], None] | None = None, split_candidates: int = SPLIT_ROWS,
          distinct: bool = True, time_limit_s: float | None = PLAN_TIME_LIMIT_S, oom_by_memory: bool = True,
-         blame: bool = True, partial_offload: bool = False) -> PlanResult:
+         blame: bool = True, partial_offload: bool = False, tight: bool = False) -> PlanResult:
     """Rank the space with ``fixed`` pinned (every option keyword-only); then up to ``split_candidates``
     pipelined rows, in the order of the least step a layer split could give them, get the planner's split
     (``adopt_stage_splits``, ``search.split_dp``), adopted as their layout when the estimate prices it faster.
@@ -199,7 +202,8 @@ def plan(job: Job, *, fixed: dict[str, Any] | None = None, top: int = 5, include
     ``stopped_early`` and ``stop_reason`` say so. With ``include_oom`` the rows that fit come first, then the
     rest by how far over memory (``oom_by_memory``; False: every row by speed alone). Where nothing fits and
     ``include_oom`` is off, the ``fallbacks`` are tried in turn; where none fits either, the no-fit error says
-    why (``blame``: naming the pinned keys that, left open, would let one fit)."""
+    why (``blame``: naming the pinned keys that, left open, would let one fit). ``tight``: also the result's
+    ``tight_candidates`` (``tight_search``)."""
     t0 = time.perf_counter()
     reuse_freed_memory()
     deadline = Deadline(t0, time_limit_s)
@@ -208,19 +212,36 @@ def plan(job: Job, *, fixed: dict[str, Any] | None = None, top: int = 5, include
     # a few spare rows, since an adopted split may reorder the first ones
     top_k = top + (min(split_candidates, top) if "layer_split" not in fixed else 0)
     opts = Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory)
-    search = _search(job, fixed, opts, partial_offload, progress, deadline)
+    shadow = tight_search(job) if tight and not partial_offload and job.train.memory_margin_gb > 0 else None
+    search = _search(job, fixed, opts, partial_offload, progress, deadline, shadow)
     if search.space == 0:
         raise explain_empty_space(job, fixed)
+    shadow = shadow if shadow is not None and shadow.fitting and not deadline.notes else None
     if search.fitting == 0 and not include_oom:
         search = _fallback_search(job, fixed, opts, partial_offload, progress, deadline, search, blame)
-    return _result(job, fixed, search, top, top_k, split_candidates, distinct, deadline, time_limit_s, t0)
+    result = _result(job, fixed, search, top, top_k, split_candidates, distinct, deadline, time_limit_s, t0)
+    if shadow is not None:
+        result.tight_candidates = _result(shadow.job, fixed, shadow, 1, 1, 0, True, Deadline(t0, None),
+                                          PLAN_TIME_LIMIT_S, t0).candidates
+    return result
 
 
-def _search(job: Job, fixed: dict[str, Any], opts: Search, partial_offload: bool, progress, deadline) -> Search:
-    """One pricing of the space with ``fixed`` pinned (a fresh ``Search`` of the options ``opts``)."""
+def tight_search(job: Job) -> Search:
+    """The first search of ``plan(plan_headroom(job, 0.0), top=1, split_candidates=0)`` (the tight row's plan,
+    ``asap.search.advice.tight_row``), to be priced beside ``job``'s own (``search_space``'s ``shadow``: the
+    same space, each chunk's memory priced once). Complete and with a row that fits, ``_result`` of it gives
+    that plan's candidates: a plan without headroom falls back (``_fallback_search``) only where nothing fits,
+    and its split search is off."""
+    return Search(plan_headroom(job, 0.0), include_oom=False, top_k=1, distinct=True)
+
+
+def _search(job: Job, fixed: dict[str, Any], opts: Search, partial_offload: bool, progress, deadline,
+            shadow: Search | None = None) -> Search:
+    """One pricing of the space with ``fixed`` pinned (a fresh ``Search`` of the options ``opts``; ``shadow``
+    priced beside it, ``search_space``)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, partial_offload)
-    return search_space(replace(opts), space, progress, deadline)
+    return search_space(replace(opts), space, progress, deadline, shadow=shadow)
 
 
 def _fallback_search(job: Job, fixed: dict[str, Any], opts: Search, partial_offload: bool, progress, deadline,

@@ -199,16 +199,25 @@ class PricedChunk:
     kept: Kept | None
 
 
-def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: bool, oom_by_memory: bool,
-                top_k: int, distinct: bool, prior: Kept | None = None) -> PricedChunk:
-    """Peak memory of every row of ``part``, then the step times of the rows that fit (all of them with
-    ``include_oom``), but for those that could not be shown (``search.prune``: against the bar of ``prior``, the
-    rows kept before, and of this chunk's ``SEED_ROWS`` rows of least lower bound). The unit times and the
-    devices' time parts are priced for the rows that fit only (``cost.units.with_times``). Pure: chunks are
-    priced side by side (``search_space``)."""
+def chunk_memory(job: Job, part: StrategyBatch) -> tuple[DeviceFigures, MemoryBreakdown]:
+    """The memory figures and the peak memory of every row of ``part``: what ``price_chunk`` starts from. The
+    job's ``memory_margin_gb`` does not enter them (only what fits, ``fits_memory``), so searches of one job
+    under different margins share them (``price_chunks``)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     f_all = device_figures(model, train, part, None, fw.selective, fw.logits_bytes)
-    mem = memory(model, cluster.accelerator, train, part, figures=f_all, framework=fw)
+    return f_all, memory(model, cluster.accelerator, train, part, figures=f_all, framework=fw)
+
+
+def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: bool, oom_by_memory: bool,
+                top_k: int, distinct: bool, prior: Kept | None = None,
+                priced_memory: tuple[DeviceFigures, MemoryBreakdown] | None = None) -> PricedChunk:
+    """Peak memory of every row of ``part`` (``chunk_memory``, or ``priced_memory`` where given), then the step
+    times of the rows that fit (all of them with ``include_oom``), but for those that could not be shown
+    (``search.prune``: against the bar of ``prior``, the rows kept before, and of this chunk's ``SEED_ROWS``
+    rows of least lower bound). The unit times and the devices' time parts are priced for the rows that fit
+    only (``cost.units.with_times``). Pure: chunks are priced side by side (``search_space``)."""
+    cluster, train = job.cluster, job.train
+    f_all, mem = chunk_memory(job, part) if priced_memory is None else priced_memory
     fits = fits_memory(mem, cluster.accelerator, train)
     j = int(np.argmin(mem.peak_gb))
     smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
@@ -224,6 +233,15 @@ def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: b
     kept = kept_rows(job, part.take(timed_rows), expand(mem, timed_rows), f_all.subset(timed_rows),
                      place[timed_rows], hbm, top_k, distinct, prune=not include_oom, prior=prior)
     return PricedChunk(len(part), int(fits.sum()), len(on_device), smallest, least_host, kept)
+
+
+def price_chunks(part: StrategyBatch, place: np.ndarray,
+                 searches: list[tuple[Job, bool, bool, int, bool, Kept | None]]) -> list[PricedChunk]:
+    """``price_chunk`` of one chunk for each of ``searches`` (``(job, include_oom, oom_by_memory, top_k,
+    distinct, prior)``: one job under different memory margins), its memory priced once."""
+    priced_memory = chunk_memory(searches[0][0], part)
+    return [price_chunk(job, part, place, include_oom, by_memory, top_k, distinct, prior, priced_memory)
+            for job, include_oom, by_memory, top_k, distinct, prior in searches]
 
 
 def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFigures, place: np.ndarray,
@@ -325,19 +343,23 @@ def chunked(blocks: Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]], chun
 
 
 def search_space(search: Search, space: Space, progress: Callable[[int, int], None] | None = None,
-                 deadline: Deadline | None = None, chunk_rows: int = CHUNK) -> Search:
+                 deadline: Deadline | None = None, chunk_rows: int = CHUNK, shadow: Search | None = None) -> Search:
     """Enumerate the space block by block (``Space.blocks``: mesh shapes in bit-reversed order, so any prefix
     is spread over the space) and price it in chunks of ``chunk_rows``, ``PRICING_THREADS`` chunks side by side
     (numpy lets go of the GIL inside its array loops), merged in order. Past the deadline no further chunk is
     priced (one always is); the rest of the space is still counted. ``progress(priced, total)``: total is
-    extrapolated from the mesh shapes enumerated so far until the last chunk."""
+    extrapolated from the mesh shapes enumerated so far until the last chunk. ``shadow``: a second search of
+    the same job under another memory margin, priced in the same pass (each chunk's memory once; its rows,
+    counts and priors exactly as a search of its own would have them: the same chunks, submitted and merged in
+    the same order); complete where the deadline did not cut this one short."""
     blocks = space.blocks(chunk_rows)
-    job, args = search.job, (search.include_oom, search.oom_by_memory, search.top_k, search.distinct)
+    searches = [search] if shadow is None else [search, shadow]
     pending: collections.deque = collections.deque()
 
     def settle() -> None:
         future, n_rows, n_mesh = pending.popleft()
-        search.merge(future.result())
+        for s, priced in zip(searches, future.result(), strict=True):
+            s.merge(priced)
         if progress:
             progress(search.priced, n_rows + round((space.n_mesh - n_mesh) * n_rows / n_mesh))
 
@@ -352,11 +374,14 @@ def search_space(search: Search, space: Space, progress: Callable[[int, int], No
                                       f"{search.space:,} configurations (from {n_mesh} of {space.n_mesh} mesh "
                                       "shapes, spread over the space); the ranking covers those only")
                 return search
-            pending.append((pool.submit(price_chunk, job, S, place, *args, search.kept), n_rows, n_mesh))
+            args = [(s.job, s.include_oom, s.oom_by_memory, s.top_k, s.distinct, s.kept) for s in searches]
+            pending.append((pool.submit(price_chunks, S, place, args), n_rows, n_mesh))
             while len(pending) > pricing_threads():
                 settle()
         while pending:
             settle()
+    if shadow is not None:
+        shadow.space = search.space
     return search
 
 

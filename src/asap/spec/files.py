@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from asap.errors import AsapError
 
 
@@ -19,17 +17,28 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
         raise AsapError(what, f"cannot read {path}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise AsapError(what, f"{path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    if str(path).endswith(".json"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise AsapError(what, f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    else:
+        data = _yaml_mapping(text, path, what)
+    if not isinstance(data, dict):
+        raise AsapError(what, f"{path} must hold a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _yaml_mapping(text: str, path: Path, what: str) -> Any:
+    """``text`` parsed as YAML (PyYAML imported here: the presets and JSON files never need it)."""
+    import yaml
+
     try:
-        data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
-    except json.JSONDecodeError as e:
-        raise AsapError(what, f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise AsapError(what, f"{path} is not valid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise AsapError(what, f"{path} must hold a mapping at the top level, got {type(data).__name__}")
-    return data
 
 
 def write_whole(path: Path, text: str, what: str) -> None:
