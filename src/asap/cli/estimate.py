@@ -78,7 +78,7 @@ def estimate(
                           "reserve)")
         mem.add_column("term")
         mem.add_column("GiB", justify="right")
-        from asap.cost.estimate import MEMORY_DETAIL_WORDS
+        from asap.cost.device_memory import MEMORY_DETAIL_WORDS
 
         for k, v in est.memory_gb.items():
             mem.add_row(k, f"{v:.2f}")

@@ -117,6 +117,12 @@ def fixed_allowance_bytes(acc: Accelerator) -> float:
     return FIXED_ALLOWANCE_GB.get(acc.family, DEFAULT_FIXED_ALLOWANCE_GB) * GB
 
 
+# estimate --explain's words for the parts of a memory term (``Estimate.memory_detail_gb``)
+MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the blocks computing and prefetched)",
+                       "grads_reduce_buffers": "FSDP2's gradient reduction buffers",
+                       "activations_logits": "the logits of one micro-batch (the loss)"}
+
+
 @dataclass
 class MemoryBreakdown:
     weights_gb: np.ndarray  # half-precision weights (and fp8 copies, and ZeRO-3's gathered layers)
@@ -347,6 +353,15 @@ def stored_under_offload(f, S: StrategyBatch, stored: np.ndarray) -> np.ndarray:
     return out
 
 
+def transient_activations(f, S: StrategyBatch, framework) -> tuple[np.ndarray, np.ndarray]:
+    """[N, K] the larger of a device's two transients, and the logits where they are that one (else 0): the
+    logits live from the head's forward to the end of its backward, before the last layer's backward
+    re-materialises it (``working``), so the two are never live at once and the device holds the larger."""
+    logits, working = logits_bytes_per_device(f, S, framework), f.rows(f.working_bytes)[:, None]
+    larger = np.maximum(working, logits)
+    return larger, np.broadcast_to(np.where(logits >= working, logits, 0.0), larger.shape)
+
+
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,
            framework=None) -> MemoryBreakdown:
     """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
@@ -397,10 +412,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     stored = in_flight_by_layout(train, S, f)
     stored *= f.rows(f.kept_bytes)
     stored_on_device = stored_under_offload(f, S, stored)
-    # the logits live from the head's forward to the end of its backward, before the last layer's backward
-    # re-materialises it: the two are never live at once, the device holds the larger
-    logits, working = logits_bytes_per_device(f, S, framework), f.rows(f.working_bytes)[:, None]
-    a = np.maximum(working, logits)
+    a, logits_held = transient_activations(f, S, framework)
     a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
     body = states
     body += gathered[:, None]
@@ -428,5 +440,4 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
                            peak_gb=(peak_body + allowance) / GB, gathered_gb=(gathered + edges_at) / GB,
                            reduce_buffers_gb=reduce_buf / GB,
-                           logits_gb=at(np.broadcast_to(np.where(logits >= working, logits, 0.0), a.shape),
-                                        which) / GB)
+                           logits_gb=at(logits_held, which) / GB)

@@ -82,12 +82,6 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) 
     return 6.0 * n + (attention / 2 if causal else attention)
 
 
-# estimate --explain's words for the parts of a memory term (``Estimate.memory_detail_gb``)
-MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the blocks computing and prefetched)",
-                       "grads_reduce_buffers": "FSDP2's gradient reduction buffers",
-                       "activations_logits": "the logits of one micro-batch (the loss)"}
-
-
 @dataclass
 class BatchEstimate:
     """Arrays over a StrategyBatch: what ``plan`` ranks."""
