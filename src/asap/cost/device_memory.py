@@ -277,7 +277,9 @@ def fsdp2_terms(f, S: StrategyBatch, framework, kept, dense_shard, wide: float, 
     """([N, K] or [N, 1] FSDP2's gradient reduction buffers at each device's peak, [N, K] the bytes of the units
     outside the blocks its root keeps gathered under ZeRO-3 or None for a stack without), none where ``kept`` holds everything unsharded
     (``fsdp2_reduce_buffer_bytes``, ``fsdp_unresharded_params``); ``wide`` the gathered dtype's bytes, ``g`` the
-    reduce dtype's per row."""
+    reduce dtype's per row. (None, None) for a stack without FSDP2's terms: nothing added on the planner's path."""
+    if framework is None or not (framework.fsdp2_reduce_buffers or framework.fsdp_unresharded_units):
+        return None, None
     layers = f.rows(f.layers)
     one_layer = np.divide(f.rows(f.kept_bytes), layers, out=np.zeros_like(layers, dtype=float), where=layers > 0)
     reduce_buf = np.where(kept[:, None], 0.0, fsdp2_reduce_buffer_bytes(
@@ -353,13 +355,22 @@ def stored_under_offload(f, S: StrategyBatch, stored: np.ndarray) -> np.ndarray:
     return out
 
 
-def transient_activations(f, S: StrategyBatch, framework) -> tuple[np.ndarray, np.ndarray]:
-    """[N, K] the larger of a device's two transients, and the logits where they are that one (else 0): the
-    logits live from the head's forward to the end of its backward, before the last layer's backward
-    re-materialises it (``working``), so the two are never live at once and the device holds the larger."""
-    logits, working = logits_bytes_per_device(f, S, framework), f.rows(f.working_bytes)[:, None]
-    larger = np.maximum(working, logits)
-    return larger, np.broadcast_to(np.where(logits >= working, logits, 0.0), larger.shape)
+def transient_activations(f, S: StrategyBatch, framework) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[N, K] the larger of a device's two transients, with [N, K] the logits and [N] the layer re-materialised
+    (``working``): the logits live from the head's forward to the end of its backward, before the last layer's
+    backward re-materialises it, so the two are never live at once and the device holds the larger."""
+    logits, working = logits_bytes_per_device(f, S, framework), f.rows(f.working_bytes)
+    return np.maximum(working[:, None], logits), logits, working
+
+
+def held_at(term, which):
+    """[N] a term of [N, K] or [N, 1] bytes at each row's fullest device (``which``); 0 where the stack holds
+    none (None)."""
+    from asap.cost.units import at
+
+    if term is None:
+        return 0.0
+    return term[:, 0] if term.shape[1] == 1 else at(term, which)
 
 
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,
@@ -412,11 +423,12 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     stored = in_flight_by_layout(train, S, f)
     stored *= f.rows(f.kept_bytes)
     stored_on_device = stored_under_offload(f, S, stored)
-    a, logits_held = transient_activations(f, S, framework)
+    a, logits, working = transient_activations(f, S, framework)
     a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
     body = states
     body += gathered[:, None]
-    body += reduce_buf
+    if reduce_buf is not None:
+        body += reduce_buf
     body += a
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
@@ -424,8 +436,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
     # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
     # gathered weights); the model states are allocated once at start-up and never freed
-    edges_at = 0.0 if edges is None else at(edges, which)
-    reduce_buf = reduce_buf[:, 0] if reduce_buf.shape[1] == 1 else at(reduce_buf, which)
+    edges_at, reduce_buf, logits_at = held_at(edges, which), held_at(reduce_buf, which), at(logits, which)
     transient = (at(a, which) + gathered + reduce_buf + edges_at
                  + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
@@ -440,4 +451,4 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
                            peak_gb=(peak_body + allowance) / GB, gathered_gb=(gathered + edges_at) / GB,
                            reduce_buffers_gb=reduce_buf / GB,
-                           logits_gb=at(logits_held, which) / GB)
+                           logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB)

@@ -258,8 +258,8 @@ def fitted_terms(family: str, precision: str, records: Sequence[Mapping[str, Any
 
     rows = error_bands()["residuals"] if records is None else records
     classes = {precision_class(str(r["precision"])) for r in rows if r["family"] == family}
-    low = precision_class(precision) if precision_class(precision) in ("fp8", "fp4") else "fp8"
-    need = {"16-bit": "16-bit", "low": low}
+    job_class = precision_class(precision)
+    need = {"16-bit": "16-bit", "low": job_class if job_class in ("fp8", "fp4") else "fp8"}
     return frozenset(t.name for t in TERMS.values() if t.fitted_on is not None and classes
                      and (t.fitted_on == "any" or need[t.fitted_on] in classes))
 
