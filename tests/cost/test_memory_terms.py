@@ -51,7 +51,7 @@ def test_ddp_holds_the_gradients_twice(model_file, strategy, copies):
     e = estimate_spelled(j, strategy)
     P = j.model.num_params()
     if strategy.startswith("dp"):  # zero 2 (FSDP2) adds one block's reduction buffers (the test below)
-        buffers = 4 * BLOCK + (4 * BLOCK - one_layer_activations(e, 8)) if strategy.endswith("zero=2") else 0
+        buffers = 4 * BLOCK + (4 * BLOCK - one_layer_activations(e, 12)) if strategy.endswith("zero=2") else 0
         assert e.memory_gb["grads"] * GIB == pytest.approx(copies * 4 * P + buffers, rel=1e-6)
     else:  # one copy of the rank's share of the parameters
         assert e.memory_gb["grads"] == pytest.approx(e.memory_gb["weights"], rel=1e-6)
@@ -93,12 +93,12 @@ def test_fsdp2_reduce_scatter_buffers(model_file, zero):
     j = job(model_file)
     P = j.model.num_params()
     e = estimate_spelled(j, f"dp=2,zero={zero}")
-    layer = one_layer_activations(e, 4 + 4)  # fp32 logits and their fp32 copy
+    layer = one_layer_activations(e, 12)  # the eager loss's three fp32 tensors per logit
     assert 0 < layer < 4 * BLOCK
     assert e.memory_gb["grads"] * GIB == pytest.approx(4 * P / 2 + 4 * BLOCK + (4 * BLOCK - layer), rel=1e-6)
     titan = Job.from_names(j.model, "dgx-h100-1", 4, 128, "bf16", framework="torchtitan", devices=2)
     t = estimate_spelled(titan, f"dp=2,zero={zero}")
-    layer = one_layer_activations(t, 2 + 4)
+    layer = one_layer_activations(t, 12)
     assert t.memory_gb["grads"] * GIB == pytest.approx(4 * P / 2 + 2 * BLOCK + max(0, 4 * BLOCK - layer), rel=1e-6)
     mega = Job.from_names(j.model, "dgx-h100-1", 4, 128, "bf16", framework="megatron", devices=2)
     assert estimate_spelled(mega, "dp=2,zero=3").memory_gb["grads"] * GIB == pytest.approx(2 * P / 2, rel=1e-6)
@@ -126,10 +126,56 @@ def test_fsdp2_root_units_stay_gathered_under_zero3(model_file):
 
 def test_the_reference_trainer_holds_the_whole_vocabulary_under_tp(model_file):
     """tp=2, sequence-parallel, fp32, no recompute: the same stored activations on both stacks; the logits of one
-    micro-batch (T = 128 tokens) in fp32 plus their fp32 copy (4 + 4 B): the reference trainer T x V x 8 B, torchtitan
-    T x V x 8 / 2 B."""
+    micro-batch (T = 128 tokens) as the eager loss holds them at the start of the backward (the log-softmax output,
+    its gradient and the input's gradient, 3 x 4 B): the reference trainer T x V x 12 B, torchtitan T x V x 12 / 2 B."""
     j = job(model_file)
     titan = Job.from_names(j.model, "local-cpu", 4, 128, "fp32", framework="torchtitan", devices=2)
     ref, tt = (estimate_spelled(x, "dp=1,tp=2,sp=1,mbs=1,zero=0,recompute=none") for x in (j, titan))
-    assert (ref.memory_gb["activations"] - tt.memory_gb["activations"]) * GIB == pytest.approx(128 * V * 8 / 2,
+    assert (ref.memory_gb["activations"] - tt.memory_gb["activations"]) * GIB == pytest.approx(128 * V * 12 / 2,
                                                                                                   rel=1e-6)
+
+
+def test_the_eager_loss_holds_three_fp32_tensors_per_logit(model_file):
+    """The logits of one micro-batch where the loss runs (issue 46.1): torchtitan's and the reference trainer's
+    ``F.cross_entropy(logits.float())`` at the start of the backward hold the fp32 log-softmax output, the dense fp32
+    gradient nll_loss_backward writes and log-softmax's input gradient: 3 x 4 B per logit (T = 128 tokens, V = 8192;
+    with loss_parallel at tp=2 torchtitan's rank holds V/2 of them); Megatron's vocab-parallel cross entropy the
+    bf16 logits and one fp32 buffer that becomes the gradient in place, 2 + 4 B."""
+    titan = Job.from_names(model_file, "dgx-h100-1", 4, 128, "bf16", framework="torchtitan", devices=2)
+    mega = Job.from_names(model_file, "dgx-h100-1", 4, 128, "bf16", framework="megatron", devices=2)
+    for j, strategy, per_logit in ((titan, "dp=2,zero=3", 12), (titan, "tp=2,sp=1", 12 / 2), (job(model_file), "dp=2", 12),
+                                   (mega, "dp=2", 6)):
+        e = estimate_spelled(j, strategy)
+        assert e.memory_detail_gb["activations_logits"] * GIB == pytest.approx(128 * V * per_logit, rel=1e-9)
+
+
+def test_torchtitan_op_sac_keeps_every_second_gemm_output(model_file):
+    """torchtitan's selective op AC per block (bf16, T = 128 tokens, MHA: 8 heads x 128 = h): the block's input,
+    the outputs of the odd aten.mm calls (wq, wv, w1, w2 of wq wk wv wo w1 w3 w2), SDPA's output and its fp32
+    log-sum-exp (T x 8 x 4 B); at tp=2 with sequence parallelism the input at T/2, the column-parallel outputs at
+    1/2, w2's partial sums whole, and the two reduce-scatters' outputs (T/2 x h each)."""
+    titan = Job.from_names(model_file, "dgx-h100-1", 4, 128, "bf16", framework="torchtitan", devices=2)
+    T = 128
+    for strategy, block in (("dp=2,zero=3,recompute=selective", T * (H + H + H + H + F + H) * 2 + T * 8 * 4),
+                            ("tp=2,sp=1,recompute=selective",
+                             (T / 2 * H + T * H / 2 + T * H / 2 + T * H / 2 + T * F / 2 + T * H + 2 * T / 2 * H) * 2
+                             + T * 4 * 4)):
+        e = estimate_spelled(titan, strategy)
+        logits = e.memory_detail_gb["activations_logits"] * GIB
+        assert e.memory_gb["activations"] * GIB - logits == pytest.approx(4 * block, rel=1e-9)
+
+
+def test_context_parallel_exchange_buffers():
+    """Full recompute, cp=4 (T = 8192 / 4 = 2048 tokens a rank, bf16, MHA K,V width 2 x 1024): beside the layer
+    re-materialised, the ring's two (K,V | dK,dV) backward buffers hold 4 kv_chunk (kv_chunk = T x 2048 x 2 B), the
+    all-gather the whole sequence's K,V and their gradients 2 x 4 kv_chunk, Ulysses one more set of Q, K, V in the
+    head layout, T x (1024 + 2048) x 2 B. The vocabulary is small so that the layer, not the logits, is the larger
+    transient."""
+    m = {**MODEL, "name": "mid-cp", "vocab_size": 512}
+    j = Job.from_names(m, "dgx-h100-1", 1, 8192, "bf16", framework="megatron", devices=4)
+    act = {c: estimate_spelled(j, f"cp=4,cp_comm={c},recompute=full").memory_gb["activations"] * GIB
+           for c in ("p2p", "allgather", "a2a")}
+    T = 2048
+    kv_chunk = T * 2 * H * 2
+    assert act["allgather"] - act["p2p"] == pytest.approx(8 * kv_chunk - 4 * kv_chunk, rel=1e-9)
+    assert act["a2a"] - act["p2p"] == pytest.approx(T * 3 * H * 2 - 4 * kv_chunk, rel=1e-9)

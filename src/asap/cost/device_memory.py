@@ -55,6 +55,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch
 from asap.cost.offload import offloaded_activations
 from asap.cost.roofline import BYTES, LOW_PRECISIONS
+from asap.cost.stack_activations import cp_buffer_bytes
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
 from asap.spec.placement import Placement
@@ -120,7 +121,8 @@ def fixed_allowance_bytes(acc: Accelerator) -> float:
 # estimate --explain's words for the parts of a memory term (``Estimate.memory_detail_gb``)
 MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the blocks computing and prefetched)",
                        "grads_reduce_buffers": "FSDP2's gradient reduction buffers",
-                       "activations_logits": "the logits of one micro-batch (the loss)"}
+                       "activations_logits": "the logits of one micro-batch (the loss)",
+                       "activations_cp_buffers": "context parallelism's K/V exchange buffers (one layer's attention)"}
 
 
 @dataclass
@@ -138,6 +140,13 @@ class MemoryBreakdown:
     gathered_gb: np.ndarray | float = 0.0
     reduce_buffers_gb: np.ndarray | float = 0.0
     logits_gb: np.ndarray | float = 0.0
+    cp_buffers_gb: np.ndarray | float = 0.0  # context parallelism's exchange buffers (in activations_gb, where
+    # the layer's transient outweighs the logits)
+
+    def detail_gb(self) -> dict:
+        """The parts ``estimate --explain`` lists (``Estimate.memory_detail_gb``), keyed term_part."""
+        return {"weights_gathered": self.gathered_gb, "grads_reduce_buffers": self.reduce_buffers_gb,
+                "activations_logits": self.logits_gb, "activations_cp_buffers": self.cp_buffers_gb}
 
     @classmethod
     def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
@@ -451,4 +460,5 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
                            peak_gb=(peak_body + allowance) / GB, gathered_gb=(gathered + edges_at) / GB,
                            reduce_buffers_gb=reduce_buf / GB,
-                           logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB)
+                           logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB,
+                           cp_buffers_gb=np.where(logits_at >= working, 0.0, cp_buffer_bytes(model, train, S)) / GB)

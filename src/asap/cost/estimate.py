@@ -416,8 +416,7 @@ def estimate_batch(job: Job, S: StrategyBatch, mem: MemoryBreakdown | None = Non
         memory_gb={"weights": mem.weights_gb, "grads": mem.grads_gb, "optimizer": mem.optimizer_gb,
                    "activations": mem.activations_gb, "allowance": mem.allowance_gb,
                    "allocated": mem.peak_gb - mem.allowance_gb},
-        memory_detail_gb={"weights_gathered": mem.gathered_gb, "grads_reduce_buffers": mem.reduce_buffers_gb,
-                          "activations_logits": mem.logits_gb},
+        memory_detail_gb=mem.detail_gb(),
         memory_bound_s=m * times.parts["mem"], imbalance_s=np.where(S.pp == 1, 0.0, m * (times.t_max_s - times.t_avg_s)),
         ep_split_saving_s=ep_split_saving_s(model, S, ut, times, m), dispatcher=ut.rows(ut.cm.dispatcher))
 

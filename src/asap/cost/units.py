@@ -32,6 +32,7 @@ from asap.cost.host import unit_host_s, unit_host_work_s
 from asap.cost.activations import LAYER_UNITS, layer_saves
 from asap.cost.layer_ops import Shapes, kv_heads_per_device
 from asap.cost.remat import remat_figures
+from asap.cost.stack_activations import cp_buffer_bytes, op_sac_kept_bytes
 from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM
 from asap.cost.roofline import act_bytes
 from asap.spec.layout import UNITS, Layout, Unit, layout
@@ -272,15 +273,20 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
     ab = act_bytes(train.precision)
     T = S.mbs * train.seq_len / S.cp
     kept, working, offloaded = {}, {}, {}
+    cp = cp_buffer_bytes(model, train, S)
     for kind, is_moe in (("dense", False), ("moe", model.moe is not None)):
         table = layer_saves(model, train, S, moe=is_moe)
         full = table.stored_bytes()
         sel_kept = full if selective == SelectivePolicy.CORE_ATTN else table.stored_bytes(selective=True)
+        if selective == SelectivePolicy.OP_SAC and not is_moe and model.mla is None:
+            sel_kept = op_sac_kept_bytes(model, train, S)  # torchtitan's saved GEMM and SDPA outputs
         kept[kind] = np.select([S.recompute == Recompute.FULL, S.recompute == Recompute.SELECTIVE,
                                 S.recompute >= Recompute.MODULES],
                                [table.input_bytes(), sel_kept, table.module_kept_bytes(S.recompute)], full)
         # one layer re-materialised in backward: under full recompute and under a MaxText remat policy
         working[kind] = np.where((S.recompute == Recompute.FULL) | is_maxtext(S.recompute), full, 0.0)
+        # beside it, context parallelism's exchange buffers of the layer's attention (``cp_buffer_bytes``)
+        working[kind] = working[kind] + cp
         offloaded[kind] = np.zeros(n)
         if is_maxtext(S.recompute).any():  # kept: on the device and in host memory; offloaded: the latter
             policy = remat_figures(table, Shapes.of(model, train, S), model, S.recompute, is_moe)

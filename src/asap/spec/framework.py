@@ -101,6 +101,15 @@ STATIC_FRAGMENTATION = 0.0
 # (base.yml ``cast_logits_to_fp32: true``, ``logits_dot_in_fp32: false``) and XLA fuses the cast into the head's
 # dot and reuses the buffer for the logits' gradient: 4 B.
 XLA_LOGITS_BYTES = 4.0
+# Eager PyTorch's unfused loss (torchtitan's ``cross_entropy_loss``: ``F.cross_entropy(pred.flatten(0, 1).float(),
+# ...)``, the reference trainer's the same): log_softmax saves its fp32 output; the backward's first node,
+# nll_loss_backward, writes a dense fp32 gradient of that shape (``zeros_like`` then a scatter), and
+# _log_softmax_backward_data a third fp32 tensor while both live: 3 x 4 B per logit at the start of the backward,
+# when every stored activation is still held (the forward's peak, the half logits + their fp32 copy + the
+# output, is 2 + 4 + 4 = 10 B; torchtitan ``del pred`` and the reference trainer's one expression free the half
+# logits before the backward). Measured on this machine's CPU (4096 x 32768 logits, peak RSS with glibc's mmap
+# threshold pinned): 10.0 B forward, 12.05 B through the backward in bf16, 8.1 / 12.1 B in fp32.
+EAGER_LOGITS_BYTES = 12.0
 
 
 class Dispatcher(str, Enum):
@@ -436,7 +445,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
               round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("head",)),
+              fsdp_unresharded_units=("head",), logits_bytes=EAGER_LOGITS_BYTES),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -472,7 +481,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
               attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("embedding", "head"), loss_parallel=False),
+              fsdp_unresharded_units=("embedding", "head"), loss_parallel=False, logits_bytes=EAGER_LOGITS_BYTES),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs
