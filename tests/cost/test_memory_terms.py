@@ -126,24 +126,27 @@ def test_fsdp2_root_units_stay_gathered_under_zero3(model_file):
 
 def test_the_reference_trainer_holds_the_whole_vocabulary_under_tp(model_file):
     """tp=2, sequence-parallel, fp32, no recompute: the same stored activations on both stacks; the logits of one
-    micro-batch (T = 128 tokens) as the eager loss holds them at the start of the backward (the log-softmax output,
-    its gradient and the input's gradient, 3 x 4 B): the reference trainer T x V x 12 B, torchtitan T x V x 12 / 2 B."""
+    micro-batch (T = 128 tokens) as the eager loss holds them at the start of the backward: the reference trainer's
+    plain loss over the gathered logits (the log-softmax output, its gradient and the input's gradient, 3 x 4 B)
+    T x V x 12 B; torchtitan's loss_parallel at the shard (four fp32 tensors, 16 B) T x V x 16 / 2 B."""
     j = job(model_file)
     titan = Job.from_names(j.model, "local-cpu", 4, 128, "fp32", framework="torchtitan", devices=2)
     ref, tt = (estimate_spelled(x, "dp=1,tp=2,sp=1,mbs=1,zero=0,recompute=none") for x in (j, titan))
-    assert (ref.memory_gb["activations"] - tt.memory_gb["activations"]) * GIB == pytest.approx(128 * V * 12 / 2,
+    assert (ref.memory_gb["activations"] - tt.memory_gb["activations"]) * GIB == pytest.approx(128 * V * (12 - 16 / 2),
                                                                                                   rel=1e-6)
 
 
 def test_the_eager_loss_holds_three_fp32_tensors_per_logit(model_file):
     """The logits of one micro-batch where the loss runs (issue 46.1): torchtitan's and the reference trainer's
     ``F.cross_entropy(logits.float())`` at the start of the backward hold the fp32 log-softmax output, the dense fp32
-    gradient nll_loss_backward writes and log-softmax's input gradient: 3 x 4 B per logit (T = 128 tokens, V = 8192;
-    with loss_parallel at tp=2 torchtitan's rank holds V/2 of them); Megatron's vocab-parallel cross entropy the
-    bf16 logits and one fp32 buffer that becomes the gradient in place, 2 + 4 B."""
+    gradient nll_loss_backward writes and log-softmax's input gradient: 3 x 4 B per logit (T = 128 tokens, V = 8192);
+    torchtitan's loss_parallel at tp=2 (``_nll_loss_and_log_softmax_backward``: the saved output, zeros_like, exp,
+    their sum and its product with the gradient, four fp32 tensors live) 16 B for each of the V/2 logits of its
+    shard; Megatron's vocab-parallel cross entropy the bf16 logits and one fp32 buffer that becomes the gradient in
+    place, 2 + 4 B."""
     titan = Job.from_names(model_file, "dgx-h100-1", 4, 128, "bf16", framework="torchtitan", devices=2)
     mega = Job.from_names(model_file, "dgx-h100-1", 4, 128, "bf16", framework="megatron", devices=2)
-    for j, strategy, per_logit in ((titan, "dp=2,zero=3", 12), (titan, "tp=2,sp=1", 12 / 2), (job(model_file), "dp=2", 12),
+    for j, strategy, per_logit in ((titan, "dp=2,zero=3", 12), (titan, "tp=2,sp=1", 16 / 2), (job(model_file), "dp=2", 12),
                                    (mega, "dp=2", 6)):
         e = estimate_spelled(j, strategy)
         assert e.memory_detail_gb["activations_logits"] * GIB == pytest.approx(128 * V * per_logit, rel=1e-9)

@@ -37,7 +37,7 @@ from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM
 from asap.cost.roofline import act_bytes
 from asap.spec.layout import UNITS, Layout, Unit, layout
 from asap.spec.model import ModelSpec
-from asap.spec.framework import SelectivePolicy
+from asap.spec.framework import LogitsBytes, SelectivePolicy
 from asap.spec.job import Job
 from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
 from asap.spec.remat import is_maxtext
@@ -264,7 +264,7 @@ class UnitActivations:
 
 def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
                      selective: SelectivePolicy = SelectivePolicy.KERNELS,
-                     logits_bytes: float | None = None) -> UnitActivations:
+                     logits_bytes: LogitsBytes = None) -> UnitActivations:
     """Activation bytes per unit; ``selective`` is the stack's policy (recomputing the attention kernel alone
     stores what no recompute stores: flash attention keeps only its inputs and output); ``logits_bytes`` how
     the stack holds each logit for the loss (``Framework.logits_bytes``; None: the activation dtype and an fp32
@@ -292,7 +292,10 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
             policy = remat_figures(table, Shapes.of(model, train, S), model, S.recompute, is_moe)
             kept[kind] = np.where(is_maxtext(S.recompute), policy.device_bytes + policy.offload_bytes, kept[kind])
             offloaded[kind] = policy.offload_bytes
-    per_logit = ab + 4.0 if logits_bytes is None else logits_bytes
+    if isinstance(logits_bytes, tuple):  # (without TP, the vocabulary-parallel loss under TP)
+        per_logit = np.where(S.tp > 1, logits_bytes[1], logits_bytes[0])
+    else:
+        per_logit = ab + 4.0 if logits_bytes is None else logits_bytes
     # a tiled loss (``vocab_tiles``, MaxText num_vocab_tiling) holds one chunk of the tokens' logits at a time
     logits = T * model.vocab_size / S.tp * per_logit * (1 + model.mtp_layers) / S.vocab_tiles
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
@@ -451,7 +454,7 @@ def timed(f: DeviceFigures, ut: UnitTimes, first: np.ndarray) -> DeviceFigures:
 
 def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
                    selective: SelectivePolicy = SelectivePolicy.KERNELS,
-                   logits_bytes: float | None = None) -> DeviceFigures:
+                   logits_bytes: LogitsBytes = None) -> DeviceFigures:
     """Parameters and activations of every representative device, and its times when the units' are given,
     once per distinct combination of DEVICE_KEYS."""
     first, row = unique_index(S, DEVICE_KEYS)

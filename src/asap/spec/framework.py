@@ -101,6 +101,7 @@ STATIC_FRAGMENTATION = 0.0
 # (base.yml ``cast_logits_to_fp32: true``, ``logits_dot_in_fp32: false``) and XLA fuses the cast into the head's
 # dot and reuses the buffer for the logits' gradient: 4 B.
 XLA_LOGITS_BYTES = 4.0
+LogitsBytes = float | tuple[float, float] | None
 # Eager PyTorch's unfused loss (torchtitan's ``cross_entropy_loss``: ``F.cross_entropy(pred.flatten(0, 1).float(),
 # ...)``, the reference trainer's the same): log_softmax saves its fp32 output; the backward's first node,
 # nll_loss_backward, writes a dense fp32 gradient of that shape (``zeros_like`` then a scatter), and
@@ -110,6 +111,12 @@ XLA_LOGITS_BYTES = 4.0
 # logits before the backward). Measured on this machine's CPU (4096 x 32768 logits, peak RSS with glibc's mmap
 # threshold pinned): 10.0 B forward, 12.05 B through the backward in bf16, 8.1 / 12.1 B in fp32.
 EAGER_LOGITS_BYTES = 12.0
+# torchtitan's loss under tensor parallelism (``loss_parallel``: torch/distributed/tensor/parallel/loss.py) at the
+# rank's vocabulary shard: its backward ``_nll_loss_and_log_softmax_backward`` holds the saved fp32 log-softmax
+# output x, ``grad_input = torch.zeros_like(x)``, ``torch.exp(x)``, their sum and the product with grad_output,
+# four fp32 tensors live at once (16 B); its forward (``_log_softmax``) the half logits, the fp32 copy, ``shifted``
+# and ``torch.exp(shifted)``, 2 + 3 x 4 = 14 B. (non-TP, vocabulary-parallel under TP) bytes per logit:
+TORCHTITAN_LOGITS_BYTES = (EAGER_LOGITS_BYTES, 16.0)
 
 
 class Dispatcher(str, Enum):
@@ -333,8 +340,9 @@ class Framework:
     # before the matmul that needs it (torchtitan docs/async_tp.md; Wang et al. 2022, "Overlap communication
     # with dependent computation via decomposition")
     tp_comm_overlap: bool = True
-    # bytes per logit the loss holds (None: the activation dtype plus an fp32 copy; ``XLA_LOGITS_BYTES``)
-    logits_bytes: float | None = None
+    # bytes per logit the loss holds (None: the activation dtype plus an fp32 copy; ``XLA_LOGITS_BYTES``); a pair:
+    # (without tensor parallelism, with it: the vocabulary-parallel loss), ``TORCHTITAN_LOGITS_BYTES``
+    logits_bytes: LogitsBytes = None
     # the stack keeps a 16-bit copy of the weights beside the optimizer's fp32 master (Megatron-Core's
     # Float16Module and distributed optimizer, DeepSpeed's fp16/bf16 partitions, MindSpore's O2 cast). Not
     # torchtitan: FSDP2's MixedPrecisionPolicy keeps the sharded parameters in their fp32 dtype and casts to
@@ -445,7 +453,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
               round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("head",), logits_bytes=EAGER_LOGITS_BYTES),
+              fsdp_unresharded_units=("head",), logits_bytes=TORCHTITAN_LOGITS_BYTES),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
