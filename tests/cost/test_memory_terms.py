@@ -182,3 +182,18 @@ def test_context_parallel_exchange_buffers():
     kv_chunk = T * 2 * H * 2
     assert act["allgather"] - act["p2p"] == pytest.approx(8 * kv_chunk - 4 * kv_chunk, rel=1e-9)
     assert act["a2a"] - act["p2p"] == pytest.approx(T * 3 * H * 2 - 4 * kv_chunk, rel=1e-9)
+
+
+@pytest.mark.parametrize("cluster,precision,fp8_param,quantised", [
+    ("dgx-h100-1", "fp8", 0, 2 * 1.0), ("dgx-h100-1", "fp8", 1, 2 * 1.0), ("b200-8node", "fp8", 0, 1.0)])
+def test_transformer_engine_keeps_rowwise_and_columnwise_fp8_weights(model_file, cluster, precision, fp8_param,
+                                                                      quantised):
+    """Megatron-Core through Transformer Engine, zero 0 on one device: beside the bf16 weights (2 B; none under
+    fp8_param), each weight quantised rowwise for the forward and columnwise for the backward (1 B each on Hopper,
+    whose fp8 GEMMs take only TN: the transpose); Blackwell's fp8 GEMMs take any layout, so one copy there.
+    weights = P (2 + copies) or P x copies with fp8_param."""
+    j = Job.from_names(model_file, cluster, 4, 128, precision, framework="megatron", devices=1)
+    e = estimate_spelled(j, f"dp=1,zero=0,fp8_param={fp8_param}")
+    P = j.model.num_params()
+    half = 0.0 if fp8_param else 2.0
+    assert e.memory_gb["weights"] * GIB == pytest.approx(P * (half + quantised), rel=1e-6)

@@ -158,20 +158,35 @@ class MemoryBreakdown:
         return cls(**out)
 
 
+def quantised_weight_copies(framework, acc: Accelerator, precision: str) -> float:
+    """How many quantised copies of each weight a low-precision run holds (``state_bytes_per_param``): Transformer
+    Engine (``Framework.te_columnwise_weights``) quantises a weight rowwise for the forward GEMM and columnwise for
+    the backward's data-gradient GEMM, and keeps both from the forward to the weight's backward (cached across
+    micro-batches as the Linear's fp8 workspace, ``is_first_microbatch``): on Hopper, whose fp8 tensor cores take
+    only the TN layout, the columnwise copy is the fp8 transpose (``Float8Tensor._transpose``); NVFP4 and MXFP4
+    scale along the other dimension for it on every part. Blackwell's fp8 GEMMs take any layout, so TE's tensor-
+    scaled fp8 keeps one copy there. 1 elsewhere (and for stacks that quantise on the fly)."""
+    if framework is None or not framework.te_columnwise_weights or precision not in LOW_PRECISIONS:
+        return 1.0
+    return 2.0 if precision != "fp8" or acc.family == "hopper" else 1.0
+
+
 def state_bytes_per_param(precision: str, zero, shard, grad_bytes=4.0, fp8_param=0, offload_opt=0,
-                          half_weights=True):
+                          half_weights=True, quant_copies=1.0):
     """Bytes per parameter for weights, gradients (``grad_bytes``: the stack's ``Framework.grad_bytes``) and
     optimizer states under ZeRO stage ``zero``. ``fp8_param``: the compute weight exists only in fp8 (1 B;
     Megatron-Core's --fp8-param-gather keeps no bf16 copy, the fp32 master stays in the optimizer);
     ``offload_opt``: the optimizer states live in host memory (0 B on the device); ``half_weights`` False: the
     stack keeps no 16-bit copy of the weights beside the fp32 master, casting for compute on the fly
     (``Framework.half_weight_copy``: FSDP2, autocast, MaxText's fp32 ``weight_dtype``), so only the master
-    (in the optimizer's 12 B) is held (a bool, or one per row)."""
+    (in the optimizer's 12 B) is held (a bool, or one per row); ``quant_copies``: quantised copies of each weight
+    (``quantised_weight_copies``: Transformer Engine's rowwise and columnwise)."""
     w: float | np.ndarray = 4.0 if precision == "fp32" else np.where(half_weights, 2.0, 0.0)
     g = grad_bytes
     o = np.where(np.asarray(offload_opt) > 0, 0.0, 8.0 if precision == "fp32" else 12.0)
     if precision in LOW_PRECISIONS:  # bf16 weights and their quantised copy (fp8: 1 B, fp4: 0.5 B + scales)
-        w = np.where(half_weights, np.where(np.asarray(fp8_param) > 0, 1.0, w + BYTES[precision]), 0.0)
+        q = quant_copies * BYTES[precision]
+        w = np.where(half_weights, np.where(np.asarray(fp8_param) > 0, quant_copies * 1.0, w + q), 0.0)
     shard = np.maximum(shard, 1)
     w_b = np.where(zero >= Zero.PARAMETERS, w / shard, w)
     g_b = np.where(zero >= Zero.GRADIENTS, g / shard, g)
@@ -407,8 +422,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # backward)
     held = fsdp_holds_gathered(framework, S.zero)
     half = kept | held | (framework.half_weight_copy if framework is not None else True)
-    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt, half)
-                                  for sh in (dense_shard, edp))
+    copies = quantised_weight_copies(framework, acc, train.precision)
+    (wd, gd, od), (we, ge, oe) = (state_bytes_per_param(train.precision, zero, sh, g, S.fp8_param, S.offload_opt, half,
+                                                        copies) for sh in (dense_shard, edp))
     # weights, gradients and optimizer states of each device: dense and expert parameters, each sharded over
     # its own data-parallel group; ZeRO-3 gathers a layer's full weights for compute and prefetches the next
     # (two of the model's largest layers, the one computing and the one prefetched)

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.device_memory import GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight, state_bytes_per_param, usable_hbm_gb
+from asap.cost.device_memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
+                                     quantised_weight_copies, state_bytes_per_param, usable_hbm_gb)
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import UnitTimes, unit_activations, unit_params, unit_times
@@ -139,8 +140,10 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero, base.grad_bf16)
+    copies = quantised_weight_copies(fw, cluster.accelerator, train.precision)
     dense_state, expert_state = (sum(state_bytes_per_param(train.precision, base.zero, shard, g, base.fp8_param,
-                                                          base.offload_opt, fw.half_weight_copy)) for shard in (dense_shard, edp))
+                                                          base.offload_opt, fw.half_weight_copy, copies))
+                                 for shard in (dense_shard, edp))
     states = params.dense * np.reshape(dense_state, (-1, 1)) + params.expert * np.reshape(expert_state, (-1, 1))
     hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
     # activations carry the allocator's reserve (cost/device_memory.py: a share of what the step allocates and frees)

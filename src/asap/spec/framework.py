@@ -389,6 +389,9 @@ class Framework:
     # the loss runs on the whole vocabulary (the reference trainer's ``apply_tp``: ``ColwiseParallel(output_layouts
     # =Replicate())``), so each rank holds T x V logits, not T x V / tp
     loss_parallel: bool = True
+    # low-precision weights through Transformer Engine, which keeps a rowwise and a columnwise quantised copy of
+    # each (``asap.cost.device_memory.quantised_weight_copies``): Megatron-Core
+    te_columnwise_weights: bool = False
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -428,7 +431,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3),
                       "cp_comm": ("p2p", "a2a", "allgather"), "vocab_tiles": (1,)},
-              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS),
+              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS,
+              te_columnwise_weights=True),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
