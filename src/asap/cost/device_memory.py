@@ -465,8 +465,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     transient = (at(a, which) + gathered + reduce_buf + edges_at
                  + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
     allowance = fragmentation * transient + fixed_allowance_bytes(acc)
-    _, _, od_all = state_bytes_per_param(train.precision, zero, dense_shard, g)
-    _, _, oe_all = state_bytes_per_param(train.precision, zero, edp, g)
+    od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
     return MemoryBreakdown(host_gb=host / GB,

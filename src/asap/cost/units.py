@@ -292,10 +292,11 @@ def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
             policy = remat_figures(table, Shapes.of(model, train, S), model, S.recompute, is_moe)
             kept[kind] = np.where(is_maxtext(S.recompute), policy.device_bytes + policy.offload_bytes, kept[kind])
             offloaded[kind] = policy.offload_bytes
+    per_logit: np.ndarray | float = ab + 4.0 if logits_bytes is None else 0.0
     if isinstance(logits_bytes, tuple):  # (without TP, the vocabulary-parallel loss under TP)
         per_logit = np.where(S.tp > 1, logits_bytes[1], logits_bytes[0])
-    else:
-        per_logit = ab + 4.0 if logits_bytes is None else logits_bytes
+    elif logits_bytes is not None:
+        per_logit = logits_bytes
     # a tiled loss (``vocab_tiles``, MaxText num_vocab_tiling) holds one chunk of the tokens' logits at a time
     logits = T * model.vocab_size / S.tp * per_logit * (1 + model.mtp_layers) / S.vocab_tiles
     return UnitActivations(kept=_columns(n, dense=kept["dense"], moe=kept["moe"], mtp=kept["moe"]),
