@@ -55,6 +55,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch
 from asap.cost.collectives import (all_gather_s, all_reduce_s, all_to_all_s, broadcast_s, expert_dispatch_s, p2p_s,
                                    reduce_scatter_s, spans_domains)
+from asap.cost.layer_ops import kv_heads_per_device
 from asap.cost.roofline import act_bytes, elementwise_time_s
 from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
@@ -73,6 +74,8 @@ class LayerComm:
     tp_moe_s: np.ndarray
     ep_s: np.ndarray
     cp_fwd_s: np.ndarray  # one forward ring pass; backward is 2x (0 where cp_comm is not p2p)
+    cp_send_s: np.ndarray  # ring: one K,V chunk's p2p send (0 where cp_comm is not p2p)
+    cp_gather_s: np.ndarray  # ring: K,V all-gathered over the cp group (torch's rotater; 0 where not p2p)
     cp_serial_fwd_s: np.ndarray  # a2a / allgather: the exchange of one forward pass, before the kernel (exposed)
     cp_serial_bwd_s: np.ndarray  # ... and of the backward
     pp_msg_s: np.ndarray  # one p2p message between stages
@@ -115,9 +118,11 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
         ep = np.zeros_like(tp_dense)
         dispatcher = np.asarray(S.dispatcher)
     cp_fwd, cp_serial_fwd, cp_serial_bwd = cp_exchange_s(job, S, T, place)
+    cp_send, cp_gather = ring_links_s(job, S, T, place)
     pp_spans = spans_domains(cluster, *place.group("pp"))
     pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
-    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, cp_serial_fwd_s=cp_serial_fwd,
+    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, cp_send_s=cp_send,
+                     cp_gather_s=cp_gather, cp_serial_fwd_s=cp_serial_fwd,
                      cp_serial_bwd_s=cp_serial_bwd, pp_msg_s=pp_msg,
                      tp_pair_s=np.broadcast_to(tp_pair, np.shape(tp_dense)), dispatcher=dispatcher)
 
@@ -130,6 +135,28 @@ def attention_widths(model) -> tuple[int, int, int]:
         return q, q + model.num_attention_heads * m.v_head_dim, model.num_attention_heads * m.v_head_dim
     heads = model.num_attention_heads * model.head_dim
     return heads, 2 * model.num_kv_heads * model.head_dim, heads
+
+
+def kv_width_per_device(model, tp):
+    """Key + value width of one token on one tensor-parallel rank: 2 kv_heads_per_device head_dim (KV heads
+    replicated where tp exceeds them: Megatron-Core, so the ring and the gathers carry a whole head per rank);
+    MLA's up-projected K,V split by tp."""
+    if model.mla is not None:
+        return attention_widths(model)[1] / np.asarray(tp, dtype=float)
+    return 2.0 * kv_heads_per_device(model, tp) * model.head_dim
+
+
+def ring_links_s(job: Job, S: StrategyBatch, T, place: Placement):
+    """(one K,V chunk's p2p send, the all-gather of the cp chunks) per layer and micro-batch, where cp_comm is
+    p2p and cp > 1 (0 elsewhere): what ``asap.cost.ring_attention`` sets against each step's kernel. The send
+    crosses the slowest tier the cp group spans (every rank sends at once, the ring steps in lockstep)."""
+    cluster, ab = job.cluster, act_bytes(job.train.precision)
+    kv_chunk = T * kv_width_per_device(job.model, S.tp) * ab
+    cp_group = place.group("cp")
+    ring = (S.cp > 1) & (S.cp_comm == CpComm.P2P.code)
+    send = np.where(ring, p2p_s(cluster, kv_chunk, spans_domains(cluster, *cp_group)), 0.0)
+    gather = np.where(ring, all_gather_s(cluster, S.cp * kv_chunk, *cp_group), 0.0)
+    return send, gather
 
 
 def cp_exchange_s(job: Job, S: StrategyBatch, T, place: Placement):
@@ -145,7 +172,7 @@ def cp_exchange_s(job: Job, S: StrategyBatch, T, place: Placement):
       reduce-scatters dK,dV (the same bytes). Exposed: the gather precedes the kernel."""
     model, cluster, ab = job.model, job.cluster, act_bytes(job.train.precision)
     q_w, kv_w, o_w = attention_widths(model)
-    kv_chunk = T * kv_w / S.tp * ab
+    kv_chunk = T * kv_width_per_device(model, S.tp) * ab
     cp_group = place.group("cp")
     ring = np.where((S.cp > 1) & (S.cp_comm == CpComm.P2P.code),
                     (S.cp - 1) * p2p_s(cluster, kv_chunk, spans_domains(cluster, *cp_group)), 0.0)

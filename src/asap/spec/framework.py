@@ -134,6 +134,13 @@ DISPATCHERS = tuple(d.value for d in Dispatcher)
 BEST_DISPATCHER = len(DISPATCHERS)  # a planner row whose dispatcher is free: the cost model prices the fastest
 
 
+class CpRing(str, Enum):
+    """Whose ring attention a stack runs under ``cp_comm=p2p`` (``asap.cost.ring_attention``)."""
+
+    TE = "te"  # Transformer Engine AttnFuncWithCPAndKVP2P: K,V chunk by chunk, bf16 merges (Megatron, MindSpeed)
+    TORCH = "torch"  # torch context_parallel: K,V all-gathered per pass, fp32 dK,dV ring and merges (torchtitan)
+
+
 class AttentionKernel(str, Enum):
     """Which attention kernel a stack calls."""
 
@@ -265,6 +272,9 @@ class Framework:
     # parallelism); MindFormers' ``context_parallel_algo`` default ``colossalai_cp`` (K,V all-gathered, Q kept
     # sharded; ``ulysses_cp`` the all-to-all); torchtitan's context_parallel passes K,V around a ring
     cp_comm: str = "p2p"
+    # whose ring attention runs under cp_comm=p2p: Transformer Engine's, or torch's context_parallel (torchtitan's
+    # apply_cp, the reference trainer: ``_cp_options.rotate_method`` ALL_GATHER, convert_to_f32)
+    cp_ring: CpRing = CpRing.TE
     zero_default: int = 1  # the data-parallel sharding a run gets when it names none
     elementwise_traffic: float = 1.0  # HBM traffic of norms, RoPE, activations, residuals over fused kernels
     # does the stack run fused elementwise kernels by default: Megatron-Core / Transformer Engine (fused
@@ -432,7 +442,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
-              attention_kernel=AttentionKernel.SDPA,
+              attention_kernel=AttentionKernel.SDPA, cp_ring=CpRing.TORCH,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
               round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
@@ -472,7 +482,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
               attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("embedding", "head"), loss_parallel=False),
+              fsdp_unresharded_units=("embedding", "head"), loss_parallel=False, cp_ring=CpRing.TORCH),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs
