@@ -19,8 +19,9 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
   routed tokens inside the etp group. With a pipeline, estimate.py hides it behind the paired micro-batch's
   computation (DualPipe, Megatron-Core 1F1B A2A overlap).
 - CP (``cp_comm``, ``cp_exchange_s``): p2p (ring attention, Liu et al. 2023; Megatron-Core context parallel):
-  cp-1 ring steps each passing the local K,V chunk (T kv_width/tp ab); backward passes K,V and their gradients
-  (2x). Overlapped with the attention kernel of the same step, so only the excess is exposed. a2a (Ulysses):
+  cp-1 ring steps each passing the local K,V chunk (T kv_width ab, ``ring_links_s``); backward passes K,V and
+  their gradients (2x). Each step's send overlaps that step's kernel call (``asap.cost.ring_attention``: TE's
+  chunk by chunk, torch's all-gather behind the first step), so only each step's excess is exposed. a2a (Ulysses):
   four all-to-alls per pass (Q, K, V in, O out), exposed; allgather: K,V gathered over the cp group (backward:
   again, and dK,dV reduce-scattered), exposed.
 - PP (Narayanan et al. 2021): one activation (forward) and one gradient (backward) message of T_sp h ab per
@@ -162,7 +163,8 @@ def ring_links_s(job: Job, S: StrategyBatch, T, place: Placement):
 def cp_exchange_s(job: Job, S: StrategyBatch, T, place: Placement):
     """(one forward ring pass, one forward serial exchange, one backward serial exchange) per layer and
     micro-batch, by ``S.cp_comm`` (``CpComm``), with T = b s / cp tokens per rank and widths over tp:
-    - p2p (ring attention): cp-1 steps each passing the local K,V chunk T w_kv ab; overlapped (units.layer_parts).
+    - p2p (ring attention): cp-1 steps each passing the local K,V chunk T w_kv ab; overlapped step by step
+      (``asap.cost.ring_attention``, from ``ring_links_s``).
     - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023; TE ``AttnFuncWithCPAndQKVOA2A``): forward all-to-alls of Q,
       K and V (sequence to head sharding) and of O back, each moving (cp-1)/cp of its T w ab bytes
       (``all_to_all_s``); backward the same four (dO in; dQ, dK, dV out). They precede / follow the kernel:
