@@ -394,9 +394,9 @@ def read_strategy(a: Args, model: ModelSpec) -> dict[str, Any]:
     s: dict[str, Any] = {"tp": tp, "pp": pp, "cp": a.int("--context-parallel-size", 1),
                          "mbs": a.int("--micro-batch-size", 1),
                          "sp": int(a.has("--sequence-parallel") and tp > 1)}  # validate_args: tp=1 turns it off
-    cp_comm = a.flags.get("--cp-comm-type", ["p2p"])
+    cp_comm = [{"all_gather": "allgather"}.get(c, c) for c in a.flags.get("--cp-comm-type", ["p2p"])]
     if len(set(cp_comm)) != 1 or cp_comm[0] not in ("p2p", "a2a", "allgather"):
-        raise refuse_key(FMT, "--cp-comm-type", f"{' '.join(cp_comm)} (one of p2p, a2a, allgather for every layer)")
+        raise refuse_key(FMT, "--cp-comm-type", f"{' '.join(cp_comm)} (one of p2p, a2a, all_gather for every layer)")
     if s["cp"] > 1:
         s["cp_comm"] = cp_comm[0]
     s.update(_pipeline(a, model, pp))

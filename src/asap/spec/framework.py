@@ -452,7 +452,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "grad_bf16": (0,),
-                      "cp_comm": ("allgather",)},
+                      # base.yml context_parallel_strategy: all_gather (default) or ulysses (TPU)
+                      "cp_comm": ("allgather", "a2a")},
               zero_default=3, cp_comm="allgather",
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
