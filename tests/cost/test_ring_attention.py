@@ -120,3 +120,43 @@ def test_step_overlap_in_the_layer():
     assert fwd[0] + bwd[0] > aggregate
     cm = layer_comm(j, S)
     assert cm.cp_send_s[0] == send[0]
+
+
+def test_hierarchical_cp():
+    """a2a+p2p, cp 8 = Ulysses over 4 x a ring over 2 (Megatron --hierarchical-context-parallel-sizes 4 2): the
+    inner all-to-alls are Ulysses' over a group of 4 (exposed), the ring has 2 ranks, its kernel calls see
+    s / (2 x 2) keys; with cp_a2a = cp it is Ulysses exactly; the head rule and the divisor rule refuse."""
+    from asap.cost.communication import cp_exchange_s, ulysses_s
+    from asap.cost.estimate import estimate_spelled
+    from asap.cost.ring_attention import ring_ranks
+    from asap.errors import AsapError
+
+    j = job()
+    S = batch(dp=1, cp=8, cp_comm="a2a+p2p", cp_a2a=4)
+    place = Placement.of(S)
+    T = S.mbs * 32768 / S.cp
+    _, fwd, bwd = cp_exchange_s(j, S, T, place)
+    token = (4096 * 2.0, 2048 * 2.0, 4096 * 2.0)  # q, k+v, o bytes per token (tp 1, bf16)
+    inner = ulysses_s(j.cluster, T, token, (np.array([4]), place.group("cp")[1]))
+    assert fwd[0] == pytest.approx(inner[0]) and bwd[0] == pytest.approx(inner[0])
+    assert ring_ranks(S)[0] == 2
+    ops = {op.name: op for op in layer_table(j.model, Shapes.of(j.model, j.train, S), S, moe=False).operations}
+    assert ops["core_attn"].kernels[0] == 2 and ops["core_attn"].kv_len[0] == 32768 / 4
+    whole = estimate_spelled(j, "dp=1,cp=8,cp_comm=a2a+p2p,cp_a2a=8")
+    assert whole.step_time_s == pytest.approx(estimate_spelled(j, "dp=1,cp=8,cp_comm=a2a").step_time_s)
+    for bad in ("dp=1,cp=8,cp_comm=a2a+p2p,cp_a2a=3", "dp=1,cp=8,cp_a2a=2", "dp=1,cp=8,cp_comm=a2a+p2p"):
+        with pytest.raises(AsapError, match="cp_a2a|cp_comm"):
+            estimate_spelled(j, bad)
+
+
+def test_batch_rows_keep_their_exchange():
+    """Rows differing only in cp_comm (and cp_a2a) are priced apart in one batch, as one by one."""
+    from asap.cost.estimate import estimate_batch, estimate_spelled
+
+    j = job()
+    spelled = ["dp=2,cp=4", "dp=2,cp=4,cp_comm=a2a", "dp=2,cp=4,cp_comm=allgather",
+               "dp=2,cp=4,cp_comm=a2a+p2p,cp_a2a=2"]
+    one = [estimate_spelled(j, s).step_time_s for s in spelled]
+    S = StrategyBatch.from_strategies([estimate_spelled(j, s).strategy for s in spelled])
+    assert list(estimate_batch(j, S).step_time_s) == pytest.approx(one)
+    assert len(set(one)) == 4

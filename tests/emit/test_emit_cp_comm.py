@@ -74,3 +74,22 @@ def test_read_back(fmt, comm, tmp_path):
                 read_job(path, fmt, cluster=j.cluster)
             cfg.pop(key)
             path.write_text(yaml.safe_dump(cfg | {"context_parallel_strategy": "ulysses"}))
+
+
+@pytest.mark.parametrize("fmt", ["megatron", "megatron-bridge"])
+def test_hierarchical_cp_round_trip(fmt, tmp_path):
+    """a2a+p2p writes --hierarchical-context-parallel-sizes 2 2 (hierarchical_context_parallel_sizes: [2, 2])
+    and reads back as cp_comm a2a+p2p with cp_a2a 2."""
+    from asap.emit.read import read_job
+
+    j = job()
+    text = emit_strategy(fmt, j, "cp=4,cp_comm=a2a+p2p,cp_a2a=2")
+    if fmt == "megatron":
+        flags = megatron_flags(text)
+        assert flags["--cp-comm-type"] == "a2a+p2p" and "--hierarchical-context-parallel-sizes 2 2" in text
+    else:
+        assert yaml.safe_load(text)["model"]["hierarchical_context_parallel_sizes"] == [2, 2]
+    path = tmp_path / ("job.sh" if fmt == "megatron" else "job.yaml")
+    path.write_text(text)
+    got = read_job(path, fmt, cluster=j.cluster).strategy
+    assert (str(got.cp_comm), got.cp_a2a) == ("a2a+p2p", 2)

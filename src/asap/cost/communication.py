@@ -57,6 +57,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.collectives import (all_gather_s, all_reduce_s, all_to_all_s, broadcast_s, expert_dispatch_s, p2p_s,
                                    reduce_scatter_s, spans_domains)
 from asap.cost.layer_ops import kv_heads_per_device
+from asap.cost.ring_attention import ring_ranks
 from asap.cost.roofline import act_bytes, elementwise_time_s
 from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
@@ -77,6 +78,7 @@ class LayerComm:
     cp_fwd_s: np.ndarray  # one forward ring pass; backward is 2x (0 where cp_comm is not p2p)
     cp_send_s: np.ndarray  # ring: one K,V chunk's p2p send (0 where cp_comm is not p2p)
     cp_gather_s: np.ndarray  # ring: K,V all-gathered over the cp group (torch's rotater; 0 where not p2p)
+    cp_ring_ranks: np.ndarray  # the ranks the ring passes K,V around (``ring_ranks``; 1: no ring)
     cp_serial_fwd_s: np.ndarray  # a2a / allgather: the exchange of one forward pass, before the kernel (exposed)
     cp_serial_bwd_s: np.ndarray  # ... and of the backward
     pp_msg_s: np.ndarray  # one p2p message between stages
@@ -123,7 +125,7 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
     pp_spans = spans_domains(cluster, *place.group("pp"))
     pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
     return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, cp_send_s=cp_send,
-                     cp_gather_s=cp_gather, cp_serial_fwd_s=cp_serial_fwd,
+                     cp_gather_s=cp_gather, cp_ring_ranks=ring_ranks(S), cp_serial_fwd_s=cp_serial_fwd,
                      cp_serial_bwd_s=cp_serial_bwd, pp_msg_s=pp_msg,
                      tp_pair_s=np.broadcast_to(tp_pair, np.shape(tp_dense)), dispatcher=dispatcher)
 
@@ -148,15 +150,18 @@ def kv_width_per_device(model, tp):
 
 
 def ring_links_s(job: Job, S: StrategyBatch, T, place: Placement):
-    """(one K,V chunk's p2p send, the all-gather of the cp chunks) per layer and micro-batch, where cp_comm is
-    p2p and cp > 1 (0 elsewhere): what ``asap.cost.ring_attention`` sets against each step's kernel. The send
-    crosses the slowest tier the cp group spans (every rank sends at once, the ring steps in lockstep)."""
+    """(one K,V chunk's p2p send, the all-gather of the ring's chunks) per layer and micro-batch where a ring runs
+    (``ring_ranks`` > 1; 0 elsewhere): what ``asap.cost.ring_attention`` sets against each step's kernel. The send
+    crosses the slowest tier the ring's group spans (every rank sends at once, the ring steps in lockstep). Under
+    a2a+p2p the ring runs over the outer group (stride cp_a2a x the cp stride), each rank holding cp_a2a T tokens
+    of heads / cp_a2a after the inner all-to-all: the same T kv_width ab bytes a chunk."""
     cluster, ab = job.cluster, act_bytes(job.train.precision)
     kv_chunk = T * kv_width_per_device(job.model, S.tp) * ab
-    cp_group = place.group("cp")
-    ring = (S.cp > 1) & (S.cp_comm == CpComm.P2P.code)
-    send = np.where(ring, p2p_s(cluster, kv_chunk, spans_domains(cluster, *cp_group)), 0.0)
-    gather = np.where(ring, all_gather_s(cluster, S.cp * kv_chunk, *cp_group), 0.0)
+    (_, stride), a2a = place.group("cp"), np.where(S.cp_comm == CpComm.A2A_P2P.code, S.cp_a2a, 1)
+    ranks = ring_ranks(S)
+    group = (ranks, stride * a2a)
+    send = np.where(ranks > 1, p2p_s(cluster, kv_chunk, spans_domains(cluster, *group)), 0.0)
+    gather = np.where(ranks > 1, all_gather_s(cluster, ranks * kv_chunk, *group), 0.0)
     return send, gather
 
 
@@ -178,15 +183,26 @@ def cp_exchange_s(job: Job, S: StrategyBatch, T, place: Placement):
     cp_group = place.group("cp")
     ring = np.where((S.cp > 1) & (S.cp_comm == CpComm.P2P.code),
                     (S.cp - 1) * p2p_s(cluster, kv_chunk, spans_domains(cluster, *cp_group)), 0.0)
-    a2a = (all_to_all_s(cluster, T * q_w / S.tp * ab, *cp_group) + 2 * all_to_all_s(cluster, kv_chunk / 2, *cp_group)
-           + all_to_all_s(cluster, T * o_w / S.tp * ab, *cp_group))
+    a2a = ulysses_s(cluster, T, (q_w / S.tp * ab, kv_chunk / T, o_w / S.tp * ab), cp_group)
+    # a2a+p2p: the same four all-to-alls inside the inner group (cp_a2a ranks at the cp stride)
+    inner = ulysses_s(cluster, T, (q_w / S.tp * ab, kv_chunk / T, o_w / S.tp * ab), (S.cp_a2a, cp_group[1]))
     gathered = S.cp * kv_chunk
     ag_fwd = all_gather_s(cluster, gathered, *cp_group)
     ag_bwd = ag_fwd + reduce_scatter_s(cluster, gathered, *cp_group)
     on = S.cp > 1
-    fwd = np.select([on & (S.cp_comm == CpComm.A2A.code), on & (S.cp_comm == CpComm.ALLGATHER.code)], [a2a, ag_fwd], 0.0)
-    bwd = np.select([on & (S.cp_comm == CpComm.A2A.code), on & (S.cp_comm == CpComm.ALLGATHER.code)], [a2a, ag_bwd], 0.0)
+    kinds = [on & (S.cp_comm == CpComm.A2A.code), on & (S.cp_comm == CpComm.ALLGATHER.code),
+             on & (S.cp_comm == CpComm.A2A_P2P.code)]
+    fwd = np.select(kinds, [a2a, ag_fwd, inner], 0.0)
+    bwd = np.select(kinds, [a2a, ag_bwd, inner], 0.0)
     return ring, fwd, bwd
+
+
+def ulysses_s(cluster: Cluster, T, token_bytes, group):
+    """One pass's four Ulysses all-to-alls over ``group`` (size, stride): Q, K, V in and O out (backward: dO in;
+    dQ, dK, dV out, the same bytes), ``token_bytes`` = (q, k+v, o) bytes per token on the rank."""
+    q, kv, o = token_bytes
+    return (all_to_all_s(cluster, T * q, *group) + 2 * all_to_all_s(cluster, T * kv / 2, *group)
+            + all_to_all_s(cluster, T * o, *group))
 
 
 def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0,

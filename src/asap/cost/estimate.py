@@ -56,7 +56,7 @@ from asap.spec.words import Bottleneck, ClassSaving
 ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
 OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
 UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp",
-             "offload_act", "offload_layers")  # what unit_times reads
+             "offload_act", "offload_layers", "cp_comm", "cp_a2a")  # what unit_times reads
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 
 

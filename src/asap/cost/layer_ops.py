@@ -32,9 +32,9 @@ import numpy as np
 from asap.cost.batch import StrategyBatch
 from asap.cost.operations import BWD_ELEMENTWISE, Axis, Block, Operation, OperationTable, OpKind, Saved
 from asap.cost.roofline import BYTES, LOW_PRECISIONS, act_bytes
-from asap.cost.ring_attention import merge_bytes
+from asap.cost.ring_attention import merge_bytes, ring_ranks
 from asap.spec.framework import CpRing, HostOps
-from asap.spec.knobs import CpComm, RecomputeModule as M
+from asap.spec.knobs import RecomputeModule as M
 from asap.spec.model import ModelSpec
 from asap.spec.train import TrainSpec
 
@@ -86,7 +86,7 @@ def window_keys_ratio(s, window):
     return (w * s - w * (w - 1.0) / 2.0) / (s * (s + 1.0) / 2.0)
 
 
-def attention_core_work(model: ModelSpec, b, s, cp, tp, work=1.0, ring=False):
+def attention_core_work(model: ModelSpec, b, s, cp, tp, work=1.0, ring=False, ring_cp=None):
     """(forward FLOPs, keys per query per kernel call) of the attention kernel averaged over the model's layers:
     ``model.num_window_layers`` of them slide (``window_keys_ratio`` of a causal layer's pairs; with document
     masking, ``work`` (``Shapes.attn_work``) or the window's ratio, whichever is smaller: an upper bound, short
@@ -96,7 +96,7 @@ def attention_core_work(model: ModelSpec, b, s, cp, tp, work=1.0, ring=False):
     Context parallelism: each rank's load-balanced chunks (Megatron-Core's 2 cp chunks per sequence) keep the
     window's share of the pairs; a windowed call's keys are at most the window's mean (ring traffic unchanged)."""
     full = attention_flops_fwd(model, b, s, cp, tp) * work
-    kv_full = attention_kv_len(s, cp, ring)
+    kv_full = attention_kv_len(s, cp if ring_cp is None else ring_cp, ring)
     n_win = model.num_window_layers
     if not n_win:
         return full, kv_full
@@ -129,6 +129,7 @@ class Shapes:
     sdpa: bool = False  # the stack calls PyTorch SDPA for attention (``Framework.attention_kernel``)
     ring: np.ndarray | bool = False  # context parallelism by ring attention (cp > 1, cp_comm p2p)
     cp_ring: CpRing = CpRing.TE  # whose ring (``Framework.cp_ring``)
+    ring_ranks: np.ndarray | float = 1.0  # the ring's ranks (cp; cp / cp_a2a under a2a+p2p: ``ring_ranks``)
 
     @classmethod
     def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch, unfused: float = 1.0,
@@ -139,7 +140,7 @@ class Shapes:
         gemm_in = BYTES[train.precision] if train.precision in LOW_PRECISIONS else ab
         return cls(train.precision, ab, gemm_in, float(model.hidden_size), b, float(train.seq_len), tp, cp, T,
                    T / np.where(S.sp > 0, tp, 1.0), unfused, train.attention_work_factor(S.dp), train.moe_imbalance,
-                   expert_row_tile, sdpa, (cp > 1) & (S.cp_comm == CpComm.P2P.code), cp_ring)
+                   expert_row_tile, sdpa, ring_ranks(S) > 1, cp_ring, ring_ranks(S))
 
     @property
     def norm_bytes(self):
@@ -199,12 +200,12 @@ def attention_ops(model: ModelSpec, x: Shapes) -> list[Operation]:
         qkv_width = nh * (2 * d_qk + d_v) / tp  # the up-projected Q, K and V
         proj = _mla_projections(model, x)
     # document-masked packed samples: the slowest dp rank's sum(l^2) over (its samples x seq_len^2); sliding windows
-    flops, kv_len = attention_core_work(model, x.b, x.s, x.cp, tp, x.attn_work, x.ring)
+    flops, kv_len = attention_core_work(model, x.b, x.s, x.cp, tp, x.attn_work, x.ring, x.ring_ranks)
     # a ring calls the kernel once per step (cp launches a pass) and merges the steps' partial results
     core = Operation("core_attn", ATTENTION, A, Axis.TP, (M.CORE_ATTN,),
                      (Saved(T * ab * qkv_width, (M.MLA_UP_PROJ,)),), precision="fp32" if x.p == "fp32" else "bf16",
                      flops=flops, head_dims=(d_qk, d_v), kv_len=kv_len, sdpa=x.sdpa,
-                     kernels=np.where(x.ring, x.cp, 1.0))
+                     kernels=np.where(x.ring, x.ring_ranks, 1.0))
     return [x.norm("input_norm", A), *proj, core, *ring_merge_ops(model, x, qkv_width), *_out_proj(model, x)]
 
 
@@ -219,8 +220,10 @@ def ring_merge_ops(model: ModelSpec, x: Shapes, qkv_width) -> list[Operation]:
     d_qk, d_v = attention_head_dims(model)
     nh = model.num_attention_heads
     kv_width = qkv_width - nh / x.tp * d_qk if model.mla is None else nh / x.tp * (d_qk + d_v)
-    fwd, bwd = merge_bytes(x.cp_ring, np.where(x.ring, x.cp, 1.0), x.T, nh / x.tp * d_qk, nh / x.tp * d_v, kv_width)
-    launches = np.where(x.ring, 5.0 * x.cp / (1.0 + BWD_ELEMENTWISE), 0.0)
+    # a2a+p2p: cp_a2a T tokens of heads / cp_a2a per rank after the all-to-all, the same bytes a step
+    fwd, bwd = merge_bytes(x.cp_ring, np.where(x.ring, x.ring_ranks, 1.0), x.T, nh / x.tp * d_qk, nh / x.tp * d_v,
+                           kv_width)
+    launches = np.where(x.ring, 5.0 * x.ring_ranks / (1.0 + BWD_ELEMENTWISE), 0.0)
     return [Operation("cp_merge", ELEMENTWISE, Block.ATTENTION, Axis.TP, (M.CORE_ATTN,),
                       bytes=(fwd + bwd) / (1.0 + BWD_ELEMENTWISE), kernels=launches)]
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asap.spec.framework import CpRing
+from asap.spec.knobs import CpComm
 
 
 @dataclass(frozen=True)
@@ -111,3 +112,12 @@ def merge_bytes(ring: CpRing, cp, tokens, q_width, o_width, kv_width):
     bwd = algo.grad_bytes * cp * tokens * (q_width + kv_width)
     on = cp > 1
     return np.where(on, fwd, 0.0), np.where(on, bwd, 0.0)
+
+
+def ring_ranks(S):
+    """The ranks a ring passes K,V around, per row: cp under p2p, cp / cp_a2a under a2a+p2p (the outer p2p group
+    of the hierarchy), 1 where no ring runs (cp = 1, a2a, allgather)."""
+    cp = np.asarray(S.cp, dtype=float)
+    ranks = np.select([S.cp_comm == CpComm.P2P.code, S.cp_comm == CpComm.A2A_P2P.code],
+                      [cp, cp / np.maximum(np.asarray(S.cp_a2a, dtype=float), 1.0)], 1.0)
+    return np.where(cp > 1, ranks, 1.0)

@@ -130,9 +130,9 @@ def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) 
     cm = layer_comm(job, S)
     n = len(S)
     dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, fw.selective,
-                        fw.cp_ring, S.cp)
+                        fw.cp_ring, cm.cp_ring_ranks)
     moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, fw.selective,
-                       fw.cp_ring, S.cp)
+                       fw.cp_ring, cm.cp_ring_ranks)
            if model.moe else dense)
     parts = {k: _columns(n, dense=dense[k], moe=moe[k], mtp=moe[k]) for k in TIME_PARTS if not k.startswith("host")}
     # the embedding lookup (memory-bound, backward scatters twice the bytes); the LM head and loss run once
@@ -372,7 +372,7 @@ def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
 # ------------------------------------------------------------------------------------------------------------
 
 DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp", "vpp", "split",
-               "offload_act", "offload_layers")
+               "offload_act", "offload_layers", "cp_comm", "cp_a2a")
 
 
 @dataclass

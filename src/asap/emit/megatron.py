@@ -58,6 +58,8 @@ def parallel_args(model, train, s) -> list[tuple[str, ...]]:
     ]
     if s.cp > 1 and s.cp_comm != "p2p":  # TransformerConfig.cp_comm_type (default p2p)
         a.append(("--cp-comm-type", te_cp_comm_type(str(s.cp_comm))))
+    if s.cp > 1 and s.cp_comm == "a2a+p2p":  # parallel_state: the a2a group first, their product cp
+        a.append(("--hierarchical-context-parallel-sizes", str(s.cp_a2a), str(s.cp // s.cp_a2a)))
     if s.pp > 1:
         uniform = not s.layer_split and model.num_layers % (s.pp * s.vpp) == 0 and not model.mtp_layers
         if uniform:

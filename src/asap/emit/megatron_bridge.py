@@ -251,6 +251,8 @@ def parallel_fields(model, train, s) -> dict[str, Any]:
                          "make_vocab_size_divisible_by": vocab_divisor(model, s.tp, NAME)}
     if s.cp > 1 and s.cp_comm != "p2p":  # TransformerConfig.cp_comm_type (default p2p)
         f["cp_comm_type"] = te_cp_comm_type(str(s.cp_comm))
+    if s.cp > 1 and s.cp_comm == "a2a+p2p":  # ModelParallelConfig.hierarchical_context_parallel_sizes
+        f["hierarchical_context_parallel_sizes"] = [s.cp_a2a, s.cp // s.cp_a2a]
     if s.pp > 1:
         uniform = not s.layer_split and model.num_layers % (s.pp * s.vpp) == 0 and not model.mtp_layers
         if uniform:

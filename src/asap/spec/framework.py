@@ -420,14 +420,14 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3),
-                      "cp_comm": ("p2p", "a2a", "allgather"), "vocab_tiles": (1,)},
+                      "cp_comm": ("p2p", "a2a", "allgather", "a2a+p2p"), "vocab_tiles": (1,)},
               fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,),
-                      "grad_bf16": (0,), "vocab_tiles": (1,)},
+                      "grad_bf16": (0,), "vocab_tiles": (1,), "cp_a2a": (1,)},
               max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
               # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it);
@@ -438,7 +438,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"), "cp_comm": ("p2p",),
                       "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,), "grad_bf16": (0,),
-                      "vocab_tiles": (1,)}, zero_default=3,
+                      "vocab_tiles": (1,), "cp_a2a": (1,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
@@ -453,7 +453,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "grad_bf16": (0,),
                       # base.yml context_parallel_strategy: all_gather (default) or ulysses (TPU)
-                      "cp_comm": ("allgather", "a2a")},
+                      "cp_comm": ("allgather", "a2a"), "cp_a2a": (1,)},
               zero_default=3, cp_comm="allgather",
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
@@ -468,7 +468,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # MindFormers' moe_config: all-to-all, or deduplicated (enable_deredundency); no all-gather dispatcher
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": ("alltoall", "dedup"),
                       "cp_comm": ("allgather", "a2a"), "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,), "grad_bf16": (0,),
-                      "vocab_tiles": (1,)},
+                      "vocab_tiles": (1,), "cp_a2a": (1,)},
               # MindSpore's comm_fusion "auto" mode fuses gradient all-reduces up to 64 MB (fp32 elements)
               dp_bucket=(64 * 2 ** 20 / 4, 0.0), hsdp_zero=(1,)),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
@@ -478,7 +478,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,), "offload_act": (0,), "offload_opt": (0,),
-                      "fp8_param": (0,), "grad_bf16": (0,), "cp_comm": ("p2p",), "vocab_tiles": (1,)},
+                      "fp8_param": (0,), "grad_bf16": (0,), "cp_comm": ("p2p",), "vocab_tiles": (1,), "cp_a2a": (1,)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
