@@ -93,3 +93,22 @@ def test_hierarchical_cp_round_trip(fmt, tmp_path):
     path.write_text(text)
     got = read_job(path, fmt, cluster=j.cluster).strategy
     assert (str(got.cp_comm), got.cp_a2a) == ("a2a+p2p", 2)
+
+
+def test_torchtitan_cp_defaults_only(tmp_path):
+    """torchtitan's context parallelism is read as torch's defaults (head-tail balance, all-gather rotation);
+    an unbalanced split or the all-to-all rotation is refused naming the key."""
+    from dataclasses import replace
+
+    from asap.emit.read import read_job
+
+    j = job()
+    j = j.with_train(replace(j.train, framework="torchtitan"))
+    text = emit_strategy("torchtitan", j, "cp=4")
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    assert read_job(path, "torchtitan", cluster=j.cluster).strategy.cp == 4
+    for key, value in (("context_parallel_load_balancer", '""'), ("context_parallel_rotate_method", '"alltoall"')):
+        path.write_text(text.replace("[parallelism]\n", f"[parallelism]\n{key} = {value}\n"))
+        with pytest.raises(AsapError, match=key):
+            read_job(path, "torchtitan", cluster=j.cluster)
