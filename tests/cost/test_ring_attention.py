@@ -160,3 +160,17 @@ def test_batch_rows_keep_their_exchange():
     S = StrategyBatch.from_strategies([estimate_spelled(j, s).strategy for s in spelled])
     assert list(estimate_batch(j, S).step_time_s) == pytest.approx(one)
     assert len(set(one)) == 4
+
+
+def test_long_key_rate_against_flashattention3():
+    """The kernel's rate at long keys against FlashAttention-3's published H100 figures (Shah et al. 2024,
+    Fig. 5, hd 128, causal forward: 579 / 602 / 616 TFLOP/s at 4K / 8K / 16K tokens, i.e. 2048 / 4096 / 8192
+    mean keys): the shape factor's ratios to the reference (L 2048) stay within 3% of the kernel's."""
+    from asap.cost.roofline import attention_shape_factor
+    from asap.spec.catalog import get_accelerator
+
+    acc = get_accelerator("h100-sxm")
+    ref = attention_shape_factor(acc, 128, 128, 2048)
+    for keys, tflops in ((4096, 602.0), (8192, 616.0)):
+        model = attention_shape_factor(acc, 128, 128, keys) / ref
+        assert model / (tflops / 579.0) == pytest.approx(1.0, abs=0.03)
