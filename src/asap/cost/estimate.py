@@ -249,9 +249,10 @@ def data_parallel_traffic(cluster: Cluster, S: StrategyBatch, fw: Framework, den
     backward, ZeRO-2 (where the stack reduce-scatters partitioned gradients per micro-batch) keeps only its
     gradient shard, and a stack that syncs every micro-batch's gradients at ZeRO <= 1."""
     zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
+    buckets = dp_buckets(fw.dp_bucket_elements(S.zero, S.dp * S.cp), dense_params + expert_params, layers_on_stage)
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
                              fw.grad_bytes(precision, S.zero, S.grad_bf16), zero1_gathers,
-                             4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0))
+                             4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0), buckets=buckets)
     param_gather_s = per_parameter_gathers_s(cluster, S, fw, dense_params, expert_params, layers_on_stage,
                                              dpc.param_gather_s)
     zero3 = S.zero >= Zero.PARAMETERS
