@@ -24,7 +24,8 @@ boundary, ``asap.cost.dp_overlap``), each as memory traffic or a collective's la
   ``all_reduce(total_norm, group=grad_stats_parallel_group)``, the whole world under the distributed
   optimizer, megatron/core/optimizer/clip_grads.py; torch's ``clip_grad_norm_`` on DTensors the same through
   ``full_tensor()``; DeepSpeed ``get_global_norm``): one scalar, so the latency of a tree all-reduce over the
-  devices, on the critical path between the last bucket's reduction and the optimizer.
+  devices (``asap.cost.collectives.small_all_reduce_s``), on the critical path between the last
+  bucket's reduction and the optimizer.
 - fp8_amax: with fp8 primary weights (``fp8_param``: Megatron-Core ``--fp8-param-gather``) each rank quantises
   its shard of the updated fp32 masters into the fp8 weights, and a tensor's scale needs its whole amax: the
   shards' partial amaxes are packed and all-reduced (MAX) over the data-parallel group before the cast
@@ -37,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.collectives import all_reduce_s
+from asap.cost.collectives import small_all_reduce_s
 from asap.cost.device_memory import dense_and_expert_shards
 from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.roofline import elementwise_time_s
@@ -78,7 +79,7 @@ def grad_buffer_zero_s(cluster: Cluster, S: StrategyBatch, fw: Framework, stage_
 def grad_norm_s(cluster: Cluster, S: StrategyBatch):
     """The gradient norm's all-reduce of one scalar over all devices (module docstring): its latency."""
     world = np.asarray(S.dp * S.cp * S.tp * S.pp, dtype=float)
-    return np.where(world > 1, all_reduce_s(cluster, NORM_BYTES, world, 1), 0.0)
+    return np.where(world > 1, small_all_reduce_s(cluster, NORM_BYTES, world, 1), 0.0)
 
 
 def fp8_param_amax_s(cluster: Cluster, S: StrategyBatch, tensors_on_stage):
@@ -87,7 +88,7 @@ def fp8_param_amax_s(cluster: Cluster, S: StrategyBatch, tensors_on_stage):
     group, stride = Placement.of(S).group("dp_shard")
     packed = NORM_BYTES * np.maximum(np.asarray(tensors_on_stage, dtype=float), 1.0)
     on = (S.fp8_param > 0) & (S.zero >= Zero.OPTIMIZER)
-    return np.where(on, all_reduce_s(cluster, packed, group, stride), 0.0)
+    return np.where(on, small_all_reduce_s(cluster, packed, group, stride), 0.0)
 
 
 def step_fixed_s(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params, grad_bytes,
