@@ -330,7 +330,7 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
                                       m, embedding_params, link_busy_s)
     fixed = step_fixed_s(cluster, S, fw, dense_params, expert_params, fw.grad_bytes(precision, S.zero, S.grad_bf16),
                          1.0 if tensors_on_stage is None else tensors_on_stage)
-    return DataParallelTerms(total_s=traffic.total_s, exposed_s=exposed, optimizer_s=sum(fixed.values()))
+    return DataParallelTerms(total_s=traffic.total_s, exposed_s=exposed, optimizer_s=np.sum(list(fixed.values()), axis=0))
 
 
 # --------------------------------------------------------------------------------------------------------
