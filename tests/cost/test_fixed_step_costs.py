@@ -14,7 +14,7 @@ from asap.cost.communication import data_parallel_comm
 from asap.cost.dp_overlap import dp_buckets
 from asap.cost.estimate import estimate_spelled as estimate
 from asap.cost.step_fixed import (ADAM_BYTES_PER_PARAM, OPTIMIZER_KERNELS, fp8_param_amax_s, grad_buffer_zero_s,
-                                  grad_norm_s, optimizer_step_s, step_fixed_s)
+                                  grad_norm_s, loss_all_reduce_s, optimizer_step_s, step_fixed_s)
 from asap.spec.framework import FRAMEWORKS
 from asap.spec.hardware import load_cluster
 from asap.spec.job import Job
@@ -100,8 +100,11 @@ def test_grad_norm_and_fp8_amax_all_reduces():
     assert float(fp8_param_amax_s(cluster, _batch("dp=64,tp=2,cp=4,sp=1,zero=1", 512), 291)[0]) == 0.0
     # the step's optimizer term is their sum
     parts = step_fixed_s(cluster, S, FRAMEWORKS["megatron"], 4.0e9, 0.0, 4.0, 291)
-    assert set(parts) == {"adam", "zero_grads", "grad_norm", "fp8_amax"}
+    assert set(parts) == {"adam", "zero_grads", "grad_norm", "fp8_amax", "loss"}
     assert all(float(v[0]) > 0 for v in parts.values())
+    # Megatron-LM all-reduces the loss over dp x cp every step: the same tree over 256 ranks; torchtitan does not
+    assert float(loss_all_reduce_s(cluster, S, FRAMEWORKS["megatron"])[0]) == pytest.approx(dp_tree, rel=0.01)
+    assert float(loss_all_reduce_s(cluster, S, FRAMEWORKS["torchtitan"])[0]) == 0.0
 
 
 def _mlperf_8b(cluster: dict):

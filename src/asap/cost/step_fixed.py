@@ -5,7 +5,7 @@ step: MLPerf's Llama 3.1 8B at 64 sequences on 512 GPUs runs ~0.09 s steps).
 On the device's stream, between the last gradient reduction and the next step's first forward (the step
 boundary, ``asap.cost.dp_overlap``), each as memory traffic or a collective's latency:
 
-    optimizer = adam + zero_grads + grad_norm + fp8_amax
+    optimizer = adam + zero_grads + grad_norm + fp8_amax + loss
 
 - adam: the optimizer over the states the rank steps (``optimizer_step_s``): ADAM_BYTES_PER_PARAM per
   parameter of the sharded share (dense / (dp cp) + experts / edp from ZeRO-1, else the stage), read and
@@ -31,6 +31,9 @@ boundary, ``asap.cost.dp_overlap``), each as memory traffic or a collective's la
   shards' partial amaxes are packed and all-reduced (MAX) over the data-parallel group before the cast
   (Transformer Engine ``_cast_master_weights_to_fp8_current_scaling``, transformer_engine/pytorch/tensor/
   utils.py): one more latency-bound collective over dp x cp.
+- loss: a stack that averages the step's loss over the data-parallel group every step (Megatron-LM's
+  ``train_step`` all-reduces the summed loss and token count over dp x cp, ``Framework.loss_all_reduce``): two
+  fp32 numbers, a small all-reduce's latency. Its host wait is ``asap.cost.host``'s (``LOSS_CALLS_PER_STEP``).
 """
 
 from __future__ import annotations
@@ -91,10 +94,19 @@ def fp8_param_amax_s(cluster: Cluster, S: StrategyBatch, tensors_on_stage):
     return np.where(on, small_all_reduce_s(cluster, packed, group, stride), 0.0)
 
 
+def loss_all_reduce_s(cluster: Cluster, S: StrategyBatch, fw: Framework):
+    """The step's loss (sum and token count, 2 fp32) all-reduced over dp x cp where the stack does it every
+    step (module docstring); 0 otherwise or on one rank."""
+    group, stride = Placement.of(S).group("dp_cp")
+    on = fw.loss_all_reduce & (np.asarray(group) > 1)
+    return np.where(on, small_all_reduce_s(cluster, 2 * NORM_BYTES, group, stride), 0.0)
+
+
 def step_fixed_s(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params, grad_bytes,
                  tensors_on_stage) -> dict[str, np.ndarray]:
     """The step's fixed terms by name (module docstring); their sum is the step's ``optimizer`` term."""
     return {"adam": optimizer_step_s(cluster, S, dense_params, expert_params),
             "zero_grads": grad_buffer_zero_s(cluster, S, fw, np.asarray(dense_params) + expert_params, grad_bytes),
             "grad_norm": grad_norm_s(cluster, S),
-            "fp8_amax": fp8_param_amax_s(cluster, S, tensors_on_stage)}
+            "fp8_amax": fp8_param_amax_s(cluster, S, tensors_on_stage),
+            "loss": loss_all_reduce_s(cluster, S, fw)}
