@@ -14,7 +14,8 @@ from asap.cost.communication import data_parallel_comm
 from asap.cost.dp_overlap import dp_buckets
 from asap.cost.estimate import estimate_spelled as estimate
 from asap.cost.step_fixed import (ADAM_BYTES_PER_PARAM, OPTIMIZER_KERNELS, fp8_param_amax_s, grad_buffer_zero_s,
-                                  grad_norm_s, loss_all_reduce_s, optimizer_step_s, step_fixed_s)
+                                  grad_norm_s, loss_all_reduce_s, optimizer_step_s, step_fixed_s,
+                                  weight_quantise_s)
 from asap.spec.framework import FRAMEWORKS
 from asap.spec.hardware import load_cluster
 from asap.spec.job import Job
@@ -100,11 +101,29 @@ def test_grad_norm_and_fp8_amax_all_reduces():
     assert float(fp8_param_amax_s(cluster, _batch("dp=64,tp=2,cp=4,sp=1,zero=1", 512), 291)[0]) == 0.0
     # the step's optimizer term is their sum
     parts = step_fixed_s(cluster, S, FRAMEWORKS["megatron"], 4.0e9, 0.0, 4.0, 291)
-    assert set(parts) == {"adam", "zero_grads", "grad_norm", "fp8_amax", "loss"}
-    assert all(float(v[0]) > 0 for v in parts.values())
+    assert set(parts) == {"adam", "zero_grads", "grad_norm", "fp8_amax", "loss", "weight_quantise"}
+    assert all(float(v[0]) > 0 for k, v in parts.items() if k != "weight_quantise")  # a bf16 job: no casts
     # Megatron-LM all-reduces the loss over dp x cp every step: the same tree over 256 ranks; torchtitan does not
     assert float(loss_all_reduce_s(cluster, S, FRAMEWORKS["megatron"])[0]) == pytest.approx(dp_tree, rel=0.01)
     assert float(loss_all_reduce_s(cluster, S, FRAMEWORKS["torchtitan"])[0]) == 0.0
+
+
+def test_weight_quantisation_once_per_step():
+    # Llama 3.1 8B's 6.98e9 linear weights on a GB200 (8 TB/s at 0.86): NVFP4 reads the bf16 weight twice (amax,
+    # cast) and writes a rowwise and a columnwise copy of 0.5 + 1/16 B: 5.125 B x 6.98e9 = 35.8 GB, 5.2 ms
+    cluster = load_cluster("gb200", nodes=2)
+    S = _batch("dp=8,mbs=2,zero=1", 8)
+    rate = 8000e9 * 0.86
+    nvfp4 = (2 + 2 + 2 * 0.5625) * 6.98e9 / rate + 4e-6
+    assert float(weight_quantise_s(cluster, S, "nvfp4", 6.98e9)[0]) == pytest.approx(nvfp4)
+    # fp8: one read, two 1-byte copies (4 B); with fp8 primary weights only the columnwise copy is rebuilt (2 B)
+    assert float(weight_quantise_s(cluster, S, "fp8", 6.98e9)[0]) == pytest.approx(4 * 6.98e9 / rate + 4e-6)
+    kept = _batch("dp=8,mbs=2,zero=1,fp8_param=1", 8)
+    assert float(weight_quantise_s(cluster, kept, "fp8", 6.98e9)[0]) == pytest.approx(2 * 6.98e9 / rate + 4e-6)
+    assert float(weight_quantise_s(cluster, S, "bf16", 6.98e9)[0]) == 0.0
+    # the vocabulary matrices stay bf16: the stage's 8.03e9 parameters less 2 x 0.525e9
+    parts = step_fixed_s(cluster, S, FRAMEWORKS["megatron"], 8.03e9, 0.0, 4.0, 291, "nvfp4", 2 * 0.525e9)
+    assert float(parts["weight_quantise"][0]) == pytest.approx(nvfp4)
 
 
 def _mlperf_8b(cluster: dict):

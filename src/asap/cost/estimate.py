@@ -329,7 +329,8 @@ def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense
     exposed = data_parallel_exposed_s(S, fw, traffic, dense_params, expert_params, layers_on_stage, micro_compute,
                                       m, embedding_params, link_busy_s)
     fixed = step_fixed_s(cluster, S, fw, dense_params, expert_params, fw.grad_bytes(precision, S.zero, S.grad_bf16),
-                         1.0 if tensors_on_stage is None else tensors_on_stage)
+                         1.0 if tensors_on_stage is None else tensors_on_stage, precision,
+                         np.where(S.pp == 1, 2.0, 0.0) * embedding_params)  # embedding and head without a pipeline
     return DataParallelTerms(total_s=traffic.total_s, exposed_s=exposed, optimizer_s=np.sum(list(fixed.values()), axis=0))
 
 

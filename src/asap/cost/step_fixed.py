@@ -5,7 +5,7 @@ step: MLPerf's Llama 3.1 8B at 64 sequences on 512 GPUs runs ~0.09 s steps).
 On the device's stream, between the last gradient reduction and the next step's first forward (the step
 boundary, ``asap.cost.dp_overlap``), each as memory traffic or a collective's latency:
 
-    optimizer = adam + zero_grads + grad_norm + fp8_amax + loss
+    optimizer = adam + zero_grads + grad_norm + fp8_amax + loss + weight_quantise
 
 - adam: the optimizer over the states the rank steps (``optimizer_step_s``): ADAM_BYTES_PER_PARAM per
   parameter of the sharded share (dense / (dp cp) + experts / edp from ZeRO-1, else the stage), read and
@@ -34,6 +34,16 @@ boundary, ``asap.cost.dp_overlap``), each as memory traffic or a collective's la
 - loss: a stack that averages the step's loss over the data-parallel group every step (Megatron-LM's
   ``train_step`` all-reduces the summed loss and token count over dp x cp, ``Framework.loss_all_reduce``): two
   fp32 numbers, a small all-reduce's latency. Its host wait is ``asap.cost.host``'s (``LOSS_CALLS_PER_STEP``).
+- weight_quantise: an fp8/fp4 run quantises every linear weight once per step, after the optimizer has updated
+  it, and reuses the copies over the step's micro-batches (Transformer Engine's ``is_first_microbatch``
+  caching; the activations' casts are each GEMM's own, ``asap.cost.roofline.cast_bytes_per_element``): the
+  bf16 weight read (2 B), for NVFP4 once more for its tensor amax (the fp32 global scale), and a rowwise and
+  a columnwise copy written (the fprop GEMM's W and the dgrad GEMM's W^T; 2 x 1 B in fp8, 2 x 0.5625 B in NVFP4
+  with its 2D 16x16 weight blocks), so 4 B per weight in fp8 and 5.125 B in NVFP4. With fp8 primary weights
+  (``fp8_param``) the rowwise copy is the parameter itself (quantised on the optimizer's shard, in ``adam``'s
+  bytes) and only the columnwise copy is rebuilt after the gather: 1 B read + 1 B written. The vocabulary
+  matrices (embedding and LM head) stay in bf16 (Megatron-Core builds them outside Transformer Engine's
+  quantised linears).
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.collectives import small_all_reduce_s
 from asap.cost.device_memory import dense_and_expert_shards
 from asap.cost.offload import offloaded_optimizer_s
-from asap.cost.roofline import elementwise_time_s
+from asap.cost.roofline import BYTES, LOW_PRECISIONS, elementwise_time_s
 from asap.spec.framework import Framework
 from asap.spec.hardware import Cluster
 from asap.spec.placement import Placement
@@ -102,11 +112,25 @@ def loss_all_reduce_s(cluster: Cluster, S: StrategyBatch, fw: Framework):
     return np.where(on, small_all_reduce_s(cluster, 2 * NORM_BYTES, group, stride), 0.0)
 
 
+def weight_quantise_s(cluster: Cluster, S: StrategyBatch, precision: str, linear_params):
+    """The once-per-step quantisation of the stage's ``linear_params`` linear weights in an fp8/fp4 run (module
+    docstring): (2 + 2 BYTES[p]) B per weight (+ 2 B for NVFP4's amax pass), 2 BYTES[p] with fp8 primary
+    weights; 0 in 16/32-bit runs. Llama 3.1 8B's 6.98e9 linear weights in NVFP4 on a GB200: 35.8 GB, 5.2 ms."""
+    if precision not in LOW_PRECISIONS:
+        return np.zeros(len(S))
+    fresh = 2.0 + 2.0 * BYTES[precision] + (2.0 if precision == "nvfp4" else 0.0)
+    per_weight = np.where(S.fp8_param > 0, 2.0 * BYTES[precision], fresh)
+    return elementwise_time_s(cluster.accelerator, per_weight * np.maximum(np.asarray(linear_params, dtype=float), 0.0))
+
+
 def step_fixed_s(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params, grad_bytes,
-                 tensors_on_stage) -> dict[str, np.ndarray]:
-    """The step's fixed terms by name (module docstring); their sum is the step's ``optimizer`` term."""
+                 tensors_on_stage, precision: str = "bf16", vocab_params=0.0) -> dict[str, np.ndarray]:
+    """The step's fixed terms by name (module docstring); their sum is the step's ``optimizer`` term.
+    ``vocab_params``: the bf16 vocabulary matrices among the stage's dense parameters."""
     return {"adam": optimizer_step_s(cluster, S, dense_params, expert_params),
             "zero_grads": grad_buffer_zero_s(cluster, S, fw, np.asarray(dense_params) + expert_params, grad_bytes),
             "grad_norm": grad_norm_s(cluster, S),
             "fp8_amax": fp8_param_amax_s(cluster, S, tensors_on_stage),
-            "loss": loss_all_reduce_s(cluster, S, fw)}
+            "loss": loss_all_reduce_s(cluster, S, fw),
+            "weight_quantise": weight_quantise_s(cluster, S, precision,
+                                                 np.asarray(dense_params) + expert_params - vocab_params)}
