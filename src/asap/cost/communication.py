@@ -242,10 +242,18 @@ class DataParallelComm:
 
 def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params,
                        layers_on_stage=1.0, collectives_per_layer: int = 1, grad_bytes=4.0,
-                       zero1_gathers=1.0, weight_bytes=2.0, gather_nics_per_domain=None) -> DataParallelComm:
+                       zero1_gathers=1.0, weight_bytes=2.0, gather_nics_per_domain=None,
+                       buckets=1.0) -> DataParallelComm:
     """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
 
-    ZeRO-0/1/2 reduce gradients in large buckets (one collective per step); ZeRO-3 gathers weights module by
+    ZeRO-0/1/2 reduce gradients in the stack's buckets, ``buckets`` collectives per step of 1/buckets of the
+    stage each (``asap.cost.dp_overlap.dp_buckets``; Megatron-Core's ``_ParamAndGradBucketGroup`` issues one
+    reduce-scatter, or all-reduce, per bucket group as its last gradient is ready, and one all-gather per
+    bucket with ``overlap_param_gather``: ``param_and_grad_buffer.py`` ``start_grad_sync`` /
+    ``start_param_sync``; PyTorch DDP one all-reduce per bucket, ``reducer.cpp``), each paying its own launch
+    and ring latency (a 256-rank reduce-scatter is 255 ring steps of a few microseconds: NCCL's own tuning
+    model, ``src/graph/tuning.cc``, prices each step of a Simple-protocol ring at 3.4 us over NVLink and 14 us
+    over the network); ZeRO-3 gathers weights module by
     module, ``collectives_per_layer`` per layer (one per FSDP unit; one per parameterised submodule in
     DeepSpeed), n = layers * collectives_per_layer gathers of 1/n of the stage each, and reduce-scatters
     gradients a layer at a time (FSDP units; DeepSpeed's reduce buckets), every collective paying its ring
@@ -260,9 +268,11 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     dense_group, expert_group = place.group("dp_shard"), place.group("edp_shard")
     zero3 = S.zero >= Zero.PARAMETERS
     layers = np.maximum(layers_on_stage, 1.0)
+    n_buckets = np.maximum(np.asarray(buckets, dtype=float), 1.0)
     n_gather = np.where(zero3, layers * collectives_per_layer,
-                        np.where(S.zero == Zero.OPTIMIZER, np.maximum(zero1_gathers, 1.0), 1.0))
-    n_reduce = np.where(zero3, layers, 1.0)  # gradients leave in buckets of at least a layer
+                        np.where((S.zero == Zero.OPTIMIZER) & (np.asarray(zero1_gathers) > 1.0), zero1_gathers,
+                                 n_buckets))
+    n_reduce = np.where(zero3, layers, n_buckets)  # gradients leave in buckets of at least a layer
     has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
 
     def both(fn, bytes_per_param, n, **link):

@@ -361,6 +361,15 @@ class Framework:
     # distributed.py), so the gradients are held twice, ``param.grad`` and the bucket. Megatron-Core's
     # contiguous grad buffer (``main_grad``) and DeepSpeed's partitions are the one copy.
     ddp_bucket_copy: bool = False
+    # the stack clears a contiguous gradient buffer every step (Megatron-Core ``zero_grad_buffer()``:
+    # ``grad_data.zero_()``, param_and_grad_buffer.py), a memset of the stage's gradients; torch stacks free
+    # their gradients (``zero_grad(set_to_none=True)``) and XLA allocates them in the step (asap.cost.step_fixed)
+    grad_buffer_zeroed: bool = False
+    # the stack all-reduces the step's loss over the data-parallel group every step, not only at log steps
+    # (Megatron-LM ``train_step``: ``all_reduce(val, group=get_data_parallel_group(with_context_parallel=True))``
+    # of the summed loss and token count, megatron/training/training.py; torchtitan reduces it at its log steps,
+    # XLA inside the step's program): a small collective on the step's critical path (asap.cost.step_fixed)
+    loss_all_reduce: bool = False
     # torch FSDP2 (``torch.distributed.fsdp.fully_shard``) shards from ``fsdp_zero`` on: during each block's
     # backward it holds the block's unsharded gradient (in the all-gather dtype) and then copies it into a flat
     # reduce-scatter input in ``reduce_dtype``, keeping the previous block's input until this block's
@@ -421,7 +430,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3),
                       "cp_comm": ("p2p", "a2a", "allgather", "a2a+p2p"), "vocab_tiles": (1,)},
-              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS),
+              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS,
+              grad_buffer_zeroed=True, loss_all_reduce=True),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
