@@ -197,3 +197,16 @@ def test_transformer_engine_keeps_rowwise_and_columnwise_fp8_weights(model_file,
     P = j.model.num_params()
     half = 0.0 if fp8_param else 2.0
     assert e.memory_gb["weights"] * GIB == pytest.approx(P * (half + quantised), rel=1e-6)
+
+
+def test_context_parallel_buffers_follow_the_stacks_ring():
+    """cp=4 p2p, full recompute, T = 2048 tokens a rank (bf16, kv_chunk = T x 2048 x 2 B): Transformer Engine's ring
+    (Megatron-Core) 4 kv_chunk; torch's context_parallel (torchtitan) all-gathers the whole sequence's K,V in its
+    backward (4 kv_chunk) and rings dK,dV in fp32 (accumulators, their concatenation, the receive buffer: 3 x 2
+    kv_chunk): 10 kv_chunk; listed as estimate --explain's activations_cp_buffers."""
+    m = {**MODEL, "name": "mid-cp", "vocab_size": 512}
+    kv_chunk = 2048 * 2 * H * 2
+    for framework, chunks in (("megatron", 4), ("torchtitan", 4 + 3 * 2)):
+        j = Job.from_names(m, "dgx-h100-1", 1, 8192, "bf16", framework=framework, devices=4)
+        e = estimate_spelled(j, "cp=4,cp_comm=p2p,recompute=full")
+        assert e.memory_detail_gb["activations_cp_buffers"] * GIB == pytest.approx(chunks * kv_chunk, rel=1e-9)

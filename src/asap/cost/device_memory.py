@@ -379,12 +379,17 @@ def stored_under_offload(f, S: StrategyBatch, stored: np.ndarray) -> np.ndarray:
     return out
 
 
-def transient_activations(f, S: StrategyBatch, framework) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """[N, K] the larger of a device's two transients, with [N, K] the logits and [N] the layer re-materialised
-    (``working``): the logits live from the head's forward to the end of its backward, before the last layer's
-    backward re-materialises it, so the two are never live at once and the device holds the larger."""
-    logits, working = logits_bytes_per_device(f, S, framework), f.rows(f.working_bytes)
-    return np.maximum(working[:, None], logits), logits, working
+def transient_activations(f, S: StrategyBatch, framework, model: ModelSpec, train: TrainSpec):
+    """([N, K] the larger of a device's two transients, [N, K] the logits, [N] the layer's, [N] of it context
+    parallelism's exchange buffers): the logits live from the head's forward to the end of its backward, before
+    the last layer's backward re-materialises it (``working``, under full recompute) beside its attention's CP
+    buffers (``stack_activations.cp_buffer_bytes`` with the stack's ring), so the two are never live at once and
+    the device holds the larger."""
+    from asap.spec.framework import CpRing
+
+    cp = cp_buffer_bytes(model, train, S, framework.cp_ring if framework is not None else CpRing.TE)
+    logits, working = logits_bytes_per_device(f, S, framework), f.rows(f.working_bytes) + cp
+    return np.maximum(working[:, None], logits), logits, working, cp
 
 
 def held_at(term, which):
@@ -448,7 +453,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     stored = in_flight_by_layout(train, S, f)
     stored *= f.rows(f.kept_bytes)
     stored_on_device = stored_under_offload(f, S, stored)
-    a, logits, working = transient_activations(f, S, framework)
+    a, logits, working, cp = transient_activations(f, S, framework, model, train)
     a += stored_on_device  # addition commutes exactly: stored_on_device + the larger, as before
     body = states
     body += gathered[:, None]
@@ -476,4 +481,4 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            peak_gb=(peak_body + allowance) / GB, gathered_gb=(gathered + edges_at) / GB,
                            reduce_buffers_gb=reduce_buf / GB,
                            logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB,
-                           cp_buffers_gb=np.where(logits_at >= working, 0.0, cp_buffer_bytes(model, train, S)) / GB)
+                           cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB)

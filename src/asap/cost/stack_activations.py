@@ -19,10 +19,16 @@ figure.
 
 Context parallelism's buffers while one layer's attention runs (beside the saved Q, K, V, out and softmax
 statistics of its own T = b s / cp tokens, which the layer's stored figure counts), with kv_chunk = T w_kv / tp ab:
-- p2p (Transformer Engine ``AttnFuncWithCPAndKVP2P``): the forward concatenates the local K,V into the ring's first
-  buffer and receives the next chunk into another (``p2p_comm_buffers[i + 1] = torch.empty_like(...)``); the
-  backward allocates two buffers of (K,V | dK,dV) each (``torch.empty((2, *kv.shape))``, double-buffered):
-  4 kv_chunk at the backward, the larger.
+- p2p on Transformer Engine (``CpRing.TE``, ``AttnFuncWithCPAndKVP2P``): the forward concatenates the local K,V
+  into the ring's first buffer and receives the next chunk into another (``p2p_comm_buffers[i + 1] =
+  torch.empty_like(...)``); the backward allocates two buffers of (K,V | dK,dV) each (``torch.empty((2,
+  *kv.shape))``, double-buffered): 4 kv_chunk at the backward, the larger.
+- p2p on torch's context_parallel (``CpRing.TORCH``, torchtitan; ``torch/distributed/tensor/experimental/
+  _attention.py``): its backward all-gathers the whole sequence's K,V (``_AllGatherRotater``) and rings dK,dV in
+  fp32 (``grad_key``/``grad_value`` ``zeros_like(..., dtype=float32)``, their concatenation ``next_grad_kv`` and the
+  rotater's receive buffer): cp kv_chunk + 3 kv_chunk 4 / ab.
+- a2a+p2p (Megatron-Core hierarchical): Ulysses' set (below) and TE's ring buffers over the outer group, whose
+  chunk after the inner all-to-all holds the same bytes: T (w_q + w_kv) / tp ab + 4 kv_chunk.
 - allgather (TE ``AttnFuncWithCPAndKVAllGather``, torch's ``_AllGatherRotater``): the K,V of the whole sequence,
   and in the backward their gradients before the reduce-scatter: 2 cp kv_chunk.
 - a2a (DeepSpeed-Ulysses, TE ``AttnFuncWithCPAndQKVOA2A``): the kernel's inputs after the all-to-all hold the same
@@ -38,6 +44,7 @@ from asap.cost.batch import StrategyBatch
 from asap.cost.communication import attention_widths
 from asap.cost.layer_ops import kv_heads_per_device
 from asap.cost.roofline import act_bytes
+from asap.spec.framework import CpRing
 from asap.spec.knobs import CpComm
 from asap.spec.model import ModelSpec
 from asap.spec.train import TrainSpec
@@ -62,14 +69,17 @@ def op_sac_kept_bytes(model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> n
     return T_sp * h * ab + gemms * ab + sdpa + reduce_scattered * ab
 
 
-def cp_buffer_bytes(model: ModelSpec, train: TrainSpec, S: StrategyBatch) -> np.ndarray:
-    """[N] the bytes context parallelism's exchange holds beside one layer's attention (module docstring); 0
-    without CP."""
+def cp_buffer_bytes(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ring: CpRing = CpRing.TE) -> np.ndarray:
+    """[N] the bytes context parallelism's exchange holds beside one layer's attention (module docstring; ``ring``
+    the stack's ring attention, ``Framework.cp_ring``); 0 without CP."""
     ab = act_bytes(train.precision)
     tp = S.tp.astype(float)
     T = S.mbs * train.seq_len / S.cp
     q_w, kv_w, _ = attention_widths(model)
     kv_chunk = T * kv_w / tp * ab
-    out = np.select([S.cp_comm == CpComm.P2P.code, S.cp_comm == CpComm.ALLGATHER.code],
-                    [4.0 * kv_chunk, 2.0 * S.cp * kv_chunk], T * (q_w + kv_w) / tp * ab)
+    ulysses = T * (q_w + kv_w) / tp * ab
+    p2p = S.cp * kv_chunk + 3.0 * kv_chunk * 4.0 / ab if ring == CpRing.TORCH else 4.0 * kv_chunk
+    out = np.select([S.cp_comm == CpComm.P2P.code, S.cp_comm == CpComm.ALLGATHER.code,
+                     S.cp_comm == CpComm.A2A_P2P.code], [p2p, 2.0 * S.cp * kv_chunk, ulysses + 4.0 * kv_chunk],
+                    ulysses)
     return np.where(S.cp > 1, out, 0.0)
