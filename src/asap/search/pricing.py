@@ -208,6 +208,23 @@ def chunk_memory(job: Job, part: StrategyBatch) -> tuple[DeviceFigures, MemoryBr
     return f_all, memory(model, cluster.accelerator, train, part, figures=f_all, framework=fw)
 
 
+def chunk_tallies(job: Job, place: np.ndarray, part: StrategyBatch,
+                  mem: MemoryBreakdown) -> tuple[np.ndarray, tuple, tuple, int]:
+    """What a chunk adds to a search's counts under the job's margin: which rows fit, the leanest row (peak
+    GiB, place, strategy), the row of least host memory among those that fit the device, and how many do."""
+    cluster, train = job.cluster, job.train
+    fits = fits_memory(mem, cluster.accelerator, train)
+    j = int(np.argmin(mem.peak_gb))
+    smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
+    least_host: tuple = (np.inf, -1, None)
+    on_device = np.nonzero(mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train))[0]
+    if len(on_device):
+        host = np.broadcast_to(mem.host_gb, mem.peak_gb.shape)[on_device]
+        k = int(np.argmin(host))
+        least_host = (float(host[k]), int(place[on_device[k]]), part.strategy(int(on_device[k])))
+    return fits, smallest, least_host, len(on_device)
+
+
 def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: bool, oom_by_memory: bool,
                 top_k: int, distinct: bool, prior: Kept | None = None,
                 priced_memory: tuple[DeviceFigures, MemoryBreakdown] | None = None) -> PricedChunk:
@@ -216,32 +233,66 @@ def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: b
     (``search.prune``: against the bar of ``prior``, the rows kept before, and of this chunk's ``SEED_ROWS``
     rows of least lower bound). The unit times and the devices' time parts are priced for the rows that fit
     only (``cost.units.with_times``). Pure: chunks are priced side by side (``search_space``)."""
-    cluster, train = job.cluster, job.train
     f_all, mem = chunk_memory(job, part) if priced_memory is None else priced_memory
-    fits = fits_memory(mem, cluster.accelerator, train)
-    j = int(np.argmin(mem.peak_gb))
-    smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
-    least_host: tuple = (np.inf, -1, None)
-    usable = usable_hbm_gb(cluster.accelerator, train)
-    on_device = np.nonzero(mem.peak_gb <= usable)[0]
-    if len(on_device):
-        host = np.broadcast_to(mem.host_gb, mem.peak_gb.shape)[on_device]
-        k = int(np.argmin(host))
-        least_host = (float(host[k]), int(place[on_device[k]]), part.strategy(int(on_device[k])))
+    fits, smallest, least_host, on_device = chunk_tallies(job, place, part, mem)
+    usable = usable_hbm_gb(job.cluster.accelerator, job.train)
     hbm = usable if include_oom and oom_by_memory else math.inf
     timed_rows = np.arange(len(part)) if include_oom else np.nonzero(fits)[0]
     kept = kept_rows(job, part.take(timed_rows), expand(mem, timed_rows), f_all.subset(timed_rows),
                      place[timed_rows], hbm, top_k, distinct, prune=not include_oom, prior=prior)
-    return PricedChunk(len(part), int(fits.sum()), len(on_device), smallest, least_host, kept)
+    return PricedChunk(len(part), int(fits.sum()), on_device, smallest, least_host, kept)
 
 
-def price_chunks(part: StrategyBatch, place: np.ndarray,
-                 searches: list[tuple[Job, bool, bool, int, bool, Kept | None]]) -> list[PricedChunk]:
-    """``price_chunk`` of one chunk for each of ``searches`` (``(job, include_oom, oom_by_memory, top_k,
-    distinct, prior)``: one job under different memory margins), its memory priced once."""
+SearchArgs = tuple[Job, bool, bool, int, bool, "Kept | None"]  # (job, include_oom, oom_by_memory, top_k, distinct, prior)
+
+
+def within(first: SearchArgs, other: SearchArgs) -> bool:
+    """Whether ``other`` (the same job under a margin no wider) keeps no row ``first`` would not keep of the
+    rows that fit both: neither ranks rows that do not fit, and ``first`` keeps as many rows by step (of one
+    shape each, unless ``other`` keeps one) and by split bound (``Kept.needed``). Then a row of both that
+    ``first`` drops (priced or pruned) is out of ``other``'s rows too (``Kept.needed``: a row out of the
+    rows needed of a set is out of them among any superset), and ``other`` prices only the rows that fit it
+    alone (``price_wider_chunk``)."""
+    job, oom, _, top_k, distinct, _ = first
+    job_o, oom_o, _, top_k_o, distinct_o, _ = other
+    return (not oom and not oom_o and top_k_o <= top_k and (top_k_o == 1 or distinct == distinct_o)
+            and job_o.train.memory_margin_gb <= job.train.memory_margin_gb)
+
+
+def price_wider_chunk(job: Job, part: StrategyBatch, place: np.ndarray, top_k: int, distinct: bool,
+                      prior: Kept | None, priced_memory: tuple[DeviceFigures, MemoryBreakdown],
+                      narrower: PricedChunk, fits_narrower: np.ndarray) -> PricedChunk:
+    """``price_chunk`` of a search ``within`` another's (``narrower``, whose rows ``fits_narrower`` are its
+    own): its kept rows are those it needs of the other's kept rows of this chunk and of the rows that fit
+    it alone, these priced but for those that could not be shown against its ``prior`` and the other's."""
+    f_all, mem = priced_memory
+    fits, smallest, least_host, on_device = chunk_tallies(job, place, part, mem)
+    extra = np.nonzero(fits & ~fits_narrower)[0]
+    known = [k for k in (prior, narrower.kept) if k is not None]
+    kept = kept_rows(job, part.take(extra), expand(mem, extra), f_all.subset(extra), place[extra], math.inf,
+                     top_k, distinct, prune=True, prior=Kept.concatenate(known) if known else None)
+    parts = [k for k in (narrower.kept, kept) if k is not None]
+    return PricedChunk(len(part), int(fits.sum()), on_device, smallest, least_host,
+                       Kept.concatenate(parts).needed(top_k, distinct) if parts else None)
+
+
+def price_chunks(part: StrategyBatch, place: np.ndarray, searches: list[SearchArgs]) -> list[PricedChunk]:
+    """``price_chunk`` of one chunk for each of ``searches`` (``SearchArgs``: one job under different memory
+    margins), its memory priced once; a search ``within`` the first prices only the rows that fit it alone
+    (``price_wider_chunk``)."""
     priced_memory = chunk_memory(searches[0][0], part)
-    return [price_chunk(job, part, place, include_oom, by_memory, top_k, distinct, prior, priced_memory)
-            for job, include_oom, by_memory, top_k, distinct, prior in searches]
+    out: list[PricedChunk] = []
+    for args in searches:
+        job, include_oom, by_memory, top_k, distinct, prior = args
+        if out and within(searches[0], args):
+            first_job = searches[0][0]
+            fits_first = fits_memory(priced_memory[1], first_job.cluster.accelerator, first_job.train)
+            out.append(price_wider_chunk(job, part, place, top_k, distinct, prior, priced_memory, out[0],
+                                         fits_first))
+        else:
+            out.append(price_chunk(job, part, place, include_oom, by_memory, top_k, distinct, prior,
+                                   priced_memory))
+    return out
 
 
 def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFigures, place: np.ndarray,
