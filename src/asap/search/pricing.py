@@ -121,7 +121,7 @@ class Kept:
         front = pareto_front(self.step, self.mem.peak_gb, np.argsort(self.step, kind="stable"))
         keep = [front, self.first(self.step, top_k, 1 if distinct else None),
                 self.first(self.bound, bound_pool_rows(top_k), BOUND_PER_SHAPE)]
-        return self.take(np.unique(np.concatenate(keep)))
+        return self.take(sorted_unique(np.concatenate(keep)))
 
     def bar(self, top_k: int, distinct: bool) -> tuple[float, np.ndarray, np.ndarray]:
         """What a new row must beat to be ``needed`` with these rows (``search.prune.worth_pricing``): the
@@ -325,6 +325,13 @@ def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFig
         rest = rest[worth_pricing(lower[rest], mem.peak_gb[rest], *bar)]
     parts = [k for k in (first, kept_of(rest)) if k is not None]
     return Kept.concatenate(parts).needed(top_k, distinct) if parts else None
+
+
+def sorted_unique(rows: np.ndarray) -> np.ndarray:
+    """``np.unique(rows)`` of integer rows by sorting (numpy's hashing path for a bare ``np.unique`` imports
+    ``numpy.ma`` on first use, ~10 ms of a command's start-up; the result is the same)."""
+    rows = np.sort(rows)
+    return rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows
 
 
 def least_first(key: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
