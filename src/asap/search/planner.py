@@ -222,7 +222,7 @@ def plan(job: Job, *, fixed: dict[str, Any] | None = None, top: int = 5, include
     result = _result(job, fixed, search, top, top_k, split_candidates, distinct, deadline, time_limit_s, t0)
     if shadow is not None:
         result.tight_candidates = _result(shadow.job, fixed, shadow, 1, 1, 0, True, Deadline(t0, None),
-                                          PLAN_TIME_LIMIT_S, t0).candidates
+                                          PLAN_TIME_LIMIT_S, t0, front=False).candidates
     return result
 
 
@@ -261,12 +261,14 @@ def _fallback_search(job: Job, fixed: dict[str, Any], opts: Search, partial_offl
 
 
 def _result(job: Job, fixed: dict[str, Any], search: Search, top: int, top_k: int, split_candidates: int,
-            distinct: bool, deadline: Deadline, time_limit_s: float | None, t0: float) -> PlanResult:
-    """The plan of a search: the candidates (with their adopted layer splits) and the Pareto front."""
+            distinct: bool, deadline: Deadline, time_limit_s: float | None, t0: float,
+            front: bool = True) -> PlanResult:
+    """The plan of a search: the candidates (with their adopted layer splits) and (``front``) the Pareto
+    front."""
     cluster, train = job.cluster, job.train
     kept = search.kept
     assert kept is not None  # something was priced and kept: the space is not empty, and a row fits or include_oom
-    front = pareto_front(kept.step, kept.mem.peak_gb, kept.by_step())
+    pareto = front_points(job, kept, pareto_front(kept.step, kept.mem.peak_gb, kept.by_step())) if front else []
     hbm_rank = usable_hbm_gb(cluster.accelerator, train) if search.include_oom and search.oom_by_memory else math.inf
     pool = candidate_pool(kept, top_k, distinct)
     rows = priced_rows(job, kept, pool)
@@ -278,7 +280,7 @@ def _result(job: Job, fixed: dict[str, Any], search: Search, top: int, top_k: in
                                   hbm_rank)
     ranked = rank_rows(rows, hbm_rank, distinct)[:top]
     candidates, splits = [as_estimate(job, r[0]) for r in ranked], [r[1] for r in ranked]
-    return PlanResult(candidates=candidates, pareto=front_points(job, kept, front), searched=search.priced,
+    return PlanResult(candidates=candidates, pareto=pareto, searched=search.priced,
                       fitting=search.fitting, search_time_s=time.perf_counter() - t0,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
                       distinct=distinct, space=search.space, time_limit_s=time_limit_s,
