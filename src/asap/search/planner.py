@@ -23,7 +23,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, BatchEstimate, Estimate, estimate, estimate_batch, estimate_from_batch
-from asap.cost.units import unit_times
+from asap.cost.units import UnitTimes, unit_times
 from asap.cost.bands import indistinguishable
 from asap.cost.device_memory import default_headroom_gb, usable_hbm_gb
 from asap.errors import AsapError
@@ -416,6 +416,7 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
     rows = list(rows)
     order = sorted(range(len(rows)), key=lambda i: (bounds[i], i))
     tried = 0
+    pool_ut: UnitTimes | None = None  # the rows' unit times, priced once for every round (a row's are its own)
     while order and tried < max_tries:
         ranked = rank_rows(rows, hbm_rank, distinct)[:top]
         cutoff = ranked[-1][0].step_time_s * (1 - TIE_REL) if len(ranked) >= top else math.inf
@@ -435,7 +436,10 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
         if not batch:
             break
         tried += len(batch)
-        for i, row in zip(batch, split_rows(job, [rows[i][0] for i in batch]), strict=True):
+        if pool_ut is None and job.framework.name not in UNIFORM_SPLIT_ONLY:
+            pool_ut = unit_times(job, StrategyBatch.from_strategies([r[0].strategy for r in rows]), UNIT_KEYS)
+        ut = pool_ut.subset(np.array(batch)) if pool_ut is not None else None
+        for i, row in zip(batch, split_rows(job, [rows[i][0] for i in batch], ut), strict=True):
             rows[i] = row
     return rows
 
@@ -446,17 +450,18 @@ def stage_split(job: Job, strategy) -> dict[str, Any]:
     return split_rows(job, [estimate(job, strategy)])[0][1]
 
 
-def split_rows(job: Job, rows: list[Row]) -> list[tuple[Row, dict[str, Any]]]:
+def split_rows(job: Job, rows: list[Row], ut: UnitTimes | None = None) -> list[tuple[Row, dict[str, Any]]]:
     """Each row with the fastest of the planner's splits (``search.split_dp.planner_splits``) as ``estimate``
     prices them (all rows' splits in one batch), where it fits and beats the row's own split (equal time: less
     memory); else as it was. The dict says which (``stage_split`` in the plan's JSON): its figures are
-    ``estimate``'s."""
+    ``estimate``'s. ``ut``: the rows' unit times, where the caller has them."""
     tried, alts = [], []
     infos: list[dict[str, Any]] = []
     uniform_only = job.framework.name in UNIFORM_SPLIT_ONLY
     strategies = [e.strategy for e in rows]
     # a layer split changes no unit time (``UNIT_KEYS``): the rows' unit times are their splits' too
-    ut = None if uniform_only else unit_times(job, StrategyBatch.from_strategies(strategies), UNIT_KEYS)
+    if ut is None and not uniform_only:
+        ut = unit_times(job, StrategyBatch.from_strategies(strategies), UNIT_KEYS)
     problems = [None] * len(rows) if uniform_only else \
         build_problems(job, strategies, recompute_choice=False, ut=ut)
     owner: list[int] = []  # the row each split is of
