@@ -268,10 +268,10 @@ def _result(job: Job, fixed: dict[str, Any], search: Search, top: int, top_k: in
     cluster, train = job.cluster, job.train
     kept = search.kept
     assert kept is not None  # something was priced and kept: the space is not empty, and a row fits or include_oom
-    pareto = front_points(job, kept, pareto_front(kept.step, kept.mem.peak_gb, kept.by_step())) if front else []
+    front_idx = pareto_front(kept.step, kept.mem.peak_gb, kept.by_step()) if front else np.zeros(0, np.int64)
     hbm_rank = usable_hbm_gb(cluster.accelerator, train) if search.include_oom and search.oom_by_memory else math.inf
     pool = candidate_pool(kept, top_k, distinct)
-    rows = priced_rows(job, kept, pool)
+    rows, pareto = priced_rows(job, kept, pool, front_idx)
     if "layer_split" not in fixed and split_candidates and deadline.passed():
         deadline.notes.append("time limit reached before the pipeline-stage split: candidates keep the default "
                               "layer split")
@@ -305,16 +305,6 @@ def candidate_pool(kept: Kept, top_k: int, distinct: bool) -> np.ndarray:
                            [:bound_pool_rows(top_k)]])
     _, first = np.unique(both, return_index=True)
     return both[np.sort(first)]
-
-
-def front_points(job: Job, kept: Kept, idx: np.ndarray) -> list[FrontPoint]:
-    """The kept rows ``idx`` as front points, priced in one batch (``estimate_batch``: the figures
-    ``estimate_from_batch`` would read, without building an Estimate per row)."""
-    sub = kept.S.take(idx)
-    be = estimate_batch(job, sub, mem=expand(kept.mem, idx))
-    priced = np.broadcast_to(be.dispatcher, be.step_time_s.shape) if be.dispatcher is not None else None
-    return [FrontPoint(sub.strategy(j, dispatcher=None if priced is None else int(priced[j])),
-                       float(be.step_time_s[j]), float(be.peak_memory_gb[j])) for j in range(len(sub))]
 
 
 @dataclass
@@ -356,10 +346,18 @@ class PricedRow:
 Row = Estimate | PricedRow  # what the ranking and the split search read of a candidate
 
 
-def priced_rows(job: Job, kept: Kept, idx: np.ndarray) -> list[tuple[Row, dict | None]]:
-    sub = kept.S.take(idx)
-    be = estimate_batch(job, sub, mem=expand(kept.mem, idx))
-    return [(PricedRow(sub, be, j), None) for j in range(len(sub))]
+def priced_rows(job: Job, kept: Kept, idx: np.ndarray,
+                front_idx: np.ndarray) -> tuple[list[tuple[Row, dict | None]], list[FrontPoint]]:
+    """The kept rows ``idx`` as candidate rows and the rows ``front_idx`` as front points, priced in one batch
+    (``estimate_batch``: the figures ``estimate_from_batch`` would read, without building an Estimate per
+    row; a row's figures are its own, whatever rows are priced beside it)."""
+    both = np.concatenate([idx, front_idx])
+    sub = kept.S.take(both)
+    be = estimate_batch(job, sub, mem=expand(kept.mem, both))
+    priced = np.broadcast_to(be.dispatcher, be.step_time_s.shape) if be.dispatcher is not None else None
+    front = [FrontPoint(sub.strategy(j, dispatcher=None if priced is None else int(priced[j])),
+                        float(be.step_time_s[j]), float(be.peak_memory_gb[j])) for j in range(len(idx), len(both))]
+    return [(PricedRow(sub, be, j), None) for j in range(len(idx))], front
 
 
 def as_estimate(job: Job, row: Row) -> Estimate:
