@@ -123,6 +123,21 @@ def all_reduce_s(cluster: Cluster, size_bytes, group, stride):
     return np.where(g > 1, t, 0.0)
 
 
+def small_all_reduce_s(cluster: Cluster, size_bytes, group, stride):
+    """An all-reduce of a few bytes to a few KiB (a gradient norm's scalar, a packed vector of amaxes): NCCL
+    runs it on its low-latency protocols (LL/LL128, eager flags instead of the Simple protocol's chunked
+    steps), so it costs the launch and the tree's 2 log2 g hops plus its bytes at the bus bandwidth, without the
+    per-step chunk penalty of ``message_efficiency`` (which describes large ring transfers). A calibrated
+    machine's all-reduce line where it has one."""
+    g = np.maximum(group, 1)
+    line = measured_line(cluster, "all_reduce", g)
+    if line is not None:
+        return np.where(g > 1, line[0] + 2.0 * (g - 1) / g * size_bytes / line[1], 0.0)
+    _, spans, busbw = _link(cluster, g, stride)
+    t = 2.0 * (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans, ring=False)
+    return np.where(g > 1, t, 0.0)
+
+
 def all_gather_s(cluster: Cluster, size_bytes, group, stride, nics_per_domain=None):
     """``size_bytes`` is the gathered (full) buffer; reduce-scatter costs the same. ``nics_per_domain``: as
     ``_link``'s (None: the ring splits over all its members' NICs in a domain)."""

@@ -19,8 +19,9 @@ Per layer and micro-batch, with T = b s / cp tokens per device and ab bytes per 
   routed tokens inside the etp group. With a pipeline, estimate.py hides it behind the paired micro-batch's
   computation (DualPipe, Megatron-Core 1F1B A2A overlap).
 - CP (``cp_comm``, ``cp_exchange_s``): p2p (ring attention, Liu et al. 2023; Megatron-Core context parallel):
-  cp-1 ring steps each passing the local K,V chunk (T kv_width/tp ab); backward passes K,V and their gradients
-  (2x). Overlapped with the attention kernel of the same step, so only the excess is exposed. a2a (Ulysses):
+  cp-1 ring steps each passing the local K,V chunk (T kv_width ab, ``ring_links_s``); backward passes K,V and
+  their gradients (2x). Each step's send overlaps that step's kernel call (``asap.cost.ring_attention``: TE's
+  chunk by chunk, torch's all-gather behind the first step), so only each step's excess is exposed. a2a (Ulysses):
   four all-to-alls per pass (Q, K, V in, O out), exposed; allgather: K,V gathered over the cp group (backward:
   again, and dK,dV reduce-scattered), exposed.
 - PP (Narayanan et al. 2021): one activation (forward) and one gradient (backward) message of T_sp h ab per
@@ -55,6 +56,8 @@ import numpy as np
 from asap.cost.batch import StrategyBatch
 from asap.cost.collectives import (all_gather_s, all_reduce_s, all_to_all_s, broadcast_s, expert_dispatch_s, p2p_s,
                                    reduce_scatter_s, spans_domains)
+from asap.cost.layer_ops import kv_heads_per_device
+from asap.cost.ring_attention import ring_ranks
 from asap.cost.roofline import act_bytes, elementwise_time_s
 from asap.spec.hardware import Cluster
 from asap.spec.framework import BEST_DISPATCHER, DISPATCHERS
@@ -73,6 +76,9 @@ class LayerComm:
     tp_moe_s: np.ndarray
     ep_s: np.ndarray
     cp_fwd_s: np.ndarray  # one forward ring pass; backward is 2x (0 where cp_comm is not p2p)
+    cp_send_s: np.ndarray  # ring: one K,V chunk's p2p send (0 where cp_comm is not p2p)
+    cp_gather_s: np.ndarray  # ring: K,V all-gathered over the cp group (torch's rotater; 0 where not p2p)
+    cp_ring_ranks: np.ndarray  # the ranks the ring passes K,V around (``ring_ranks``; 1: no ring)
     cp_serial_fwd_s: np.ndarray  # a2a / allgather: the exchange of one forward pass, before the kernel (exposed)
     cp_serial_bwd_s: np.ndarray  # ... and of the backward
     pp_msg_s: np.ndarray  # one p2p message between stages
@@ -115,9 +121,11 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
         ep = np.zeros_like(tp_dense)
         dispatcher = np.asarray(S.dispatcher)
     cp_fwd, cp_serial_fwd, cp_serial_bwd = cp_exchange_s(job, S, T, place)
+    cp_send, cp_gather = ring_links_s(job, S, T, place)
     pp_spans = spans_domains(cluster, *place.group("pp"))
     pp_msg = np.where(S.pp > 1, p2p_s(cluster, T_sp * h * ab, pp_spans), 0.0)
-    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, cp_serial_fwd_s=cp_serial_fwd,
+    return LayerComm(tp_dense_s=tp_dense, tp_moe_s=tp_moe, ep_s=ep, cp_fwd_s=cp_fwd, cp_send_s=cp_send,
+                     cp_gather_s=cp_gather, cp_ring_ranks=ring_ranks(S), cp_serial_fwd_s=cp_serial_fwd,
                      cp_serial_bwd_s=cp_serial_bwd, pp_msg_s=pp_msg,
                      tp_pair_s=np.broadcast_to(tp_pair, np.shape(tp_dense)), dispatcher=dispatcher)
 
@@ -132,10 +140,36 @@ def attention_widths(model) -> tuple[int, int, int]:
     return heads, 2 * model.num_kv_heads * model.head_dim, heads
 
 
+def kv_width_per_device(model, tp):
+    """Key + value width of one token on one tensor-parallel rank: 2 kv_heads_per_device head_dim (KV heads
+    replicated where tp exceeds them: Megatron-Core, so the ring and the gathers carry a whole head per rank);
+    MLA's up-projected K,V split by tp."""
+    if model.mla is not None:
+        return attention_widths(model)[1] / np.asarray(tp, dtype=float)
+    return 2.0 * kv_heads_per_device(model, tp) * model.head_dim
+
+
+def ring_links_s(job: Job, S: StrategyBatch, T, place: Placement):
+    """(one K,V chunk's p2p send, the all-gather of the ring's chunks) per layer and micro-batch where a ring runs
+    (``ring_ranks`` > 1; 0 elsewhere): what ``asap.cost.ring_attention`` sets against each step's kernel. The send
+    crosses the slowest tier the ring's group spans (every rank sends at once, the ring steps in lockstep). Under
+    a2a+p2p the ring runs over the outer group (stride cp_a2a x the cp stride), each rank holding cp_a2a T tokens
+    of heads / cp_a2a after the inner all-to-all: the same T kv_width ab bytes a chunk."""
+    cluster, ab = job.cluster, act_bytes(job.train.precision)
+    kv_chunk = T * kv_width_per_device(job.model, S.tp) * ab
+    (_, stride), a2a = place.group("cp"), np.where(S.cp_comm == CpComm.A2A_P2P.code, S.cp_a2a, 1)
+    ranks = ring_ranks(S)
+    group = (ranks, stride * a2a)
+    send = np.where(ranks > 1, p2p_s(cluster, kv_chunk, spans_domains(cluster, *group)), 0.0)
+    gather = np.where(ranks > 1, all_gather_s(cluster, ranks * kv_chunk, *group), 0.0)
+    return send, gather
+
+
 def cp_exchange_s(job: Job, S: StrategyBatch, T, place: Placement):
     """(one forward ring pass, one forward serial exchange, one backward serial exchange) per layer and
     micro-batch, by ``S.cp_comm`` (``CpComm``), with T = b s / cp tokens per rank and widths over tp:
-    - p2p (ring attention): cp-1 steps each passing the local K,V chunk T w_kv ab; overlapped (units.layer_parts).
+    - p2p (ring attention): cp-1 steps each passing the local K,V chunk T w_kv ab; overlapped step by step
+      (``asap.cost.ring_attention``, from ``ring_links_s``).
     - a2a (DeepSpeed-Ulysses, Jacobs et al. 2023; TE ``AttnFuncWithCPAndQKVOA2A``): forward all-to-alls of Q,
       K and V (sequence to head sharding) and of O back, each moving (cp-1)/cp of its T w ab bytes
       (``all_to_all_s``); backward the same four (dO in; dQ, dK, dV out). They precede / follow the kernel:
@@ -145,19 +179,30 @@ def cp_exchange_s(job: Job, S: StrategyBatch, T, place: Placement):
       reduce-scatters dK,dV (the same bytes). Exposed: the gather precedes the kernel."""
     model, cluster, ab = job.model, job.cluster, act_bytes(job.train.precision)
     q_w, kv_w, o_w = attention_widths(model)
-    kv_chunk = T * kv_w / S.tp * ab
+    kv_chunk = T * kv_width_per_device(model, S.tp) * ab
     cp_group = place.group("cp")
     ring = np.where((S.cp > 1) & (S.cp_comm == CpComm.P2P.code),
                     (S.cp - 1) * p2p_s(cluster, kv_chunk, spans_domains(cluster, *cp_group)), 0.0)
-    a2a = (all_to_all_s(cluster, T * q_w / S.tp * ab, *cp_group) + 2 * all_to_all_s(cluster, kv_chunk / 2, *cp_group)
-           + all_to_all_s(cluster, T * o_w / S.tp * ab, *cp_group))
+    a2a = ulysses_s(cluster, T, (q_w / S.tp * ab, kv_chunk / T, o_w / S.tp * ab), cp_group)
+    # a2a+p2p: the same four all-to-alls inside the inner group (cp_a2a ranks at the cp stride)
+    inner = ulysses_s(cluster, T, (q_w / S.tp * ab, kv_chunk / T, o_w / S.tp * ab), (S.cp_a2a, cp_group[1]))
     gathered = S.cp * kv_chunk
     ag_fwd = all_gather_s(cluster, gathered, *cp_group)
     ag_bwd = ag_fwd + reduce_scatter_s(cluster, gathered, *cp_group)
     on = S.cp > 1
-    fwd = np.select([on & (S.cp_comm == CpComm.A2A.code), on & (S.cp_comm == CpComm.ALLGATHER.code)], [a2a, ag_fwd], 0.0)
-    bwd = np.select([on & (S.cp_comm == CpComm.A2A.code), on & (S.cp_comm == CpComm.ALLGATHER.code)], [a2a, ag_bwd], 0.0)
+    kinds = [on & (S.cp_comm == CpComm.A2A.code), on & (S.cp_comm == CpComm.ALLGATHER.code),
+             on & (S.cp_comm == CpComm.A2A_P2P.code)]
+    fwd = np.select(kinds, [a2a, ag_fwd, inner], 0.0)
+    bwd = np.select(kinds, [a2a, ag_bwd, inner], 0.0)
     return ring, fwd, bwd
+
+
+def ulysses_s(cluster: Cluster, T, token_bytes, group):
+    """One pass's four Ulysses all-to-alls over ``group`` (size, stride): Q, K, V in and O out (backward: dO in;
+    dQ, dK, dV out, the same bytes), ``token_bytes`` = (q, k+v, o) bytes per token on the rank."""
+    q, kv, o = token_bytes
+    return (all_to_all_s(cluster, T * q, *group) + 2 * all_to_all_s(cluster, T * kv / 2, *group)
+            + all_to_all_s(cluster, T * o, *group))
 
 
 def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0,
@@ -197,10 +242,18 @@ class DataParallelComm:
 
 def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_params,
                        layers_on_stage=1.0, collectives_per_layer: int = 1, grad_bytes=4.0,
-                       zero1_gathers=1.0, weight_bytes=2.0, gather_nics_per_domain=None) -> DataParallelComm:
+                       zero1_gathers=1.0, weight_bytes=2.0, gather_nics_per_domain=None,
+                       buckets=1.0) -> DataParallelComm:
     """Gradient and weight traffic of the data-parallel groups (dense over dp*cp, experts over edp).
 
-    ZeRO-0/1/2 reduce gradients in large buckets (one collective per step); ZeRO-3 gathers weights module by
+    ZeRO-0/1/2 reduce gradients in the stack's buckets, ``buckets`` collectives per step of 1/buckets of the
+    stage each (``asap.cost.dp_overlap.dp_buckets``; Megatron-Core's ``_ParamAndGradBucketGroup`` issues one
+    reduce-scatter, or all-reduce, per bucket group as its last gradient is ready, and one all-gather per
+    bucket with ``overlap_param_gather``: ``param_and_grad_buffer.py`` ``start_grad_sync`` /
+    ``start_param_sync``; PyTorch DDP one all-reduce per bucket, ``reducer.cpp``), each paying its own launch
+    and ring latency (a 256-rank reduce-scatter is 255 ring steps of a few microseconds: NCCL's own tuning
+    model, ``src/graph/tuning.cc``, prices each step of a Simple-protocol ring at 3.4 us over NVLink and 14 us
+    over the network); ZeRO-3 gathers weights module by
     module, ``collectives_per_layer`` per layer (one per FSDP unit; one per parameterised submodule in
     DeepSpeed), n = layers * collectives_per_layer gathers of 1/n of the stage each, and reduce-scatters
     gradients a layer at a time (FSDP units; DeepSpeed's reduce buckets), every collective paying its ring
@@ -215,9 +268,11 @@ def data_parallel_comm(cluster: Cluster, S: StrategyBatch, dense_params, expert_
     dense_group, expert_group = place.group("dp_shard"), place.group("edp_shard")
     zero3 = S.zero >= Zero.PARAMETERS
     layers = np.maximum(layers_on_stage, 1.0)
+    n_buckets = np.maximum(np.asarray(buckets, dtype=float), 1.0)
     n_gather = np.where(zero3, layers * collectives_per_layer,
-                        np.where(S.zero == Zero.OPTIMIZER, np.maximum(zero1_gathers, 1.0), 1.0))
-    n_reduce = np.where(zero3, layers, 1.0)  # gradients leave in buckets of at least a layer
+                        np.where((S.zero == Zero.OPTIMIZER) & (np.asarray(zero1_gathers) > 1.0), zero1_gathers,
+                                 n_buckets))
+    n_reduce = np.where(zero3, layers, n_buckets)  # gradients leave in buckets of at least a layer
     has_experts = np.asarray(expert_params) > 0  # a dense model issues no expert collectives
 
     def both(fn, bytes_per_param, n, **link):

@@ -37,12 +37,11 @@ from asap.cost.host import step_host_s
 from asap.cost.layer_ops import window_keys_ratio
 from asap.cost.operations import BWD_GEMM
 from asap.cost.bands import error_bands, error_quantiles
-from asap.cost.device_memory import (MemoryBreakdown, dense_and_expert_shards, fits_memory, fits_with_headroom, memory,
+from asap.cost.device_memory import (MemoryBreakdown, fits_memory, fits_with_headroom, memory,
                               usable_hbm_gb)
-from asap.cost.offload import offloaded_optimizer_s
 from asap.cost.pipeline import (bubble_s, exposed_p2p_messages, overlapped_p2p_excess_s,
                                 uneven_chunk_excess_s, zb_small_batch_excess_s)
-from asap.cost.roofline import elementwise_time_s
+from asap.cost.step_fixed import step_fixed_s
 from asap.cost.units import DeviceFigures, UnitTimes, device_figures, paired_hidden_s, unit_times
 from asap.spec.framework import Framework, GradSync
 from asap.spec.hardware import Cluster
@@ -53,10 +52,8 @@ from asap.spec.knobs import Recompute
 from asap.spec.train import TrainSpec
 from asap.spec.words import Bottleneck, ClassSaving
 
-ADAM_BYTES_PER_PARAM = 32.0  # read master, m, v, grad (16 B) + write master, m, v (12 B) + bf16 weight (2 B) + norm (2 B)
-OPTIMIZER_KERNELS = 20  # the fused multi-tensor Adam launches a handful of kernels per parameter group
 UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp",
-             "offload_act", "offload_layers")  # what unit_times reads
+             "offload_act", "offload_layers", "cp_comm", "cp_a2a")  # what unit_times reads
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 
 
@@ -249,9 +246,10 @@ def data_parallel_traffic(cluster: Cluster, S: StrategyBatch, fw: Framework, den
     backward, ZeRO-2 (where the stack reduce-scatters partitioned gradients per micro-batch) keeps only its
     gradient shard, and a stack that syncs every micro-batch's gradients at ZeRO <= 1."""
     zero1_gathers = tensors_on_stage if fw.zero1_gather_per_tensor and tensors_on_stage is not None else 1.0
+    buckets = dp_buckets(fw.dp_bucket_elements(S.zero, S.dp * S.cp), dense_params + expert_params, layers_on_stage)
     dpc = data_parallel_comm(cluster, S, dense_params, expert_params, layers_on_stage, fw.collectives_per_layer,
                              fw.grad_bytes(precision, S.zero, S.grad_bf16), zero1_gathers,
-                             4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0))
+                             4.0 if precision == "fp32" else np.where(S.fp8_param > 0, 1.0, 2.0), buckets=buckets)
     param_gather_s = per_parameter_gathers_s(cluster, S, fw, dense_params, expert_params, layers_on_stage,
                                              dpc.param_gather_s)
     zero3 = S.zero >= Zero.PARAMETERS
@@ -319,30 +317,21 @@ def data_parallel_exposed_s(S: StrategyBatch, fw: Framework, t: DataParallelTraf
     return exposed
 
 
-def optimizer_step_s(cluster: Cluster, S: StrategyBatch, dense_params, expert_params):
-    """The optimizer: Adam streams ADAM_BYTES_PER_PARAM per state it holds, states = dense / shard + expert / edp
-    (sharded from ZeRO-1, else every parameter of the stage), as memory-bound elementwise kernels; with
-    optimizer offload the host steps the device's shard, its transfers overlapped with the CPU's Adam
-    (``asap.cost.offload.offloaded_optimizer_s``)."""
-    shard_d, edp = dense_and_expert_shards(S)
-    sharded = S.zero >= Zero.OPTIMIZER
-    states = dense_params / np.where(sharded, shard_d, 1) + expert_params / np.where(sharded, edp, 1)
-    optimizer = elementwise_time_s(cluster.accelerator, ADAM_BYTES_PER_PARAM * states, kernels=OPTIMIZER_KERNELS)
-    return np.where(S.offload_opt > 0, offloaded_optimizer_s(cluster.accelerator, states), optimizer)
-
-
 def data_parallel_terms(cluster: Cluster, S: StrategyBatch, fw: Framework, dense_params, expert_params,
                         layers_on_stage, micro_compute, m, precision: str = "bf16",
                         tensors_on_stage=None, embedding_params=0.0, link_busy_s=0.0) -> DataParallelTerms:
     """Gradient reduction and weight gathers as the framework issues them (``asap.spec.framework``), how much of
     them hides behind compute, and the optimizer step: ``data_parallel_traffic`` (the collectives and when they
-    recur), ``data_parallel_exposed_s`` (the overlap) and ``optimizer_step_s``."""
+    recur), ``data_parallel_exposed_s`` (the overlap) and the step's fixed terms (``asap.cost.step_fixed``:
+    the optimizer, the gradient buffer's memset, the gradient norm's and fp8 weights' amax all-reduces)."""
     traffic = data_parallel_traffic(cluster, S, fw, dense_params, expert_params, layers_on_stage, m, precision,
                                     tensors_on_stage)
     exposed = data_parallel_exposed_s(S, fw, traffic, dense_params, expert_params, layers_on_stage, micro_compute,
                                       m, embedding_params, link_busy_s)
-    return DataParallelTerms(total_s=traffic.total_s, exposed_s=exposed,
-                             optimizer_s=optimizer_step_s(cluster, S, dense_params, expert_params))
+    fixed = step_fixed_s(cluster, S, fw, dense_params, expert_params, fw.grad_bytes(precision, S.zero, S.grad_bf16),
+                         1.0 if tensors_on_stage is None else tensors_on_stage, precision,
+                         np.where(S.pp == 1, 2.0, 0.0) * embedding_params)  # embedding and head without a pipeline
+    return DataParallelTerms(total_s=traffic.total_s, exposed_s=exposed, optimizer_s=np.sum(list(fixed.values()), axis=0))
 
 
 # --------------------------------------------------------------------------------------------------------

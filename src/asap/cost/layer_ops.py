@@ -30,9 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.operations import Axis, Block, Operation, OperationTable, OpKind, Saved
+from asap.cost.operations import BWD_ELEMENTWISE, Axis, Block, Operation, OperationTable, OpKind, Saved
 from asap.cost.roofline import BYTES, LOW_PRECISIONS, act_bytes
-from asap.spec.framework import HostOps
+from asap.cost.ring_attention import merge_bytes, ring_ranks
+from asap.spec.framework import CpRing, HostOps
 from asap.spec.knobs import RecomputeModule as M
 from asap.spec.model import ModelSpec
 from asap.spec.train import TrainSpec
@@ -60,10 +61,14 @@ def attention_head_dims(model: ModelSpec) -> tuple[float, float]:
     return model.head_dim, model.head_dim
 
 
-def attention_kv_len(s, cp):
-    """Keys per query per kernel call, on average: causally s / 2 without CP; a CP rank's kernel calls each take
-    one chunk of s / cp keys (ring attention), half of them the masked diagonal."""
-    return np.where(np.asarray(cp) > 1, s / np.maximum(cp, 1) * 0.75, s / 2.0)
+def attention_kv_len(s, cp, ring=False):
+    """Keys per query per kernel call, on the slowest rank: causally s / 2 in one call over the sequence (no CP;
+    Ulysses, whose call sees the whole sequence with heads / cp; the K,V all-gather, whose two calls per rank, a
+    chunk of queries against the keys before it, average s / 2 by FLOPs); a ring's steps (``ring``: cp > 1 and
+    cp_comm p2p) each see s / (2 cp) keys on the rank whose steps are all lower triangles (both query halves
+    against one K,V half: ``asap.cost.ring_attention``)."""
+    cp = np.maximum(np.asarray(cp, dtype=float), 1.0)
+    return np.where(np.asarray(ring) & (cp > 1), s / (2.0 * cp), s / 2.0)
 
 
 def attention_flops_fwd(model: ModelSpec, b, s, cp, tp):
@@ -81,7 +86,7 @@ def window_keys_ratio(s, window):
     return (w * s - w * (w - 1.0) / 2.0) / (s * (s + 1.0) / 2.0)
 
 
-def attention_core_work(model: ModelSpec, b, s, cp, tp, work=1.0):
+def attention_core_work(model: ModelSpec, b, s, cp, tp, work=1.0, ring=False, ring_cp=None):
     """(forward FLOPs, keys per query per kernel call) of the attention kernel averaged over the model's layers:
     ``model.num_window_layers`` of them slide (``window_keys_ratio`` of a causal layer's pairs; with document
     masking, ``work`` (``Shapes.attn_work``) or the window's ratio, whichever is smaller: an upper bound, short
@@ -91,7 +96,7 @@ def attention_core_work(model: ModelSpec, b, s, cp, tp, work=1.0):
     Context parallelism: each rank's load-balanced chunks (Megatron-Core's 2 cp chunks per sequence) keep the
     window's share of the pairs; a windowed call's keys are at most the window's mean (ring traffic unchanged)."""
     full = attention_flops_fwd(model, b, s, cp, tp) * work
-    kv_full = attention_kv_len(s, cp)
+    kv_full = attention_kv_len(s, cp if ring_cp is None else ring_cp, ring)
     n_win = model.num_window_layers
     if not n_win:
         return full, kv_full
@@ -122,17 +127,20 @@ class Shapes:
     moe_imbalance: float = 1.0  # the busiest expert rank's routed tokens over the mean
     expert_row_tile: float = 0.0  # the grouped GEMM's row tile that each expert's rows may add (``moe_mlp_ops``)
     sdpa: bool = False  # the stack calls PyTorch SDPA for attention (``Framework.attention_kernel``)
+    ring: np.ndarray | bool = False  # context parallelism by ring attention (cp > 1, cp_comm p2p)
+    cp_ring: CpRing = CpRing.TE  # whose ring (``Framework.cp_ring``)
+    ring_ranks: np.ndarray | float = 1.0  # the ring's ranks (cp; cp / cp_a2a under a2a+p2p: ``ring_ranks``)
 
     @classmethod
     def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch, unfused: float = 1.0,
-           expert_row_tile: float = 0.0, sdpa: bool = False) -> "Shapes":
+           expert_row_tile: float = 0.0, sdpa: bool = False, cp_ring: CpRing = CpRing.TE) -> "Shapes":
         b, tp, cp = S.mbs.astype(float), S.tp.astype(float), S.cp.astype(float)
         T = b * train.seq_len / cp
         ab = act_bytes(train.precision)
         gemm_in = BYTES[train.precision] if train.precision in LOW_PRECISIONS else ab
         return cls(train.precision, ab, gemm_in, float(model.hidden_size), b, float(train.seq_len), tp, cp, T,
                    T / np.where(S.sp > 0, tp, 1.0), unfused, train.attention_work_factor(S.dp), train.moe_imbalance,
-                   expert_row_tile, sdpa)
+                   expert_row_tile, sdpa, ring_ranks(S) > 1, cp_ring, ring_ranks(S))
 
     @property
     def norm_bytes(self):
@@ -192,13 +200,40 @@ def attention_ops(model: ModelSpec, x: Shapes) -> list[Operation]:
         qkv_width = nh * (2 * d_qk + d_v) / tp  # the up-projected Q, K and V
         proj = _mla_projections(model, x)
     # document-masked packed samples: the slowest dp rank's sum(l^2) over (its samples x seq_len^2); sliding windows
-    flops, kv_len = attention_core_work(model, x.b, x.s, x.cp, tp, x.attn_work)
+    flops, kv_len = attention_core_work(model, x.b, x.s, x.cp, tp, x.attn_work, x.ring, x.ring_ranks)
+    # a ring calls the kernel once per step (cp launches a pass) and merges the steps' partial results
     core = Operation("core_attn", ATTENTION, A, Axis.TP, (M.CORE_ATTN,),
                      (Saved(T * ab * qkv_width, (M.MLA_UP_PROJ,)),), precision="fp32" if x.p == "fp32" else "bf16",
-                     flops=flops, head_dims=(d_qk, d_v), kv_len=kv_len, sdpa=x.sdpa)
-    out_width = nh * d_v
-    return [x.norm("input_norm", A), *proj, core,
-            x.gemm("out_proj", A, Axis.TP, T, x.h, out_width / tp, saves=(Saved(T * x.gemm_in * out_width / tp),)),
+                     flops=flops, head_dims=(d_qk, d_v), kv_len=kv_len, sdpa=x.sdpa,
+                     kernels=np.where(x.ring, x.ring_ranks, 1.0))
+    return [x.norm("input_norm", A), *proj, core, *ring_merge_ops(model, x, qkv_width), *_out_proj(model, x)]
+
+
+def ring_merge_ops(model: ModelSpec, x: Shapes, qkv_width) -> list[Operation]:
+    """The ring's merges of its steps (``asap.cost.ring_attention.merge_bytes``) as one memory-bound operation
+    of the attention kernel's module (selective recompute re-runs it with the kernel): forward F and backward B
+    bytes, the backward priced at the elementwise factor, so the operation carries (F + B) / (1 + 2) per pass;
+    launches: two per forward step (the output and its log-sum-exp), three per backward step (dQ, dK, dV).
+    None without a ring."""
+    if not np.any(x.ring):
+        return []
+    d_qk, d_v = attention_head_dims(model)
+    nh = model.num_attention_heads
+    kv_width = qkv_width - nh / x.tp * d_qk if model.mla is None else nh / x.tp * (d_qk + d_v)
+    # a2a+p2p: cp_a2a T tokens of heads / cp_a2a per rank after the all-to-all, the same bytes a step
+    fwd, bwd = merge_bytes(x.cp_ring, np.where(x.ring, x.ring_ranks, 1.0), x.T, nh / x.tp * d_qk, nh / x.tp * d_v,
+                           kv_width)
+    launches = np.where(x.ring, 5.0 * x.ring_ranks / (1.0 + BWD_ELEMENTWISE), 0.0)
+    return [Operation("cp_merge", ELEMENTWISE, Block.ATTENTION, Axis.TP, (M.CORE_ATTN,),
+                      bytes=(fwd + bwd) / (1.0 + BWD_ELEMENTWISE), kernels=launches)]
+
+
+def _out_proj(model: ModelSpec, x: Shapes) -> list[Operation]:
+    """The attention block's out projection and its residual add."""
+    A, T, nh = Block.ATTENTION, x.T, model.num_attention_heads
+    d_v = attention_head_dims(model)[1]
+    out_width, tp = nh * d_v, x.tp
+    return [x.gemm("out_proj", A, Axis.TP, T, x.h, out_width / tp, saves=(Saved(T * x.gemm_in * out_width / tp),)),
             Operation("attn_residual", ELEMENTWISE, A, Axis.SP, bytes=x.resid_bytes)]
 
 

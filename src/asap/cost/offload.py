@@ -37,7 +37,7 @@ from asap.spec.hardware import Accelerator
 OFFLOAD_WINDOW_LAYERS = 2.0  # the layer computing and the one whose activations are in transit
 HOST_LINK_EFFICIENCY = 0.8  # DMA over PCIe (and C2C) reaches about 80% of the link's peak
 GRAD_DOWN_BYTES, WEIGHT_UP_BYTES = 4.0, 2.0  # fp32 gradients to the host, bf16 weights back
-CPU_ADAM_BYTES_PER_PARAM = 32.0  # the same Adam traffic as on the device (cost.estimate.ADAM_BYTES_PER_PARAM)
+CPU_ADAM_BYTES_PER_PARAM = 32.0  # the same Adam traffic as on the device (cost.step_fixed.ADAM_BYTES_PER_PARAM)
 
 
 def host_link_bytes_per_s(acc: Accelerator) -> float:

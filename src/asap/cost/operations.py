@@ -78,7 +78,7 @@ class Operation:
     """One operator of a layer on one device for one micro-batch (figures are arrays over the strategies).
 
     GEMM: ``count`` GEMMs of (m, k) x (k, n) in ``precision`` (``grouped``: the routed experts' grouped GEMM);
-    attention: ``flops``; elementwise: ``bytes`` over ``kernels`` launches. ``memory_bound``: whether it counts
+    attention: ``flops`` over ``kernels`` launches; elementwise: ``bytes`` over ``kernels`` launches. ``memory_bound``: whether it counts
     in the layer's memory-bound share (``memory_bound_kernels``: the launches it counts there; None: all)."""
 
     name: str
@@ -98,7 +98,7 @@ class Operation:
     kv_len: np.ndarray | float = 2048.0  # attention: keys per query per kernel call, on average
     sdpa: bool = False  # attention: PyTorch SDPA's default backend, at the family's ``sdpa_attention_rate``
     bytes: np.ndarray | float = 0.0  # elementwise: HBM bytes read and written
-    kernels: float = 1.0
+    kernels: np.ndarray | float = 1.0
     memory_bound: bool = True
     memory_bound_kernels: float | None = None
     _priced: tuple | None = field(default=None, repr=False, compare=False)  # (accelerator, forward seconds)
@@ -134,7 +134,7 @@ class Operation:
             t = gemm_time_s(acc, self.precision, self.m, self.n, self.k, count=self.count, grouped=self.grouped)
         elif self.kind == OpKind.ATTENTION:
             t = attention_time_s(acc, self.precision, self.flops, d_qk=self.head_dims[0], d_v=self.head_dims[1],
-                                 kv_len=self.kv_len, sdpa=self.sdpa)
+                                 kv_len=self.kv_len, sdpa=self.sdpa, calls=self.kernels)
         else:
             t = elementwise_time_s(acc, self.bytes, kernels=self.kernels)
         self._priced = (acc, t)

@@ -188,15 +188,16 @@ def head_dim_fill(acc: Accelerator, d_qk, d_v):
 
 
 def attention_time_s(acc: Accelerator, precision: str, flops, count=1.0, d_qk=REFERENCE_HEAD_DIM,
-                     d_v=REFERENCE_HEAD_DIM, kv_len=REFERENCE_KV_LEN, sdpa=False):
+                     d_v=REFERENCE_HEAD_DIM, kv_len=REFERENCE_KV_LEN, sdpa=False, calls=1.0):
     """Fused (flash) attention: compute-bound at the family's attention efficiency times the shape factor
     (``attention_shape_factor``), in bf16 even for fp8 runs; ``sdpa``: PyTorch SDPA's default backend, at the
-    family's ``sdpa_attention_rate`` of that."""
+    family's ``sdpa_attention_rate`` of that; ``calls``: kernel launches the ``flops`` are split over (a ring's
+    cp steps), each paying the launch gap."""
     fam = acc.family_constants
     p = "fp32" if precision == "fp32" else "bf16"
     kernel = fam.sdpa_attention_rate if sdpa else 1.0
     rate = acc.peak_flops(p) * fam.attention_efficiency * kernel * attention_shape_factor(acc, d_qk, d_v, kv_len)
-    return count * (flops / rate + fam.kernel_overhead_s)
+    return count * (flops / rate + calls * fam.kernel_overhead_s)
 
 
 def elementwise_time_s(acc: Accelerator, bytes_moved, kernels=1.0):

@@ -32,11 +32,12 @@ from asap.cost.host import unit_host_s, unit_host_work_s
 from asap.cost.activations import LAYER_UNITS, layer_saves
 from asap.cost.layer_ops import Shapes, kv_heads_per_device
 from asap.cost.remat import remat_figures
+from asap.cost.ring_attention import ring_exposed_s, ring_traffic_s
 from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM
 from asap.cost.roofline import act_bytes
 from asap.spec.layout import UNITS, Layout, Unit, layout
 from asap.spec.model import ModelSpec
-from asap.spec.framework import SelectivePolicy
+from asap.spec.framework import CpRing, SelectivePolicy
 from asap.spec.job import Job
 from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
 from asap.spec.remat import is_maxtext
@@ -78,23 +79,27 @@ def recompute_extra_s(lc: LayerCompute, fwd, recompute, moe: bool, selective: Se
 
 
 def layer_parts(lc: LayerCompute, cm: LayerComm, mlp_fwd, tp_comm, ep_comm, recompute, moe: bool = False,
-                selective: SelectivePolicy = SelectivePolicy.KERNELS) -> dict[str, np.ndarray]:
+                selective: SelectivePolicy = SelectivePolicy.KERNELS, ring: CpRing = CpRing.TE,
+                cp=1) -> dict[str, np.ndarray]:
     """One layer, one micro-batch: compute (forward + backward + recompute, ``recompute_extra_s``) and in-layer
     communication.
 
-    CP's ring hides behind the attention kernel of the same pass (backward: 2x the traffic against 2.5x the
-    kernel). TP and EP traffic repeats in a recomputed forward (passes: 3 instead of 2, see ``layer_comm``)."""
+    CP's ring hides step by step behind the attention kernel of the same step (``asap.cost.ring_attention``:
+    each of the cp steps computes 1/cp of the kernel's pass; backward 2.5x the kernel, and dK,dV travel too); a
+    recomputed forward repeats the forward's. TP and EP traffic repeats in a recomputed forward (passes: 3
+    instead of 2, see ``layer_comm``)."""
     fwd = lc.attn_fwd_s + mlp_fwd
     bwd = lc.attn_bwd_s() + mlp_fwd * BWD_GEMM
     full = recompute == Recompute.FULL
     extra = recompute_extra_s(lc, fwd, recompute, moe, selective)
-    cp_exposed = (np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s)
-                  + np.maximum(0.0, 2 * cm.cp_fwd_s - lc.attn_core_fwd_s * BWD_ATTENTION)
-                  + np.where(full, np.maximum(0.0, cm.cp_fwd_s - lc.attn_core_fwd_s), 0.0))
+    core = lc.attn_core_fwd_s
+    ring_fwd, ring_bwd = ring_exposed_s(ring, cp, cm.cp_send_s, cm.cp_gather_s, core, core * BWD_ATTENTION)
+    cp_exposed = ring_fwd * np.where(full, 2, 1) + ring_bwd
+    traffic_fwd, traffic_bwd = ring_traffic_s(ring, cp, cm.cp_send_s, cm.cp_gather_s)
     # a2a / allgather exchanges precede the kernel: exposed, the forward's again under full recompute
     serial = cm.cp_serial_fwd_s * np.where(full, 2, 1) + cm.cp_serial_bwd_s
     return dict(compute=fwd + bwd + extra, tp=tp_comm, ep=ep_comm, cp=cp_exposed + serial,
-                cp_total=cm.cp_fwd_s * np.where(full, 4, 3) + serial,
+                cp_total=traffic_fwd * np.where(full, 2, 1) + traffic_bwd + serial,
                 mem=lc.memory_bound_fwd_s * (1 + BWD_ELEMENTWISE))
 
 
@@ -124,8 +129,10 @@ def unit_times(job: Job, S: StrategyBatch, keys: tuple[str, ...] | None = None) 
     lc = layer_compute(model, cluster.accelerator, train, S, framework=fw)
     cm = layer_comm(job, S)
     n = len(S)
-    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, fw.selective)
-    moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, fw.selective)
+    dense = layer_parts(lc, cm, lc.dense_mlp_fwd_s, cm.tp_dense_s, 0.0, S.recompute, False, fw.selective,
+                        fw.cp_ring, cm.cp_ring_ranks)
+    moe = (layer_parts(lc, cm, lc.moe_mlp_fwd_s, cm.tp_moe_s, cm.ep_s, S.recompute, True, fw.selective,
+                       fw.cp_ring, cm.cp_ring_ranks)
            if model.moe else dense)
     parts = {k: _columns(n, dense=dense[k], moe=moe[k], mtp=moe[k]) for k in TIME_PARTS if not k.startswith("host")}
     # the embedding lookup (memory-bound, backward scatters twice the bytes); the LM head and loss run once
@@ -365,7 +372,7 @@ def stages_of(model: ModelSpec, S: StrategyBatch) -> Stages:
 # ------------------------------------------------------------------------------------------------------------
 
 DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp", "vpp", "split",
-               "offload_act", "offload_layers")
+               "offload_act", "offload_layers", "cp_comm", "cp_a2a")
 
 
 @dataclass

@@ -89,6 +89,8 @@ def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> d
         cfg["optimizer_memory_host_offload"] = True
     if s.vocab_tiles > 1:  # base.yml: "The logits are tiled into num_vocab_tiling parts along the batch-sequence axis"
         cfg["num_vocab_tiling"] = s.vocab_tiles
+    if s.cp > 1 and s.cp_comm == "a2a":  # base.yml context_parallel_strategy (default all_gather); Ulysses on TPU
+        cfg["context_parallel_strategy"] = "ulysses"  # on context_sharding "context", base.yml's default
     cfg["dtype"] = {"fp32": "float32", "fp16": "float16"}.get(train.precision, "bfloat16")
     if train.precision == "fp8":
         cfg["quantization"] = "fp8"

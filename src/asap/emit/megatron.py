@@ -57,7 +57,9 @@ def parallel_args(model, train, s) -> list[tuple[str, ...]]:
         ("--context-parallel-size", str(s.cp)),
     ]
     if s.cp > 1 and s.cp_comm != "p2p":  # TransformerConfig.cp_comm_type (default p2p)
-        a.append(("--cp-comm-type", str(s.cp_comm)))
+        a.append(("--cp-comm-type", te_cp_comm_type(str(s.cp_comm))))
+    if s.cp > 1 and s.cp_comm == "a2a+p2p":  # parallel_state: the a2a group first, their product cp
+        a.append(("--hierarchical-context-parallel-sizes", str(s.cp_a2a), str(s.cp // s.cp_a2a)))
     if s.pp > 1:
         uniform = not s.layer_split and model.num_layers % (s.pp * s.vpp) == 0 and not model.mtp_layers
         if uniform:
@@ -214,3 +216,10 @@ def max_connections(s) -> str | None:
     if s.zero >= 2 or s.a2a_overlap:
         return "32"
     return "1" if s.tp > 1 or s.cp > 1 else None
+
+
+def te_cp_comm_type(cp_comm: str) -> str:
+    """cp_comm as Megatron-Core hands it to Transformer Engine (``TEDotProductAttention`` passes cp_comm_type
+    through; ``attn_forward_func_with_cp`` accepts p2p, a2a+p2p, all_gather and a2a and raises on anything else:
+    arguments.py's help spells the all-gather "allgather", which TE refuses)."""
+    return "all_gather" if cp_comm == "allgather" else cp_comm

@@ -23,7 +23,7 @@ from importlib import resources
 from typing import Any
 
 from asap.emit.common import check_runnable, chunk_layers, micro_batches, refuse, refuse_model
-from asap.emit.megatron import SELECTIVE_MODULES, modules_for, pipeline_layout
+from asap.emit.megatron import SELECTIVE_MODULES, modules_for, pipeline_layout, te_cp_comm_type
 from asap.emit.megatron_model import LLAMA3_FIXED, vocab_divisor
 from asap.spec.framework import Dispatcher
 from asap.emit.launch import (Launch, RunLength, blackwell_or_newer, rendezvous_to_set, torchrun,
@@ -250,7 +250,9 @@ def parallel_fields(model, train, s) -> dict[str, Any]:
                          "context_parallel_size": s.cp, "sequence_parallel": bool(s.sp), "seq_length": train.seq_len,
                          "make_vocab_size_divisible_by": vocab_divisor(model, s.tp, NAME)}
     if s.cp > 1 and s.cp_comm != "p2p":  # TransformerConfig.cp_comm_type (default p2p)
-        f["cp_comm_type"] = str(s.cp_comm)
+        f["cp_comm_type"] = te_cp_comm_type(str(s.cp_comm))
+    if s.cp > 1 and s.cp_comm == "a2a+p2p":  # ModelParallelConfig.hierarchical_context_parallel_sizes
+        f["hierarchical_context_parallel_sizes"] = [s.cp_a2a, s.cp // s.cp_a2a]
     if s.pp > 1:
         uniform = not s.layer_split and model.num_layers % (s.pp * s.vpp) == 0 and not model.mtp_layers
         if uniform:

@@ -25,6 +25,7 @@ from asap.spec.model import ModelSpec, model_from_dict
 FMT = "megatron-bridge"
 PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
             "sequence_parallel", "seq_length", "make_vocab_size_divisible_by", "cp_comm_type",
+            "hierarchical_context_parallel_sizes",
             "virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout", "expert_model_parallel_size",
             "expert_tensor_parallel_size", "moe_grouped_gemm", "moe_token_dispatcher_type", "moe_enable_deepep",
             "overlap_moe_expert_parallel_comm", "recompute_granularity", "recompute_method", "recompute_num_layers",
@@ -238,6 +239,7 @@ def bridge_strategy(m: dict, train: dict, ddp: dict, model: ModelSpec, precision
     names = {"tensor_model_parallel_size": "--tensor-model-parallel-size",
              "pipeline_model_parallel_size": "--pipeline-model-parallel-size",
              "context_parallel_size": "--context-parallel-size", "cp_comm_type": "--cp-comm-type",
+             "hierarchical_context_parallel_sizes": "--hierarchical-context-parallel-sizes",
              "virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
              "pipeline_model_parallel_layout": "--pipeline-model-parallel-layout",
              "expert_model_parallel_size": "--expert-model-parallel-size",

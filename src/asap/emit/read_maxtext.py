@@ -68,7 +68,8 @@ IGNORED = ("run_name", "base_output_directory", "hardware", "steps", "log_period
            "trainable_position_size", "allow_split_physical_axes", "custom_mesh", "use_post_attn_norm",
            "use_post_ffw_norm", "prefill_cache_axis_order", "ar_cache_axis_order", "use_vertex_tensorboard",
            "vertex_tensorboard_project", "vertex_tensorboard_region", "enable_pathways_goodput",
-           "max_position_embeddings", "max_segments_per_seq")
+           "max_position_embeddings", "max_segments_per_seq", "context_parallel_strategy",
+           "context_parallel_load_balance", "context_sharding")
 
 
 def _overrides(path: Path, text: str) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
@@ -171,7 +172,7 @@ def maxtext_strategy(cfg: dict, model: ModelSpec, cluster) -> tuple[dict[str, An
     dp = ax["data"] * ax["fsdp"] * ep
     s: dict[str, Any] = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": int(tp > 1)}
     if cp > 1:
-        s["cp_comm"] = "allgather"
+        s["cp_comm"] = _cp_comm(cfg)
     if int(cfg.get("num_vocab_tiling", 1)) > 1:  # the loss in chunks of the tokens (utils/vocabulary_tiling.py)
         s["vocab_tiles"] = int(cfg["num_vocab_tiling"])
     if ax["fsdp"] > 1:
@@ -203,6 +204,22 @@ def maxtext_strategy(cfg: dict, model: ModelSpec, cluster) -> tuple[dict[str, An
         s["offload_opt"] = 1
     s["_global"] = int(global_batch)
     return s, devices
+
+
+# base.yml context_parallel_strategy -> cp_comm: the K,V all-gather (default) or Ulysses' all-to-alls; MaxText's
+# ring (tokamax) and usp (Ulysses x ring) are not priced
+CP_STRATEGIES = {"all_gather": "allgather", "ulysses": "a2a"}
+
+
+def _cp_comm(cfg: dict) -> str:
+    """The context-parallel exchange a MaxText config asks for (``context_parallel_strategy``); the causal load
+    balance (``context_parallel_load_balance``, default true: 2 cp chunks per sequence) is what asap prices."""
+    strategy = str(cfg.get("context_parallel_strategy", "all_gather"))
+    if strategy not in CP_STRATEGIES:
+        raise refuse_key(FMT, "context_parallel_strategy", f"{strategy} (asap reads all_gather and ulysses)")
+    if str(cfg.get("context_parallel_load_balance", True)).lower() in ("false", "0"):
+        raise refuse_key(FMT, "context_parallel_load_balance", "false (asap prices the load-balanced chunks)")
+    return CP_STRATEGIES[strategy]
 
 
 def _remat(cfg: dict) -> dict[str, Any]:

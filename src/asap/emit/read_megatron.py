@@ -46,6 +46,7 @@ MAPPED = (
     "--moe-router-topk-scaling-factor", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
     "--moe-z-loss-coeff", "--moe-expert-capacity-factor", "--moe-token-drop-policy", "--tokenizer-type",
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size", "--cp-comm-type",
+    "--hierarchical-context-parallel-sizes",
     "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
     "--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--micro-batch-size", "--global-batch-size",
@@ -394,11 +395,7 @@ def read_strategy(a: Args, model: ModelSpec) -> dict[str, Any]:
     s: dict[str, Any] = {"tp": tp, "pp": pp, "cp": a.int("--context-parallel-size", 1),
                          "mbs": a.int("--micro-batch-size", 1),
                          "sp": int(a.has("--sequence-parallel") and tp > 1)}  # validate_args: tp=1 turns it off
-    cp_comm = a.flags.get("--cp-comm-type", ["p2p"])
-    if len(set(cp_comm)) != 1 or cp_comm[0] not in ("p2p", "a2a", "allgather"):
-        raise refuse_key(FMT, "--cp-comm-type", f"{' '.join(cp_comm)} (one of p2p, a2a, allgather for every layer)")
-    if s["cp"] > 1:
-        s["cp_comm"] = cp_comm[0]
+    s.update(_cp_comm(a, s["cp"]))
     s.update(_pipeline(a, model, pp))
     if model.moe is not None:
         s["ep"] = a.int("--expert-model-parallel-size", 1)
@@ -511,3 +508,22 @@ def _offload(a: Args) -> dict[str, Any]:
     if a.has("--optimizer-cpu-offload"):
         out["offload_opt"] = 1
     return out
+
+
+def _cp_comm(a: "Args", cp: int) -> dict[str, Any]:
+    """cp_comm (and a2a+p2p's inner Ulysses degree) from --cp-comm-type and --hierarchical-context-parallel-sizes
+    (parallel_state: their product is cp, the first the a2a group's; Transformer Engine spells the all-gather
+    all_gather, Megatron's help allgather: both read)."""
+    cp_comm = [{"all_gather": "allgather"}.get(c, c) for c in a.flags.get("--cp-comm-type", ["p2p"])]
+    if len(set(cp_comm)) != 1 or cp_comm[0] not in ("p2p", "a2a", "allgather", "a2a+p2p"):
+        raise refuse_key(FMT, "--cp-comm-type",
+                         f"{' '.join(cp_comm)} (one of p2p, a2a, all_gather, a2a+p2p for every layer)")
+    if cp <= 1:
+        return {}
+    if cp_comm[0] != "a2a+p2p":
+        return {"cp_comm": cp_comm[0]}
+    sizes = [int(x) for x in a.flags.get("--hierarchical-context-parallel-sizes", [])]
+    if len(sizes) != 2 or sizes[0] * sizes[1] != cp:
+        raise refuse_key(FMT, "--hierarchical-context-parallel-sizes",
+                         f"{' '.join(map(str, sizes)) or 'unset'} (a2a+p2p needs two sizes whose product is cp={cp})")
+    return {"cp_comm": "a2a+p2p", "cp_a2a": sizes[0]}

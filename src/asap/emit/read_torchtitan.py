@@ -128,6 +128,7 @@ def titan_strategy(par: dict, model: ModelSpec) -> tuple[dict[str, Any], int]:
     shard = int(par.get("data_parallel_shard_degree", -1))
     tp, pp = deg("tensor_parallel_degree"), deg("pipeline_parallel_degree")
     s: dict[str, Any] = {"tp": tp, "pp": pp, "cp": deg("context_parallel_degree"), "sp": int(tp > 1)}
+    _check_cp_ring(par)
     dp = r * shard if shard >= 1 else 0
     if dp:
         s["dp"] = dp
@@ -253,3 +254,18 @@ def _gpt_oss(a: dict, name: str) -> dict[str, Any]:
 
 
 BUILD = {"llama3": _llama3, "qwen3": _qwen3, "deepseek_v3": _deepseek, "gpt_oss": _gpt_oss}
+
+
+def _check_cp_ring(par: dict) -> None:
+    """asap prices torch's context_parallel as torchtitan runs it by default (``asap.cost.ring_attention``): the
+    head-tail split of 2 cp chunks (``context_parallel_load_balancer = "headtail"``; "ptrr" balances FlexAttention's
+    masks alike) and K,V all-gathered once a pass (``context_parallel_rotate_method = "allgather"``, torch's
+    default); an unbalanced split or the step-by-step all-to-all rotation is refused in one line."""
+    balancer = par.get("context_parallel_load_balancer", "headtail")
+    if balancer not in ("headtail", "ptrr"):
+        raise refuse_key(FMT, "parallelism.context_parallel_load_balancer",
+                         f"{balancer!r} (asap prices the balanced splits: headtail, ptrr)")
+    rotate = par.get("context_parallel_rotate_method", "allgather")
+    if rotate != "allgather":
+        raise refuse_key(FMT, "parallelism.context_parallel_rotate_method",
+                         f"{rotate!r} (asap prices torch's default allgather rotation)")

@@ -71,6 +71,7 @@ def candidate_values(model: ModelSpec, devices: int, scale_up_domain: int, train
         # a tiled loss where the stack offers one (MaxText): whole, or in 8 chunks as MaxText's own v4 recipes set
         # it (configs/tpu/v4/22b.sh, 52b.sh: num_vocab_tiling=8); the stacks that offer only 1 keep it
         vocab_tiles=[1, 8],
+        cp_a2a=[1],  # hierarchical CP is a stated choice (its a2a size), not searched
     )
     for key, allowed in framework.offers.items():  # each candidate's code in its printed spelling (the knob table's)
         cands[key] = [v for v in cands[key] if KNOB[key].printed_of_code(v) in allowed] or cands[key][:1]

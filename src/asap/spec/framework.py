@@ -134,6 +134,13 @@ DISPATCHERS = tuple(d.value for d in Dispatcher)
 BEST_DISPATCHER = len(DISPATCHERS)  # a planner row whose dispatcher is free: the cost model prices the fastest
 
 
+class CpRing(str, Enum):
+    """Whose ring attention a stack runs under ``cp_comm=p2p`` (``asap.cost.ring_attention``)."""
+
+    TE = "te"  # Transformer Engine AttnFuncWithCPAndKVP2P: K,V chunk by chunk, bf16 merges (Megatron, MindSpeed)
+    TORCH = "torch"  # torch context_parallel: K,V all-gathered per pass, fp32 dK,dV ring and merges (torchtitan)
+
+
 class AttentionKernel(str, Enum):
     """Which attention kernel a stack calls."""
 
@@ -265,6 +272,9 @@ class Framework:
     # parallelism); MindFormers' ``context_parallel_algo`` default ``colossalai_cp`` (K,V all-gathered, Q kept
     # sharded; ``ulysses_cp`` the all-to-all); torchtitan's context_parallel passes K,V around a ring
     cp_comm: str = "p2p"
+    # whose ring attention runs under cp_comm=p2p: Transformer Engine's, or torch's context_parallel (torchtitan's
+    # apply_cp, the reference trainer: ``_cp_options.rotate_method`` ALL_GATHER, convert_to_f32)
+    cp_ring: CpRing = CpRing.TE
     zero_default: int = 1  # the data-parallel sharding a run gets when it names none
     elementwise_traffic: float = 1.0  # HBM traffic of norms, RoPE, activations, residuals over fused kernels
     # does the stack run fused elementwise kernels by default: Megatron-Core / Transformer Engine (fused
@@ -351,6 +361,15 @@ class Framework:
     # distributed.py), so the gradients are held twice, ``param.grad`` and the bucket. Megatron-Core's
     # contiguous grad buffer (``main_grad``) and DeepSpeed's partitions are the one copy.
     ddp_bucket_copy: bool = False
+    # the stack clears a contiguous gradient buffer every step (Megatron-Core ``zero_grad_buffer()``:
+    # ``grad_data.zero_()``, param_and_grad_buffer.py), a memset of the stage's gradients; torch stacks free
+    # their gradients (``zero_grad(set_to_none=True)``) and XLA allocates them in the step (asap.cost.step_fixed)
+    grad_buffer_zeroed: bool = False
+    # the stack all-reduces the step's loss over the data-parallel group every step, not only at log steps
+    # (Megatron-LM ``train_step``: ``all_reduce(val, group=get_data_parallel_group(with_context_parallel=True))``
+    # of the summed loss and token count, megatron/training/training.py; torchtitan reduces it at its log steps,
+    # XLA inside the step's program): a small collective on the step's critical path (asap.cost.step_fixed)
+    loss_all_reduce: bool = False
     # torch FSDP2 (``torch.distributed.fsdp.fully_shard``) shards from ``fsdp_zero`` on: during each block's
     # backward it holds the block's unsharded gradient (in the all-gather dtype) and then copies it into a flat
     # reduce-scatter input in ``reduce_dtype``, keeping the previous block's input until this block's
@@ -410,14 +429,15 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               # pretrain_gpt.py's schedules: 1F1B and interleaved 1F1B (no zero-bubble or GPipe flag, core_r0.14.0)
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3),
-                      "cp_comm": ("p2p", "a2a", "allgather"), "vocab_tiles": (1,)},
-              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS),
+                      "cp_comm": ("p2p", "a2a", "allgather", "a2a+p2p"), "vocab_tiles": (1,)},
+              fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS,
+              grad_buffer_zeroed=True, loss_all_reduce=True),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b",), "vpp": (1,), "recompute": ("none", "full"), "sp": (0,), "cp": (1,),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,),
-                      "grad_bf16": (0,), "vocab_tiles": (1,)},
+                      "grad_bf16": (0,), "vocab_tiles": (1,), "cp_a2a": (1,)},
               max_zero_with_pp=1,
               fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
               # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it);
@@ -428,11 +448,11 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"), "cp_comm": ("p2p",),
                       "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,), "grad_bf16": (0,),
-                      "vocab_tiles": (1,)}, zero_default=3,
+                      "vocab_tiles": (1,), "cp_a2a": (1,)}, zero_default=3,
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
-              attention_kernel=AttentionKernel.SDPA,
+              attention_kernel=AttentionKernel.SDPA, cp_ring=CpRing.TORCH,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
               round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
@@ -442,7 +462,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"schedule": ("1f1b", "interleaved", "gpipe"), "zero": (0, 3),
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "grad_bf16": (0,),
-                      "cp_comm": ("allgather",)},
+                      # base.yml context_parallel_strategy: all_gather (default) or ulysses (TPU)
+                      "cp_comm": ("allgather", "a2a"), "cp_a2a": (1,)},
               zero_default=3, cp_comm="allgather",
               fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
@@ -457,7 +478,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # MindFormers' moe_config: all-to-all, or deduplicated (enable_deredundency); no all-gather dispatcher
               offers={"schedule": ("1f1b", "interleaved"), "zero": (0, 1), "dispatcher": ("alltoall", "dedup"),
                       "cp_comm": ("allgather", "a2a"), "offload_act": (0,), "offload_opt": (0,), "fp8_param": (0,), "grad_bf16": (0,),
-                      "vocab_tiles": (1,)},
+                      "vocab_tiles": (1,), "cp_a2a": (1,)},
               # MindSpore's comm_fusion "auto" mode fuses gradient all-reduces up to 64 MB (fp32 elements)
               dp_bucket=(64 * 2 ** 20 / 4, 0.0), hsdp_zero=(1,)),
     # the reference trainer (``asap run``): DDP (or one all-reduce after the backward under pp or DTensor TP),
@@ -467,12 +488,12 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,), "offload_act": (0,), "offload_opt": (0,),
-                      "fp8_param": (0,), "grad_bf16": (0,), "cp_comm": ("p2p",), "vocab_tiles": (1,)},
+                      "fp8_param": (0,), "grad_bf16": (0,), "cp_comm": ("p2p",), "vocab_tiles": (1,), "cp_a2a": (1,)},
               elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
               attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("embedding", "head"), loss_parallel=False),
+              fsdp_unresharded_units=("embedding", "head"), loss_parallel=False, cp_ring=CpRing.TORCH),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs

@@ -177,6 +177,10 @@ class CpComm(str, Enum):
     P2P = "p2p"  # ring: cp-1 steps each pass a K,V chunk, overlapped with the attention of the held chunk
     A2A = "a2a"  # DeepSpeed-Ulysses: all-to-all of Q, K, V to heads/cp over the full sequence, and of O back
     ALLGATHER = "allgather"  # all-gather of K, V over the cp group; each rank attends its own queries
+    # hierarchical (Megatron-Core cp_comm_type a2a+p2p, --hierarchical-context-parallel-sizes A R; TE
+    # AttnFuncWithCPAndKVP2P with cp_group [a2a group, p2p group]): Ulysses over the inner cp_a2a ranks (scale-up),
+    # a ring over the cp / cp_a2a outer ones
+    A2A_P2P = "a2a+p2p"
 
     @classmethod
     def parse(cls, text: Any, field: str = "strategy.cp_comm") -> CpComm:
@@ -410,6 +414,8 @@ KNOBS: tuple[Knob, ...] = (
          hidden=1, compact="dprep"),
     Knob("cp_comm", K.ENUM, "p2p", "context parallelism's exchange: ring, Ulysses all-to-all, all-gather of K,V "
          "(default: the stack's)", choices=CP_COMMS, type=CpComm, hidden="p2p", inert=_no_exchange),
+    Knob("cp_a2a", K.DEGREE, 1, "cp_comm=a2a+p2p: the inner Ulysses degree of the cp ranks (the ring runs over "
+         "cp / cp_a2a; Megatron --hierarchical-context-parallel-sizes)", hidden=1, compact="ulysses"),
     Knob("vocab_tiles", K.DEGREE, 1, "the loss computed over this many chunks of a micro-batch's tokens, one "
          "chunk's logits live at a time (MaxText num_vocab_tiling)", hidden=1, compact="vtiles"),
 )

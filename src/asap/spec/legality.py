@@ -82,6 +82,16 @@ RULES: tuple[Rule, ...] = (
          lambda c, j: (c["cp_comm"] != CpComm.A2A.code) | _NO_EXCHANGE(c) | _a2a_heads_ok(j.model, c["tp"], c["cp"]),
          lambda s, j: f"cp_comm=a2a with tp*cp={s.tp * s.cp} not dividing num_attention_heads="
                             f"{j.model.num_attention_heads} and the KV heads ({j.model.num_kv_heads}): Ulysses splits heads"),
+    # hierarchical CP (Megatron-Core a2a+p2p): np.prod(hierarchical_context_parallel_sizes) == cp (parallel_state),
+    # the inner Ulysses group splitting heads as a2a does (TE asserts it per group)
+    Rule("cp_a2a", ("cp_a2a", "cp_comm", "cp"),
+         lambda c, j: (c["cp_a2a"] == 1) | ((c["cp_comm"] == CpComm.A2A_P2P.code) & (c["cp"] % c["cp_a2a"] == 0)),
+         lambda s, j: f"cp_a2a={s.cp_a2a} needs cp_comm=a2a+p2p and to divide cp={s.cp} (the ring runs over cp / cp_a2a)"),
+    Rule("cp_comm", ("cp_comm", "cp_a2a", "tp", "cp"),
+         lambda c, j: (c["cp_comm"] != CpComm.A2A_P2P.code) | _NO_EXCHANGE(c)
+         | ((c["cp_a2a"] > 1) & _a2a_heads_ok(j.model, c["tp"], c["cp_a2a"])),
+         lambda s, j: f"cp_comm=a2a+p2p with cp_a2a={s.cp_a2a}: needs cp_a2a > 1 with tp*cp_a2a dividing "
+                            f"num_attention_heads={j.model.num_attention_heads} and the KV heads ({j.model.num_kv_heads})"),
     Rule("dp", ("dp", "tp", "pp", "cp"), lambda c, j: c["dp"] * c["tp"] * c["pp"] * c["cp"] == j.devices,
          lambda s, j: f"dp*tp*pp*cp = {s.dp}*{s.tp}*{s.pp}*{s.cp} = {s.devices} but the cluster has {j.devices} devices"),
     Rule("tp", ("tp",), lambda c, j: j.model.num_attention_heads % c["tp"] == 0,

@@ -101,6 +101,8 @@ class Strategy:
     # context parallelism's exchange (``CpComm``): p2p ring, a2a (Ulysses), allgather of K,V; Megatron-Core
     # --cp-comm-type, MindSpeed --context-parallel-algo, MaxText's all-gather context parallelism
     cp_comm: CpComm = CpComm.P2P
+    # cp_comm=a2a+p2p: the inner Ulysses degree (the first of Megatron's --hierarchical-context-parallel-sizes)
+    cp_a2a: int = 1
     # the loss over this many chunks of a micro-batch's tokens (MaxText ``num_vocab_tiling``,
     # maxtext/utils/vocabulary_tiling.py: a custom_vjp over jax.lax.scan keeps one chunk's logits at a time and
     # re-runs the head's forward per chunk in the backward); 1: the whole micro-batch's logits at once
