@@ -4,7 +4,10 @@ the layers below."""
 
 from __future__ import annotations
 
-from rich.table import Table
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def compact_of(est, job) -> str:
@@ -27,6 +30,8 @@ def readable_keys(d: dict, est, job) -> dict:
 
 def estimate_table(est) -> Table:
     """The step's parts: busy time of each, what is left exposed on the critical path, its share."""
+    from rich.table import Table
+
     table = Table()
     table.add_column("part")
     table.add_column("busy", justify="right")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from shlex import quote
-from typing import Optional
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import typer
-from rich.progress import Progress
-from rich.table import Table
 
 from asap.cli.root import app
 from asap.cli.choices import FORMATS, choice
@@ -17,6 +16,9 @@ from asap.cli.common import (JOB, OPTIONS, JobOptions, JsonOpt, LearnMemoryOpt, 
 from asap.budget import budget_of, with_budget
 from asap.cli.format import compact_of, mfu_peak_name, readable_keys, seconds
 from asap.spec.words import human_word
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 @app.command()
@@ -72,12 +74,7 @@ def plan(
     job, learned = with_learned(job, memory)
     budget, price = budget_of(tokens, price_per_device_hour)
     fixed = parse_strategy(fix, field="fix")
-    with Progress(console=err_console, transient=True, disable=not err_console.is_terminal) as progress:
-        task = progress.add_task("pricing configurations", total=None, visible=False)
-
-        def on_chunk(done: int, total: int) -> None:  # shown only for searches that take more than a chunk
-            progress.update(task, completed=done, total=total, visible=total > 131072)
-
+    with search_progress() as on_chunk:
         result = run_plan(job, fixed=fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit,
                           tight=options.memory_margin is None)  # the tight row's plan priced in the same pass
@@ -103,6 +100,24 @@ def plan(
     _print_tight(tight)
 
 
+@contextmanager
+def search_progress() -> Iterator[Callable[[int, int], None] | None]:
+    """The search's progress bar on a terminal (rich's, imported only there): a callback per chunk priced,
+    shown only for searches that take more than a chunk; None where stderr is not a terminal."""
+    if not err_console.is_terminal:
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=err_console, transient=True) as progress:
+        task = progress.add_task("pricing configurations", total=None, visible=False)
+
+        def on_chunk(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total, visible=total > 131072)
+
+        yield on_chunk
+
+
 def _sensitivity_and_tight(job, fixed: dict, result, options: JobOptions) -> dict | None:
     """Set the plan's ``sensitivity`` (``asap.search.sensitivity``) and return its tight row (``tight_row``;
     only under the default headroom)."""
@@ -125,6 +140,8 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
                      tokens: Optional[float] = None, price: Optional[float] = None, mfu_peak: str = "bf16") -> Table:
     """One row per candidate: its strategy (the keys that differ from estimate's defaults; the JSON output has
     every key in ``strategy_string``) and the figures estimate gives for it."""
+    from rich.table import Table
+
     from asap.spec.strategy import format_compact
 
     shape = "the fastest of each tp, pp, cp, ep shape (--all: every row)" if result.distinct else "every row"
@@ -158,6 +175,8 @@ def candidates_table(result, devices: int, moe: bool, framework=None, include_oo
 def budget_table(result, devices: int, tokens: float, price: Optional[float] = None) -> Table:
     """``--tokens``: each candidate's time to train and device-hours (and cost), a table of its own so the
     candidates' table keeps its width."""
+    from rich.table import Table
+
     from asap.budget import training_budget
 
     table = Table(title="training budget (--tokens)", title_justify="left")
@@ -185,6 +204,8 @@ def thin_front(front: list) -> list:
 
 def pareto_table(result, devices: int, moe: bool, framework=None) -> Table:
     """The configurations no other beats on both step time and memory: the trade a user chooses along."""
+    from rich.table import Table
+
     from asap.spec.strategy import format_compact
 
     shown = thin_front(result.pareto)

@@ -23,7 +23,7 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, BatchEstimate, Estimate, estimate, estimate_batch, estimate_from_batch
-from asap.cost.units import unit_times
+from asap.cost.units import UnitTimes, unit_times
 from asap.cost.bands import indistinguishable
 from asap.cost.device_memory import default_headroom_gb, usable_hbm_gb
 from asap.errors import AsapError
@@ -222,7 +222,7 @@ def plan(job: Job, *, fixed: dict[str, Any] | None = None, top: int = 5, include
     result = _result(job, fixed, search, top, top_k, split_candidates, distinct, deadline, time_limit_s, t0)
     if shadow is not None:
         result.tight_candidates = _result(shadow.job, fixed, shadow, 1, 1, 0, True, Deadline(t0, None),
-                                          PLAN_TIME_LIMIT_S, t0).candidates
+                                          PLAN_TIME_LIMIT_S, t0, front=False).candidates
     return result
 
 
@@ -261,15 +261,17 @@ def _fallback_search(job: Job, fixed: dict[str, Any], opts: Search, partial_offl
 
 
 def _result(job: Job, fixed: dict[str, Any], search: Search, top: int, top_k: int, split_candidates: int,
-            distinct: bool, deadline: Deadline, time_limit_s: float | None, t0: float) -> PlanResult:
-    """The plan of a search: the candidates (with their adopted layer splits) and the Pareto front."""
+            distinct: bool, deadline: Deadline, time_limit_s: float | None, t0: float,
+            front: bool = True) -> PlanResult:
+    """The plan of a search: the candidates (with their adopted layer splits) and (``front``) the Pareto
+    front."""
     cluster, train = job.cluster, job.train
     kept = search.kept
     assert kept is not None  # something was priced and kept: the space is not empty, and a row fits or include_oom
-    front = pareto_front(kept.step, kept.mem.peak_gb, kept.by_step())
+    front_idx = pareto_front(kept.step, kept.mem.peak_gb, kept.by_step()) if front else np.zeros(0, np.int64)
     hbm_rank = usable_hbm_gb(cluster.accelerator, train) if search.include_oom and search.oom_by_memory else math.inf
     pool = candidate_pool(kept, top_k, distinct)
-    rows = priced_rows(job, kept, pool)
+    rows, pareto = priced_rows(job, kept, pool, front_idx)
     if "layer_split" not in fixed and split_candidates and deadline.passed():
         deadline.notes.append("time limit reached before the pipeline-stage split: candidates keep the default "
                               "layer split")
@@ -278,7 +280,7 @@ def _result(job: Job, fixed: dict[str, Any], search: Search, top: int, top_k: in
                                   hbm_rank)
     ranked = rank_rows(rows, hbm_rank, distinct)[:top]
     candidates, splits = [as_estimate(job, r[0]) for r in ranked], [r[1] for r in ranked]
-    return PlanResult(candidates=candidates, pareto=front_points(job, kept, front), searched=search.priced,
+    return PlanResult(candidates=candidates, pareto=pareto, searched=search.priced,
                       fitting=search.fitting, search_time_s=time.perf_counter() - t0,
                       meshes=[tpu_mesh(cluster, e.strategy) for e in candidates], stage_splits=splits,
                       distinct=distinct, space=search.space, time_limit_s=time_limit_s,
@@ -303,16 +305,6 @@ def candidate_pool(kept: Kept, top_k: int, distinct: bool) -> np.ndarray:
                            [:bound_pool_rows(top_k)]])
     _, first = np.unique(both, return_index=True)
     return both[np.sort(first)]
-
-
-def front_points(job: Job, kept: Kept, idx: np.ndarray) -> list[FrontPoint]:
-    """The kept rows ``idx`` as front points, priced in one batch (``estimate_batch``: the figures
-    ``estimate_from_batch`` would read, without building an Estimate per row)."""
-    sub = kept.S.take(idx)
-    be = estimate_batch(job, sub, mem=expand(kept.mem, idx))
-    priced = np.broadcast_to(be.dispatcher, be.step_time_s.shape) if be.dispatcher is not None else None
-    return [FrontPoint(sub.strategy(j, dispatcher=None if priced is None else int(priced[j])),
-                       float(be.step_time_s[j]), float(be.peak_memory_gb[j])) for j in range(len(sub))]
 
 
 @dataclass
@@ -354,10 +346,18 @@ class PricedRow:
 Row = Estimate | PricedRow  # what the ranking and the split search read of a candidate
 
 
-def priced_rows(job: Job, kept: Kept, idx: np.ndarray) -> list[tuple[Row, dict | None]]:
-    sub = kept.S.take(idx)
-    be = estimate_batch(job, sub, mem=expand(kept.mem, idx))
-    return [(PricedRow(sub, be, j), None) for j in range(len(sub))]
+def priced_rows(job: Job, kept: Kept, idx: np.ndarray,
+                front_idx: np.ndarray) -> tuple[list[tuple[Row, dict | None]], list[FrontPoint]]:
+    """The kept rows ``idx`` as candidate rows and the rows ``front_idx`` as front points, priced in one batch
+    (``estimate_batch``: the figures ``estimate_from_batch`` would read, without building an Estimate per
+    row; a row's figures are its own, whatever rows are priced beside it)."""
+    both = np.concatenate([idx, front_idx])
+    sub = kept.S.take(both)
+    be = estimate_batch(job, sub, mem=expand(kept.mem, both))
+    priced = np.broadcast_to(be.dispatcher, be.step_time_s.shape) if be.dispatcher is not None else None
+    front = [FrontPoint(sub.strategy(j, dispatcher=None if priced is None else int(priced[j])),
+                        float(be.step_time_s[j]), float(be.peak_memory_gb[j])) for j in range(len(idx), len(both))]
+    return [(PricedRow(sub, be, j), None) for j in range(len(idx))], front
 
 
 def as_estimate(job: Job, row: Row) -> Estimate:
@@ -414,6 +414,7 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
     rows = list(rows)
     order = sorted(range(len(rows)), key=lambda i: (bounds[i], i))
     tried = 0
+    pool_ut: UnitTimes | None = None  # the rows' unit times, priced once for every round (a row's are its own)
     while order and tried < max_tries:
         ranked = rank_rows(rows, hbm_rank, distinct)[:top]
         cutoff = ranked[-1][0].step_time_s * (1 - TIE_REL) if len(ranked) >= top else math.inf
@@ -433,7 +434,10 @@ def adopt_stage_splits(job: Job, rows: list, bounds: list[float], max_tries: int
         if not batch:
             break
         tried += len(batch)
-        for i, row in zip(batch, split_rows(job, [rows[i][0] for i in batch]), strict=True):
+        if pool_ut is None and job.framework.name not in UNIFORM_SPLIT_ONLY:
+            pool_ut = unit_times(job, StrategyBatch.from_strategies([r[0].strategy for r in rows]), UNIT_KEYS)
+        ut = pool_ut.subset(np.array(batch)) if pool_ut is not None else None
+        for i, row in zip(batch, split_rows(job, [rows[i][0] for i in batch], ut), strict=True):
             rows[i] = row
     return rows
 
@@ -444,17 +448,18 @@ def stage_split(job: Job, strategy) -> dict[str, Any]:
     return split_rows(job, [estimate(job, strategy)])[0][1]
 
 
-def split_rows(job: Job, rows: list[Row]) -> list[tuple[Row, dict[str, Any]]]:
+def split_rows(job: Job, rows: list[Row], ut: UnitTimes | None = None) -> list[tuple[Row, dict[str, Any]]]:
     """Each row with the fastest of the planner's splits (``search.split_dp.planner_splits``) as ``estimate``
     prices them (all rows' splits in one batch), where it fits and beats the row's own split (equal time: less
     memory); else as it was. The dict says which (``stage_split`` in the plan's JSON): its figures are
-    ``estimate``'s."""
+    ``estimate``'s. ``ut``: the rows' unit times, where the caller has them."""
     tried, alts = [], []
     infos: list[dict[str, Any]] = []
     uniform_only = job.framework.name in UNIFORM_SPLIT_ONLY
     strategies = [e.strategy for e in rows]
     # a layer split changes no unit time (``UNIT_KEYS``): the rows' unit times are their splits' too
-    ut = None if uniform_only else unit_times(job, StrategyBatch.from_strategies(strategies), UNIT_KEYS)
+    if ut is None and not uniform_only:
+        ut = unit_times(job, StrategyBatch.from_strategies(strategies), UNIT_KEYS)
     problems = [None] * len(rows) if uniform_only else \
         build_problems(job, strategies, recompute_choice=False, ut=ut)
     owner: list[int] = []  # the row each split is of

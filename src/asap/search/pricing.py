@@ -18,7 +18,7 @@ import numpy as np
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, estimate_batch
 from asap.cost.device_memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
-from asap.cost.units import DeviceFigures, device_figures, unit_times, with_times
+from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times, with_times
 from asap.errors import AsapError
 from asap.search.prune import step_lower_bound_s, worth_pricing
 from asap.search.space import Space
@@ -121,7 +121,7 @@ class Kept:
         front = pareto_front(self.step, self.mem.peak_gb, np.argsort(self.step, kind="stable"))
         keep = [front, self.first(self.step, top_k, 1 if distinct else None),
                 self.first(self.bound, bound_pool_rows(top_k), BOUND_PER_SHAPE)]
-        return self.take(np.unique(np.concatenate(keep)))
+        return self.take(sorted_unique(np.concatenate(keep)))
 
     def bar(self, top_k: int, distinct: bool) -> tuple[float, np.ndarray, np.ndarray]:
         """What a new row must beat to be ``needed`` with these rows (``search.prune.worth_pricing``): the
@@ -208,52 +208,135 @@ def chunk_memory(job: Job, part: StrategyBatch) -> tuple[DeviceFigures, MemoryBr
     return f_all, memory(model, cluster.accelerator, train, part, figures=f_all, framework=fw)
 
 
-def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: bool, oom_by_memory: bool,
-                top_k: int, distinct: bool, prior: Kept | None = None,
-                priced_memory: tuple[DeviceFigures, MemoryBreakdown] | None = None) -> PricedChunk:
-    """Peak memory of every row of ``part`` (``chunk_memory``, or ``priced_memory`` where given), then the step
-    times of the rows that fit (all of them with ``include_oom``), but for those that could not be shown
-    (``search.prune``: against the bar of ``prior``, the rows kept before, and of this chunk's ``SEED_ROWS``
-    rows of least lower bound). The unit times and the devices' time parts are priced for the rows that fit
-    only (``cost.units.with_times``). Pure: chunks are priced side by side (``search_space``)."""
+def chunk_tallies(job: Job, place: np.ndarray, part: StrategyBatch,
+                  mem: MemoryBreakdown) -> tuple[np.ndarray, tuple, tuple, int]:
+    """What a chunk adds to a search's counts under the job's margin: which rows fit, the leanest row (peak
+    GiB, place, strategy), the row of least host memory among those that fit the device, and how many do."""
     cluster, train = job.cluster, job.train
-    f_all, mem = chunk_memory(job, part) if priced_memory is None else priced_memory
     fits = fits_memory(mem, cluster.accelerator, train)
     j = int(np.argmin(mem.peak_gb))
     smallest = (float(mem.peak_gb[j]), int(place[j]), part.strategy(j))
     least_host: tuple = (np.inf, -1, None)
-    usable = usable_hbm_gb(cluster.accelerator, train)
-    on_device = np.nonzero(mem.peak_gb <= usable)[0]
+    on_device = np.nonzero(mem.peak_gb <= usable_hbm_gb(cluster.accelerator, train))[0]
     if len(on_device):
         host = np.broadcast_to(mem.host_gb, mem.peak_gb.shape)[on_device]
         k = int(np.argmin(host))
         least_host = (float(host[k]), int(place[on_device[k]]), part.strategy(int(on_device[k])))
+    return fits, smallest, least_host, len(on_device)
+
+
+def price_chunk(job: Job, part: StrategyBatch, place: np.ndarray, include_oom: bool, oom_by_memory: bool,
+                top_k: int, distinct: bool, prior: Kept | None = None,
+                priced_memory: tuple[DeviceFigures, MemoryBreakdown] | None = None,
+                timed: Timed | None = None) -> PricedChunk:
+    """Peak memory of every row of ``part`` (``chunk_memory``, or ``priced_memory`` where given), then the step
+    times of the rows that fit (all of them with ``include_oom``), but for those that could not be shown
+    (``search.prune``: against the bar of ``prior``, the rows kept before, and of this chunk's ``SEED_ROWS``
+    rows of least lower bound). The unit times and the devices' time parts are priced for the rows that fit
+    only (``cost.units.with_times``; ``timed``: theirs, where the caller has them). Pure: chunks are priced
+    side by side (``search_space``)."""
+    f_all, mem = chunk_memory(job, part) if priced_memory is None else priced_memory
+    fits, smallest, least_host, on_device = chunk_tallies(job, place, part, mem)
+    usable = usable_hbm_gb(job.cluster.accelerator, job.train)
     hbm = usable if include_oom and oom_by_memory else math.inf
     timed_rows = np.arange(len(part)) if include_oom else np.nonzero(fits)[0]
     kept = kept_rows(job, part.take(timed_rows), expand(mem, timed_rows), f_all.subset(timed_rows),
-                     place[timed_rows], hbm, top_k, distinct, prune=not include_oom, prior=prior)
-    return PricedChunk(len(part), int(fits.sum()), len(on_device), smallest, least_host, kept)
+                     place[timed_rows], hbm, top_k, distinct, prune=not include_oom, prior=prior, timed=timed)
+    return PricedChunk(len(part), int(fits.sum()), on_device, smallest, least_host, kept)
 
 
-def price_chunks(part: StrategyBatch, place: np.ndarray,
-                 searches: list[tuple[Job, bool, bool, int, bool, Kept | None]]) -> list[PricedChunk]:
-    """``price_chunk`` of one chunk for each of ``searches`` (``(job, include_oom, oom_by_memory, top_k,
-    distinct, prior)``: one job under different memory margins), its memory priced once."""
+SearchArgs = tuple[Job, bool, bool, int, bool, "Kept | None"]  # (job, include_oom, oom_by_memory, top_k, distinct, prior)
+
+
+def within(first: SearchArgs, other: SearchArgs) -> bool:
+    """Whether ``other`` (the same job under a margin no wider) keeps no row ``first`` would not keep of the
+    rows that fit both: neither ranks rows that do not fit, and ``first`` keeps as many rows by step (of one
+    shape each, unless ``other`` keeps one) and by split bound (``Kept.needed``). Then a row of both that
+    ``first`` drops (priced or pruned) is out of ``other``'s rows too (``Kept.needed``: a row out of the
+    rows needed of a set is out of them among any superset), and ``other`` prices only the rows that fit it
+    alone (``price_wider_chunk``)."""
+    job, oom, _, top_k, distinct, _ = first
+    job_o, oom_o, _, top_k_o, distinct_o, _ = other
+    return (not oom and not oom_o and top_k_o <= top_k and (top_k_o == 1 or distinct == distinct_o)
+            and job_o.train.memory_margin_gb <= job.train.memory_margin_gb)
+
+
+def price_wider_chunk(job: Job, part: StrategyBatch, place: np.ndarray, top_k: int, distinct: bool,
+                      prior: Kept | None, priced_memory: tuple[DeviceFigures, MemoryBreakdown],
+                      narrower: PricedChunk, extra: np.ndarray, timed: Timed | None = None) -> PricedChunk:
+    """``price_chunk`` of a search ``within`` another's (``narrower``; ``extra``: the rows that fit this one
+    only, ``timed`` their time figures where the caller has them): its kept rows are those it needs of the
+    other's kept rows of this chunk and of the rows ``extra``, these priced but for those that could not be
+    shown against its ``prior`` and the other's."""
+    f_all, mem = priced_memory
+    fits, smallest, least_host, on_device = chunk_tallies(job, place, part, mem)
+    known = [k for k in (prior, narrower.kept) if k is not None]
+    # with rows kept already, their bar prunes (the narrower search's rows of this chunk: its fastest)
+    kept = kept_rows(job, part.take(extra), expand(mem, extra), f_all.subset(extra), place[extra], math.inf,
+                     top_k, distinct, prune=True, prior=Kept.concatenate(known) if known else None,
+                     seed_rows=0 if known else SEED_ROWS, timed=timed)
+    parts = [k for k in (narrower.kept, kept) if k is not None]
+    return PricedChunk(len(part), int(fits.sum()), on_device, smallest, least_host,
+                       Kept.concatenate(parts).needed(top_k, distinct) if parts else None)
+
+
+def price_chunks(part: StrategyBatch, place: np.ndarray, searches: list[SearchArgs]) -> list[PricedChunk]:
+    """``price_chunk`` of one chunk for each of ``searches`` (``SearchArgs``: one job under different memory
+    margins), its memory priced once; a second search ``within`` the first prices only the rows that fit it
+    alone (``price_wider_chunk``), and the time figures of the rows that fit it are priced once for both
+    (``time_figures``: per row, whatever rows are priced beside it)."""
     priced_memory = chunk_memory(searches[0][0], part)
-    return [price_chunk(job, part, place, include_oom, by_memory, top_k, distinct, prior, priced_memory)
-            for job, include_oom, by_memory, top_k, distinct, prior in searches]
+    if len(searches) != 2 or not within(*searches):
+        return [price_chunk(job, part, place, include_oom, by_memory, top_k, distinct, prior, priced_memory)
+                for job, include_oom, by_memory, top_k, distinct, prior in searches]
+    (job, include_oom, by_memory, top_k, distinct, prior), wider = searches
+    f_all, mem = priced_memory
+    fits = fits_memory(mem, job.cluster.accelerator, job.train)
+    fits_wide = fits_memory(mem, wider[0].cluster.accelerator, wider[0].train)
+    assert not (fits & ~fits_wide).any()  # a margin no wider: what fits the first fits the second
+    wide = np.nonzero(fits_wide)[0]
+    at = np.cumsum(fits_wide) - 1  # each row's place among ``wide``
+    timed = time_figures(job, part.take(wide), f_all.subset(wide)) if len(wide) else None
+    narrow_at, extra_at = at[np.nonzero(fits)[0]], at[np.nonzero(fits_wide & ~fits)[0]]
+    first = price_chunk(job, part, place, include_oom, by_memory, top_k, distinct, prior, priced_memory,
+                        timed.subset(narrow_at) if timed is not None else None)
+    return [first, price_wider_chunk(wider[0], part, place, wider[3], wider[4], wider[5], priced_memory, first,
+                                     wide[extra_at], timed.subset(extra_at) if timed is not None else None)]
+
+
+@dataclass
+class Timed:
+    """The rows' unit times, their device figures with the time parts, and their step's lower bound
+    (``search.prune``): what ``kept_rows`` prices its rows from."""
+    unit: UnitTimes
+    figures: DeviceFigures
+    lower: np.ndarray
+
+    def subset(self, rows: np.ndarray) -> "Timed":
+        return Timed(self.unit.subset(rows), self.figures.subset(rows), self.lower[rows])
+
+
+def time_figures(job: Job, S: StrategyBatch, f_mem: DeviceFigures) -> Timed:
+    """``Timed`` of the rows of S (of memory figures ``f_mem``): each row's figures are its own, whatever
+    rows are priced beside it (per combination of the keys each depends on, elementwise)."""
+    ut = unit_times(job, S, UNIT_KEYS)
+    f = with_times(f_mem, ut)
+    return Timed(ut, f, step_lower_bound_s(job, S, f))
 
 
 def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFigures, place: np.ndarray,
-              hbm: float, top_k: int, distinct: bool, prune: bool, prior: Kept | None) -> Kept | None:
+              hbm: float, top_k: int, distinct: bool, prune: bool, prior: Kept | None,
+              seed_rows: int = SEED_ROWS, timed: Timed | None = None) -> Kept | None:
     """The rows of S (of peak memory ``mem``, memory figures ``f_mem``) the result may show, priced with their
     unit times; with ``prune`` (else every row is priced) only those that could still be shown are: the
-    ``SEED_ROWS`` of least lower bound first, then those of the rest that beat their bar and ``prior``'s (the
-    rows kept before)."""
+    ``seed_rows`` of least lower bound first, then those of the rest that beat their bar and ``prior``'s (the
+    rows kept before); ``timed``: the rows' time figures, where the caller has them (``time_figures``)."""
     if not len(S):
         return None
-    ut = unit_times(job, S, UNIT_KEYS)
-    f = with_times(f_mem, ut)
+    if timed is None and prune:
+        timed = time_figures(job, S, f_mem)
+    ut = timed.unit if timed is not None else unit_times(job, S, UNIT_KEYS)
+    f = timed.figures if timed is not None else with_times(f_mem, ut)
 
     def kept_of(rows: np.ndarray) -> Kept | None:
         if not len(rows):
@@ -265,8 +348,9 @@ def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFig
 
     if not prune:  # include_oom: every row is shown in some order, nothing is pruned
         return kept_of(np.arange(len(S)))
-    lower = step_lower_bound_s(job, S, f)
-    seed, rest = least_first(lower, SEED_ROWS)
+    assert timed is not None
+    lower = timed.lower
+    seed, rest = least_first(lower, seed_rows) if seed_rows else (np.zeros(0, dtype=np.int64), np.arange(len(S)))
     first = kept_of(seed)
     so_far = [k for k in (prior, first) if k is not None]
     if so_far and len(rest):
@@ -274,6 +358,13 @@ def kept_rows(job: Job, S: StrategyBatch, mem: MemoryBreakdown, f_mem: DeviceFig
         rest = rest[worth_pricing(lower[rest], mem.peak_gb[rest], *bar)]
     parts = [k for k in (first, kept_of(rest)) if k is not None]
     return Kept.concatenate(parts).needed(top_k, distinct) if parts else None
+
+
+def sorted_unique(rows: np.ndarray) -> np.ndarray:
+    """``np.unique(rows)`` of integer rows by sorting (numpy's hashing path for a bare ``np.unique`` imports
+    ``numpy.ma`` on first use, ~10 ms of a command's start-up; the result is the same)."""
+    rows = np.sort(rows)
+    return rows[np.concatenate(([True], rows[1:] != rows[:-1]))] if len(rows) else rows
 
 
 def least_first(key: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

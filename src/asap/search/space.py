@@ -332,7 +332,9 @@ class Space:
             return
         first = np.sort(chunk_order(self.n_mesh)[:FIRST_BLOCK_MESH])
         yield block(first)
-        rest = np.setdiff1d(np.arange(self.n_mesh), first)
+        left = np.ones(self.n_mesh, dtype=bool)
+        left[first] = False
+        rest = np.flatnonzero(left)  # np.setdiff1d's rows, without its bare np.unique (numpy.ma's import)
         run = take()
         starts = range(0, len(rest), run)
         for k in chunk_order(len(starts)) if len(starts) else []:
