@@ -15,11 +15,13 @@ JOB = ("-m", "llama3-8b", "-c", "dgx-h100-1node", "-b", "32", "-s", "4096", "-S"
 def test_the_parts_of_each_memory_term():
     out = json.loads(run_cli("estimate", *JOB, "--json").stdout)
     detail, terms = out["memory_detail_gb"], out["memory_gb"]
-    # the logits of one micro-batch on a tensor-parallel rank's vocabulary shard, bf16 and their fp32 copy:
-    # 4096 tokens x 128256 / 2 x (2 + 4) B = 1.468 GiB
-    assert detail["activations_logits"] == pytest.approx(4096 * 128256 / 2 * 6 / 2**30, rel=1e-9)
+    # the logits of one micro-batch on a tensor-parallel rank's vocabulary shard under torchtitan's loss_parallel,
+    # four fp32 tensors per logit (torch's _nll_loss_and_log_softmax_backward; Framework.logits_bytes):
+    # 4096 tokens x 128256 / 2 x 16 B = 3.914 GiB
+    assert detail["activations_logits"] == pytest.approx(4096 * 128256 / 2 * 16 / 2**30, rel=1e-9)
+    assert detail["activations_cp_buffers"] == 0.0  # no context parallelism: no ring buffers
     for part, gb in detail.items():
-        assert 0 < gb <= terms[part.split("_")[0]] + 1e-9, (part, gb, terms)
+        assert (part == "activations_cp_buffers" or 0 < gb) and gb <= terms[part.split("_")[0]] + 1e-9, (part, gb)
     text = run_cli("estimate", *JOB, "--explain").stdout
     lines = [ln for ln in text.splitlines() if "of which" in ln]
     assert [w for w in ("gathered by FSDP", "gradient reduction buffers", "logits of one micro-batch")

@@ -16,7 +16,13 @@ def test_fp4_runs_on_blackwell_faster_than_fp8_and_is_refused_on_hopper(cli):
     c = load_cluster("b300", nodes=8)
     fp8, nv, mx = (estimate(Job.resolve(m, c, TrainSpec(256, 8192, p)), "tp=4,pp=2") for p in ("fp8", "nvfp4", "mxfp4"))
     assert nv.step_time_s < fp8.step_time_s and mx.step_time_s < fp8.step_time_s
-    assert mx.memory_gb["weights"] < nv.memory_gb["weights"] < fp8.memory_gb["weights"]  # scales per 32 < per 16
+    # Transformer Engine keeps a rowwise and a columnwise copy of an fp4 weight (device_memory.quantised_weight_copies),
+    # one of a tensor-scaled fp8 weight on Blackwell: bf16 2 B + 1 B (fp8) < 2 B + 2 x 0.53125 (MXFP4, a scale per 32)
+    # < 2 B + 2 x 0.5625 (NVFP4, a scale per 16) per parameter, the same completion (tp4 pp2 dp8 zero1) for all three
+    assert fp8.strategy == nv.strategy == mx.strategy
+    assert fp8.memory_gb["weights"] < mx.memory_gb["weights"] < nv.memory_gb["weights"]
+    assert (nv.memory_gb["weights"] - mx.memory_gb["weights"]) / (mx.memory_gb["weights"] - fp8.memory_gb["weights"]) \
+        == pytest.approx((2 * 0.5625 - 2 * 0.53125) / (2 * 0.53125 - 1.0), rel=0.02)
     with pytest.raises(AsapError, match="nvfp4 is not supported by h100-sxm"):
         estimate(Job.resolve(m, load_cluster("h100-sxm", nodes=8), TrainSpec(256, 8192, "nvfp4")), "tp=4,pp=2")
     assert_one_line_error(cli("estimate", "-m", "llama3-8b", "-c", "h100-sxm", "-b", 8, "-s", 2048, "--precision",
