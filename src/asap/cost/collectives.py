@@ -111,14 +111,18 @@ def measured_line(cluster: Cluster, op: str, group):
     return lat, bw
 
 
-def all_reduce_s(cluster: Cluster, size_bytes, group, stride):
+def all_reduce_s(cluster: Cluster, size_bytes, group, stride, chunked: bool = True):
+    """Tree latency plus 2 (g-1)/g of ``size_bytes`` at the bus bandwidth (a calibrated machine's all-reduce line
+    where it has one); ``chunked``: the bandwidth its per-rank chunk reaches (``message_efficiency``), False for
+    the small all-reduces ``small_all_reduce_s`` prices."""
     g = np.maximum(group, 1)
     line = measured_line(cluster, "all_reduce", g)
     if line is not None:
         t = line[0] + 2.0 * (g - 1) / g * size_bytes / line[1]
         return np.where(g > 1, t, 0.0)
     _, spans, busbw = _link(cluster, g, stride)
-    busbw = busbw * message_efficiency(size_bytes / g)
+    if chunked:
+        busbw = busbw * message_efficiency(size_bytes / g)
     t = 2.0 * (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans, ring=False)
     return np.where(g > 1, t, 0.0)
 
@@ -129,13 +133,7 @@ def small_all_reduce_s(cluster: Cluster, size_bytes, group, stride):
     steps), so it costs the launch and the tree's 2 log2 g hops plus its bytes at the bus bandwidth, without the
     per-step chunk penalty of ``message_efficiency`` (which describes large ring transfers). A calibrated
     machine's all-reduce line where it has one."""
-    g = np.maximum(group, 1)
-    line = measured_line(cluster, "all_reduce", g)
-    if line is not None:
-        return np.where(g > 1, line[0] + 2.0 * (g - 1) / g * size_bytes / line[1], 0.0)
-    _, spans, busbw = _link(cluster, g, stride)
-    t = 2.0 * (g - 1) / g * size_bytes / busbw + _latency_s(cluster, g, spans, ring=False)
-    return np.where(g > 1, t, 0.0)
+    return all_reduce_s(cluster, size_bytes, group, stride, chunked=False)
 
 
 def all_gather_s(cluster: Cluster, size_bytes, group, stride, nics_per_domain=None):
