@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from shlex import quote
 from contextlib import contextmanager
@@ -74,11 +75,12 @@ def plan(
     job, learned = with_learned(job, memory)
     budget, price = budget_of(tokens, price_per_device_hour)
     fixed = parse_strategy(fix, field="fix")
-    with search_progress() as on_chunk:
+    with search_progress() as on_chunk, without_cycle_collection():
         result = run_plan(job, fixed=fixed, top=top, include_oom=include_oom, progress=on_chunk,
                           split_candidates=split_candidates, distinct=not all_rows, time_limit_s=time_limit,
                           tight=options.memory_margin is None)  # the tight row's plan priced in the same pass
-    tight = _sensitivity_and_tight(job, fixed, result, options)
+    with without_cycle_collection():
+        tight = _sensitivity_and_tight(job, fixed, result, options)
     emitted = emit_best(emit, job, result.candidates, budget) if emit is not None else None
     limits = plan_limits(result, job.devices, job.train.global_batch, fixed, top, include_oom)
     args = options.args()
@@ -98,6 +100,21 @@ def plan(
     _print_plan(job, result, limits, args, include_oom, budget, price)
     print_learned(learned)
     _print_tight(tight)
+
+
+@contextmanager
+def without_cycle_collection() -> Iterator[None]:
+    """The cycle collector off while the plan is priced: the search makes no reference cycles worth collecting
+    (numpy arrays and the dataclasses that hold them, freed by their reference counts), but its short-lived
+    objects set off about 190 collections (DeepSeek-V3 on 2048 H800: 174 of the youngest generation, 16 of
+    the middle one, one full), 0.1-0.2 s of the command; the plan is the same."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @contextmanager

@@ -12,6 +12,7 @@ own split ``search.split_dp``.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -289,13 +290,14 @@ def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> 
         times = [u.time_s + (u.recompute_extra_s if rc else 0.0) for u in prob.units]
         times = times[:len(times) - tail] + [sum(times[len(times) - tail:])]
         lo, hi = max(times), sum(times)
+        runs = _running_sums(times)
         for _ in range(40):
             cap = (lo + hi) / 2
-            if _greedy_counts(times, cap, S) is None:
+            if _greedy_counts(times, cap, S, runs) is None:
                 lo = cap
             else:
                 hi = cap
-        counts = _greedy_counts(times, hi, S)
+        counts = _greedy_counts(times, hi, S, runs)
         if counts is not None:
             counts[-1] += tail - 1
             options.append(price_split(prob, counts, [rc] * S))
@@ -304,17 +306,28 @@ def heuristic_split(prob: StageProblem, allow_recompute_choice: bool = True) -> 
     return min(pool, key=lambda o: o.pipeline_time_s) if pool else None
 
 
-def _greedy_counts(times: list[float], cap: float, stages: int) -> list[int] | None:
-    """Fill stages left to right up to ``cap`` while leaving a unit for every later stage."""
+def _running_sums(times: list[float]) -> list[list[float]]:
+    """Per start unit i: the running sums of ``times[i:]``, added left to right from 0.0 (``runs[i][n - 1]``
+    is the time of units i .. i + n - 1, the same float ``_greedy_counts``' fill adds up)."""
+    return [list(itertools.accumulate(times[i:], initial=0.0))[1:] for i in range(len(times))]
+
+
+def _greedy_counts(times: list[float], cap: float, stages: int,
+                   runs: list[list[float]] | None = None) -> list[int] | None:
+    """Fill stages left to right up to ``cap`` while leaving a unit for every later stage: a stage from unit i
+    takes unit i, then each next unit while the running sum stays within ``cap`` (``runs``:
+    ``_running_sums(times)``, where the caller has them; unit times are not negative, so the running sums
+    rise and the units taken are those up to the first sum over ``cap``, found by bisection)."""
     U = len(times)
+    runs = _running_sums(times) if runs is None else runs
     counts, i = [], 0
     for j in range(stages):
         left = stages - j - 1
-        n, acc = 0, 0.0
-        while i + n < U - left and (n == 0 or acc + times[i + n] <= cap):
-            acc += times[i + n]
-            n += 1
-        if n == 0 or (j == stages - 1 and i + n < U):
+        room = U - left - i  # the most units this stage may take
+        if room <= 0:
+            return None
+        n = max(1, bisect.bisect_right(runs[i], cap, 0, room))
+        if j == stages - 1 and i + n < U:
             return None
         counts.append(n)
         i += n

@@ -34,11 +34,19 @@ class StrategyBatch:
             self.__dict__[name] = col
         self.layer_splits = layer_splits
 
-    def __getattr__(self, name: str) -> np.ndarray:  # the columns live in __dict__; this only types them
-        raise AttributeError(name)
+    def __getattr__(self, name: str) -> np.ndarray:
+        """A column not built yet: a batch of ``take`` gathers each column of its source on first read (the
+        pricing reads a few of the 25 columns of most of its batches)."""
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None or name not in lazy[0]:
+            raise AttributeError(name)
+        col = gather(lazy[0][name], lazy[1])
+        self.__dict__[name] = col
+        return col
 
     def __len__(self) -> int:
-        return int(self.dp.shape[0])
+        lazy = self.__dict__.get("_lazy")
+        return len(lazy[1]) if lazy is not None else int(self.dp.shape[0])
 
     def __getitem__(self, key: str) -> np.ndarray:
         return getattr(self, key)
@@ -74,15 +82,32 @@ class StrategyBatch:
         return cls(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in COLUMNS}, layer_splits=splits)
 
     def take(self, index) -> "StrategyBatch":
-        return StrategyBatch(**{k: gather(getattr(self, k), index) for k in COLUMNS}, layer_splits=self.layer_splits)
+        """The rows ``index`` (an integer array, a slice, a mask), their columns gathered when first read: the
+        same values as gathering every column now."""
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None and isinstance(index, slice):  # views, no copy
+            return StrategyBatch(**{k: self.__dict__[k][index] for k in COLUMNS}, layer_splits=self.layer_splits)
+        rows = index if isinstance(index, np.ndarray) and index.dtype.kind in "iu" else np.arange(len(self))[index]
+        source, at = (lazy[0], gather(lazy[1], rows)) if lazy is not None else ({k: self.__dict__[k] for k in COLUMNS},
+                                                                                rows)
+        out = StrategyBatch.__new__(StrategyBatch)
+        out.__dict__.update(_lazy=(source, np.asarray(at, dtype=np.int64)), layer_splits=self.layer_splits)
+        return out
+
+    def value(self, column: str, i: int) -> int:
+        """Row ``i``'s code in ``column`` (read off the source of a batch of ``take``: no column built)."""
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None and column not in self.__dict__:
+            return int(lazy[0][column][lazy[1][i]])
+        return int(getattr(self, column)[i])
 
     def layer_split(self, i: int) -> tuple[int, ...]:
-        return self.layer_splits[int(self.split[i])]
+        return self.layer_splits[self.value("split", i)]
 
     def strategy(self, i: int, dispatcher: int | None = None) -> Strategy:
         """Row ``i`` as a Strategy (each code decoded by its ``Knob.decode``); ``dispatcher`` gives the priced one
         for a row left to the fastest (an unpriced such row reads as the first dispatcher)."""
-        d: dict[str, Any] = {k.name: k.decode(int(getattr(self, k.column)[i])) for k in _CODED}
+        d: dict[str, Any] = {k.name: k.decode(self.value(k.column, i)) for k in _CODED}
         if dispatcher is not None:
             d["dispatcher"] = _DISPATCHER.decode(dispatcher)
         return Strategy(**d, layer_split=self.layer_split(i))
