@@ -86,8 +86,8 @@ def plan(
     args = options.args()
     if json_out:
         out = result.to_dict()
-        out["candidates"] = [{**readable_keys(with_budget(d, job.devices, budget, price), e, job),
-                              "command": f"asap estimate {args} -S {quote(compact_of(e, job))}"}
+        out["candidates"] = [{**(row := readable_keys(with_budget(d, job.devices, budget, price), e, job)),
+                              "command": f"asap estimate {args} -S {quote(row['strategy_compact'])}"}
                              for d, e in zip(out["candidates"], result.candidates, strict=True)]
         print_json({**out, "limits": limits, **({"emit": emitted} if emitted else {}),
                     **({"tight": tight} if tight else {}),

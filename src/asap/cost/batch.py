@@ -5,12 +5,14 @@ columns once (``unique_index``, ``expand``).
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 
 from asap.spec.batch import StrategyBatch, gather
 from asap.spec.knobs import COLUMNS
 
-__all__ = ["StrategyBatch", "gather", "unique_index", "expand", "COLUMNS"]
+__all__ = ["StrategyBatch", "gather", "unique_index", "expand", "per_combination", "COLUMNS"]
 
 
 def unique_index(S: StrategyBatch, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -38,3 +40,44 @@ def expand(value, inverse: np.ndarray):
     if isinstance(value, list):  # a table shared by every row (e.g. the layouts)
         return value
     return value
+
+
+class ReadingBatch(StrategyBatch):
+    """A batch that records in ``reads`` every column read of it (and of the batches taken from it)."""
+
+    reads: set[str]
+
+    def __getattribute__(self, name: str):
+        if name in _COLUMN_NAMES:
+            object.__getattribute__(self, "reads").add(name)
+        return object.__getattribute__(self, name)
+
+    @staticmethod
+    def of(S: StrategyBatch, reads: set[str]) -> "ReadingBatch":
+        out = ReadingBatch.__new__(ReadingBatch)
+        out.__dict__.update(S.__dict__)
+        out.__dict__["reads"] = reads
+        return out
+
+    def take(self, index) -> "ReadingBatch":
+        return ReadingBatch.of(StrategyBatch.take(self, index), self.reads)
+
+    def value(self, column: str, i: int) -> int:
+        self.reads.add(column)
+        return StrategyBatch.value(self, column, i)
+
+
+_COLUMN_NAMES = frozenset(COLUMNS)
+
+
+def per_combination(price: Callable[[StrategyBatch], Any], S: StrategyBatch, keys: tuple[str, ...]) -> Any:
+    """``price(S)`` (a function of each row's own columns, per row whatever rows are beside it: the cost
+    model's figures), priced once per distinct combination of ``keys`` and ``expand``-ed to the rows; the
+    columns it reads are recorded, and where one is not among ``keys`` (the combinations cannot tell its
+    rows apart) every row is priced instead: the figures are ``price(S)``'s either way."""
+    first, row = unique_index(S, keys)
+    reads: set[str] = set()
+    value = price(ReadingBatch.of(S.take(first), reads))
+    if not reads <= set(keys):
+        return price(S)
+    return expand(value, row)

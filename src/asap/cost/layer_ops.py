@@ -138,8 +138,10 @@ class Shapes:
         T = b * train.seq_len / cp
         ab = act_bytes(train.precision)
         gemm_in = BYTES[train.precision] if train.precision in LOW_PRECISIONS else ab
+        # dp read only where a lengths file sets a factor per degree (1 for every row otherwise)
+        work = train.attention_work_factor(S.dp) if train.attention_work else 1.0
         return cls(train.precision, ab, gemm_in, float(model.hidden_size), b, float(train.seq_len), tp, cp, T,
-                   T / np.where(S.sp > 0, tp, 1.0), unfused, train.attention_work_factor(S.dp), train.moe_imbalance,
+                   T / np.where(S.sp > 0, tp, 1.0), unfused, work, train.moe_imbalance,
                    expert_row_tile, sdpa, ring_ranks(S) > 1, cp_ring, ring_ranks(S))
 
     @property

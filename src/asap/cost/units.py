@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from asap.cost.batch import StrategyBatch, gather, unique_index
+from asap.cost.batch import StrategyBatch, gather, per_combination, unique_index
 from asap.cost.communication import LayerComm, layer_comm
 from asap.cost.compute import LayerCompute, layer_compute
 from asap.cost.host import unit_host_s, unit_host_work_s
@@ -382,6 +382,11 @@ DEVICE_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recomp
                "offload_act", "offload_layers", "cp_comm", "cp_a2a", "vocab_tiles")
 
 
+# the columns ``unit_activations`` reads, fewer than DEVICE_KEYS (no pipeline layout): device_figures prices the
+# activations once per distinct combination of them (``per_combination``, which checks that it reads no other)
+ACTIVATION_KEYS = ("tp", "cp", "mbs", "sp", "ep", "etp", "recompute", "cp_comm", "cp_a2a", "vocab_tiles")
+
+
 @dataclass
 class DeviceFigures:
     """Figures of each representative device ([n, K]) and of the whole model ([n]), one row n per distinct
@@ -465,7 +470,8 @@ def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: Uni
     first, row = unique_index(S, DEVICE_KEYS)
     sub = S.take(first)
     st = stages_of(model, sub)
-    params, acts = unit_params(model, sub), unit_activations(model, train, sub, selective, logits_bytes)
+    params = unit_params(model, sub)
+    acts = per_combination(lambda b: unit_activations(model, train, b, selective, logits_bytes), sub, ACTIVATION_KEYS)
     kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
     layer_mask = np.isin(np.arange(len(UNITS)), LAYER_UNITS).astype(float)
     dense_p, expert_p, kept, once, tensors, offloaded = st.per_device(params.dense, params.expert, acts.kept,

@@ -18,7 +18,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Sequence
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.estimate import Estimate, estimate_batch
+from asap.cost.device_memory import memory
+from asap.cost.estimate import UNIT_KEYS, Estimate, estimate_batch
+from asap.cost.units import device_figures, unit_times, with_times
 from asap.spec.catalog import Accelerator
 from asap.spec.job import Job
 
@@ -83,10 +85,18 @@ def changes(job: Job, candidates: Sequence[Estimate], places: Sequence[int], fac
     """Every input of ``INPUTS`` ``factor`` times worse (``both_ways``: then better), with the candidates (at
     ``places`` in the plan, the first the #1) re-ranked."""
     S = StrategyBatch.from_strategies([e.strategy for e in candidates])
+    # what no input of INPUTS changes, priced once: the devices' parameters and activations (``device_figures``
+    # reads no accelerator) and the memory (the step time does not read it)
+    fw = job.framework
+    f_mem = device_figures(job.model, job.train, S, None, fw.selective, fw.logits_bytes)
+    mem = memory(job.model, job.cluster.accelerator, job.train, S, figures=f_mem, framework=fw)
     out = []
     for name, move, worse, better in INPUTS:
         for k, word in ((1.0 / factor, worse), (factor, better))[:2 if both_ways else 1]:
-            steps = [float(t) for t in estimate_batch(with_accelerator(job, move, k), S).step_time_s]
+            changed = with_accelerator(job, move, k)
+            ut = unit_times(changed, S, UNIT_KEYS)
+            steps = [float(t) for t in estimate_batch(changed, S, mem=mem, figures=with_times(f_mem, ut),
+                                                      unit=ut).step_time_s]
             winner = min(range(len(steps)), key=lambda i: (steps[i], i))
             best_other = min(t for i, t in enumerate(steps) if i != 0)
             out.append(Change(name, word, factor, places[winner], best_other / steps[0] - 1.0, steps))
