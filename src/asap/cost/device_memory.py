@@ -52,10 +52,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from asap.cost.allocator import allocator_on, layer_tensor_bytes, logits_tensor_bytes, reserve_bytes
 from asap.cost.batch import StrategyBatch
 from asap.cost.offload import offloaded_activations
 from asap.cost.roofline import BYTES, LOW_PRECISIONS
 from asap.cost.stack_activations import cp_buffer_bytes
+from asap.spec.framework import Allocator
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
 from asap.spec.placement import Placement
@@ -64,7 +66,6 @@ from asap.spec.strategy import Schedule, Zero
 from asap.spec.train import TrainSpec
 
 GB = float(2**30)  # memory is reported in GiB, as nvidia-smi and torch.cuda do; "80 GB" HBM is 80 GiB
-FRAGMENTATION = 0.05
 # the runtime's own share of the device: a CPU process's resident set after importing torch and joining a gloo
 # group, before its tensors (benchmarks/memory_cpu.py: the tiny-dense model's peak RSS, 0.398 GiB with a few MB of
 # tensors, torch 2.13 on this project's CPU machine)
@@ -122,7 +123,12 @@ def fixed_allowance_bytes(acc: Accelerator) -> float:
 MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the blocks computing and prefetched)",
                        "grads_reduce_buffers": "FSDP2's gradient reduction buffers",
                        "activations_logits": "the logits of one micro-batch (the loss)",
-                       "activations_cp_buffers": "context parallelism's K/V exchange buffers (one layer's attention)"}
+                       "activations_cp_buffers": "context parallelism's K/V exchange buffers (one layer's attention)",
+                       "allowance_allocator_reserve": "the allocator's reserve: one fenced segment of the largest "
+                                                      "transient tensor (0 under a static plan; 40 MiB at most "
+                                                      "with expandable segments)",
+                       "allowance_largest_transient": "that tensor (the fp32 logits, a gathered block, a reduce-"
+                                                      "scatter input; not in the peak itself)"}
 
 
 @dataclass
@@ -142,11 +148,15 @@ class MemoryBreakdown:
     logits_gb: np.ndarray | float = 0.0
     cp_buffers_gb: np.ndarray | float = 0.0  # context parallelism's exchange buffers (in activations_gb, where
     # the layer's transient outweighs the logits)
+    reserve_gb: np.ndarray | float = 0.0  # the allocator's reserve (in allowance_gb; the rest is the runtime's)
+    largest_transient_gb: np.ndarray | float = 0.0  # the tensor the reserve is a segment of (not in the peak)
 
     def detail_gb(self) -> dict:
         """The parts ``estimate --explain`` lists (``Estimate.memory_detail_gb``), keyed term_part."""
         return {"weights_gathered": self.gathered_gb, "grads_reduce_buffers": self.reduce_buffers_gb,
-                "activations_logits": self.logits_gb, "activations_cp_buffers": self.cp_buffers_gb}
+                "activations_logits": self.logits_gb, "activations_cp_buffers": self.cp_buffers_gb,
+                "allowance_allocator_reserve": self.reserve_gb,
+                "allowance_largest_transient": self.largest_transient_gb}
 
     @classmethod
     def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
@@ -392,6 +402,23 @@ def transient_activations(f, S: StrategyBatch, framework, model: ModelSpec, trai
     return np.maximum(working[:, None], logits), logits, working, cp
 
 
+def largest_transient_tensor_bytes(model: ModelSpec, train: TrainSpec, S: StrategyBatch, framework, logits_at,
+                                   gathered, block_gathered, reduce_input):
+    """[N] the step's largest single transient tensor at each row's fullest device (``asap.cost.allocator``: the
+    one whose fenced segment the caching allocator keeps): the larger of the fp32 logits of one micro-batch where
+    the head sits (``logits_at`` > 0; ``allocator.logits_tensor_bytes``), one of the blocks ZeRO-3 holds gathered
+    (``gathered`` / 2: FSDP all-gathers a block into one flat buffer, the next block prefetched into another),
+    one block's gathered weights where FSDP keeps them through the step (``block_gathered``), FSDP2's flat
+    reduce-scatter input of one block (``reduce_input``), and a layer's largest activation
+    (``allocator.layer_tensor_bytes``)."""
+    loss_parallel = framework.loss_parallel if framework is not None else True
+    logits = logits_tensor_bytes(S.mbs, train.seq_len, S.cp, model.vocab_size, S.tp, S.vocab_tiles, loss_parallel)
+    logits = np.where(np.asarray(logits_at) > 0, logits, 0.0)
+    return np.maximum.reduce([logits, np.broadcast_to(np.asarray(gathered) / 2.0, logits.shape),
+                              np.broadcast_to(block_gathered, logits.shape),
+                              np.broadcast_to(reduce_input, logits.shape), layer_tensor_bytes(model, train, S)])
+
+
 def held_at(term, which):
     """[N] a term of [N, K] or [N, 1] bytes at each row's fullest device (``which``); 0 where the stack holds
     none (None)."""
@@ -463,13 +490,18 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
     peak_body = at(body, which)
-    fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
-    # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
-    # gathered weights); the model states are allocated once at start-up and never freed
     edges_at, reduce_buf, logits_at = held_at(edges, which), held_at(reduce_buf, which), at(logits, which)
-    transient = (at(a, which) + gathered + reduce_buf + edges_at
-                 + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
-    allowance = fragmentation * transient + fixed_allowance_bytes(acc)
+    # the allocator's reserve: one fenced segment of the step's largest transient tensor (``asap.cost.allocator``);
+    # the model states are allocated once at start-up and never freed
+    block = f.rows(f.largest_layer_params)
+    block = block if block.ndim == 1 else at(block, which)
+    largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered,
+                                             np.where(held | kept, block * wide, 0.0),
+                                             np.where(reduce_buf > 0, block * g, 0.0))
+    reserve = reserve_bytes(allocator_on(framework.allocator if framework is not None else Allocator.CACHING,
+                                         acc.family, train.allocator), largest,
+                            fenced=not (framework is not None and framework.grad_buffer_zeroed))
+    allowance = reserve + fixed_allowance_bytes(acc)
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
@@ -481,4 +513,5 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            peak_gb=(peak_body + allowance) / GB, gathered_gb=(gathered + edges_at) / GB,
                            reduce_buffers_gb=reduce_buf / GB,
                            logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB,
-                           cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB)
+                           cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB,
+                           reserve_gb=reserve / GB, largest_transient_gb=largest / GB)
