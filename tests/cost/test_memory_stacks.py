@@ -61,8 +61,8 @@ def _job(acc="tpu-v6e", nodes=64, framework="maxtext", model="llama3-8b", seq=81
 def test_xla_has_no_allocator_reserve_and_pytorch_does():
     """XLA's static plan: the runtime's share alone. PyTorch's caching allocator on a stack that frees its
     gradients every step (DeepSpeed): one fenced segment of the largest transient, here the fp32 logits of one
-    micro-batch, 4 x 8192 tokens x 128256 x 4 B = 15.66 GiB (a multiple of 2 MiB); Megatron-Core (expandable
-    segments, as Megatron-Bridge's recipes launch it) two 20 MiB pages."""
+    micro-batch, 4 x 8192 tokens x 128256 x 4 B = 15.66 GiB (a multiple of 2 MiB); Megatron-Core, whose grad
+    buffer is allocated once (nothing long-lived allocated inside the step), two 20 MiB segments."""
     xla = estimate(_job(), "dp=256,mbs=4,zero=3,recompute=full")
     assert xla.memory_gb["allowance"] * GB == pytest.approx(fixed_allowance_bytes(_job().cluster.accelerator))
     torch = _job("h100-sxm", 32, "deepspeed")

@@ -41,7 +41,8 @@ pages of 20 MiB (the large pool; 2 MiB the small) and on a failed allocation unm
 hole costs only the partly used pages at its two ends:
     EXPANDABLE:  min(segment_bytes(largest), 2 x 20 MiB)
 torchtitan's ``run_train.sh`` sets it (``PYTORCH_ALLOC_CONF="expandable_segments:True"``), as does every recipe
-of Megatron-Bridge's ``perf_recipes``; Megatron-LM leaves it off (its performance guide lists it as an option).
+of Megatron-Bridge's ``perf_recipes``; Megatron-LM leaves it off (its performance guide lists it as an option),
+which its contiguous grad buffer makes the same figure.
 
 XLA plans every buffer of the compiled step at compile time (buffer assignment; the program's
 ``memory_analysis()`` is what it holds): STATIC, 0. On a CPU the reference trainer and torchtitan allocate through

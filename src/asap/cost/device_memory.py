@@ -33,12 +33,13 @@ pp (1 + (pp-1)/(pp v)); GPipe all m. Every device of the pipeline is priced with
 (``asap.cost.units``: one device per distinct unit count, the one with most micro-batches in flight; the last
 also holds the fp32 logits of one micro-batch); the fullest one is the peak.
 
-Allowance: the stack's allocator reserve (``asap.spec.framework``: 5% for Megatron and MindSpore, 10% for the
-per-parameter gathers of FSDP2 and DeepSpeed, 2% for XLA's static plan) of what the step allocates and frees
-(activations and ZeRO-3's gathered weights; the model states are allocated once and never freed, so they
-leave no free blocks behind: Megatron-Core's contiguous param-and-grad buffers, the optimizer's states), plus a
-fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GiB for a TPU runtime, 0.40 GiB
-on CPU: torch's resident set, measured). A strategy fits when the peak is at most ``usable_hbm_gb``.
+Allowance: the allocator's reserve beyond the live tensors (``asap.cost.allocator``, from PyTorch's caching
+allocator's rules: one fenced segment of the step's largest transient tensor, the fp32 logits, a gathered or
+reduce-scatter block, a layer's largest activation, where the stack frees its gradients every step; two 20 MiB
+pages with expandable segments (torchtitan) or a grad buffer allocated once (Megatron-Core); nothing under XLA's
+static plan or on a CPU), plus a fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces
+(0.5 GiB for a TPU runtime, 0.40 GiB on CPU: torch's resident set, measured). A strategy fits when the peak is
+at most ``usable_hbm_gb``.
 
 Which figure is which: ``peak_memory_gb`` is the device memory the job holds at its peak, the caching
 allocator's reserve plus the context (what ``torch.cuda.max_memory_reserved`` plus the context, and

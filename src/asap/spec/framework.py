@@ -86,13 +86,13 @@ ZERO3_MODULES_PER_LAYER = 6
 # a fused kernel's 3: about 2x over a layer's norms, RoPE and activations.
 EAGER_ELEMENTWISE_TRAFFIC = 2.0
 # The allocator each stack runs (``asap.cost.allocator``: the reserve beyond the live tensors is one fenced
-# segment of the step's largest transient tensor under PyTorch's caching allocator, at most two 20 MiB pages with
-# expandable segments, nothing under XLA's static buffer plan). torchtitan's run_train.sh sets
-# PYTORCH_ALLOC_CONF="expandable_segments:True", and so does every recipe of Megatron-Bridge's perf_recipes
-# (e.g. gpt_oss/b200/gpt_oss.py, gpt_oss_120b_pretrain_64gpu_b200_bf16_config: "PYTORCH_CUDA_ALLOC_CONF":
-# "expandable_segments:True"), the Megatron-Core runs asap prices and emits (Megatron-LM alone leaves it off, its
-# performance guide lists it as an option: such a run states ``allocator: caching``). DeepSpeed, MindSpore's
-# memory pool and the reference trainer run the default fixed segments.
+# segment of the step's largest transient tensor under PyTorch's caching allocator where the stack frees its
+# gradients every step, two 20 MiB pages with expandable segments or a grad buffer allocated once, nothing under
+# XLA's static buffer plan). torchtitan's run_train.sh sets PYTORCH_ALLOC_CONF="expandable_segments:True", as every
+# recipe of Megatron-Bridge's perf_recipes does (e.g. gpt_oss/b200/gpt_oss.py); Megatron-LM leaves the default
+# segments (its performance guide lists expandable segments as an option), unfenced by its contiguous grad buffer
+# (``grad_buffer_zeroed``), so either prices the same. DeepSpeed, MindSpore's memory pool and the reference
+# trainer run the default segments.
 # How the LM head's logits are held for the loss, bytes per logit (``asap.cost.units``): PyTorch stacks keep
 # the head's output in the activation dtype and the loss's fp32 copy, whose softmax buffer becomes the
 # gradient in place (Megatron-Core's vocab_parallel_cross_entropy casts ``vocab_parallel_logits.float()``;
@@ -460,8 +460,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3),
                       "cp_comm": ("p2p", "a2a", "allgather", "a2a+p2p"), "vocab_tiles": (1,)},
               fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS,
-              grad_buffer_zeroed=True, loss_all_reduce=True, te_columnwise_weights=True,
-              allocator=Allocator.EXPANDABLE),
+              grad_buffer_zeroed=True, loss_all_reduce=True, te_columnwise_weights=True),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
