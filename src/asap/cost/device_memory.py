@@ -420,6 +420,15 @@ def largest_transient_tensor_bytes(model: ModelSpec, train: TrainSpec, S: Strate
                               np.broadcast_to(reduce_input, logits.shape), layer_tensor_bytes(model, train, S)])
 
 
+def stack_reserve_bytes(framework, acc: Accelerator, train: TrainSpec, largest):
+    """[N] the allocator's reserve of the stack on the accelerator (``allocator.reserve_bytes``): its allocator
+    (``Framework.allocator``, the job's ``train.allocator``, host malloc on a CPU), fenced unless the stack keeps its
+    gradients in a buffer allocated once (``Framework.grad_buffer_zeroed``)."""
+    own = framework.allocator if framework is not None else Allocator.CACHING
+    fenced = not (framework is not None and framework.grad_buffer_zeroed)
+    return reserve_bytes(allocator_on(own, acc.family, train.allocator), largest, fenced=fenced)
+
+
 def held_at(term, which):
     """[N] a term of [N, K] or [N, 1] bytes at each row's fullest device (``which``); 0 where the stack holds
     none (None)."""
@@ -492,17 +501,11 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
     peak_body = at(body, which)
     edges_at, reduce_buf, logits_at = held_at(edges, which), held_at(reduce_buf, which), at(logits, which)
-    # the allocator's reserve: one fenced segment of the step's largest transient tensor (``asap.cost.allocator``);
-    # the model states are allocated once at start-up and never freed
-    block = f.rows(f.largest_layer_params)
-    block = block if block.ndim == 1 else at(block, which)
+    # the allocator's reserve: a segment of the step's largest transient tensor (``asap.cost.allocator``)
+    block = f.rows(f.largest_layer_params)  # [N]: the model's largest layer on a device
     largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered,
-                                             np.where(held | kept, block * wide, 0.0),
-                                             np.where(reduce_buf > 0, block * g, 0.0))
-    reserve = reserve_bytes(allocator_on(framework.allocator if framework is not None else Allocator.CACHING,
-                                         acc.family, train.allocator), largest,
-                            fenced=not (framework is not None and framework.grad_buffer_zeroed))
-    allowance = reserve + fixed_allowance_bytes(acc)
+                                             np.where(held | kept, block * wide, 0.0), (reduce_buf > 0) * block * g)
+    reserve = stack_reserve_bytes(framework, acc, train, largest)
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
@@ -510,8 +513,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            weights_gb=(dense_at * (wd + shard_w) + expert_at * we + gathered + edges_at) / GB,
                            grads_gb=(dense_at * gd + expert_at * ge + reduce_buf) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
-                           activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
-                           peak_gb=(peak_body + allowance) / GB, gathered_gb=(gathered + edges_at) / GB,
+                           activations_gb=at(a, which) / GB, allowance_gb=(reserve + fixed_allowance_bytes(acc)) / GB,
+                           peak_gb=(peak_body + reserve + fixed_allowance_bytes(acc)) / GB, gathered_gb=(gathered + edges_at) / GB,
                            reduce_buffers_gb=reduce_buf / GB,
                            logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB,
                            cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB,
