@@ -16,7 +16,7 @@ What peak RSS counts on a CPU beyond the tensors: glibc's malloc, not torch, dec
 back to the OS. Its mmap threshold is dynamic (mallopt(3), M_MMAP_THRESHOLD: after a freed mmapped block the
 threshold rises to that block's size, up to 32 MiB), so once a step has freed a few tensors, later tensors of that
 size come from the heap, whose freed blocks stay resident (only the top is trimmed): a CPU-only high-water mark
-that a GPU run has not (the CUDA caching allocator has its own reserve, priced as the stack's fragmentation). The
+that a GPU run has not (the CUDA caching allocator has its own reserve, ``asap.cost.allocator``; on a CPU none). The
 benchmark therefore runs the trainer with the threshold pinned at glibc's static default, 128 KiB
 (``MALLOC_MMAP_THRESHOLD_``, which also turns the dynamic adjustment off): every tensor above it is a mapping of its
 own, returned when freed, so the peak RSS is the runtime plus the tensors live at the peak, the figure the cost
