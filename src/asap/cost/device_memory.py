@@ -439,18 +439,27 @@ def held_at(term, which):
     return term[:, 0] if term.shape[1] == 1 else at(term, which)
 
 
+def stack_device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, framework):
+    """``units.device_figures`` with the stack's activation semantics (its selective policy, logits bytes and
+    sequence-parallel GEMM inputs; the defaults without a stack)."""
+    from asap.cost.units import device_figures
+    from asap.spec.framework import SelectivePolicy
+
+    if framework is None:
+        return device_figures(model, train, S, selective=SelectivePolicy.KERNELS)
+    return device_figures(model, train, S, selective=framework.selective, logits_bytes=framework.logits_bytes,
+                          sp_gathered_input=framework.sp_gathered_input)
+
+
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,
            framework=None) -> MemoryBreakdown:
     """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
     reported. ``figures`` passes the device figures when the caller has them. A framework whose FSDP keeps a
     pipeline stage's gathered weights through its micro-batches (torchtitan) holds them, and the gradients
     it accumulates until the step's one reduce-scatter, unsharded."""
-    from asap.cost.units import at, device_figures
-    from asap.spec.framework import SelectivePolicy
+    from asap.cost.units import at
 
-    f = figures if figures is not None else device_figures(
-        model, train, S, selective=framework.selective if framework is not None else SelectivePolicy.KERNELS,
-        logits_bytes=framework.logits_bytes if framework is not None else None)
+    f = figures if figures is not None else stack_device_figures(model, train, S, framework)
     dense_shard, edp = dense_and_expert_shards(S)
     kept = (S.zero >= Zero.PARAMETERS) & (S.pp > 1) & bool(framework and framework.fsdp_keeps_params_under_pp)
     # kept: the weights stay unsharded through the step, and the gradients accumulate unsharded until the one
@@ -502,9 +511,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     peak_body = at(body, which)
     edges_at, reduce_buf, logits_at = held_at(edges, which), held_at(reduce_buf, which), at(logits, which)
     # the allocator's reserve: a segment of the step's largest transient tensor (``asap.cost.allocator``)
-    block = f.rows(f.largest_layer_params)  # [N]: the model's largest layer on a device
-    largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered,
-                                             np.where(held | kept, block * wide, 0.0), (reduce_buf > 0) * block * g)
+    largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered, (held | kept) * wide
+                                             * f.rows(f.largest_layer_params), (reduce_buf > 0) * g * f.rows(
+                                                 f.largest_layer_params))
     reserve = stack_reserve_bytes(framework, acc, train, largest)
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)

@@ -136,8 +136,9 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                                            for s in strategies]) if recompute_choice else base)
     t_base = unit_times(job, base).parts if ut is None else {k: ut.rows(v) for k, v in ut.parts.items()}
     t_full = unit_times(job, full).parts if recompute_choice else t_base
-    a_base = unit_activations(model, train, base, fw.selective, fw.logits_bytes)
-    a_full = unit_activations(model, train, full, fw.selective, fw.logits_bytes) if recompute_choice else a_base
+    a_base = unit_activations(model, train, base, fw.selective, fw.logits_bytes, fw.sp_gathered_input)
+    a_full = (unit_activations(model, train, full, fw.selective, fw.logits_bytes, fw.sp_gathered_input)
+              if recompute_choice else a_base)
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero, base.grad_bf16)

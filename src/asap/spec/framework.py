@@ -310,6 +310,13 @@ class Framework:
     fused_elementwise: bool = True
     max_zero_with_pp: int = 3  # the deepest ZeRO stage the stack combines with pipeline parallelism
     allocator: Allocator = Allocator.CACHING  # how its device memory is allocated (``asap.cost.allocator``)
+    # under sequence parallelism the GEMMs after a norm save the all-gathered input, T x h, not the local shard
+    # (``layer_ops.Shapes.norm_output``): DTensor TP (torchtitan's and the reference trainer's plans:
+    # PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate()) before ColwiseParallel wq/wk/wv
+    # and w1/w3, runners/torch/parallel.py), where aten.mm saves the redistributed input; Megatron-Core and TE save
+    # the local shard and all-gather it again in backward. torchtitan's op-level SAC does not save the all-gather's
+    # output (``_c10d_functional.all_gather_into_tensor`` is off its save list), so there it is recomputed.
+    sp_gathered_input: bool = False
     fsdp_grad_bytes: float = 4.0  # bytes per gradient element that ZeRO-3 accumulates and reduce-scatters
     selective: SelectivePolicy = SelectivePolicy.KERNELS  # what ``recompute=selective`` recomputes
     host_ops: HostOps = field(default=FUSED_HOST_OPS)  # what its host dispatches (``asap.cost.host``)
@@ -485,7 +492,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
               round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("head",), logits_bytes=TORCHTITAN_LOGITS_BYTES),
+              fsdp_unresharded_units=("head",), logits_bytes=TORCHTITAN_LOGITS_BYTES, sp_gathered_input=True),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -523,7 +530,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
               attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
               fsdp_unresharded_units=("embedding", "head"), loss_parallel=False, cp_ring=CpRing.TORCH,
-              logits_bytes=EAGER_LOGITS_BYTES),
+              logits_bytes=EAGER_LOGITS_BYTES, sp_gathered_input=True),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs
