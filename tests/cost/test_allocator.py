@@ -130,4 +130,4 @@ def test_explain_lists_the_reserve(tmp_path):
     assert "allowance" in out["memory_gb"]
     assert out["memory_detail_gb"]["allowance_allocator_reserve"] * GIB == pytest.approx(198 * MIB)
     text = run_cli(*args, "--explain").stdout
-    assert "fenced segment of the largest" in text
+    assert "a fenced segment of the largest" in text

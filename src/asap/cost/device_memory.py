@@ -125,11 +125,10 @@ MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the block
                        "grads_reduce_buffers": "FSDP2's gradient reduction buffers",
                        "activations_logits": "the logits of one micro-batch (the loss)",
                        "activations_cp_buffers": "context parallelism's K/V exchange buffers (one layer's attention)",
-                       "allowance_allocator_reserve": "the allocator's reserve: one fenced segment of the largest "
-                                                      "transient tensor (0 under a static plan; 40 MiB at most "
-                                                      "with expandable segments)",
-                       "allowance_largest_transient": "that tensor (the fp32 logits, a gathered block, a reduce-"
-                                                      "scatter input; not in the peak itself)"}
+                       "allowance_allocator_reserve": "the allocator's reserve (a fenced segment of the largest "
+                                                      "transient; 40 MiB at most with expandable segments)",
+                       "allowance_largest_transient": "(for reference, not in the allowance: that largest "
+                                                      "transient tensor)"}
 
 
 @dataclass
