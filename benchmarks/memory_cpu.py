@@ -16,7 +16,7 @@ What peak RSS counts on a CPU beyond the tensors: glibc's malloc, not torch, dec
 back to the OS. Its mmap threshold is dynamic (mallopt(3), M_MMAP_THRESHOLD: after a freed mmapped block the
 threshold rises to that block's size, up to 32 MiB), so once a step has freed a few tensors, later tensors of that
 size come from the heap, whose freed blocks stay resident (only the top is trimmed): a CPU-only high-water mark
-that a GPU run has not (the CUDA caching allocator has its own reserve, priced as the stack's fragmentation). The
+that a GPU run has not (the CUDA caching allocator has its own reserve, ``asap.cost.allocator``; on a CPU none). The
 benchmark therefore runs the trainer with the threshold pinned at glibc's static default, 128 KiB
 (``MALLOC_MMAP_THRESHOLD_``, which also turns the dynamic adjustment off): every tensor above it is a mapping of its
 own, returned when freed, so the peak RSS is the runtime plus the tensors live at the peak, the figure the cost
@@ -24,11 +24,12 @@ model prices. ``--glibc-default`` measures with the dynamic threshold instead (t
 difference).
 
 On this project's 2-core CPU machine (torch 2.13, gloo), measured (threshold pinned) against predicted:
-runtime 0.396 GiB; dp=2 zero 0 1.722 / 1.713 (-0.5%), zero 1 1.468 / 1.459 (-0.6%), zero 2 1.299 / 1.327 (+2.2%),
-zero 3 1.216 / 1.222 (+0.5%), tp=2 0.957 / 0.934 (-2.4%), pp=2 0.978 / 0.943 (-3.6%). torchtitan 0.2.2 (runtime
+runtime 0.395 GiB; dp=2 zero 0 1.721 / 1.713 (-0.4%), zero 1 1.467 / 1.459 (-0.5%), zero 2 1.298 / 1.293 (-0.4%),
+zero 3 1.215 / 1.197 (-1.5%), tp=2 0.956 / 0.937 (-1.9%), pp=2 0.977 / 0.940 (-3.8%). torchtitan 0.2.2 (runtime
 0.560 GiB, +0.160 over the allowance, added to its predictions): dp=2 zero 0 1.900 / 1.873 (-1.4%), zero 2 1.440 /
-1.487 (+3.3%), zero 3 1.290 / 1.348 (+4.5%), tp=2 1.130 / 1.142 (+1.1%), pp=2 1.120 / 1.115 (-0.4%); before FSDP2's
-terms (and its runtime) were priced: -9.8, -14.5, -18.1, -13.1, -14.7%.
+1.453 (+0.9%), zero 3 1.290 / 1.326 (+2.8%), tp=2 1.130 / 1.141 (+1.0%), pp=2 1.120 / 1.100 (-1.8%); host malloc
+holds no allocator reserve (``asap.cost.allocator``: 10% of the transient was priced before, +2.2% on zero 2); before
+FSDP2's terms (and its runtime) were priced: -9.8, -14.5, -18.1, -13.1, -14.7%.
 With glibc's dynamic threshold the reference trainer's runs peak at 1.845, 1.600, 1.499, 1.401, 1.043 and 1.093 GiB: glibc keeps
 0.12 to 0.24 GiB (before this benchmark pinned the threshold and FSDP2's reduce-scatter buffers and unresharded root
 were priced: -7.1, -8.8, -17.9, -24.6, -10.9, -13.8% against those).

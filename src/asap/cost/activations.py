@@ -20,9 +20,11 @@ from asap.spec.train import TrainSpec
 LAYER_UNITS = (Unit.DENSE, Unit.MOE, Unit.MTP)  # the units that are transformer blocks
 
 
-def layer_saves(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool) -> OperationTable:
-    """One layer's operation table for its stored tensors (an MoE layer's when ``moe``)."""
-    return layer_table(model, Shapes.of(model, train, S), S, moe=moe)
+def layer_saves(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool,
+                sp_gathered_input: bool = False) -> OperationTable:
+    """One layer's operation table for its stored tensors (an MoE layer's when ``moe``; ``sp_gathered_input``:
+    the stack's GEMMs save their all-gathered input under sequence parallelism, ``Shapes.norm_output``)."""
+    return layer_table(model, Shapes.of(model, train, S, sp_gathered_input=sp_gathered_input), S, moe=moe)
 
 
 def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool, selective=False):

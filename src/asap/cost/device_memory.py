@@ -33,12 +33,13 @@ pp (1 + (pp-1)/(pp v)); GPipe all m. Every device of the pipeline is priced with
 (``asap.cost.units``: one device per distinct unit count, the one with most micro-batches in flight; the last
 also holds the fp32 logits of one micro-batch); the fullest one is the peak.
 
-Allowance: the stack's allocator reserve (``asap.spec.framework``: 5% for Megatron and MindSpore, 10% for the
-per-parameter gathers of FSDP2 and DeepSpeed, 2% for XLA's static plan) of what the step allocates and frees
-(activations and ZeRO-3's gathered weights; the model states are allocated once and never freed, so they
-leave no free blocks behind: Megatron-Core's contiguous param-and-grad buffers, the optimizer's states), plus a
-fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces (0.5 GiB for a TPU runtime, 0.40 GiB
-on CPU: torch's resident set, measured). A strategy fits when the peak is at most ``usable_hbm_gb``.
+Allowance: the allocator's reserve beyond the live tensors (``asap.cost.allocator``, from PyTorch's caching
+allocator's rules: one fenced segment of the step's largest transient tensor, the fp32 logits, a gathered or
+reduce-scatter block, a layer's largest activation, where the stack frees its gradients every step; two 20 MiB
+pages with expandable segments (torchtitan) or a grad buffer allocated once (Megatron-Core); nothing under XLA's
+static plan or on a CPU), plus a fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces
+(0.5 GiB for a TPU runtime, 0.40 GiB on CPU: torch's resident set, measured). A strategy fits when the peak is
+at most ``usable_hbm_gb``.
 
 Which figure is which: ``peak_memory_gb`` is the device memory the job holds at its peak, the caching
 allocator's reserve plus the context (what ``torch.cuda.max_memory_reserved`` plus the context, and
@@ -52,10 +53,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from asap.cost.allocator import allocator_on, layer_tensor_bytes, logits_tensor_bytes, reserve_bytes
 from asap.cost.batch import StrategyBatch
 from asap.cost.offload import offloaded_activations
 from asap.cost.roofline import BYTES, LOW_PRECISIONS
 from asap.cost.stack_activations import cp_buffer_bytes
+from asap.spec.framework import Allocator
 from asap.spec.hardware import Accelerator
 from asap.spec.model import ModelSpec
 from asap.spec.placement import Placement
@@ -64,7 +67,6 @@ from asap.spec.strategy import Schedule, Zero
 from asap.spec.train import TrainSpec
 
 GB = float(2**30)  # memory is reported in GiB, as nvidia-smi and torch.cuda do; "80 GB" HBM is 80 GiB
-FRAGMENTATION = 0.05
 # the runtime's own share of the device: a CPU process's resident set after importing torch and joining a gloo
 # group, before its tensors (benchmarks/memory_cpu.py: the tiny-dense model's peak RSS, 0.398 GiB with a few MB of
 # tensors, torch 2.13 on this project's CPU machine)
@@ -122,7 +124,11 @@ def fixed_allowance_bytes(acc: Accelerator) -> float:
 MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the blocks computing and prefetched)",
                        "grads_reduce_buffers": "FSDP2's gradient reduction buffers",
                        "activations_logits": "the logits of one micro-batch (the loss)",
-                       "activations_cp_buffers": "context parallelism's K/V exchange buffers (one layer's attention)"}
+                       "activations_cp_buffers": "context parallelism's K/V exchange buffers (one layer's attention)",
+                       "allowance_allocator_reserve": "the allocator's reserve (a fenced segment of the largest "
+                                                      "transient; 40 MiB at most with expandable segments)",
+                       "allowance_largest_transient": "(for reference, not in the allowance: that largest "
+                                                      "transient tensor)"}
 
 
 @dataclass
@@ -142,11 +148,15 @@ class MemoryBreakdown:
     logits_gb: np.ndarray | float = 0.0
     cp_buffers_gb: np.ndarray | float = 0.0  # context parallelism's exchange buffers (in activations_gb, where
     # the layer's transient outweighs the logits)
+    reserve_gb: np.ndarray | float = 0.0  # the allocator's reserve (in allowance_gb; the rest is the runtime's)
+    largest_transient_gb: np.ndarray | float = 0.0  # the tensor the reserve is a segment of (not in the peak)
 
     def detail_gb(self) -> dict:
         """The parts ``estimate --explain`` lists (``Estimate.memory_detail_gb``), keyed term_part."""
         return {"weights_gathered": self.gathered_gb, "grads_reduce_buffers": self.reduce_buffers_gb,
-                "activations_logits": self.logits_gb, "activations_cp_buffers": self.cp_buffers_gb}
+                "activations_logits": self.logits_gb, "activations_cp_buffers": self.cp_buffers_gb,
+                "allowance_allocator_reserve": self.reserve_gb,
+                "allowance_largest_transient": self.largest_transient_gb}
 
     @classmethod
     def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
@@ -392,6 +402,32 @@ def transient_activations(f, S: StrategyBatch, framework, model: ModelSpec, trai
     return np.maximum(working[:, None], logits), logits, working, cp
 
 
+def largest_transient_tensor_bytes(model: ModelSpec, train: TrainSpec, S: StrategyBatch, framework, logits_at,
+                                   gathered, block_gathered, reduce_input):
+    """[N] the step's largest single transient tensor at each row's fullest device (``asap.cost.allocator``: the
+    one whose fenced segment the caching allocator keeps): the larger of the fp32 logits of one micro-batch where
+    the head sits (``logits_at`` > 0; ``allocator.logits_tensor_bytes``), one of the blocks ZeRO-3 holds gathered
+    (``gathered`` / 2: FSDP all-gathers a block into one flat buffer, the next block prefetched into another),
+    one block's gathered weights where FSDP keeps them through the step (``block_gathered``), FSDP2's flat
+    reduce-scatter input of one block (``reduce_input``), and a layer's largest activation
+    (``allocator.layer_tensor_bytes``)."""
+    loss_parallel = framework.loss_parallel if framework is not None else True
+    logits = logits_tensor_bytes(S.mbs, train.seq_len, S.cp, model.vocab_size, S.tp, S.vocab_tiles, loss_parallel)
+    logits = np.where(np.asarray(logits_at) > 0, logits, 0.0)
+    return np.maximum.reduce([logits, np.broadcast_to(np.asarray(gathered) / 2.0, logits.shape),
+                              np.broadcast_to(block_gathered, logits.shape),
+                              np.broadcast_to(reduce_input, logits.shape), layer_tensor_bytes(model, train, S)])
+
+
+def stack_reserve_bytes(framework, acc: Accelerator, train: TrainSpec, largest):
+    """[N] the allocator's reserve of the stack on the accelerator (``allocator.reserve_bytes``): its allocator
+    (``Framework.allocator``, the job's ``train.allocator``, host malloc on a CPU), fenced unless the stack keeps its
+    gradients in a buffer allocated once (``Framework.grad_buffer_zeroed``)."""
+    own = framework.allocator if framework is not None else Allocator.CACHING
+    fenced = not (framework is not None and framework.grad_buffer_zeroed)
+    return reserve_bytes(allocator_on(own, acc.family, train.allocator), largest, fenced=fenced)
+
+
 def held_at(term, which):
     """[N] a term of [N, K] or [N, 1] bytes at each row's fullest device (``which``); 0 where the stack holds
     none (None)."""
@@ -402,18 +438,27 @@ def held_at(term, which):
     return term[:, 0] if term.shape[1] == 1 else at(term, which)
 
 
+def stack_device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, framework):
+    """``units.device_figures`` with the stack's activation semantics (its selective policy, logits bytes and
+    sequence-parallel GEMM inputs; the defaults without a stack)."""
+    from asap.cost.units import device_figures
+    from asap.spec.framework import SelectivePolicy
+
+    if framework is None:
+        return device_figures(model, train, S, selective=SelectivePolicy.KERNELS)
+    return device_figures(model, train, S, selective=framework.selective, logits_bytes=framework.logits_bytes,
+                          sp_gathered_input=framework.sp_gathered_input)
+
+
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,
            framework=None) -> MemoryBreakdown:
     """Peak memory per device: every representative device of the layout priced (``cost.units``), the fullest
     reported. ``figures`` passes the device figures when the caller has them. A framework whose FSDP keeps a
     pipeline stage's gathered weights through its micro-batches (torchtitan) holds them, and the gradients
     it accumulates until the step's one reduce-scatter, unsharded."""
-    from asap.cost.units import at, device_figures
-    from asap.spec.framework import SelectivePolicy
+    from asap.cost.units import at
 
-    f = figures if figures is not None else device_figures(
-        model, train, S, selective=framework.selective if framework is not None else SelectivePolicy.KERNELS,
-        logits_bytes=framework.logits_bytes if framework is not None else None)
+    f = figures if figures is not None else stack_device_figures(model, train, S, framework)
     dense_shard, edp = dense_and_expert_shards(S)
     kept = (S.zero >= Zero.PARAMETERS) & (S.pp > 1) & bool(framework and framework.fsdp_keeps_params_under_pp)
     # kept: the weights stay unsharded through the step, and the gradients accumulate unsharded until the one
@@ -463,13 +508,12 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     which = np.argmax(body, axis=1)
     dense_at, expert_at = at(dense_p, which), at(expert_p, which)
     peak_body = at(body, which)
-    fragmentation = framework.fragmentation if framework is not None else FRAGMENTATION
-    # the allocator's reserve grows with what it allocates and frees during the step (activations, ZeRO-3's
-    # gathered weights); the model states are allocated once at start-up and never freed
     edges_at, reduce_buf, logits_at = held_at(edges, which), held_at(reduce_buf, which), at(logits, which)
-    transient = (at(a, which) + gathered + reduce_buf + edges_at
-                 + np.where(held | kept, dense_at * wd + expert_at * we, 0.0))
-    allowance = fragmentation * transient + fixed_allowance_bytes(acc)
+    # the allocator's reserve: a segment of the step's largest transient tensor (``asap.cost.allocator``)
+    largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered, (held | kept) * wide
+                                             * f.rows(f.largest_layer_params), (reduce_buf > 0) * g * f.rows(
+                                                 f.largest_layer_params))
+    reserve = stack_reserve_bytes(framework, acc, train, largest)
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
@@ -477,8 +521,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            weights_gb=(dense_at * (wd + shard_w) + expert_at * we + gathered + edges_at) / GB,
                            grads_gb=(dense_at * gd + expert_at * ge + reduce_buf) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
-                           activations_gb=at(a, which) / GB, allowance_gb=allowance / GB,
-                           peak_gb=(peak_body + allowance) / GB, gathered_gb=(gathered + edges_at) / GB,
+                           activations_gb=at(a, which) / GB, allowance_gb=(reserve + fixed_allowance_bytes(acc)) / GB,
+                           peak_gb=(peak_body + reserve + fixed_allowance_bytes(acc)) / GB, gathered_gb=(gathered + edges_at) / GB,
                            reduce_buffers_gb=reduce_buf / GB,
                            logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB,
-                           cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB)
+                           cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB,
+                           reserve_gb=reserve / GB, largest_transient_gb=largest / GB)

@@ -382,7 +382,8 @@ def estimate_batch(job: Job, S: StrategyBatch, mem: MemoryBreakdown | None = Non
     planner prices memory first and prunes by it)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     ut = unit if unit is not None else unit_times(job, S, UNIT_KEYS)
-    f = figures if figures is not None else device_figures(model, train, S, ut, fw.selective, fw.logits_bytes)
+    f = figures if figures is not None else device_figures(model, train, S, ut, fw.selective, fw.logits_bytes,
+                                                                           fw.sp_gathered_input)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     times = stage_times(model, S, f, m)
     bubble = pipeline_bubble_s(model, S, f, times, m)

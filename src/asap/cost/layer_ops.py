@@ -130,10 +130,13 @@ class Shapes:
     ring: np.ndarray | bool = False  # context parallelism by ring attention (cp > 1, cp_comm p2p)
     cp_ring: CpRing = CpRing.TE  # whose ring (``Framework.cp_ring``)
     ring_ranks: np.ndarray | float = 1.0  # the ring's ranks (cp; cp / cp_a2a under a2a+p2p: ``ring_ranks``)
+    # the GEMMs after a sequence-parallel norm save their all-gathered input (``Framework.sp_gathered_input``)
+    sp_gathered_input: bool = False
 
     @classmethod
     def of(cls, model: ModelSpec, train: TrainSpec, S: StrategyBatch, unfused: float = 1.0,
-           expert_row_tile: float = 0.0, sdpa: bool = False, cp_ring: CpRing = CpRing.TE) -> "Shapes":
+           expert_row_tile: float = 0.0, sdpa: bool = False, cp_ring: CpRing = CpRing.TE,
+           sp_gathered_input: bool = False) -> "Shapes":
         b, tp, cp = S.mbs.astype(float), S.tp.astype(float), S.cp.astype(float)
         T = b * train.seq_len / cp
         ab = act_bytes(train.precision)
@@ -142,7 +145,7 @@ class Shapes:
         work = train.attention_work_factor(S.dp) if train.attention_work else 1.0
         return cls(train.precision, ab, gemm_in, float(model.hidden_size), b, float(train.seq_len), tp, cp, T,
                    T / np.where(S.sp > 0, tp, 1.0), unfused, work, train.moe_imbalance,
-                   expert_row_tile, sdpa, ring_ranks(S) > 1, cp_ring, ring_ranks(S))
+                   expert_row_tile, sdpa, ring_ranks(S) > 1, cp_ring, ring_ranks(S), sp_gathered_input)
 
     @property
     def norm_bytes(self):
@@ -153,8 +156,14 @@ class Shapes:
         return 3 * self.ab * self.T_sp * self.h * self.unfused  # read x, read f(x), write sum (dropout fused)
 
     def norm_output(self) -> Saved:
-        """A norm's output, saved as the next GEMM's input (``layernorm`` and the kernels policy drop it)."""
-        return Saved(self.T_sp * self.gemm_in * self.h, (M.LAYERNORM,), selective=True)
+        """A norm's output, saved as the next GEMM's input (``layernorm`` and the kernels policy drop it): its
+        sequence shard under sequence parallelism where the linear re-gathers it in backward (Megatron-Core's
+        ``LinearWithGradAccumulationAndAsyncCommunication`` saves the local input, Transformer Engine's
+        ``ln_out``), the whole sequence where the stack's GEMM saves the all-gathered input
+        (``sp_gathered_input``: DTensor's ``PrepareModuleInput`` redistributes the norm's Shard(1) output to
+        Replicate, and ``aten.mm`` saves that for the weight gradient)."""
+        tokens = self.T if self.sp_gathered_input else self.T_sp
+        return Saved(tokens * self.gemm_in * self.h, (M.LAYERNORM,), selective=True)
 
     def norm(self, name: str, block: Block) -> Operation:
         """An RMSNorm/LayerNorm of the residual stream; it saves its input (the layer or mid-layer residual)."""

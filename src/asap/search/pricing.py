@@ -204,7 +204,7 @@ def chunk_memory(job: Job, part: StrategyBatch) -> tuple[DeviceFigures, MemoryBr
     job's ``memory_margin_gb`` does not enter them (only what fits, ``fits_memory``), so searches of one job
     under different margins share them (``price_chunks``)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
-    f_all = device_figures(model, train, part, None, fw.selective, fw.logits_bytes)
+    f_all = device_figures(model, train, part, None, fw.selective, fw.logits_bytes, fw.sp_gathered_input)
     return f_all, memory(model, cluster.accelerator, train, part, figures=f_all, framework=fw)
 
 

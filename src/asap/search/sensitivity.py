@@ -88,7 +88,7 @@ def changes(job: Job, candidates: Sequence[Estimate], places: Sequence[int], fac
     # what no input of INPUTS changes, priced once: the devices' parameters and activations (``device_figures``
     # reads no accelerator) and the memory (the step time does not read it)
     fw = job.framework
-    f_mem = device_figures(job.model, job.train, S, None, fw.selective, fw.logits_bytes)
+    f_mem = device_figures(job.model, job.train, S, None, fw.selective, fw.logits_bytes, fw.sp_gathered_input)
     mem = memory(job.model, job.cluster.accelerator, job.train, S, figures=f_mem, framework=fw)
     out = []
     for name, move, worse, better in INPUTS:

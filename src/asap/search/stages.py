@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from asap.cost.allocator import allocator_on, logits_tensor_bytes, reserve_bytes
 from asap.cost.batch import StrategyBatch
 from asap.cost.device_memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
                                      quantised_weight_copies, state_bytes_per_param, usable_hbm_gb)
@@ -136,8 +137,9 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                                            for s in strategies]) if recompute_choice else base)
     t_base = unit_times(job, base).parts if ut is None else {k: ut.rows(v) for k, v in ut.parts.items()}
     t_full = unit_times(job, full).parts if recompute_choice else t_base
-    a_base = unit_activations(model, train, base, fw.selective, fw.logits_bytes)
-    a_full = unit_activations(model, train, full, fw.selective, fw.logits_bytes) if recompute_choice else a_base
+    a_base = unit_activations(model, train, base, fw.selective, fw.logits_bytes, fw.sp_gathered_input)
+    a_full = (unit_activations(model, train, full, fw.selective, fw.logits_bytes, fw.sp_gathered_input)
+              if recompute_choice else a_base)
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero, base.grad_bf16)
@@ -147,8 +149,12 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                                  for shard in (dense_shard, edp))
     states = params.dense * np.reshape(dense_state, (-1, 1)) + params.expert * np.reshape(expert_state, (-1, 1))
     hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
-    # activations carry the allocator's reserve (cost/device_memory.py: a share of what the step allocates and frees)
-    reserve = 1.0 + fw.fragmentation
+    # the allocator's reserve (cost/allocator.py): one fenced segment of the largest transient tensor, here the fp32
+    # logits of one micro-batch (priced on every stage: a bound above the reserve of the stages without the head)
+    allocator = allocator_on(fw.allocator, cluster.accelerator.family, train.allocator)
+    reserve = reserve_bytes(allocator, logits_tensor_bytes(base.mbs, train.seq_len, base.cp, model.vocab_size, base.tp,
+                                                           base.vocab_tiles, fw.loss_parallel),
+                            fenced=not fw.grad_buffer_zeroed)
     out = []
     for r, s in enumerate(strategies):
         # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's
@@ -164,8 +170,8 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
         time_base, time_full = unit_time(t_base), unit_time(t_full)
 
         def unit(kind: Unit, r: int = r, time_base=time_base, time_full=time_full) -> StageUnit:
-            kept = reserve * (a_base.kept[r, kind] + a_base.once[r, kind])
-            saved = reserve * max(float(a_base.kept[r, kind] - a_full.kept[r, kind]), 0.0)
+            kept = a_base.kept[r, kind] + a_base.once[r, kind]
+            saved = max(float(a_base.kept[r, kind] - a_full.kept[r, kind]), 0.0)
             return StageUnit(kind.name.lower(), float(time_base[kind]),
                              max(float(time_full[kind] - time_base[kind]), 0.0), float(kept), saved,
                              float(states[r, kind]), once=kind == Unit.HEAD)
@@ -176,7 +182,7 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
         made = {kind: unit(kind) for kind in set(chain)}  # units of a kind are alike: one (unchanged) object each
         units = [made[kind] for kind in chain]
         out.append(StageProblem(units=units, pp=s.pp, vpp=s.vpp, micro_batches=s.micro_batches(train.global_batch),
-                                hbm_bytes=hbm, base_recompute=s.recompute,
+                                hbm_bytes=hbm - float(reserve[r]), base_recompute=s.recompute,
                                 default_layers=layout(model, s.pp, s.vpp).chunk_layers, schedule=s.schedule))
     return out
 

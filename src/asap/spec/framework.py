@@ -85,15 +85,14 @@ ZERO3_MODULES_PER_LAYER = 6
 # (intermediates written and read once, asap.profile.fusion) leaves 3, SwiGLU's silu-then-multiply 5 against
 # a fused kernel's 3: about 2x over a layer's norms, RoPE and activations.
 EAGER_ELEMENTWISE_TRAFFIC = 2.0
-# The allocator's reserve beyond the live tensors. PyTorch's caching allocator keeps freed blocks for reuse:
-# 5% where one contiguous gradient buffer and fused kernels keep block sizes few (Megatron-Core, its
-# distributed optimizer's buffers); twice that where FSDP2 / DeepSpeed allocate and free per-parameter
-# gathers and reduce buckets every layer and eager kernels leave many sizes (the PyTorch memory docs'
-# "reserved but unallocated" gap; expandable segments narrow it). XLA has no caching allocator: its buffer
-# assignment plans every buffer of the compiled step at compile time (the peak it reports for the program,
-# ``compiled.memory_analysis()``, is what the step holds), so there is no reserve beyond the live tensors: 0.
-EAGER_FRAGMENTATION = 0.10
-STATIC_FRAGMENTATION = 0.0
+# The allocator each stack runs (``asap.cost.allocator``: the reserve beyond the live tensors is one fenced
+# segment of the step's largest transient tensor under PyTorch's caching allocator where the stack frees its
+# gradients every step, two 20 MiB pages with expandable segments or a grad buffer allocated once, nothing under
+# XLA's static buffer plan). torchtitan's run_train.sh sets PYTORCH_ALLOC_CONF="expandable_segments:True", as every
+# recipe of Megatron-Bridge's perf_recipes does (e.g. gpt_oss/b200/gpt_oss.py); Megatron-LM leaves the default
+# segments (its performance guide lists expandable segments as an option), unfenced by its contiguous grad buffer
+# (``grad_buffer_zeroed``), so either prices the same. DeepSpeed, MindSpore's memory pool and the reference
+# trainer run the default segments.
 # How the LM head's logits are held for the loss, bytes per logit (``asap.cost.units``): PyTorch stacks keep
 # the head's output in the activation dtype and the loss's fp32 copy, whose softmax buffer becomes the
 # gradient in place (Megatron-Core's vocab_parallel_cross_entropy casts ``vocab_parallel_logits.float()``;
@@ -155,6 +154,16 @@ class CpRing(str, Enum):
 
     TE = "te"  # Transformer Engine AttnFuncWithCPAndKVP2P: K,V chunk by chunk, bf16 merges (Megatron, MindSpeed)
     TORCH = "torch"  # torch context_parallel: K,V all-gathered per pass, fp32 dK,dV ring and merges (torchtitan)
+
+
+class Allocator(str, Enum):
+    """How a stack's device memory is allocated, as far as the reserve beyond the live tensors goes
+    (``asap.cost.allocator``)."""
+
+    CACHING = "caching"  # PyTorch's CUDA caching allocator with its default fixed segments
+    EXPANDABLE = "expandable"  # the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    STATIC = "static"  # a compiler's buffer plan (XLA)
+    HOST = "host"  # host memory through malloc (the stacks on a CPU)
 
 
 class AttentionKernel(str, Enum):
@@ -300,7 +309,14 @@ class Framework:
     # reference trainer (eager)
     fused_elementwise: bool = True
     max_zero_with_pp: int = 3  # the deepest ZeRO stage the stack combines with pipeline parallelism
-    fragmentation: float = 0.05  # the allocator's reserve beyond the live tensors, as a share of them
+    allocator: Allocator = Allocator.CACHING  # how its device memory is allocated (``asap.cost.allocator``)
+    # under sequence parallelism the GEMMs after a norm save the all-gathered input, T x h, not the local shard
+    # (``layer_ops.Shapes.norm_output``): DTensor TP (torchtitan's and the reference trainer's plans:
+    # PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate()) before ColwiseParallel wq/wk/wv
+    # and w1/w3, runners/torch/parallel.py), where aten.mm saves the redistributed input; Megatron-Core and TE save
+    # the local shard and all-gather it again in backward. torchtitan's op-level SAC does not save the all-gather's
+    # output (``_c10d_functional.all_gather_into_tensor`` is off its save list), so there it is recomputed.
+    sp_gathered_input: bool = False
     fsdp_grad_bytes: float = 4.0  # bytes per gradient element that ZeRO-3 accumulates and reduce-scatters
     selective: SelectivePolicy = SelectivePolicy.KERNELS  # what ``recompute=selective`` recomputes
     host_ops: HostOps = field(default=FUSED_HOST_OPS)  # what its host dispatches (``asap.cost.host``)
@@ -459,7 +475,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
                       "dispatcher": ("alltoall",), "a2a_overlap": (0,), "fp8_param": (0,), "offload_act": (0,),
                       "grad_bf16": (0,), "vocab_tiles": (1,), "cp_a2a": (1,)},
               max_zero_with_pp=1,
-              fragmentation=EAGER_FRAGMENTATION, host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
+              host_ops=DEEPSPEED_HOST_OPS, recompute_modules=(),
               # ZeRO-3 reduce-scatters in the gradients' own dtype (communication_data_type defaults to it);
               # ZeRO-1/2 and plain data parallelism reduce in buckets of reduce_bucket_size = 5e8 elements
               fsdp_grad_bytes=2.0, dp_bucket=(5e8, 0.0), hsdp_zero=(3,)),
@@ -469,14 +485,14 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": _ALL_SCHEDULES, "zero": (0, 2, 3), "dispatcher": ("alltoall", "dedup"), "cp_comm": ("p2p",),
                       "a2a_overlap": (0,), "offload_act": (0,), "fp8_param": (0,), "grad_bf16": (0,),
                       "vocab_tiles": (1,), "cp_a2a": (1,)}, zero_default=3,
-              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
+              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, allocator=Allocator.EXPANDABLE,
               selective=SelectivePolicy.OP_SAC, host_ops=TORCHTITAN_HOST_OPS, recompute_modules=(),
               fsdp_embedding_unit=True, recompute_default="selective", pipeline_defaults=TORCHTITAN_PIPELINE,
               attention_kernel=AttentionKernel.SDPA, cp_ring=CpRing.TORCH,
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
               round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("head",), logits_bytes=TORCHTITAN_LOGITS_BYTES),
+              fsdp_unresharded_units=("head",), logits_bytes=TORCHTITAN_LOGITS_BYTES, sp_gathered_input=True),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
@@ -485,7 +501,7 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
                       # base.yml context_parallel_strategy: all_gather (default) or ulysses (TPU)
                       "cp_comm": ("allgather", "a2a"), "cp_a2a": (1,)},
               zero_default=3, cp_comm="allgather",
-              fragmentation=STATIC_FRAGMENTATION, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
+              allocator=Allocator.STATIC, host_ops=COMPILED_HOST_OPS, recompute_modules=(),
               moe_host_sync=False, recompute_default="full", logits_bytes=XLA_LOGITS_BYTES,
               # MaxText's sparse_matmul runs megablox gmm (Pallas) with tiling (tile_batch_seq 512, ...) from
               # configs/base.yml; its group metadata (make_group_metadata) visits a row tile shared by two
@@ -509,12 +525,12 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
               offers={"dispatcher": ("alltoall",), "a2a_overlap": (0,), "offload_act": (0,), "offload_opt": (0,),
                       "fp8_param": (0,), "grad_bf16": (0,), "cp_comm": ("p2p",), "vocab_tiles": (1,), "cp_a2a": (1,)},
-              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False, fragmentation=EAGER_FRAGMENTATION,
+              elementwise_traffic=EAGER_ELEMENTWISE_TRAFFIC, fused_elementwise=False,
               selective=SelectivePolicy.CORE_ATTN, host_ops=EAGER_HOST_OPS, zero1_gather_per_tensor=True,
               dp_overlap=False, recompute_modules=("core_attn", "layernorm", "mlp", "moe"), fsdp_zero=2,
               attention_kernel=AttentionKernel.SDPA, ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
               fsdp_unresharded_units=("embedding", "head"), loss_parallel=False, cp_ring=CpRing.TORCH,
-              logits_bytes=EAGER_LOGITS_BYTES),
+              logits_bytes=EAGER_LOGITS_BYTES, sp_gathered_input=True),
 )})
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 # every other family: megatron; a CPU is where the reference trainer runs

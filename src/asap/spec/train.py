@@ -17,7 +17,10 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "nvfp4", "mxfp4")
 # peak, with bf16 activations and higher-precision weights kept for the optimizer
 FP4_PRECISIONS = ("nvfp4", "mxfp4")
 LOW_PRECISIONS = ("fp8",) + FP4_PRECISIONS  # GEMMs in a quantised format, the rest of the step in bf16
-TRAIN_KEYS = {"global_batch", "seq_len", "precision", "framework", "moe_imbalance", "memory_margin_gb"}
+TRAIN_KEYS = {"global_batch", "seq_len", "precision", "framework", "moe_imbalance", "memory_margin_gb", "allocator"}
+# PyTorch's CUDA caching allocator with its default segments, or with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+# (``asap.cost.allocator``); a stack that plans its memory statically (XLA) or a CPU ignores it
+ALLOCATORS = ("caching", "expandable")
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class TrainSpec:
     # device memory (GiB) kept free beyond what the stack's runtime takes (``--memory-margin``): a strategy fits
     # when its peak is at most the usable HBM less this (``asap.cost.device_memory.usable_hbm_gb``)
     memory_margin_gb: float = 0.0
+    # the PyTorch stacks' allocator setting (``ALLOCATORS``); None: the stack's default (``Framework.allocator``)
+    allocator: str | None = None
 
     def __post_init__(self):
         for key in ("global_batch", "seq_len"):
@@ -54,6 +59,8 @@ class TrainSpec:
             raise AsapError("memory-margin", f"must be a number of GiB from 0 to 10000, got {m!r}")
         if self.framework is not None and self.framework not in FRAMEWORK_NAMES:
             raise AsapError("framework", f"must be one of {', '.join(FRAMEWORK_NAMES)}, got {self.framework!r}")
+        if self.allocator is not None and self.allocator not in ALLOCATORS:
+            raise AsapError("allocator", f"must be one of {', '.join(ALLOCATORS)}, got {self.allocator!r}")
 
     def attention_work_factor(self, dp: np.ndarray) -> np.ndarray:
         """The attention-work factor of each dp degree in ``dp`` (1 where the job has no lengths)."""
@@ -90,4 +97,5 @@ class TrainSpec:
             raise AsapError("train.memory_margin_gb", f"must be a number of GiB from 0 to 10000, got {margin!r}")
         return cls(int(sizes[0]), int(sizes[1]), str(d.get("precision", "bf16")),
                    None if framework is None else str(framework).lower().strip(), float(imbalance),
-                   memory_margin_gb=float(margin))
+                   memory_margin_gb=float(margin),
+                   allocator=None if d.get("allocator") is None else str(d["allocator"]).lower().strip())
