@@ -53,7 +53,7 @@ from asap.spec.train import TrainSpec
 from asap.spec.words import Bottleneck, ClassSaving
 
 UNIT_KEYS = ("tp", "cp", "dp", "mbs", "sp", "ep", "etp", "dispatcher", "recompute", "pp",
-             "offload_act", "offload_layers", "cp_comm", "cp_a2a")  # what unit_times reads
+             "offload_act", "offload_layers", "cp_comm", "cp_a2a", "vocab_tiles")  # what unit_times reads
 SPLIT_CHUNKS = 2  # pieces a micro-batch is cut into for the split-dispatch alternative
 
 
