@@ -36,6 +36,21 @@ def cli():
     return run_cli
 
 
+# a small dense model whose every memory term is large enough to read off by hand (tests/cost: the memory terms,
+# DTensor SP's gathered inputs); ``mid_dense_file`` writes it as a model file
+MID_DENSE = {"name": "mid-dense", "num_layers": 4, "hidden_size": 1024, "ffn_hidden_size": 2816,
+             "num_attention_heads": 8, "vocab_size": 8192}
+
+
+@pytest.fixture(scope="module")
+def mid_dense_file(tmp_path_factory) -> str:
+    import yaml
+
+    p = tmp_path_factory.mktemp("m") / "mid.yaml"
+    p.write_text(yaml.safe_dump(MID_DENSE))
+    return str(p)
+
+
 def assert_one_line_error(proc, *needles):
     """Bad input: non-zero exit, exactly one line on stderr naming the problem, no traceback."""
     assert proc.returncode != 0, proc.stdout

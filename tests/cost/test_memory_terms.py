@@ -15,20 +15,16 @@ machine's CPU (fp32: 4 B per weight, gradient, and Adam moment):
 import pytest
 
 from asap.spec.job import Job
+from conftest import MID_DENSE
 from asap.cost.estimate import estimate_spelled
 
 GIB = 2 ** 30
-MODEL = {"name": "mid-dense", "num_layers": 4, "hidden_size": 1024, "ffn_hidden_size": 2816,
-         "num_attention_heads": 8, "vocab_size": 8192}
+MODEL = MID_DENSE
 
 
 @pytest.fixture(scope="module")
-def model_file(tmp_path_factory):
-    import yaml
-
-    p = tmp_path_factory.mktemp("m") / "mid.yaml"
-    p.write_text(yaml.safe_dump(MODEL))
-    return str(p)
+def model_file(mid_dense_file):
+    return mid_dense_file
 
 
 def job(model_file, framework="asap", cluster="local-cpu"):

@@ -19,17 +19,11 @@ from asap.spec.job import Job
 from asap.spec.strategy import parse_strategy, resolve_strategy
 
 MIB = 2 ** 20
-MODEL = {"name": "mid-dense", "num_layers": 4, "hidden_size": 1024, "ffn_hidden_size": 2816,
-         "num_attention_heads": 8, "vocab_size": 8192}
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
-    import yaml
-
-    p = tmp_path_factory.mktemp("m") / "mid.yaml"
-    p.write_text(yaml.safe_dump(MODEL))
-    return Job.from_names(str(p), "local-cpu", 4, 128, "fp32", framework="asap", devices=2)
+def job(mid_dense_file):
+    return Job.from_names(mid_dense_file, "local-cpu", 4, 128, "fp32", framework="asap", devices=2)
 
 
 def batch(job, text):

@@ -438,15 +438,15 @@ def held_at(term, which):
     return term[:, 0] if term.shape[1] == 1 else at(term, which)
 
 
-def stack_device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, framework):
-    """``units.device_figures`` with the stack's activation semantics (its selective policy, logits bytes and
-    sequence-parallel GEMM inputs; the defaults without a stack)."""
+def stack_device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, framework, ut=None):
+    """``units.device_figures`` (with the units' times ``ut`` where given) under the stack's activation semantics
+    (its selective policy, logits bytes and sequence-parallel GEMM inputs; the defaults without a stack)."""
     from asap.cost.units import device_figures
     from asap.spec.framework import SelectivePolicy
 
     if framework is None:
-        return device_figures(model, train, S, selective=SelectivePolicy.KERNELS)
-    return device_figures(model, train, S, selective=framework.selective, logits_bytes=framework.logits_bytes,
+        return device_figures(model, train, S, ut, selective=SelectivePolicy.KERNELS)
+    return device_figures(model, train, S, ut, selective=framework.selective, logits_bytes=framework.logits_bytes,
                           sp_gathered_input=framework.sp_gathered_input)
 
 
@@ -484,8 +484,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     states = dense_p * (wd + gd + od)[:, None]
     states += expert_p * (we + ge + oe)[:, None]
     wide = 4.0 if train.precision == "fp32" else 2.0
-    gathered = np.where(zero >= Zero.PARAMETERS,
-                        zero3_gathered_bytes(f.rows(f.largest_layer_params), framework, wide), 0.0)
+    layer_p = f.rows(f.largest_layer_params)  # the model's largest transformer layer on each row's device
+    gathered = np.where(zero >= Zero.PARAMETERS, zero3_gathered_bytes(layer_p, framework, wide), 0.0)
     # an fp32 run's FSDP2 zero 2 keeps its fp32 shards beside the gathered fp32 weights (in 16-bit runs the
     # shards are the optimizer's master, in its 12 B)
     shard_w = np.where(held & (train.precision == "fp32"), 4.0 / np.maximum(dense_shard, 1), 0.0)
@@ -510,10 +510,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     peak_body = at(body, which)
     edges_at, reduce_buf, logits_at = held_at(edges, which), held_at(reduce_buf, which), at(logits, which)
     # the allocator's reserve: a segment of the step's largest transient tensor (``asap.cost.allocator``)
-    largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered, (held | kept) * wide
-                                             * f.rows(f.largest_layer_params), (reduce_buf > 0) * g * f.rows(
-                                                 f.largest_layer_params))
-    reserve = stack_reserve_bytes(framework, acc, train, largest)
+    largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered,
+                                             (held | kept) * wide * layer_p, (reduce_buf > 0) * g * layer_p)
+    reserve, fixed = stack_reserve_bytes(framework, acc, train, largest), fixed_allowance_bytes(acc)
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
@@ -521,8 +520,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            weights_gb=(dense_at * (wd + shard_w) + expert_at * we + gathered + edges_at) / GB,
                            grads_gb=(dense_at * gd + expert_at * ge + reduce_buf) / GB,
                            optimizer_gb=(dense_at * od + expert_at * oe) / GB,
-                           activations_gb=at(a, which) / GB, allowance_gb=(reserve + fixed_allowance_bytes(acc)) / GB,
-                           peak_gb=(peak_body + reserve + fixed_allowance_bytes(acc)) / GB, gathered_gb=(gathered + edges_at) / GB,
+                           activations_gb=at(a, which) / GB, allowance_gb=(reserve + fixed) / GB,
+                           peak_gb=(peak_body + reserve + fixed) / GB, gathered_gb=(gathered + edges_at) / GB,
                            reduce_buffers_gb=reduce_buf / GB,
                            logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB,
                            cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB,

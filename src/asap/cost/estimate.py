@@ -37,12 +37,12 @@ from asap.cost.host import step_host_s
 from asap.cost.layer_ops import window_keys_ratio
 from asap.cost.operations import BWD_GEMM
 from asap.cost.bands import error_bands, error_quantiles
-from asap.cost.device_memory import (MemoryBreakdown, fits_memory, fits_with_headroom, memory,
+from asap.cost.device_memory import (MemoryBreakdown, fits_memory, fits_with_headroom, memory, stack_device_figures,
                               usable_hbm_gb)
 from asap.cost.pipeline import (bubble_s, exposed_p2p_messages, overlapped_p2p_excess_s,
                                 uneven_chunk_excess_s, zb_small_batch_excess_s)
 from asap.cost.step_fixed import step_fixed_s
-from asap.cost.units import DeviceFigures, UnitTimes, device_figures, paired_hidden_s, unit_times
+from asap.cost.units import DeviceFigures, UnitTimes, paired_hidden_s, unit_times
 from asap.spec.framework import Framework, GradSync
 from asap.spec.hardware import Cluster
 from asap.spec.job import Job
@@ -382,8 +382,7 @@ def estimate_batch(job: Job, S: StrategyBatch, mem: MemoryBreakdown | None = Non
     planner prices memory first and prunes by it)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
     ut = unit if unit is not None else unit_times(job, S, UNIT_KEYS)
-    f = figures if figures is not None else device_figures(model, train, S, ut, fw.selective, fw.logits_bytes,
-                                                                           fw.sp_gathered_input)
+    f = figures if figures is not None else stack_device_figures(model, train, S, fw, ut)
     m = (train.global_batch // (S.dp * S.mbs)).astype(float)
     times = stage_times(model, S, f, m)
     bubble = pipeline_bubble_s(model, S, f, times, m)

@@ -17,8 +17,8 @@ import numpy as np
 
 from asap.cost.batch import StrategyBatch, expand
 from asap.cost.estimate import UNIT_KEYS, estimate_batch
-from asap.cost.device_memory import MemoryBreakdown, fits_memory, memory, usable_hbm_gb
-from asap.cost.units import DeviceFigures, UnitTimes, device_figures, unit_times, with_times
+from asap.cost.device_memory import MemoryBreakdown, fits_memory, memory, stack_device_figures, usable_hbm_gb
+from asap.cost.units import DeviceFigures, UnitTimes, unit_times, with_times
 from asap.errors import AsapError
 from asap.search.prune import step_lower_bound_s, worth_pricing
 from asap.search.space import Space
@@ -204,7 +204,7 @@ def chunk_memory(job: Job, part: StrategyBatch) -> tuple[DeviceFigures, MemoryBr
     job's ``memory_margin_gb`` does not enter them (only what fits, ``fits_memory``), so searches of one job
     under different margins share them (``price_chunks``)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
-    f_all = device_figures(model, train, part, None, fw.selective, fw.logits_bytes, fw.sp_gathered_input)
+    f_all = stack_device_figures(model, train, part, fw)
     return f_all, memory(model, cluster.accelerator, train, part, figures=f_all, framework=fw)
 
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Sequence
 
 from asap.cost.batch import StrategyBatch
-from asap.cost.device_memory import memory
+from asap.cost.device_memory import memory, stack_device_figures
 from asap.cost.estimate import UNIT_KEYS, Estimate, estimate_batch
-from asap.cost.units import device_figures, unit_times, with_times
+from asap.cost.units import unit_times, with_times
 from asap.spec.catalog import Accelerator
 from asap.spec.job import Job
 
@@ -88,7 +88,7 @@ def changes(job: Job, candidates: Sequence[Estimate], places: Sequence[int], fac
     # what no input of INPUTS changes, priced once: the devices' parameters and activations (``device_figures``
     # reads no accelerator) and the memory (the step time does not read it)
     fw = job.framework
-    f_mem = device_figures(job.model, job.train, S, None, fw.selective, fw.logits_bytes, fw.sp_gathered_input)
+    f_mem = stack_device_figures(job.model, job.train, S, fw)
     mem = memory(job.model, job.cluster.accelerator, job.train, S, figures=f_mem, framework=fw)
     out = []
     for name, move, worse, better in INPUTS:
