@@ -106,6 +106,22 @@ def test_a_layer_tensor_is_the_largest_transient_away_from_the_head():
     assert layer_tensor_bytes(job.model, job.train, StrategyBatch.from_strategies([s]))[0] == 1024 * 4096 / 2 * 2
 
 
+def test_an_moe_layer_with_narrow_experts_dispatches_its_largest_tensor():
+    """DeepSeek-V3's routed experts are narrow (expert ffn 2048, hidden 7168): the dispatched tokens' hidden
+    states, T x top_k x hidden x 2 B = 4096 x 8 x 7168 x 2, outweigh the expert GEMM's fused gate/up output
+    (4096 x 8 x 2 x 2048 x 2) and the dense layers' first GEMM (4096 x 2 x 18432 / tp 8 x 2)."""
+    from asap.cost.batch import StrategyBatch
+    from asap.spec.loader import load_model
+    from asap.spec.strategy import parse_strategy, resolve_strategy
+
+    train = TrainSpec(global_batch=64, seq_len=4096, precision="bf16", framework="megatron")
+    j = Job.resolve(load_model("deepseek-v3"), load_cluster("h800", devices=256), train)
+    s = resolve_strategy(parse_strategy("tp=8,pp=4,ep=8,etp=1,mbs=1"), j.model, j.train, 256, framework=j.framework)
+    dispatched = 4096 * 8 * 7168 * 2
+    assert dispatched > 4096 * 8 * 2 * 2048 * 2 and dispatched > 4096 * 2 * 18432 / 8 * 2
+    assert layer_tensor_bytes(j.model, j.train, StrategyBatch.from_strategies([s]))[0] == dispatched
+
+
 def test_xla_and_the_cpu_hold_no_reserve():
     train = TrainSpec(global_batch=8, seq_len=1024, precision="bf16", framework="maxtext")
     tpu = Job.resolve(model_from_dict(GPT_345M), load_cluster("tpu-v6e", devices=4), train)

@@ -114,14 +114,17 @@ def logits_tensor_bytes(mbs, seq_len: int, cp, vocab_size: int, tp, vocab_tiles,
 def layer_tensor_bytes(model: ModelSpec, train: TrainSpec, S):
     """[N] one layer's largest activation tensor on a rank, allocated in its forward (or its recompute) and
     freed in its backward: the first MLP GEMM's output, T x (2 ffn | ffn) / tp x the activation bytes (the gated
-    MLP's gate and up projections as one fused GEMM, Megatron-Core's linear_fc1), and in an MoE layer the routed
-    tokens' expert GEMM output, T x top_k x (2 | 1) expert_ffn / etp (each rank of ep receives T x top_k token
-    copies when routing is balanced); T = mbs x seq / cp tokens."""
+    MLP's gate and up projections as one fused GEMM, Megatron-Core's linear_fc1), and in an MoE layer the larger of
+    the routed tokens' expert GEMM output, T x top_k x (2 | 1) expert_ffn / etp, and the dispatched tokens'
+    hidden states, T x top_k x hidden (the token permutation's output and the all-to-all's receive buffer: each
+    rank of ep receives T x top_k token copies when routing is balanced; the larger where hidden > 2 expert_ffn,
+    as in DeepSeek-V3's 7168 against 2 x 2048); T = mbs x seq / cp tokens."""
     tokens = np.asarray(S.mbs) * train.seq_len / np.asarray(S.cp)
     width = 2.0 if model.gated else 1.0
     dense = tokens * width * model.ffn_hidden_size / np.asarray(S.tp)
     if model.moe is not None:
         moe = model.moe
-        routed = tokens * moe.top_k * width * moe.expert_ffn_hidden_size / np.asarray(S.etp)
+        routed = tokens * moe.top_k * np.maximum(width * moe.expert_ffn_hidden_size / np.asarray(S.etp),
+                                                 model.hidden_size)
         dense = np.maximum(dense if model.num_dense_layers else 0.0, routed)
     return dense * act_bytes(train.precision)

@@ -56,7 +56,7 @@ import numpy as np
 from asap.cost.allocator import allocator_on, layer_tensor_bytes, logits_tensor_bytes, reserve_bytes
 from asap.cost.batch import StrategyBatch
 from asap.cost.offload import offloaded_activations
-from asap.cost.roofline import BYTES, LOW_PRECISIONS
+from asap.cost.roofline import BYTES, LOW_PRECISIONS, act_bytes
 from asap.cost.stack_activations import cp_buffer_bytes
 from asap.spec.framework import Allocator
 from asap.spec.hardware import Accelerator
@@ -128,7 +128,9 @@ MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the block
                        "allowance_allocator_reserve": "the allocator's reserve (a fenced segment of the largest "
                                                       "transient; 40 MiB at most with expandable segments)",
                        "allowance_largest_transient": "(for reference, not in the allowance: that largest "
-                                                      "transient tensor)"}
+                                                      "transient tensor)",
+                       "allowance_tp_comm_buffers": "Transformer Engine's userbuffers for the tensor-parallel "
+                                                    "overlap (12 per layer shape, and the cuBLAS workspaces)"}
 
 
 @dataclass
@@ -150,13 +152,15 @@ class MemoryBreakdown:
     # the layer's transient outweighs the logits)
     reserve_gb: np.ndarray | float = 0.0  # the allocator's reserve (in allowance_gb; the rest is the runtime's)
     largest_transient_gb: np.ndarray | float = 0.0  # the tensor the reserve is a segment of (not in the peak)
+    tp_comm_buffers_gb: np.ndarray | float = 0.0  # Transformer Engine's userbuffers (in allowance_gb)
 
     def detail_gb(self) -> dict:
         """The parts ``estimate --explain`` lists (``Estimate.memory_detail_gb``), keyed term_part."""
         return {"weights_gathered": self.gathered_gb, "grads_reduce_buffers": self.reduce_buffers_gb,
                 "activations_logits": self.logits_gb, "activations_cp_buffers": self.cp_buffers_gb,
                 "allowance_allocator_reserve": self.reserve_gb,
-                "allowance_largest_transient": self.largest_transient_gb}
+                "allowance_largest_transient": self.largest_transient_gb,
+                "allowance_tp_comm_buffers": self.tp_comm_buffers_gb}
 
     @classmethod
     def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
@@ -428,6 +432,38 @@ def stack_reserve_bytes(framework, acc: Accelerator, train: TrainSpec, largest):
     return reserve_bytes(allocator_on(own, acc.family, train.allocator), largest, fenced=fenced)
 
 
+# Transformer Engine's userbuffers (``initialize_ub``, transformer_engine/pytorch/module/base.py, TE 2.x): one
+# communication buffer per overlapped GEMM of a layer, each of the shape Megatron-Core passes
+# (``_initialize_tp_communicators``: [seq_length x micro_batch_size / cp, hidden_size], the tensor-parallel group's
+# whole sequence): the all-gather ones (ring exchange qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad; bulk qkv_dgrad,
+# fc1_dgrad; external proj_wgrad, fc2_wgrad) hold fp8 bytes under an fp8 recipe (``fp8_buf``), the reduce-scatter
+# ones (pipelined proj_fprop, fc2_fprop; bulk qkv_wgrad, fc1_wgrad) the activation dtype; and the cuBLAS workspace
+# is repeated for ``_NUM_MAX_UB_STREAMS`` streams (32 MiB each from Hopper on, 4 MiB before:
+# ``get_cublas_workspace_size_bytes``), two more than the runtime's own (in ``fixed_allowance_bytes``).
+UB_ALL_GATHER_BUFFERS = 8
+UB_REDUCE_SCATTER_BUFFERS = 4
+UB_STREAMS = 3
+CUBLAS_WORKSPACE_BYTES = {"hopper": 32 * 2**20, "blackwell": 32 * 2**20}  # (4 MiB before Hopper)
+
+
+def tp_comm_buffer_bytes(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, framework):
+    """[N] the userbuffers of Transformer Engine's tensor-parallel overlap (the table above) where the stack
+    registers them (``Framework.te_userbuffers``) and overlaps TP there (``Framework.tp_overlap_share``: the
+    family's ``tp_overlap``, 0 on Ampere, whose Megatron-LM runs of 2021-22 predate the userbuffers), for rows
+    with tp > 1; 0 elsewhere: T h (8 a + 4 b) + 2 w bytes, with T = mbs x seq / cp tokens, a the all-gather
+    buffers' bytes per element (1 under fp8, else b), b the activation's, w the cuBLAS workspace."""
+    tp = np.asarray(S.tp)
+    workspace = CUBLAS_WORKSPACE_BYTES.get(acc.family)
+    if (framework is None or not framework.te_userbuffers or workspace is None
+            or framework.tp_overlap_share(acc.family_constants) <= 0):
+        return np.zeros(np.shape(tp), dtype=float)
+    b = float(act_bytes(train.precision))
+    a = 1.0 if train.precision == "fp8" else b
+    tokens = np.asarray(S.mbs) * train.seq_len / np.asarray(S.cp)
+    per_rank = tokens * model.hidden_size * (UB_ALL_GATHER_BUFFERS * a + UB_REDUCE_SCATTER_BUFFERS * b)
+    return np.where(tp > 1, per_rank + (UB_STREAMS - 1) * workspace, 0.0)
+
+
 def held_at(term, which):
     """[N] a term of [N, K] or [N, 1] bytes at each row's fullest device (``which``); 0 where the stack holds
     none (None)."""
@@ -513,6 +549,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered,
                                              (held | kept) * wide * layer_p, (reduce_buf > 0) * g * layer_p)
     reserve, fixed = stack_reserve_bytes(framework, acc, train, largest), fixed_allowance_bytes(acc)
+    userbuffers = tp_comm_buffer_bytes(model, acc, train, S, framework)
+    fixed = fixed + userbuffers
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
@@ -525,4 +563,5 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            reduce_buffers_gb=reduce_buf / GB,
                            logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB,
                            cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB,
-                           reserve_gb=reserve / GB, largest_transient_gb=largest / GB)
+                           reserve_gb=reserve / GB, largest_transient_gb=largest / GB,
+                           tp_comm_buffers_gb=userbuffers / GB)

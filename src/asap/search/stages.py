@@ -23,7 +23,8 @@ import numpy as np
 from asap.cost.allocator import allocator_on, logits_tensor_bytes, reserve_bytes
 from asap.cost.batch import StrategyBatch
 from asap.cost.device_memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
-                                     quantised_weight_copies, state_bytes_per_param, usable_hbm_gb)
+                                     quantised_weight_copies, state_bytes_per_param, tp_comm_buffer_bytes,
+                                     usable_hbm_gb)
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import UnitTimes, unit_activations, unit_params, unit_times
@@ -155,6 +156,7 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
     reserve = reserve_bytes(allocator, logits_tensor_bytes(base.mbs, train.seq_len, base.cp, model.vocab_size, base.tp,
                                                            base.vocab_tiles, fw.loss_parallel),
                             fenced=not fw.grad_buffer_zeroed)
+    reserve = reserve + tp_comm_buffer_bytes(model, cluster.accelerator, train, base, fw)  # TE's userbuffers
     out = []
     for r, s in enumerate(strategies):
         # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's

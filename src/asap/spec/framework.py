@@ -427,6 +427,10 @@ class Framework:
     # low-precision weights through Transformer Engine, which keeps a rowwise and a columnwise quantised copy of
     # each (``asap.cost.device_memory.quantised_weight_copies``): Megatron-Core
     te_columnwise_weights: bool = False
+    # Transformer Engine's userbuffers hold the tensor-parallel overlap's communication buffers (Megatron-Core's
+    # ``--tp-comm-overlap``, on in the NeMo and Megatron-Bridge recipes: ``tp_comm_overlap``), registered outside
+    # PyTorch's allocator (``asap.cost.device_memory.tp_comm_buffer_bytes``)
+    te_userbuffers: bool = False
 
     def tp_overlap_share(self, fam) -> float:
         """The share of tensor-parallel traffic this stack hides behind GEMMs on a family (``Family``)."""
@@ -467,7 +471,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               offers={"schedule": ("1f1b", "interleaved"), "dispatcher": DISPATCHERS, "zero": (0, 1, 3),
                       "cp_comm": ("p2p", "a2a", "allgather", "a2a+p2p"), "vocab_tiles": (1,)},
               fsdp_grad_bytes=2.0, offload_act_with_pp=False, hsdp_zero=(1, 3), host_ops=MEGATRON_HOST_OPS,
-              grad_buffer_zeroed=True, loss_all_reduce=True, te_columnwise_weights=True),
+              grad_buffer_zeroed=True, loss_all_reduce=True, te_columnwise_weights=True,
+              te_userbuffers=True),
     Framework(name="deepspeed", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=ZERO3_MODULES_PER_LAYER, async_collectives=False,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,
