@@ -55,6 +55,10 @@ wait "$maxtext_venv" || { cat .venv-maxtext.log; exit 1; }
 # Types: must be clean (configured in pyproject.toml).
 .venv/bin/mypy
 
+# asap's bytecode compiled once: the suite starts hundreds of asap processes (the CLI, torchrun workers, JAX runs),
+# and where PYTHONDONTWRITEBYTECODE is set each of them would compile every module it imports again.
+.venv/bin/python -m compileall -q src
+
 # Chromium installed (its log printed if it failed).
 wait "$chromium" || { cat .chromium.log; exit 1; }
 

@@ -39,12 +39,9 @@ def align_command(
 
     if timeout is not None and timeout <= 0:
         raise AsapError("timeout", f"must be positive, got {timeout}")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        from asap.runners.common import TORCH_CPU_INSTALL
+    from asap.cli.run import need_torch
 
-        raise AsapError("align", f"real runs need PyTorch: {TORCH_CPU_INSTALL}") from None
+    need_torch("align")
     spec = load_model(model)
     try:
         result = align(spec, strategy_a, strategy_b, precision_a=precision_a, precision_b=precision_b,

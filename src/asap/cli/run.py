@@ -148,10 +148,11 @@ def _documents(path: Optional[str], seq_len: int):
 
 
 def need_torch(command: str) -> None:
-    """A real run's first check: PyTorch imports, else one line naming the install that works (its CPU build)."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    """A real run's first check: PyTorch is installed (found, not imported: the workers import it), else one line
+    naming the install that works (its CPU build)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
         from asap.runners.common import TORCH_CPU_INSTALL
 
-        raise AsapError(command, f"real runs need PyTorch: {TORCH_CPU_INSTALL}") from None
+        raise AsapError(command, f"real runs need PyTorch: {TORCH_CPU_INSTALL}")

@@ -1,7 +1,8 @@
 """Launch the reference trainer under torchrun and collect what every rank measured.
 
-``launch([RunConfig, ...])`` writes the worker's JSON config, runs ``python -m torch.distributed.run
---standalone --nproc-per-node N -m asap.runners.torch.worker --config FILE`` (N = the product of the degrees), and
+``launch([RunConfig, ...])`` writes the worker's JSON config, runs ``python -m asap.runners.torch.elastic
+--nproc-per-node N --config FILE`` (torchrun ``--standalone``'s agent, its N workers forked from one interpreter:
+``asap.runners.torch.elastic``; N = the product of the degrees), and
 turns the per-rank files into one ``RunResult`` per config: the global loss of every step, the median step
 time after warm-up (each step's time is its slowest rank's), tokens/s, the peak memory of the busiest rank
 (peak RSS on CPU, ``max_memory_allocated`` on CUDA), the transformer layers each pipeline chunk was built with
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -277,12 +279,32 @@ def check_host_memory(c: RunConfig) -> None:
 # ------------------------------------------------------------------------------------------------------------
 
 
+# a build's accelerator runtimes, as torch/version.py states them (``cuda = None`` and ``hip = None`` in a CPU build)
+_NO_RUNTIME = re.compile(r"^(cuda|hip)\s*(?::[^=]*)?=\s*None\s*$", re.MULTILINE)
+
+
+def torch_build_is_cpu_only() -> bool:
+    """Whether the installed PyTorch is a CPU build (no CUDA or ROCm runtime), read from its ``torch/version.py``
+    without importing torch (seconds of CPU a launcher process need not spend: its workers import it); False
+    where the file cannot be read, so that the caller asks torch itself."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return False
+    return len(set(_NO_RUNTIME.findall(text))) == 2
+
+
 def detect_device(requested: str = "auto", nproc: int = 1) -> str:
     from asap.runners.common import DEVICE_REQUESTS
 
     if requested not in DEVICE_REQUESTS:
         raise AsapError("device", f"must be auto, cpu or cuda, got {requested!r}")
-    if requested == "cpu":
+    if requested == "cpu" or (requested == "auto" and torch_build_is_cpu_only()):
         return "cpu"
     import torch
 
@@ -298,8 +320,10 @@ def detect_device(requested: str = "auto", nproc: int = 1) -> str:
 
 
 def torchrun_command(nproc: int, config_path: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "asap.runners.torch.worker", "--config", config_path]
+    """torchrun's agent on the worker (``asap.runners.torch.elastic``: ``torch.distributed.run --standalone``'s
+    launch, the workers forked from one interpreter that imported torch once)."""
+    return [sys.executable, "-m", "asap.runners.torch.elastic", "--nproc-per-node", str(nproc),
+            "--config", config_path]
 
 
 def _child_env(device: str, nproc: int) -> dict[str, str]:

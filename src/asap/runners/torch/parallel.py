@@ -334,6 +334,12 @@ def apply_ddp(model: nn.Module, dp_mesh, device: torch.device) -> nn.Module:
 
 
 def has_dtensor_params(module: nn.Module) -> bool:
+    """Whether any parameter is a DTensor; without importing DTensor's module where nothing has (a DTensor is made
+    through it: tensor or sequence parallelism, FSDP2), a second of a worker's start on a data-parallel run."""
+    import sys
+
+    if "torch.distributed.tensor" not in sys.modules:
+        return False
     from torch.distributed.tensor import DTensor
 
     return any(isinstance(p, DTensor) for p in module.parameters())

@@ -1,4 +1,5 @@
-"""The torchrun entry point: ``python -m torch.distributed.run ... -m asap.runners.torch.worker --config FILE``.
+"""The trainer's worker: ``entry(FILE)`` in each process ``asap.runners.torch.elastic`` forks (torchrun's agent),
+or as torchrun's command entry point ``python -m torch.distributed.run ... -m asap.runners.torch.worker --config FILE``.
 
 FILE is JSON: ``{"device": "cpu"|"cuda", "out_dir": DIR, "pg_timeout_s": S, "jobs": [job, ...]}`` where a job
 is ``{model (native mapping), strategy (every key, as ``Strategy.to_dict`` writes it), global_batch, seq_len,
@@ -324,6 +325,14 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     return 0
+
+
+def entry(config_path: str) -> None:
+    """The function ``asap.runners.torch.elastic``'s agent runs in each forked worker: ``main`` on the config,
+    its non-zero status the process's exit status (the agent reads it as torchrun reads a command's)."""
+    rc = main(["--config", config_path])
+    if rc:
+        sys.exit(rc)
 
 
 if __name__ == "__main__":
