@@ -129,8 +129,8 @@ MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the block
                                                       "transient; 40 MiB at most with expandable segments)",
                        "allowance_largest_transient": "(for reference, not in the allowance: that largest "
                                                       "transient tensor)",
-                       "allowance_tp_comm_buffers": "Transformer Engine's userbuffers for the tensor-parallel "
-                                                    "overlap (12 per layer shape, and the cuBLAS workspaces)"}
+                       "allowance_tp_comm_buffers": "Transformer Engine's TP-overlap userbuffers (12 of mbs x "
+                                                    "seq / cp tokens x hidden; cuBLAS workspaces)"}
 
 
 @dataclass
