@@ -29,7 +29,11 @@ zero 3 1.215 / 1.197 (-1.5%), tp=2 0.956 / 0.937 (-1.9%), pp=2 0.977 / 0.940 (-3
 0.560 GiB, +0.160 over the allowance, added to its predictions): dp=2 zero 0 1.900 / 1.873 (-1.4%), zero 2 1.440 /
 1.453 (+0.9%), zero 3 1.290 / 1.326 (+2.8%), tp=2 1.130 / 1.141 (+1.0%), pp=2 1.120 / 1.100 (-1.8%); host malloc
 holds no allocator reserve (``asap.cost.allocator``: 10% of the transient was priced before, +2.2% on zero 2); before
-FSDP2's terms (and its runtime) were priced: -9.8, -14.5, -18.1, -13.1, -14.7%.
+FSDP2's terms (and its runtime) were priced: -9.8, -14.5, -18.1, -13.1, -14.7%. Since the reference trainer's
+workers are forked from one interpreter (``asap.runners.torch.elastic``) their resident set is smaller: runtime
+0.353 GiB; dp=2 zero 0 1.678 / 1.713 (+2.1%), zero 1 1.424 / 1.459 (+2.5%), zero 2 1.256 / 1.293 (+2.9%), zero 3
+1.173 / 1.197 (+2.0%), tp=2 0.915 / 0.937 (+2.5%), pp=2 0.934 / 0.940 (+0.6%), the CPU's fixed allowance (0.40
+GiB) not yet set again from it.
 With glibc's dynamic threshold the reference trainer's runs peak at 1.845, 1.600, 1.499, 1.401, 1.043 and 1.093 GiB: glibc keeps
 0.12 to 0.24 GiB (before this benchmark pinned the threshold and FSDP2's reduce-scatter buffers and unresharded root
 were priced: -7.1, -8.8, -17.9, -24.6, -10.9, -13.8% against those).
