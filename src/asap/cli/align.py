@@ -39,7 +39,7 @@ def align_command(
 
     if timeout is not None and timeout <= 0:
         raise AsapError("timeout", f"must be positive, got {timeout}")
-    from asap.cli.run import need_torch
+    from asap.runners.common import need_torch
 
     need_torch("align")
     spec = load_model(model)

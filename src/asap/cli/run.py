@@ -73,6 +73,8 @@ def run_command(
                                       "two-level collectives)")
         _run_jax(spec, s, train, steps, profile, seed, data, lr, timeout, verbose, json_out)
         return
+    from asap.runners.common import need_torch
+
     need_torch("run")
     dev = detect_device(device, s.devices)
     prec = precision or ("bf16" if dev == "cuda" else "fp32")
@@ -145,14 +147,3 @@ def _documents(path: Optional[str], seq_len: int):
 
     samples, _ = parse_samples(read_lengths(path), seq_len)
     return samples
-
-
-def need_torch(command: str) -> None:
-    """A real run's first check: PyTorch is installed (found, not imported: the workers import it), else one line
-    naming the install that works (its CPU build)."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        from asap.runners.common import TORCH_CPU_INSTALL
-
-        raise AsapError(command, f"real runs need PyTorch: {TORCH_CPU_INSTALL}")

@@ -548,9 +548,9 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     # the allocator's reserve: a segment of the step's largest transient tensor (``asap.cost.allocator``)
     largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered,
                                              (held | kept) * wide * layer_p, (reduce_buf > 0) * g * layer_p)
-    reserve, fixed = stack_reserve_bytes(framework, acc, train, largest), fixed_allowance_bytes(acc)
+    reserve = stack_reserve_bytes(framework, acc, train, largest)
     userbuffers = tp_comm_buffer_bytes(model, acc, train, S, framework)
-    fixed = fixed + userbuffers
+    fixed = fixed_allowance_bytes(acc) + userbuffers  # what the allocator does not hold
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))

@@ -24,6 +24,17 @@ DEVICE_REQUESTS = ("auto", "cpu", "cuda")  # auto: CUDA when there are GPUs
 TORCH_CPU_INSTALL = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu (the CPU build)"
 
 
+def need_torch(command: str) -> None:
+    """A real run's first check: PyTorch is installed (found, not imported: the workers import it), else one line
+    naming the install that works (its CPU build)."""
+    import importlib.util
+
+    from asap.errors import AsapError
+
+    if importlib.util.find_spec("torch") is None:
+        raise AsapError(command, f"real runs need PyTorch: {TORCH_CPU_INSTALL}")
+
+
 def failure_kind(text: str) -> FailureKind:
     """A worker's error file names its kind as text (``oom``, ``crash``): the enum, crash for anything else."""
     try:

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from asap.cost.allocator import allocator_on, logits_tensor_bytes, reserve_bytes
+from asap.cost.allocator import logits_tensor_bytes
 from asap.cost.batch import StrategyBatch
 from asap.cost.device_memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
-                                     quantised_weight_copies, state_bytes_per_param, tp_comm_buffer_bytes,
-                                     usable_hbm_gb)
+                                     quantised_weight_copies, stack_reserve_bytes, state_bytes_per_param,
+                                     tp_comm_buffer_bytes, usable_hbm_gb)
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import UnitTimes, unit_activations, unit_params, unit_times
@@ -152,11 +152,10 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
     hbm = usable_hbm_gb(cluster.accelerator, train) * GB - fixed_allowance_bytes(cluster.accelerator)
     # the allocator's reserve (cost/allocator.py): one fenced segment of the largest transient tensor, here the fp32
     # logits of one micro-batch (priced on every stage: a bound above the reserve of the stages without the head)
-    allocator = allocator_on(fw.allocator, cluster.accelerator.family, train.allocator)
-    reserve = reserve_bytes(allocator, logits_tensor_bytes(base.mbs, train.seq_len, base.cp, model.vocab_size, base.tp,
-                                                           base.vocab_tiles, fw.loss_parallel),
-                            fenced=not fw.grad_buffer_zeroed)
-    reserve = reserve + tp_comm_buffer_bytes(model, cluster.accelerator, train, base, fw)  # TE's userbuffers
+    logits = logits_tensor_bytes(base.mbs, train.seq_len, base.cp, model.vocab_size, base.tp, base.vocab_tiles,
+                                 fw.loss_parallel)
+    reserve = (stack_reserve_bytes(fw, cluster.accelerator, train, logits)
+               + tp_comm_buffer_bytes(model, cluster.accelerator, train, base, fw))  # and TE's userbuffers
     out = []
     for r, s in enumerate(strategies):
         # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's

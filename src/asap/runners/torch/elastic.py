@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from asap.runners.torch import worker
 
+    # torchrun's parser needs a training script: the worker's module, which the function entry point replaces
     run_args = parse_args(["--standalone", "--nproc-per-node", str(args.nproc_per_node), "--start-method", "fork",
                            "-m", "asap.runners.torch.worker", "--config", args.config])
     # what torch.distributed.run.run does for --standalone before it builds the config
