@@ -21,7 +21,8 @@ def test_the_parts_of_each_memory_term():
     assert detail["activations_logits"] == pytest.approx(4096 * 128256 / 2 * 16 / 2**30, rel=1e-9)
     assert detail["activations_cp_buffers"] == 0.0  # no context parallelism: no ring buffers
     assert detail["allowance_tp_comm_buffers"] == 0.0  # torchtitan's DTensor TP: no Transformer Engine userbuffers
-    empty = ("activations_cp_buffers", "allowance_tp_comm_buffers")
+    assert detail["allowance_ep_comm_buffers"] == 0.0  # a dense model: no DeepEP buffers
+    empty = ("activations_cp_buffers", "allowance_tp_comm_buffers", "allowance_ep_comm_buffers")
     for part, gb in detail.items():
         assert (part in empty or 0 < gb) and gb <= terms[part.split("_")[0]] + 1e-9, (part, gb)
     text = run_cli("estimate", *JOB, "--explain").stdout

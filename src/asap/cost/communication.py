@@ -106,12 +106,7 @@ def layer_comm(job: Job, S: StrategyBatch) -> LayerComm:
         mo = model.moe
         shared_pairs = 1 if mo.shared_experts else 0
         tp_moe = (1 + shared_pairs) * passes * tp_pair
-        # the busiest expert rank receives moe_imbalance times the mean of routed tokens
-        # a stack whose forced balance routes round-robin (``Framework.round_robin_balance``) does so when the run
-        # is force-balanced (moe_imbalance 1)
-        round_robin = mo.num_experts if job.framework.round_robin_balance and train.moe_imbalance == 1.0 else 0.0
-        a2a, dispatcher = dispatch_s(cluster, T_sp * train.moe_imbalance, mo.top_k, h * ab, S,
-                                     local_experts=mo.num_experts / S.ep, round_robin_experts=round_robin)
+        a2a, dispatcher = moe_dispatch_s(job, S)
         etp_gather = all_reduce_s(cluster, T_sp * mo.top_k * S.etp * h * ab, *place.group("etp"))
         # recomputing the MoE block (``moe`` module) re-runs its dispatch and combine as full recompute does
         ep_passes = np.where(module_recomputed(S.recompute, RecomputeModule.MOE), 3, passes)
@@ -203,6 +198,30 @@ def ulysses_s(cluster: Cluster, T, token_bytes, group):
     q, kv, o = token_bytes
     return (all_to_all_s(cluster, T * q, *group) + 2 * all_to_all_s(cluster, T * kv / 2, *group)
             + all_to_all_s(cluster, T * o, *group))
+
+
+def moe_dispatch_s(job: Job, S):
+    """(one dispatch per row under its dispatcher, the dispatcher priced) of an MoE model's rows (``dispatch_s``
+    on each device's T_sp tokens of h ab bytes): the busiest expert rank receives moe_imbalance times the mean
+    of routed tokens; a stack whose forced balance routes round-robin (``Framework.round_robin_balance``) does
+    so when the run is force-balanced (moe_imbalance 1). ``S``: a batch, or the planner's columns (anything
+    with the degrees, mbs, sp and dispatcher)."""
+    model, train = job.model, job.train
+    mo = model.moe
+    assert mo is not None
+    T_sp = S.mbs * train.seq_len / S.cp / np.where(S.sp > 0, S.tp, 1)
+    round_robin = mo.num_experts if job.framework.round_robin_balance and train.moe_imbalance == 1.0 else 0.0
+    return dispatch_s(job.cluster, T_sp * train.moe_imbalance, mo.top_k, model.hidden_size * act_bytes(train.precision),
+                      S, local_experts=mo.num_experts / S.ep, round_robin_experts=round_robin)
+
+
+def fastest_dispatcher(job: Job, S) -> np.ndarray:
+    """Each row's dispatcher with ``BEST_DISPATCHER`` resolved to the one ``layer_comm`` prices for it (the
+    fastest dispatch, ``moe_dispatch_s``): the planner names it before memory is priced, since DeepEP's
+    buffers (``asap.cost.ep_buffers``) are held by the dedup dispatcher only."""
+    if job.model.moe is None:
+        return np.asarray(S.dispatcher)
+    return moe_dispatch_s(job, S)[1]
 
 
 def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0,

@@ -38,7 +38,7 @@ allocator's rules: one fenced segment of the step's largest transient tensor, th
 reduce-scatter block, a layer's largest activation, where the stack frees its gradients every step; two 20 MiB
 pages with expandable segments (torchtitan) or a grad buffer allocated once (Megatron-Core); nothing under XLA's
 static plan or on a CPU), plus a fixed 1 GiB for the CUDA/driver context, NCCL buffers and GEMM workspaces
-(0.5 GiB for a TPU runtime, 0.40 GiB on CPU: torch's resident set, measured). A strategy fits when the peak is
+(0.5 GiB for a TPU runtime, 0.355 GiB on CPU: torch's resident set, measured). A strategy fits when the peak is
 at most ``usable_hbm_gb``.
 
 Which figure is which: ``peak_memory_gb`` is the device memory the job holds at its peak, the caching
@@ -55,6 +55,7 @@ import numpy as np
 
 from asap.cost.allocator import allocator_on, layer_tensor_bytes, logits_tensor_bytes, reserve_bytes
 from asap.cost.batch import StrategyBatch
+from asap.cost.ep_buffers import ep_comm_buffer_bytes
 from asap.cost.offload import offloaded_activations
 from asap.cost.roofline import BYTES, LOW_PRECISIONS, act_bytes
 from asap.cost.stack_activations import cp_buffer_bytes
@@ -68,9 +69,10 @@ from asap.spec.train import TrainSpec
 
 GB = float(2**30)  # memory is reported in GiB, as nvidia-smi and torch.cuda do; "80 GB" HBM is 80 GiB
 # the runtime's own share of the device: a CPU process's resident set after importing torch and joining a gloo
-# group, before its tensors (benchmarks/memory_cpu.py: the tiny-dense model's peak RSS, 0.398 GiB with a few MB of
-# tensors, torch 2.13 on this project's CPU machine)
-FIXED_ALLOWANCE_GB = {"cpu": 0.40, "tpu": 0.5}
+# group, before its tensors (benchmarks/memory_cpu.py: the tiny-dense model's peak RSS, 0.355 GiB with a few MB of
+# tensors, torch 2.13 on this project's CPU machine, the workers forked by ``asap.runners.torch.elastic``; 0.398
+# GiB when each worker was a fresh interpreter)
+FIXED_ALLOWANCE_GB = {"cpu": 0.355, "tpu": 0.5}
 DEFAULT_FIXED_ALLOWANCE_GB = 1.0
 
 
@@ -130,7 +132,9 @@ MEMORY_DETAIL_WORDS = {"weights_gathered": "gathered by FSDP / ZeRO-3 (the block
                        "allowance_largest_transient": "(for reference, not in the allowance: that largest "
                                                       "transient tensor)",
                        "allowance_tp_comm_buffers": "Transformer Engine's TP-overlap userbuffers (12 of mbs x "
-                                                    "seq / cp tokens x hidden; cuBLAS workspaces)"}
+                                                    "seq / cp tokens x hidden; cuBLAS workspaces)",
+                       "allowance_ep_comm_buffers": "DeepEP's NVLink and RDMA buffers (the dedup dispatcher's, "
+                                                    "sized by its configs for the expert group)"}
 
 
 @dataclass
@@ -153,6 +157,7 @@ class MemoryBreakdown:
     reserve_gb: np.ndarray | float = 0.0  # the allocator's reserve (in allowance_gb; the rest is the runtime's)
     largest_transient_gb: np.ndarray | float = 0.0  # the tensor the reserve is a segment of (not in the peak)
     tp_comm_buffers_gb: np.ndarray | float = 0.0  # Transformer Engine's userbuffers (in allowance_gb)
+    ep_comm_buffers_gb: np.ndarray | float = 0.0  # DeepEP's buffers (in allowance_gb; ``asap.cost.ep_buffers``)
 
     def detail_gb(self) -> dict:
         """The parts ``estimate --explain`` lists (``Estimate.memory_detail_gb``), keyed term_part."""
@@ -160,7 +165,8 @@ class MemoryBreakdown:
                 "activations_logits": self.logits_gb, "activations_cp_buffers": self.cp_buffers_gb,
                 "allowance_allocator_reserve": self.reserve_gb,
                 "allowance_largest_transient": self.largest_transient_gb,
-                "allowance_tp_comm_buffers": self.tp_comm_buffers_gb}
+                "allowance_tp_comm_buffers": self.tp_comm_buffers_gb,
+                "allowance_ep_comm_buffers": self.ep_comm_buffers_gb}
 
     @classmethod
     def concatenate(cls, parts: list["MemoryBreakdown"]) -> "MemoryBreakdown":
@@ -550,7 +556,8 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                                              (held | kept) * wide * layer_p, (reduce_buf > 0) * g * layer_p)
     reserve = stack_reserve_bytes(framework, acc, train, largest)
     userbuffers = tp_comm_buffer_bytes(model, acc, train, S, framework)
-    fixed = fixed_allowance_bytes(acc) + userbuffers  # what the allocator does not hold
+    deepep = ep_comm_buffer_bytes(model, acc.family, S)
+    fixed = fixed_allowance_bytes(acc) + userbuffers + deepep  # what the allocator does not hold
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)
             + np.where(S.offload_opt > 0, dense_at * od_all + expert_at * oe_all, 0.0))
@@ -564,4 +571,4 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
                            logits_gb=np.where(logits_at >= working, logits_at, 0.0) / GB,
                            cp_buffers_gb=np.where(logits_at >= working, 0.0, cp) / GB,
                            reserve_gb=reserve / GB, largest_transient_gb=largest / GB,
-                           tp_comm_buffers_gb=userbuffers / GB)
+                           tp_comm_buffers_gb=userbuffers / GB, ep_comm_buffers_gb=deepep / GB)

@@ -240,7 +240,8 @@ def _search(job: Job, fixed: dict[str, Any], opts: Search, partial_offload: bool
     """One pricing of the space with ``fixed`` pinned (a fresh ``Search`` of the options ``opts``; ``shadow``
     priced beside it, ``search_space``)."""
     model, cluster, train, fw = job.model, job.cluster, job.train, job.framework
-    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, partial_offload)
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, partial_offload,
+                     priced_for=job)
     return search_space(replace(opts), space, progress, deadline, shadow=shadow)
 
 

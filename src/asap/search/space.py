@@ -245,11 +245,14 @@ class Space:
     free_overlap: bool
     mesh: dict[str, np.ndarray]
     job: RuleJob  # what the stack's rules (``asap.spec.stack_rules``) read besides the strategy
+    # the job the rows are priced for, where given (``Space.of``'s ``priced_for``): a free dispatcher
+    # (``BEST_DISPATCHER``) is then named in each row (``resolve_dispatcher``)
+    priced_for: Any = None
 
     @classmethod
     def of(cls, model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
            fixed: dict[str, Any] | None = None, framework: Framework = FRAMEWORKS["megatron"],
-           partial_offload: bool = False) -> "Space":
+           partial_offload: bool = False, priced_for: Any = None) -> "Space":
         fixed = dict(fixed or {})
         for k in fixed:
             if k not in KEYS:
@@ -269,7 +272,7 @@ class Space:
         cols = with_hybrid(cols, scale_up_domain, c, framework, "dp_replicate" in fixed)
         job = RuleJob(model, train, devices, domains_of(devices, scale_up_domain), framework)
         cols = _where(cols, legal_rows(cols, job) & runnable_rows(cols, framework.name, job))
-        return cls(model, train, devices, fixed, framework, c, free_overlap, cols, job)
+        return cls(model, train, devices, fixed, framework, c, free_overlap, cols, job, priced_for)
 
     @property
     def n_mesh(self) -> int:
@@ -296,6 +299,8 @@ class Space:
                     & runnable_rows(cross, self.framework.name, self.job, only_new=tuple(values))
                     & ~redundant_rows(cross, fixed))
             cols = cross.where(keep)
+            if "dispatcher" in values:
+                cols["dispatcher"] = self.resolve_dispatcher(cols)
         if self.free_overlap:  # on where it pairs micro-batches, the stack's default (off) where it changes nothing
             cols["a2a_overlap"] = overlap_pays(cols)  # and off where the stack cannot run it
             runs = runnable_rows(cols, self.framework.name, self.job, only_new=("a2a_overlap",))
@@ -308,6 +313,19 @@ class Space:
             keep = np.nonzero(S.pp * S.vpp == len(fixed["layer_split"]))[0]
             S, mesh = _with_layer_split(S, self.model, fixed["layer_split"]), mesh[keep]
         return S, mesh, peak
+
+    def resolve_dispatcher(self, cols: dict[str, np.ndarray]) -> np.ndarray:
+        """The rows' dispatchers, a free one (``BEST_DISPATCHER``) named as the one the cost model prices for
+        the row (``asap.cost.communication.fastest_dispatcher``: the fastest dispatch), where the space knows
+        the job it is priced for; so every row's memory is its dispatcher's (DeepEP's buffers) and the stack's
+        rules on the dispatcher hold for it (the expert overlap, decided after: not with allgather)."""
+        if self.priced_for is None or not (cols["dispatcher"] == BEST_DISPATCHER).any():
+            return cols["dispatcher"]
+        from types import SimpleNamespace
+
+        from asap.cost.communication import fastest_dispatcher
+
+        return np.asarray(fastest_dispatcher(self.priced_for, SimpleNamespace(**{"zero": 0, **cols})), dtype=np.int64)
 
     def blocks(self, target_rows: int) -> Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]]:
         """The space in blocks of mesh rows: (the mesh rows, their strategies, each one's mesh row). The first
