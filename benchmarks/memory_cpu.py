@@ -1,7 +1,7 @@
 """Peak memory the reference trainer and torchtitan measure on this machine's CPU against ``asap estimate``'s.
 
     PYTHONPATH=src .venv/bin/python benchmarks/memory_cpu.py [--steps 2] [--strategies 'dp=2' 'dp=2,zero=3' ...]
-        [--torchtitan 'dp=2,zero=3' ...] [--glibc-default]
+        [--torchtitan 'dp=2,zero=3' ...] [--glibc-default] [--seq 128]
 
 Each strategy runs ``asap run`` (gloo processes, fp32, the largest rank's peak RSS: what ``peak_memory_gb``
 reports on a CPU) on a 68M-parameter dense model (4 layers, h 1024, vocab 8192, 4 x 128 tokens per step), large
@@ -32,8 +32,20 @@ holds no allocator reserve (``asap.cost.allocator``: 10% of the transient was pr
 FSDP2's terms (and its runtime) were priced: -9.8, -14.5, -18.1, -13.1, -14.7%. Since the reference trainer's
 workers are forked from one interpreter (``asap.runners.torch.elastic``) their resident set is smaller: runtime
 0.353 GiB; dp=2 zero 0 1.678 / 1.713 (+2.1%), zero 1 1.424 / 1.459 (+2.5%), zero 2 1.256 / 1.293 (+2.9%), zero 3
-1.173 / 1.197 (+2.0%), tp=2 0.915 / 0.937 (+2.5%), pp=2 0.934 / 0.940 (+0.6%), the CPU's fixed allowance (0.40
-GiB) not yet set again from it.
+1.173 / 1.197 (+2.0%), tp=2 0.915 / 0.937 (+2.5%), pp=2 0.934 / 0.940 (+0.6%) against the fixed allowance of
+0.40 GiB; with the allowance set from it (0.355 GiB): dp=2 zero 0 1.675 / 1.668 (-0.4%), zero 1 1.421 / 1.414
+(-0.5%), zero 2 1.249 / 1.248 (-0.1%), zero 3 1.170 / 1.152 (-1.5%), tp=2 0.911 / 0.892 (-2.0%), pp=2 0.931 / 0.895
+(-3.9%); torchtitan (runtime 0.560 GiB, +0.205) 1.900 / 1.873 (-1.4%), 1.440 / 1.453 (+0.9%), 1.290 / 1.326
+(+2.8%), 1.120 / 1.141 (+1.9%), 1.120 / 1.100 (-1.8%).
+With ``--seq 2048`` (activations outweigh the states: 0.70 of 2.1 GiB), measured / predicted: dp=2 zero 0 2.242
+/ 2.320 (+3.5%), zero 1 1.990 / 2.066 (+3.8%), zero 2 1.993 / 1.860 (-6.7%), zero 3 1.779 / 1.764 (-0.8%), zero 1
+with full recompute 1.526 / 1.590 (+4.2%), with selective 1.992 / 2.066 (+3.7%), tp=2 1.443 / 1.336 (-7.4%), pp=2
+1.610 / 1.371 (-14.9%; 1.689, -18.8%, before the trainer stopped keeping every micro-batch's logits on its last
+stage, ``return_outputs=False``; the one configuration outside 10%: stage 0 of the 1F1B schedule holds two
+micro-batches of the eager block's saved tensors, which benchmarks/saved_activations_cpu.py measures 23% above
+what asap prices);
+torchtitan dp=2 zero 0 2.700 / 2.525 (-6.5%), zero 3 1.980 / 1.938 (-2.1%), tp=2 1.590 / 1.526 (-4.0%). Within 10%
+each, though the parts are not each right: benchmarks/saved_activations_cpu.py.
 With glibc's dynamic threshold the reference trainer's runs peak at 1.845, 1.600, 1.499, 1.401, 1.043 and 1.093 GiB: glibc keeps
 0.12 to 0.24 GiB (before this benchmark pinned the threshold and FSDP2's reduce-scatter buffers and unresharded root
 were priced: -7.1, -8.8, -17.9, -24.6, -10.9, -13.8% against those).
@@ -111,7 +123,7 @@ def torchtitan_rows(model: str, job: list[str], a, env: dict[str, str]) -> None:
     extra = runtime - FIXED_ALLOWANCE_GB["cpu"]
     print(f"torchtitan runtime resident set (tiny-dense, dp=2): {runtime:.3f} GiB (+{extra:.3f} over the allowance)")
     for s in a.torchtitan:
-        m = torchtitan_peak_gb(model, s, a.steps + 1, env)
+        m = torchtitan_peak_gb(model, s, a.steps + 1, env, seq=a.seq)
         est = asap("estimate", *job, "-c", "local-cpu", "--devices", "2", "--framework", "torchtitan",
                    "--precision", "fp32", "-S", s)
         p = est["peak_memory_gb"] + extra
@@ -125,6 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--strategies", nargs="*", default=list(STRATEGIES))
     ap.add_argument("--glibc-default", action="store_true", help="measure with glibc's dynamic mmap threshold")
+    ap.add_argument("--seq", type=int, default=128, help="tokens per sequence (2048: activations outweigh the states)")
     ap.add_argument("--torchtitan", nargs="*", default=list(TORCHTITAN_STRATEGIES),
                     help="strategies to run on torchtitan's trainer too (none: skip it)")
     a = ap.parse_args(argv)
@@ -135,7 +148,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d:
         model = Path(d) / "mid.yaml"
         model.write_text(MODEL)
-        job = ["-m", str(model), "-b", "4", "-s", "128"]
+        job = ["-m", str(model), "-b", "4", "-s", str(a.seq)]
         print(f"{'strategy':14s} {'measured':>9s} {'predicted':>9s} {'error':>7s}  terms (GiB)")
         for s in a.strategies:
             run = asap("run", *job, "-S", s, "--steps", str(a.steps), env_extra=env)
