@@ -39,7 +39,8 @@ def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, 
     """(ranked rows as strategy strings with their step times, the Pareto front likewise, space, fitting)."""
     job = Job.resolve(model, cluster, train)
     fw = job.framework
-    S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
+    # the free dispatcher named per row as plan names it (its memory is its dispatcher's)
+    S = enumerate_space(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, priced_for=job)
     ut = unit_times(job, S, UNIT_KEYS)
     f = device_figures(model, train, S, ut, fw.selective)
     mem = memory(model, cluster.accelerator, train, S, figures=f, framework=fw)
@@ -65,7 +66,7 @@ def reference(model, cluster, train, fixed, top_k, distinct, include_oom=False, 
 def blockwise(model, cluster, train, fixed, top_k, distinct, include_oom=False, block_rows=512, oom_by_memory=False):
     job = Job.resolve(model, cluster, train)
     fw = job.framework
-    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw)
+    space = Space.of(model, cluster.num_devices, cluster.topology.domain_size, train, fixed, fw, priced_for=job)
     s = search_space(Search(job, include_oom, top_k, distinct, oom_by_memory=oom_by_memory), space,
                      chunk_rows=block_rows)
     k = s.kept

@@ -209,10 +209,11 @@ def overlap_pays(cols: dict[str, np.ndarray]) -> np.ndarray:
 
 def enumerate_space(model: ModelSpec, devices: int, scale_up_domain: int, train: TrainSpec,
                     fixed: dict[str, Any] | None = None,
-                    framework: Framework = FRAMEWORKS["megatron"]) -> StrategyBatch:
+                    framework: Framework = FRAMEWORKS["megatron"], priced_for: Any = None) -> StrategyBatch:
     """Every legal strategy with the ``fixed`` keys pinned; empty batch if none: the whole space as one block
-    (``Space.blocks`` yields it piece by piece)."""
-    space = Space.of(model, devices, scale_up_domain, train, fixed, framework)
+    (``Space.blocks`` yields it piece by piece); ``priced_for``: the job, to name a free dispatcher per row as
+    ``plan`` does (``Space.resolve_dispatcher``)."""
+    space = Space.of(model, devices, scale_up_domain, train, fixed, framework, priced_for=priced_for)
     return space.block(np.arange(space.n_mesh))[0]
 
 
