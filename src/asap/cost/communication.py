@@ -215,15 +215,6 @@ def moe_dispatch_s(job: Job, S):
                       S, local_experts=mo.num_experts / S.ep, round_robin_experts=round_robin)
 
 
-def fastest_dispatcher(job: Job, S) -> np.ndarray:
-    """Each row's dispatcher with ``BEST_DISPATCHER`` resolved to the one ``layer_comm`` prices for it (the
-    fastest dispatch, ``moe_dispatch_s``): the planner names it before memory is priced, since DeepEP's
-    buffers (``asap.cost.ep_buffers``) are held by the dedup dispatcher only."""
-    if job.model.moe is None:
-        return np.asarray(S.dispatcher)
-    return moe_dispatch_s(job, S)[1]
-
-
 def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0,
                round_robin_experts: float = 0.0):
     """(one dispatch per row under its dispatcher, the dispatcher priced): rows marked BEST_DISPATCHER (the

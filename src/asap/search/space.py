@@ -316,17 +316,27 @@ class Space:
         return S, mesh, peak
 
     def resolve_dispatcher(self, cols: dict[str, np.ndarray]) -> np.ndarray:
-        """The rows' dispatchers, a free one (``BEST_DISPATCHER``) named as the one the cost model prices for
-        the row (``asap.cost.communication.fastest_dispatcher``: the fastest dispatch), where the space knows
-        the job it is priced for; so every row's memory is its dispatcher's (DeepEP's buffers) and the stack's
-        rules on the dispatcher hold for it (the expert overlap, decided after: not with allgather)."""
-        if self.priced_for is None or not (cols["dispatcher"] == BEST_DISPATCHER).any():
+        """The rows' dispatchers, a free one (``BEST_DISPATCHER``) named, where the space knows the job it is
+        priced for, as the fastest dispatch the stack runs on that row (``asap.cost.communication.moe_dispatch_s``,
+        the table ``layer_comm`` prices; equal times: the first in ``DISPATCHERS``' order, as its argmin; a
+        dispatcher the stack's rules refuse with the row's pinned keys, e.g. allgather under a pinned expert
+        overlap, is passed over). So every row's memory is its dispatcher's (DeepEP's buffers) and ``estimate``
+        of the row prices it the same."""
+        free = cols["dispatcher"] == BEST_DISPATCHER
+        if self.priced_for is None or not free.any():
             return cols["dispatcher"]
         from types import SimpleNamespace
 
-        from asap.cost.communication import fastest_dispatcher
+        from asap.cost.communication import moe_dispatch_s
 
-        return np.asarray(fastest_dispatcher(self.priced_for, SimpleNamespace(**{"zero": 0, **cols})), dtype=np.int64)
+        best, best_s = cols["dispatcher"].copy(), np.full(len(free), np.inf)
+        for code in range(len(DISPATCHERS)):
+            named = {**cols, "dispatcher": np.full(len(free), code, dtype=np.int64)}
+            seconds = moe_dispatch_s(self.priced_for, SimpleNamespace(**{"zero": 0, **named}))[0]
+            runs = runnable_rows(named, self.framework.name, self.job, only_new=("dispatcher",))
+            faster = free & runs & (seconds < best_s)
+            best, best_s = np.where(faster, code, best), np.where(faster, seconds, best_s)
+        return best
 
     def blocks(self, target_rows: int) -> Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]]:
         """The space in blocks of mesh rows: (the mesh rows, their strategies, each one's mesh row). The first
