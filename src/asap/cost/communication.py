@@ -200,34 +200,31 @@ def ulysses_s(cluster: Cluster, T, token_bytes, group):
             + all_to_all_s(cluster, T * o, *group))
 
 
-def moe_dispatch_s(job: Job, S):
-    """(one dispatch per row under its dispatcher, the dispatcher priced) of an MoE model's rows (``dispatch_s``
-    on each device's T_sp tokens of h ab bytes): the busiest expert rank receives moe_imbalance times the mean
-    of routed tokens; a stack whose forced balance routes round-robin (``Framework.round_robin_balance``) does
-    so when the run is force-balanced (moe_imbalance 1). ``S``: a batch, or the planner's columns (anything
-    with the degrees, mbs, sp and dispatcher)."""
-    model, train = job.model, job.train
+def moe_dispatch_table_s(job: Job, S) -> np.ndarray:
+    """[len(DISPATCHERS), N] one dispatch (or combine) of each row under every dispatcher: each device's T_sp
+    tokens of h ab bytes, the busiest expert rank receiving moe_imbalance times the mean of routed tokens (a stack
+    whose forced balance routes round-robin, ``Framework.round_robin_balance``, does so when the run is
+    force-balanced: moe_imbalance 1, ``expert_dispatch_s``); the flat all-to-all also pays its receive-side
+    reordering (``chunk_sort_s``) where a rank holds several experts. ``S``: a batch, or the planner's columns
+    (anything with the degrees, mbs and sp)."""
+    model, train, cluster = job.model, job.train, job.cluster
     mo = model.moe
     assert mo is not None
-    T_sp = S.mbs * train.seq_len / S.cp / np.where(S.sp > 0, S.tp, 1)
+    tokens = S.mbs * train.seq_len / S.cp / np.where(S.sp > 0, S.tp, 1) * train.moe_imbalance
+    token_bytes = model.hidden_size * act_bytes(train.precision)
     round_robin = mo.num_experts if job.framework.round_robin_balance and train.moe_imbalance == 1.0 else 0.0
-    return dispatch_s(job.cluster, T_sp * train.moe_imbalance, mo.top_k, model.hidden_size * act_bytes(train.precision),
-                      S, local_experts=mo.num_experts / S.ep, round_robin_experts=round_robin)
+    by_name = expert_dispatch_s(cluster, tokens, mo.top_k, token_bytes, *Placement.of(S).group("ep"),
+                                round_robin_experts=round_robin)
+    by_name["alltoall"] = by_name["alltoall"] + chunk_sort_s(cluster, tokens * mo.top_k * token_bytes, S.ep,
+                                                             mo.num_experts / S.ep)
+    return np.stack([np.broadcast_to(by_name[name], np.shape(S.ep)) for name in DISPATCHERS])
 
 
-def dispatch_s(cluster: Cluster, tokens, top_k: int, token_bytes, S: StrategyBatch, local_experts=1.0,
-               round_robin_experts: float = 0.0):
-    """(one dispatch per row under its dispatcher, the dispatcher priced): rows marked BEST_DISPATCHER (the
-    planner leaves the switch free where the stack offers every dispatcher) take the fastest. The flat
-    all-to-all also pays its receive-side reordering (``chunk_sort_s``) where a rank holds several experts.
-    ``round_robin_experts``: the routing is round-robin over that many experts (``expert_dispatch_s``)."""
-    by_name = expert_dispatch_s(cluster, tokens, top_k, token_bytes, *Placement.of(S).group("ep"),
-                                round_robin_experts=round_robin_experts)
-    by_name["alltoall"] = by_name["alltoall"] + chunk_sort_s(cluster, tokens * top_k * token_bytes, S.ep,
-                                                             local_experts)
-    table = np.stack([np.broadcast_to(by_name[name], np.shape(S.ep)) for name in DISPATCHERS])
-    fastest = np.argmin(table, axis=0)
-    chosen = np.where(S.dispatcher == BEST_DISPATCHER, fastest, S.dispatcher)
+def moe_dispatch_s(job: Job, S: StrategyBatch):
+    """(one dispatch per row under its dispatcher, the dispatcher priced) of ``moe_dispatch_table_s``: rows
+    marked BEST_DISPATCHER (a dispatcher left free) take the fastest."""
+    table = moe_dispatch_table_s(job, S)
+    chosen = np.where(S.dispatcher == BEST_DISPATCHER, np.argmin(table, axis=0), S.dispatcher)
     return np.take_along_axis(table, chosen[None, :], axis=0)[0], chosen
 
 

@@ -470,6 +470,12 @@ def tp_comm_buffer_bytes(model: ModelSpec, acc: Accelerator, train: TrainSpec, S
     return np.where(tp > 1, per_rank + (UB_STREAMS - 1) * workspace, 0.0)
 
 
+def comm_buffer_bytes(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, framework):
+    """[N] (Transformer Engine's userbuffers, DeepEP's buffers): what the stack's communication registers outside
+    PyTorch's allocator (``tp_comm_buffer_bytes``, ``asap.cost.ep_buffers``), in the allowance beside the runtime."""
+    return tp_comm_buffer_bytes(model, acc, train, S, framework), ep_comm_buffer_bytes(model, acc.family, S)
+
+
 def held_at(term, which):
     """[N] a term of [N, K] or [N, 1] bytes at each row's fullest device (``which``); 0 where the stack holds
     none (None)."""
@@ -555,8 +561,7 @@ def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatc
     largest = largest_transient_tensor_bytes(model, train, S, framework, logits_at, gathered,
                                              (held | kept) * wide * layer_p, (reduce_buf > 0) * g * layer_p)
     reserve = stack_reserve_bytes(framework, acc, train, largest)
-    userbuffers = tp_comm_buffer_bytes(model, acc, train, S, framework)
-    deepep = ep_comm_buffer_bytes(model, acc.family, S)
+    userbuffers, deepep = comm_buffer_bytes(model, acc, train, S, framework)
     fixed = fixed_allowance_bytes(acc) + userbuffers + deepep  # what the allocator does not hold
     od_all, oe_all = (state_bytes_per_param(train.precision, zero, sh, g)[2] for sh in (dense_shard, edp))
     host = (at(stored - stored_on_device, which)

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from asap.spec.framework import DISPATCHERS, Dispatcher
+from asap.spec.framework import Dispatcher
 
-DEDUP = DISPATCHERS.index(Dispatcher.DEDUP.value)
 NVL_PEERS = 8  # NUM_MAX_NVL_PEERS
 CHANNELS = 20 // 2  # Buffer.num_sms / 2
 MAX_TOPK = 128  # kNumMaxTopK
@@ -43,6 +42,9 @@ SOURCE_META_BYTES = 8  # internode::SourceMeta: two ints
 WORKSPACE_BYTES = 32 * 2**20  # NUM_WORKSPACE_BYTES
 NVSHMEM_GRANULARITY_BYTES = 2**29  # NVSHMEM_CUMEM_GRANULARITY as Buffer.__init__ sets it
 RDMA_SLACK_BYTES = 2**20  # "add a large number to be safe"
+# what each received token carries beside its hidden state: the source metadata, top-k indices (int64) and
+# weights (fp32), fp8 scales (fp32); the RDMA buffer's tokens add a 16 B int4 of their own
+TOKEN_EXTRA_BYTES = SOURCE_META_BYTES + MAX_TOPK * 8 + MAX_TOPK * 4 + MAX_SCALES * 4
 # (nvl_recv, rdma_send, rdma_recv) of Buffer.get_dispatch_config / get_combine_config by group size (the
 # nvl_send chunk does not size a buffer)
 DISPATCH_CONFIG = {2: (256, 6, 128), 4: (256, 6, 128), 8: (256, 6, 128), 16: (288, 20, 128), 24: (288, 32, 128),
@@ -66,15 +68,14 @@ def _config_size(ranks: int) -> int:
 
 def nvl_buffer_bytes(hidden_bytes: int, ranks: int, nvl_recv: int) -> int:
     nvl, rdma = min(ranks, NVL_PEERS), max(ranks // NVL_PEERS, 1)
-    per_token = hidden_bytes + SOURCE_META_BYTES + MAX_TOPK * 8 + MAX_TOPK * 4 + MAX_SCALES * 4
-    return _align(CHANNELS * nvl * ((2 * rdma + 3) * 4 + nvl_recv * per_token), 128)
+    return _align(CHANNELS * nvl * ((2 * rdma + 3) * 4 + nvl_recv * (hidden_bytes + TOKEN_EXTRA_BYTES)), 128)
 
 
 def rdma_buffer_bytes(hidden_bytes: int, ranks: int, rdma_send: int, rdma_recv: int) -> int:
     if ranks <= NVL_PEERS:
         return 0
     rdma, recv = ranks // NVL_PEERS, _align(rdma_recv, rdma_send)
-    per_token = hidden_bytes + SOURCE_META_BYTES + MAX_TOPK * 8 + MAX_TOPK * 4 + MAX_SCALES * 4 + 16
+    per_token = hidden_bytes + TOKEN_EXTRA_BYTES + 16
     return _align(CHANNELS * rdma * ((NVL_PEERS * 2 + 2) * 2 * 4 + 2 * recv * per_token) + RDMA_SLACK_BYTES, 128)
 
 
@@ -93,13 +94,11 @@ def deepep_buffer_bytes(hidden: int, ranks: int) -> int:
 def ep_comm_buffer_bytes(model, family: str, S) -> np.ndarray:
     """[N] DeepEP's buffers on the rows that dispatch with it (an MoE model, ``dispatcher=dedup``, an expert
     group of more than one rank: etp x ep), on the families it runs on; 0 elsewhere."""
-    dispatcher = np.asarray(S.dispatcher)
-    if model.moe is None or family not in DEEPEP_FAMILIES:
-        return np.zeros(np.shape(dispatcher), dtype=float)
-    ranks = np.broadcast_to(np.asarray(S.ep) * np.asarray(S.etp), np.shape(dispatcher)).astype(np.int64)
-    if not ranks.size:
-        return np.zeros(np.shape(dispatcher), dtype=float)
+    dedup = np.asarray(S.dispatcher) == Dispatcher.DEDUP.code
+    if model.moe is None or family not in DEEPEP_FAMILIES or not dedup.any():
+        return np.zeros(np.shape(dedup), dtype=float)
+    ranks = np.broadcast_to(np.asarray(S.ep) * np.asarray(S.etp), np.shape(dedup)).astype(np.int64)
     table = np.zeros(int(ranks.max()) + 1)  # bytes by group size, for the sizes present
     for n in np.flatnonzero(np.bincount(ranks.ravel())):
         table[n] = deepep_buffer_bytes(model.hidden_size, int(n))
-    return np.where(dispatcher == DEDUP, table[ranks], 0.0)
+    return np.where(dedup, table[ranks], 0.0)

@@ -317,26 +317,24 @@ class Space:
 
     def resolve_dispatcher(self, cols: dict[str, np.ndarray]) -> np.ndarray:
         """The rows' dispatchers, a free one (``BEST_DISPATCHER``) named, where the space knows the job it is
-        priced for, as the fastest dispatch the stack runs on that row (``asap.cost.communication.moe_dispatch_s``,
-        the table ``layer_comm`` prices; equal times: the first in ``DISPATCHERS``' order, as its argmin; a
-        dispatcher the stack's rules refuse with the row's pinned keys, e.g. allgather under a pinned expert
-        overlap, is passed over). So every row's memory is its dispatcher's (DeepEP's buffers) and ``estimate``
-        of the row prices it the same."""
+        priced for, as the fastest dispatch the stack runs on that row (``asap.cost.communication.
+        moe_dispatch_table_s``, the table ``layer_comm`` prices; equal times: the first in ``DISPATCHERS``' order,
+        as its argmin; a dispatcher the stack's rules refuse with the row's pinned keys, e.g. allgather under a
+        pinned expert overlap, is passed over). So every row's memory is its dispatcher's (DeepEP's buffers) and
+        ``estimate`` of the row prices it the same."""
         free = cols["dispatcher"] == BEST_DISPATCHER
         if self.priced_for is None or not free.any():
             return cols["dispatcher"]
         from types import SimpleNamespace
 
-        from asap.cost.communication import moe_dispatch_s
+        from asap.cost.communication import moe_dispatch_table_s
 
-        best, best_s = cols["dispatcher"].copy(), np.full(len(free), np.inf)
-        for code in range(len(DISPATCHERS)):
+        table = moe_dispatch_table_s(self.priced_for, SimpleNamespace(**{"zero": 0, **cols}))
+        for code in range(len(DISPATCHERS)):  # a dispatcher the stack refuses on a row is never the fastest
             named = {**cols, "dispatcher": np.full(len(free), code, dtype=np.int64)}
-            seconds = moe_dispatch_s(self.priced_for, SimpleNamespace(**{"zero": 0, **named}))[0]
-            runs = runnable_rows(named, self.framework.name, self.job, only_new=("dispatcher",))
-            faster = free & runs & (seconds < best_s)
-            best, best_s = np.where(faster, code, best), np.where(faster, seconds, best_s)
-        return best
+            table[code] = np.where(runnable_rows(named, self.framework.name, self.job, only_new=("dispatcher",)),
+                                   table[code], np.inf)
+        return np.where(free & np.isfinite(table.min(axis=0)), np.argmin(table, axis=0), cols["dispatcher"])
 
     def blocks(self, target_rows: int) -> Iterator[tuple[np.ndarray, StrategyBatch, np.ndarray]]:
         """The space in blocks of mesh rows: (the mesh rows, their strategies, each one's mesh row). The first

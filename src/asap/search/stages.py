@@ -22,10 +22,9 @@ import numpy as np
 
 from asap.cost.allocator import logits_tensor_bytes
 from asap.cost.batch import StrategyBatch
-from asap.cost.device_memory import (GB, dense_and_expert_shards, fixed_allowance_bytes, micro_batches_in_flight,
-                                     quantised_weight_copies, stack_reserve_bytes, state_bytes_per_param,
-                                     tp_comm_buffer_bytes, usable_hbm_gb)
-from asap.cost.ep_buffers import ep_comm_buffer_bytes
+from asap.cost.device_memory import (GB, comm_buffer_bytes, dense_and_expert_shards, fixed_allowance_bytes,
+                                     micro_batches_in_flight, quantised_weight_copies, stack_reserve_bytes,
+                                     state_bytes_per_param, usable_hbm_gb)
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
 from asap.cost.units import UnitTimes, unit_activations, unit_params, unit_times
@@ -155,9 +154,9 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
     # logits of one micro-batch (priced on every stage: a bound above the reserve of the stages without the head)
     logits = logits_tensor_bytes(base.mbs, train.seq_len, base.cp, model.vocab_size, base.tp, base.vocab_tiles,
                                  fw.loss_parallel)
-    reserve = (stack_reserve_bytes(fw, cluster.accelerator, train, logits)
-               + tp_comm_buffer_bytes(model, cluster.accelerator, train, base, fw)  # and TE's userbuffers
-               + ep_comm_buffer_bytes(model, cluster.accelerator.family, base))  # and DeepEP's buffers
+    # and what the stack's communication holds outside the allocator (TE's userbuffers, DeepEP's buffers)
+    userbuffers, deepep = comm_buffer_bytes(model, cluster.accelerator, train, base, fw)
+    reserve = stack_reserve_bytes(fw, cluster.accelerator, train, logits) + userbuffers + deepep
     out = []
     for r, s in enumerate(strategies):
         # with a pipeline each micro-batch's expert all-to-alls hide behind its paired micro-batch's

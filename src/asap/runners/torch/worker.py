@@ -257,11 +257,8 @@ def _pipelined_step(schedule, has_first: bool, has_last: bool, inputs, labels, a
     default torch's schedule holds every micro-batch's logits until the step ends to merge them, memory the losses
     do not need (benchmarks/memory_cpu.py --seq 2048: +70 MiB a micro-batch on the last stage)."""
     mb_losses: list[torch.Tensor] = []
-    with autocast:
-        if has_first:
-            schedule.step(inputs, target=labels, losses=mb_losses, return_outputs=False)
-        else:
-            schedule.step(target=labels, losses=mb_losses, return_outputs=False)
+    with autocast:  # the first stage feeds the inputs, the others receive theirs
+        schedule.step(*((inputs,) if has_first else ()), target=labels, losses=mb_losses, return_outputs=False)
     return torch.stack([loss.detach().float() for loss in mb_losses]).mean() if has_last else None
 
 
