@@ -1,7 +1,7 @@
 """Peak memory the reference trainer and torchtitan measure on this machine's CPU against ``asap estimate``'s.
 
     PYTHONPATH=src .venv/bin/python benchmarks/memory_cpu.py [--steps 2] [--strategies 'dp=2' 'dp=2,zero=3' ...]
-        [--torchtitan 'dp=2,zero=3' ...] [--glibc-default] [--seq 128]
+        [--torchtitan 'dp=2,zero=3' ...] [--compile 'dp=2,zero=3' ...] [--glibc-default] [--seq 128]
 
 Each strategy runs ``asap run`` (gloo processes, fp32, the largest rank's peak RSS: what ``peak_memory_gb``
 reports on a CPU) on a 68M-parameter dense model (4 layers, h 1024, vocab 8192, 4 x 128 tokens per step), large
@@ -45,7 +45,11 @@ stage, ``return_outputs=False``; the one configuration outside 10%: stage 0 of t
 micro-batches of the eager block's saved tensors, which benchmarks/saved_activations_cpu.py measures 23% above
 what asap prices);
 torchtitan dp=2 zero 0 2.700 / 2.525 (-6.5%), zero 3 1.980 / 1.938 (-2.1%), tp=2 1.590 / 1.526 (-4.0%). Within 10%
-each, though the parts are not each right: benchmarks/saved_activations_cpu.py.
+each, though the parts are not each right: benchmarks/saved_activations_cpu.py. torchtitan compiled (``--compile``,
+``[compile] enable``: the model and its loss, priced with ``--fused-kernels``, the loss at 8 B a logit in fp32 where
+eager holds 12): dp=2 zero 0 2.540 / 2.463 (-3.0%), zero 2 2.020 / 2.002 (-0.9%), zero 3 1.840 / 1.876 (+2.0%),
+pp=2 1.690 / 1.576 (-6.7%); tp=2 does not run compiled on this CPU (torch 2.13: DTensor's ``_local_tensor``
+missing under torch.compile).
 With glibc's dynamic threshold the reference trainer's runs peak at 1.845, 1.600, 1.499, 1.401, 1.043 and 1.093 GiB: glibc keeps
 0.12 to 0.24 GiB (before this benchmark pinned the threshold and FSDP2's reduce-scatter buffers and unresharded root
 were priced: -7.1, -8.8, -17.9, -24.6, -10.9, -13.8% against those).
@@ -88,7 +92,7 @@ def asap(*args: str, env_extra: dict[str, str] | None = None) -> dict:
 
 
 def torchtitan_peak_gb(model: str, strategy: str, steps: int, env: dict[str, str], batch: int = 4,
-                       seq: int = 128) -> float | str:
+                       seq: int = 128, compiled: bool = False) -> float | str:
     """torchtitan's own trainer on the same job (``asap.execute.torchtitan_exec``: torchrun, gloo, float32
     parameters on CPU): the largest ``memory:`` figure its metrics line printed (on CPU, the rank's peak RSS,
     ``asap.execute.cpu_shims``), or the one-line reason it did not run."""
@@ -97,7 +101,8 @@ def torchtitan_peak_gb(model: str, strategy: str, steps: int, env: dict[str, str
     from asap.spec.job import Job
     from asap.spec.strategy import resolve_strategy
 
-    job = Job.from_names(model, "local-cpu", batch, seq, "fp32", framework="torchtitan", devices=2)
+    job = Job.from_names(model, "local-cpu", batch, seq, "fp32", framework="torchtitan", devices=2,
+                         fused_kernels=compiled or None)  # emitted as [compile] enable
     ex = TorchtitanExecutor(job, steps=steps, profile=False, cpu=True)
     ex.env = {**(ex.env or {}), **env}
     s = resolve_strategy(strategy, job.model, job.train, 2, framework=job.framework)
@@ -122,14 +127,16 @@ def torchtitan_rows(model: str, job: list[str], a, env: dict[str, str]) -> None:
         return
     extra = runtime - FIXED_ALLOWANCE_GB["cpu"]
     print(f"torchtitan runtime resident set (tiny-dense, dp=2): {runtime:.3f} GiB (+{extra:.3f} over the allowance)")
-    for s in a.torchtitan:
-        m = torchtitan_peak_gb(model, s, a.steps + 1, env, seq=a.seq)
+    rows = [(s, False) for s in a.torchtitan] + [(s, True) for s in a.compile]
+    for s, compiled in rows:
+        m = torchtitan_peak_gb(model, s, a.steps + 1, env, seq=a.seq, compiled=compiled)
         est = asap("estimate", *job, "-c", "local-cpu", "--devices", "2", "--framework", "torchtitan",
-                   "--precision", "fp32", "-S", s)
+                   "--precision", "fp32", "-S", s, *(["--fused-kernels"] if compiled else []))
         p = est["peak_memory_gb"] + extra
         terms = " ".join(f"{k} {v:.3f}" for k, v in est["memory_gb"].items())
         shown = f"{m}" if isinstance(m, str) else f"{m:9.3f} {p:9.3f} {p / m - 1:+7.1%}  {terms}"
-        print(f"torchtitan {s:14s} {shown}", flush=True)
+        label = "torchtitan+compile" if compiled else "torchtitan"
+        print(f"{label} {s:14s} {shown}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -140,6 +147,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=128, help="tokens per sequence (2048: activations outweigh the states)")
     ap.add_argument("--torchtitan", nargs="*", default=list(TORCHTITAN_STRATEGIES),
                     help="strategies to run on torchtitan's trainer too (none: skip it)")
+    ap.add_argument("--compile", nargs="*", default=[],
+                    help="strategies to run on torchtitan's trainer with [compile] enable (the model and the loss; "
+                         "priced with --fused-kernels); 'dp=2,zero=3' takes about 80 s on 2 cores")
     a = ap.parse_args(argv)
     env = {} if a.glibc_default else PINNED_MALLOC
     runtime = asap("run", "-m", "tiny-dense", "-S", "dp=2", "-b", "8", "-s", "32", "--steps", str(a.steps),
@@ -157,7 +167,7 @@ def main(argv=None) -> int:
             m, p = run["peak_memory_gb"], est["peak_memory_gb"]
             terms = " ".join(f"{k} {v:.3f}" for k, v in est["memory_gb"].items())
             print(f"{s:14s} {m:9.3f} {p:9.3f} {p / m - 1:+7.1%}  {terms}", flush=True)
-        if a.torchtitan:
+        if a.torchtitan or a.compile:
             torchtitan_rows(str(model), job, a, env)
     return 0
 

@@ -12,6 +12,8 @@ machine's CPU (fp32: 4 B per weight, gradient, and Adam moment):
   rank; the reference trainer all-gathers them (``output_layouts=Replicate()``): T x V per rank.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from asap.spec.job import Job
@@ -146,6 +148,25 @@ def test_the_eager_loss_holds_three_fp32_tensors_per_logit(model_file):
                                    (mega, "dp=2", 6)):
         e = estimate_spelled(j, strategy)
         assert e.memory_detail_gb["activations_logits"] * GIB == pytest.approx(128 * V * per_logit, rel=1e-9)
+
+
+def test_torchtitans_compiled_loss_holds_the_half_logits_and_their_gradient(model_file):
+    """torchtitan compiles its loss with the model (``[compile] enable``, components ["model", "loss"]): Inductor
+    saves the bf16 logits and writes their bf16 gradient, 2 x 2 B per logit (benchmarks/loss_memory_cpu.py measures
+    4.00 B; fp32 8.00 B); its vocabulary-parallel loss under tensor parallelism keeps the eager 16 B of its shard;
+    the reference trainer does not compile (12 B whatever the kernels)."""
+    for precision, per_logit in (("bf16", 4), ("fp32", 8)):
+        titan = Job.from_names(model_file, "dgx-h100-1", 4, 128, precision, framework="torchtitan", devices=2,
+                               fused_kernels=True)
+        e = estimate_spelled(titan, "dp=2,zero=3")
+        assert e.memory_detail_gb["activations_logits"] * GIB == pytest.approx(128 * V * per_logit, rel=1e-9)
+    e = estimate_spelled(titan, "tp=2,sp=1")
+    assert e.memory_detail_gb["activations_logits"] * GIB == pytest.approx(128 * V * 16 / 2, rel=1e-9)
+    eager_blocks = replace(titan, train=replace(titan.train, fused_elementwise=False, compiled_loss=True))
+    assert estimate_spelled(eager_blocks, "dp=2").memory_detail_gb["activations_logits"] * GIB == pytest.approx(
+        128 * V * 8)  # torchtitan's components = ["loss"]: eager blocks, the compiled loss (fp32 here)
+    ref = Job.from_names(model_file, "local-cpu", 4, 128, "fp32", framework="asap", devices=2, fused_kernels=True)
+    assert estimate_spelled(ref, "dp=2").memory_detail_gb["activations_logits"] * GIB == pytest.approx(128 * V * 12)
 
 
 def test_torchtitan_op_sac_keeps_every_second_gemm_output(model_file):

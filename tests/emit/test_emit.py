@@ -73,6 +73,15 @@ def test_torchtitan_round_trip():
     assert cfg["training"]["local_batch_size"] == 4 and cfg["activation_checkpoint"]["mode"] == "full"
 
 
+def test_torchtitan_compiles_where_the_job_prices_fused_kernels():
+    """``[compile] enable`` follows the job's kernels (``--fused-kernels``: torch.compile of the model and, by
+    torchtitan's default components, the loss, as the cost model prices them); off by default (eager)."""
+    for fused, enabled in ((None, False), (False, False), (True, True)):
+        j = job()
+        j = replace(j, train=replace(j.train, fused_elementwise=fused))
+        assert tomllib.loads(emit_strategy("torchtitan", j, "zero=3"))["compile"] == {"enable": enabled}
+
+
 def test_maxtext_round_trip():
     j = job(cluster="v5p-512")
     cfg = yaml.safe_load(emit_strategy("maxtext", j, "tp=4,pp=2,mbs=2,recompute=full,zero=3"))

@@ -172,6 +172,15 @@ def test_a_stack_s_own_config_reads_or_is_refused_naming_the_key(stack, name):
         assert str(got.strategy) == strategy
 
 
+def test_torchtitans_compile_components_say_what_is_compiled():
+    """``[compile] components``: torchtitan's DeepSeek-V3 16B example compiles the loss alone (eager blocks, the
+    compiled loss's bytes), its 405B example the model and the loss, its 8B example nothing."""
+    for name, fused, loss in (("deepseek_v3_16b.toml", False, True), ("llama3_405b.toml", True, True),
+                              ("llama3_8b.toml", False, False)):
+        train = _read("torchtitan", name, "dgx-h100-8node").train
+        assert (train.fused_elementwise, train.compiled_loss) == (fused, loss), name
+
+
 def test_the_models_real_files_describe():
     """The architectures: Megatron's example is Llama 3 8B's (with rotary base 1e6 as the script sets it); torchtitan's
     and MaxText's named models are their own tables'; MindFormers' Llama 2 7B derives its FFN width from multiple_of."""
@@ -275,6 +284,9 @@ def test_torchtitan_defaults_are_its_job_config_s():
     assert (Parallelism().data_parallel_shard_degree, Parallelism().data_parallel_replicate_degree) == (-1, 1)
     assert (ActivationCheckpoint().mode, ActivationCheckpoint().selective_ac_option) == ("selective", "2")
     assert Parallelism().pipeline_parallel_microbatch_size == 1
+    from torchtitan.config.job_config import Compile  # --fused-kernels: the model and the loss compiled
+
+    assert (Compile().enable, sorted(Compile().components)) == (False, ["loss", "model"])
 
 
 @pytest.mark.parametrize("fmt, text, key", [

@@ -29,6 +29,7 @@ def emit_command(
     nodes=JOB,
     devices=JOB,
     slices=JOB,
+    fused_kernels=JOB,
     tokens: Optional[str] = typer.Option(None, "--tokens", help="A training budget in tokens (2T, 300B, 2e12): the "
                                                                 "run's steps, its learning-rate warmup and decay and "
                                                                 "its checkpoint interval follow from it."),

@@ -38,7 +38,7 @@ from asap.cost.operations import BWD_ATTENTION, BWD_ELEMENTWISE, BWD_GEMM
 from asap.cost.roofline import act_bytes
 from asap.spec.layout import UNITS, Layout, Unit, layout
 from asap.spec.model import ModelSpec
-from asap.spec.framework import CpRing, LogitsBytes, SelectivePolicy
+from asap.spec.framework import COMPILED_LOGITS_PER_ACT_BYTE, CpRing, LogitsBytes, SelectivePolicy
 from asap.spec.job import Job
 from asap.spec.knobs import module_recomputed, Recompute, RecomputeModule
 from asap.spec.remat import is_maxtext
@@ -268,6 +268,20 @@ class UnitActivations:
     working: np.ndarray  # [N, len(Unit)] one unit re-materialised during backward (full recompute)
     once: np.ndarray  # [N, len(Unit)] bytes that live for one micro-batch only (the logits)
     offloaded: np.ndarray  # [N, len(Unit)] of ``kept``, what a MaxText remat policy keeps in host memory
+
+
+def stack_logits_bytes(framework, train: TrainSpec) -> LogitsBytes:
+    """How ``framework`` holds each logit for the loss as ``train`` runs its kernels (``Framework.logits_bytes``):
+    a stack whose torch.compile covers its loss (``compile_covers_loss``), compiled with the kernels or as
+    ``train.compiled_loss`` says, holds COMPILED_LOGITS_PER_ACT_BYTE x the activation bytes without tensor
+    parallelism; its vocabulary-parallel loss keeps the eager figure."""
+    fused = framework.fused_elementwise if train.fused_elementwise is None else train.fused_elementwise
+    compiled = fused if train.compiled_loss is None else train.compiled_loss
+    if not (framework.compile_covers_loss and compiled):
+        return framework.logits_bytes
+    per_logit = COMPILED_LOGITS_PER_ACT_BYTE * act_bytes(train.precision)
+    tp = framework.logits_bytes[1] if isinstance(framework.logits_bytes, tuple) else per_logit
+    return per_logit, tp
 
 
 def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,

@@ -157,7 +157,7 @@ def assemble(parsed: Parsed, fmt: str, source: str, cluster: Cluster | None) -> 
 
     framework = FRAMEWORK_OF[fmt]
     train = TrainSpec(parsed.global_batch, parsed.seq_len, parsed.precision, framework,
-                      fused_elementwise=parsed.fused)
+                      fused_elementwise=parsed.fused, compiled_loss=parsed.compiled_loss)
     devices, cluster = _devices(parsed, cluster, fmt)
     family = cluster.accelerator.family if cluster is not None else "gpu"
     fw = get_framework(framework, family)

@@ -25,6 +25,7 @@ class Parsed:
     devices_per_node: int | None = None
     dp: int | None = None  # a data-parallel size the file states without the device count (DeepSpeed's batch)
     fused: bool | None = None  # kernels fused by a compiler the file switches on or off (torchtitan [compile])
+    compiled_loss: bool | None = None  # the loss compiled, where the file says apart from the kernels
 
 
 def refuse_key(fmt: str, key: str, problem: str = "") -> AsapError:

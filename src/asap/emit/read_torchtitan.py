@@ -12,7 +12,8 @@ schedule (1F1B, Interleaved1F1B, InterleavedZeroBubble, GPipe) with pipeline_par
 module_fqns_per_model_part (the layer split) or pipeline_parallel_layers_per_stage, expert_parallel_comm_backend
 (``deepep``: the deduplicated dispatcher); ``[activation_checkpoint]`` mode (selective by default) none | full |
 selective with ``selective_ac_option = "op"`` (the default "2", every second layer, is refused: asap recomputes
-every layer or none); ``[compile] enable`` (fused elementwise kernels).
+every layer or none); ``[compile] enable`` with ``components`` (fused elementwise
+kernels where the model is compiled; the loss's own bytes where it is: ``TrainSpec.compiled_loss``).
 """
 
 from __future__ import annotations
@@ -89,8 +90,10 @@ def read(path: Path, text: str, *, model=None, seq_len=None, cluster=None) -> Pa
         raise refuse_key(FMT, "training.mixed_precision_reduce", f"{tr['mixed_precision_reduce']} (asap prices "
                                                                  "torchtitan's fp32 gradient reduction)")
     comp = d.get("compile", {})
+    parts = comp.get("components", ["model", "loss"])  # job_config.Compile's default
+    on = bool(comp.get("enable"))
     return Parsed(mdl, gb, seq, _precision(tr, m), s, devices=fixed,
-                  fused=bool(comp.get("enable")) if "enable" in comp else None)
+                  fused=on and "model" in parts if "enable" in comp else None, compiled_loss=on and "loss" in parts)
 
 
 def _precision(tr: dict, m: dict) -> str:

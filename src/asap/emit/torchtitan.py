@@ -8,8 +8,8 @@ degree, pipeline_parallel_schedule (1F1B, Interleaved1F1B, InterleavedZeroBubble
 take pp * vpp stages), pipeline_parallel_microbatch_size, module_fqns_per_model_part (the layer split, chunk by
 chunk), context_parallel_degree, expert_parallel_degree, expert_tensor_parallel_degree; ``[training]``
 local_batch_size, global_batch_size, seq_len, mixed_precision_param; ``[activation_checkpoint]`` mode none |
-selective (``selective_ac_option = "op"``, the op-level policy asap prices) | full; ``[compile]`` enable (off:
-asap prices eager kernels); ``[model]`` name and flavor (``asap.emit.torchtitan_model``: a registered flavor, or
+selective (``selective_ac_option = "op"``, the op-level policy asap prices) | full; ``[compile]`` enable (on where
+the job prices fused kernels, ``--fused-kernels``: the model and the loss, torchtitan's default components); ``[model]`` name and flavor (``asap.emit.torchtitan_model``: a registered flavor, or
 one the trainer registers from the emitted arguments) and converters ``quantize.linear.float8`` for fp8.
 Refused: zero 1 (no distributed optimizer), recompute module sets, dispatchers other than all-to-all, the
 expert all-to-all overlap, tensor parallelism without sequence parallelism, zero-bubble without virtual stages,
@@ -91,7 +91,8 @@ def config(job: Job, s, run: RunLength | None = None, strict: bool = False) -> d
     if train.precision == "fp8":
         model_table["converters"] = ["quantize.linear.float8"] + (["quantize.grouped_mm.float8"] if model.moe else [])
     out = {"job": {"description": f"asap: {model.name} {s}"}, "model": model_table,
-           "training": training, "parallelism": par, "activation_checkpoint": ac, "compile": {"enable": False}}
+           "training": training, "parallelism": par, "activation_checkpoint": ac,
+           "compile": {"enable": train.fused_elementwise is True}}
     assert micro_batches(train, s) >= 1
     return out | run_tables(run or RunLength())
 

@@ -116,6 +116,11 @@ EAGER_LOGITS_BYTES = 12.0
 # four fp32 tensors live at once (16 B); its forward (``_log_softmax``) the half logits, the fp32 copy, ``shifted``
 # and ``torch.exp(shifted)``, 2 + 3 x 4 = 14 B. (non-TP, vocabulary-parallel under TP) bytes per logit:
 TORCHTITAN_LOGITS_BYTES = (EAGER_LOGITS_BYTES, 16.0)
+# The same loss under torch.compile (torchtitan compiles it with the model: CompileConfig.components defaults to
+# ["model", "loss"], components/loss.py ``_maybe_compile``): Inductor keeps a row's max and log-sum-exp, saves the
+# half logits and writes their gradient in their dtype, 2 x the activation bytes; measured on this CPU
+# (benchmarks/loss_memory_cpu.py): bf16 2.02 B forward, 4.00 B through the backward, fp32 4.00 / 8.00 B.
+COMPILED_LOGITS_PER_ACT_BYTE = 2.0
 
 
 class Dispatcher(str, Enum):
@@ -369,6 +374,9 @@ class Framework:
     # bytes per logit the loss holds (None: the activation dtype plus an fp32 copy; ``XLA_LOGITS_BYTES``); a pair:
     # (without tensor parallelism, with it: the vocabulary-parallel loss), ``TORCHTITAN_LOGITS_BYTES``
     logits_bytes: LogitsBytes = None
+    # torch.compile, where the stack's kernels are compiled (``fused_elementwise``), compiles the loss too (unless
+    # ``TrainSpec.compiled_loss`` says otherwise): without TP it holds COMPILED_LOGITS_PER_ACT_BYTE x act bytes
+    compile_covers_loss: bool = False
     # the stack keeps a 16-bit copy of the weights beside the optimizer's fp32 master (Megatron-Core's
     # Float16Module and distributed optimizer, DeepSpeed's fp16/bf16 partitions, MindSpore's O2 cast). Not
     # torchtitan: FSDP2's MixedPrecisionPolicy keeps the sharded parameters in their fp32 dtype and casts to
@@ -497,7 +505,8 @@ FRAMEWORKS: Mapping[str, Framework] = MappingProxyType({f.name: f for f in (
               # DDP (apply_ddp: replicate(..., bucket_cap_mb=100): 100 MiB of fp32 gradients); FSDP2 per block
               dp_bucket=(100 * 2 ** 20 / 4, 0.0), fsdp_zero=2, tp_comm_overlap=False, half_weight_copy=False,
               round_robin_balance=True, hsdp_zero=(2, 3), ddp_bucket_copy=True, fsdp2_reduce_buffers=True,
-              fsdp_unresharded_units=("head",), logits_bytes=TORCHTITAN_LOGITS_BYTES, sp_gathered_input=True),
+              fsdp_unresharded_units=("head",), logits_bytes=TORCHTITAN_LOGITS_BYTES, compile_covers_loss=True,
+              sp_gathered_input=True),
     Framework(name="maxtext", zero_le1_grad_sync=GradSync.PER_STEP, zero2_grad_per_micro_batch=True,
               fsdp_keeps_params_under_pp=False, collectives_per_layer=1, async_collectives=True,
               dispatcher=Dispatcher.ALLTOALL, a2a_overlap=0,

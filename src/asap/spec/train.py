@@ -39,6 +39,9 @@ class TrainSpec:
     # norms, RoPE, activations and residual adds as fused kernels (True: torch.compile, Transformer Engine) or
     # eager ones (False); None: the stack's default (asap.spec.framework.Framework.fused_elementwise)
     fused_elementwise: bool | None = None
+    # torch.compile of the loss (torchtitan's ``[compile] components``); None: compiled with the kernels, as the
+    # stack's default is (``Framework.compile_covers_loss``)
+    compiled_loss: bool | None = None
     # device memory (GiB) kept free beyond what the stack's runtime takes (``--memory-margin``): a strategy fits
     # when its peak is at most the usable HBM less this (``asap.cost.device_memory.usable_hbm_gb``)
     memory_margin_gb: float = 0.0
