@@ -37,15 +37,17 @@ workers are forked from one interpreter (``asap.runners.torch.elastic``) their r
 (-0.5%), zero 2 1.249 / 1.248 (-0.1%), zero 3 1.170 / 1.152 (-1.5%), tp=2 0.911 / 0.892 (-2.0%), pp=2 0.931 / 0.895
 (-3.9%); torchtitan (runtime 0.560 GiB, +0.205) 1.900 / 1.873 (-1.4%), 1.440 / 1.453 (+0.9%), 1.290 / 1.326
 (+2.8%), 1.120 / 1.141 (+1.9%), 1.120 / 1.100 (-1.8%).
-With ``--seq 2048`` (activations outweigh the states: 0.70 of 2.1 GiB), measured / predicted: dp=2 zero 0 2.242
-/ 2.320 (+3.5%), zero 1 1.990 / 2.066 (+3.8%), zero 2 1.993 / 1.860 (-6.7%), zero 3 1.779 / 1.764 (-0.8%), zero 1
-with full recompute 1.526 / 1.590 (+4.2%), with selective 1.992 / 2.066 (+3.7%), tp=2 1.443 / 1.336 (-7.4%), pp=2
-1.610 / 1.371 (-14.9%; 1.689, -18.8%, before the trainer stopped keeping every micro-batch's logits on its last
-stage, ``return_outputs=False``; the one configuration outside 10%: stage 0 of the 1F1B schedule holds two
-micro-batches of the eager block's saved tensors, which benchmarks/saved_activations_cpu.py measures 23% above
-what asap prices);
-torchtitan dp=2 zero 0 2.700 / 2.525 (-6.5%), zero 3 1.980 / 1.938 (-2.1%), tp=2 1.590 / 1.526 (-4.0%). Within 10%
-each, though the parts are not each right: benchmarks/saved_activations_cpu.py. torchtitan compiled (``--compile``,
+With ``--seq 2048`` (activations outweigh the states: 0.78 of 2.4 GiB), measured / predicted, once eager SwiGLU's
+fourth saved tensor is priced (``layer_ops.mlp_ops``; before it, in brackets): reference trainer dp=2 zero 0 2.243 /
+2.406 (+7.2%; +3.5%), zero 1 1.989 / 2.152 (+8.2%; +3.8%), zero 2 1.992 / 1.946 (-2.3%; -6.7%), zero 3 1.778 / 1.850
+(+4.0%; -0.8%), zero 1 with full recompute 1.527 / 1.590 (+4.1%; +4.2%), with selective 1.993 / 2.152 (+8.0%;
++3.7%), tp=2 1.445 / 1.379 (-4.6%; -7.4%), pp=2 1.609 / 1.457 (-9.5%; -14.9%, and -18.8% before the trainer stopped
+keeping every micro-batch's logits on its last stage, ``return_outputs=False``); torchtitan dp=2 zero 0 2.700 /
+2.611 (-3.3%; -6.5%), zero 3 1.980 / 2.024 (+2.2%; -2.1%), tp=2 1.590 / 1.569 (-1.3%; -4.0%), pp=2 1.810 / 1.662
+(-8.2%). Every strategy within 10%. What is left is the CPU's composite RMSNorm (benchmarks/saved_activations_cpu.py:
+2 h a layer the cost model does not price, as a GPU's fused norm does not save it) against the data-parallel rows'
+gradients, which the trainer sets to None each step (the sum prices them live beside every saved tensor).
+torchtitan compiled (``--compile``,
 ``[compile] enable``: the model and its loss, priced with ``--fused-kernels``, the loss at 8 B a logit in fp32 where
 eager holds 12): dp=2 zero 0 2.540 / 2.463 (-3.0%), zero 2 2.020 / 2.002 (-0.9%), zero 3 1.840 / 1.876 (+2.0%),
 pp=2 1.690 / 1.576 (-6.7%); tp=2 does not run compiled on this CPU (torch 2.13: DTensor's ``_local_tensor``

@@ -5,18 +5,19 @@
 Builds the reference trainer's model (``asap.runners.torch.model``, the 68M-parameter dense model of
 benchmarks/memory_cpu.py: 4 layers, h 1024, ffn 2816, 8 heads) and runs one block's forward on one sequence under
 ``torch.autograd.graph.saved_tensors_hooks``, counting every distinct storage autograd saves (a view counts its
-storage once), less the parameters (saved by the linears for the input gradient, not activations), the block's
-input (the previous block's output) and the RoPE table. Prints the saved tensors by shape, their sum per token in
-units of h elements, and ``asap.cost.activations.layer_saves``'s figure for the same layer (tp 1: what the cost
-model stores per layer and micro-batch for the reference trainer, ``Framework.sp_gathered_input``).
+storage once), less the parameters (saved by the linears for the input gradient, not activations) and the RoPE
+table; the block's input counts (its norm saves it, as the cost model's table has it). Prints the saved tensors by
+shape, their sum per token in units of h elements, and ``asap.cost.activations.layer_saves``'s figure for the same
+layer under the reference trainer's eager kernels (tp 1: what the cost model stores per layer and micro-batch,
+``Framework.sp_gathered_input``, ``Framework.elementwise_traffic``).
 
-On this project's 2-core CPU machine (torch 2.13, fp32, seq 2048): 20.0 h saved per token against 16.2 h priced. The
-eager block saves more than a fused stack: F.rms_norm's fp32 input copy and output, the SwiGLU's four ffn-wide
-tensors (w1 and w3 outputs, silu's output, the product) where a fused kernel keeps three. The peak resident set of
-the same job (benchmarks/memory_cpu.py --seq 2048) is nevertheless within 4% of the priced peak: the trainer's
-gradients are set to None after each step and reallocated during the backward, so the block's saved tensors and
-the full gradients are not live at once as the cost model's sum has them; a timeline of the step (activations
-freed as gradients appear) is what would price both right.
+On this project's 2-core CPU machine (torch 2.13, fp32, seq 2048): 21.0 h saved per token. The cost model priced
+16.25 h, a fused stack's layer; it now prices 19.0 h: eager SwiGLU (silu(w1 x) * (w3 x)) saves four ffn-wide
+tensors (w1's output for silu, silu's output and w3's output for the product, the product for w2), one more than
+a fused kernel's three (``layer_ops.mlp_ops``), as torchtitan's FeedForward does on a GPU. The 2 h left are this
+CPU's composite RMSNorm (pow, mean, rsqrt and two muls: it saves x * rstd beside its input and output, 3 h a
+norm where a fused kernel, and torch's CUDA ``_fused_rms_norm``, keep the input and a row's rstd): a CPU-only
+term, not priced.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
     block = model.layers["0"]
     x = torch.randn(1, a.seq, spec.hidden_size, dtype=dtype, requires_grad=True)
     skip = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    skip |= {x.untyped_storage().data_ptr(), model.rope.untyped_storage().data_ptr()}
+    skip |= {model.rope.untyped_storage().data_ptr()}
     seen = {k: v for k, v in saved_storages(block, x, model.rope).items() if k not in skip}
     per_h = a.seq * spec.hidden_size * x.element_size()
     for size, shape, dt in sorted(seen.values(), key=lambda v: -v[0]):
@@ -82,7 +83,9 @@ def main(argv=None) -> int:
     train = TrainSpec(global_batch=1, seq_len=a.seq, precision=a.precision, framework="asap")
     s = complete_strategy({"mbs": 1}, 1, framework=FRAMEWORKS["asap"])
     S = StrategyBatch.from_strategies([s])
-    priced = float(np.asarray(layer_saves(spec, train, S, moe=False, sp_gathered_input=True).stored_bytes(False))[0])
+    fw = FRAMEWORKS["asap"]
+    priced = float(np.asarray(layer_saves(spec, train, S, moe=False, sp_gathered_input=fw.sp_gathered_input,
+                                          unfused=fw.elementwise_traffic_for(None)).stored_bytes(False))[0])
     print(f"saved per layer: {measured:.2f} h per token ({measured * per_h / 2**20:.1f} MiB at seq {a.seq}); "
           f"asap prices {priced / per_h:.2f} h ({priced / 2**20:.1f} MiB)")
     return 0

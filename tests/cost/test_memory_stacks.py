@@ -79,12 +79,14 @@ def test_xla_has_no_allocator_reserve_and_pytorch_does():
 def test_maxtext_holds_the_fp32_logits_once():
     """MaxText's cast logits (4 B each, the buffer reused for their gradient) against torchtitan's eager loss at the
     start of its backward (the fp32 log-softmax output, its gradient and the input's gradient, 12 B): on the same
-    shapes without recompute, the difference is 8 B per logit."""
+    shapes without recompute, the difference is 8 B per logit, beside the eager SwiGLU's fourth saved tensor (silu's
+    output: 32 layers x 4 x 8192 tokens x 14336 x 2 B) that XLA's fused activation does not keep."""
     s = "dp=256,mbs=4,zero=3,recompute=none"
     xla = estimate(_job(), s).memory_gb["activations"]
     torch = estimate(_job(framework="torchtitan"), s).memory_gb["activations"]
     logits = 4 * 8192 * load_model("llama3-8b").vocab_size
-    assert torch - xla == pytest.approx(8 * logits / GB, rel=0.02)
+    silu_out = 32 * 4 * 8192 * 14336 * 2
+    assert torch - xla == pytest.approx((8 * logits + silu_out) / GB, rel=0.02)
 
 
 def test_partial_activation_offload_keeps_the_other_layers_on_the_device():

@@ -169,6 +169,22 @@ def test_torchtitans_compiled_loss_holds_the_half_logits_and_their_gradient(mode
     assert estimate_spelled(ref, "dp=2").memory_detail_gb["activations_logits"] * GIB == pytest.approx(128 * V * 12)
 
 
+def test_eager_swiglu_saves_silus_output_beside_the_three_a_fused_kernel_keeps(model_file):
+    """Eager kernels (the reference trainer, torchtitan without compile) run silu(w1 x) * (w3 x): autograd saves
+    w1's output, silu's output, w3's output and the product, four ffn-wide tensors a layer where a fused kernel
+    keeps three (benchmarks/saved_activations_cpu.py counts them): 4 layers x 128 tokens x 2816 x 4 B more, and
+    nothing else; the fused figure is what Megatron-Core prices."""
+    for framework in ("asap", "torchtitan"):
+        eager = estimate_spelled(job(model_file, framework), "dp=2,zero=0,recompute=none")
+        fused_job = Job.from_names(model_file, "local-cpu", 4, 128, "fp32", framework=framework, devices=2,
+                                   fused_kernels=True)
+        fused = estimate_spelled(fused_job, "dp=2,zero=0,recompute=none")
+        # torchtitan's compiled loss holds fewer bytes a logit too (the test above); the rest is the layers'
+        logits = eager.memory_detail_gb["activations_logits"] - fused.memory_detail_gb["activations_logits"]
+        extra = (eager.memory_gb["activations"] - fused.memory_gb["activations"] - logits) * GIB
+        assert extra == pytest.approx(4 * 128 * F * 4, rel=1e-9), framework
+
+
 def test_torchtitan_op_sac_keeps_every_second_gemm_output(model_file):
     """torchtitan's selective op AC per block (bf16, T = 128 tokens, MHA: 8 heads x 128 = h): the block's input,
     the outputs of the odd aten.mm calls (wq, wv, w1, w2 of wq wk wv wo w1 w3 w2), SDPA's output and its fp32

@@ -21,10 +21,11 @@ LAYER_UNITS = (Unit.DENSE, Unit.MOE, Unit.MTP)  # the units that are transformer
 
 
 def layer_saves(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool,
-                sp_gathered_input: bool = False) -> OperationTable:
+                sp_gathered_input: bool = False, unfused: float = 1.0) -> OperationTable:
     """One layer's operation table for its stored tensors (an MoE layer's when ``moe``; ``sp_gathered_input``:
-    the stack's GEMMs save their all-gathered input under sequence parallelism, ``Shapes.norm_output``)."""
-    return layer_table(model, Shapes.of(model, train, S, sp_gathered_input=sp_gathered_input), S, moe=moe)
+    the stack's GEMMs save their all-gathered input under sequence parallelism, ``Shapes.norm_output``;
+    ``unfused``: the stack's elementwise traffic, above 1 where its kernels are eager and save more)."""
+    return layer_table(model, Shapes.of(model, train, S, unfused, sp_gathered_input=sp_gathered_input), S, moe=moe)
 
 
 def activation_bytes_per_layer(model: ModelSpec, train: TrainSpec, S: StrategyBatch, moe: bool, selective=False):

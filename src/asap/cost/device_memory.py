@@ -496,7 +496,8 @@ def stack_device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, f
         return device_figures(model, train, S, ut, selective=SelectivePolicy.KERNELS)
     return device_figures(model, train, S, ut, selective=framework.selective,
                           logits_bytes=stack_logits_bytes(framework, train),
-                          sp_gathered_input=framework.sp_gathered_input)
+                          sp_gathered_input=framework.sp_gathered_input,
+                          unfused=framework.elementwise_traffic_for(train.fused_elementwise))
 
 
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,

@@ -262,8 +262,13 @@ def mlp_ops(model: ModelSpec, x: Shapes, name: str, tokens, ffn_per_device, stor
     B, h, ab = Block.MLP, x.h, x.ab
     fc1_out = Saved(stored_tokens * ab * up_mult * ffn_per_device, modules)
     fc2_in = Saved(stored_tokens * x.gemm_in * ffn_per_device, act_modules, selective=True)
+    # eager kernels (``x.unfused`` > 1) run a gated activation as silu(w1 x) * (w3 x): the product saves silu's
+    # output beside the up projection (torchtitan's FeedForward, the reference trainer's MLP and experts), a fourth
+    # ffn-wide tensor where a fused kernel keeps three (benchmarks/saved_activations_cpu.py)
+    act_saves = (fc1_out,) + ((Saved(stored_tokens * ab * ffn_per_device, act_modules, selective=True),)
+                              if model.gated and x.unfused > 1.0 else ())
     return [x.gemm(f"{name}_fc1", B, axis, gemm_tokens, up_mult * ffn_per_device, h, modules, count=count, grouped=grouped),
-            Operation(f"{name}_act", ELEMENTWISE, B, axis, act_modules, (fc1_out,), memory_bound=memory_bound,
+            Operation(f"{name}_act", ELEMENTWISE, B, axis, act_modules, act_saves, memory_bound=memory_bound,
                       bytes=act_elems_mult * ab * tokens * ffn_per_device * count * x.unfused),
             x.gemm(f"{name}_fc2", B, axis, gemm_tokens, h, ffn_per_device, modules, (fc2_in,), count=count,
                    grouped=grouped)]

@@ -180,7 +180,8 @@ def unit_offload_s(job: Job, S: StrategyBatch, parts):
     if not (on.any() or policy.any()):
         return out
     acts = unit_activations(job.model, job.train, S, job.framework.selective,
-                            sp_gathered_input=job.framework.sp_gathered_input)
+                            sp_gathered_input=job.framework.sp_gathered_input,
+                            unfused=job.framework.elementwise_traffic_for(job.train.fused_elementwise))
     stored = acts.kept
     fwd = parts["compute"] / (1.0 + BWD_GEMM)
     # a MaxText remat policy copies its offloaded tensors alone (``asap.cost.remat``)
@@ -286,17 +287,19 @@ def stack_logits_bytes(framework, train: TrainSpec) -> LogitsBytes:
 
 def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,
                      selective: SelectivePolicy = SelectivePolicy.KERNELS,
-                     logits_bytes: LogitsBytes = None, sp_gathered_input: bool = False) -> UnitActivations:
+                     logits_bytes: LogitsBytes = None, sp_gathered_input: bool = False,
+                     unfused: float = 1.0) -> UnitActivations:
     """Activation bytes per unit; ``selective`` is the stack's policy (recomputing the attention kernel alone
     stores what no recompute stores: flash attention keeps only its inputs and output); ``logits_bytes`` how
     the stack holds each logit for the loss (``Framework.logits_bytes``; None: the activation dtype and an fp32
-    copy)."""
+    copy); ``unfused`` the stack's elementwise traffic as the job runs it (eager kernels save more:
+    ``layer_ops.mlp_ops``)."""
     n = len(S)
     ab = act_bytes(train.precision)
     T = S.mbs * train.seq_len / S.cp
     kept, working, offloaded = {}, {}, {}
     for kind, is_moe in (("dense", False), ("moe", model.moe is not None)):
-        table = layer_saves(model, train, S, moe=is_moe, sp_gathered_input=sp_gathered_input)
+        table = layer_saves(model, train, S, moe=is_moe, sp_gathered_input=sp_gathered_input, unfused=unfused)
         full = table.stored_bytes()
         sel_kept = full if selective == SelectivePolicy.CORE_ATTN else table.stored_bytes(selective=True)
         if selective == SelectivePolicy.OP_SAC and not is_moe and model.mla is None:
@@ -479,15 +482,16 @@ def timed(f: DeviceFigures, ut: UnitTimes, first: np.ndarray) -> DeviceFigures:
 
 def device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, ut: UnitTimes | None = None,
                    selective: SelectivePolicy = SelectivePolicy.KERNELS,
-                   logits_bytes: LogitsBytes = None, sp_gathered_input: bool = False) -> DeviceFigures:
+                   logits_bytes: LogitsBytes = None, sp_gathered_input: bool = False,
+                   unfused: float = 1.0) -> DeviceFigures:
     """Parameters and activations of every representative device, and its times when the units' are given,
     once per distinct combination of DEVICE_KEYS."""
     first, row = unique_index(S, DEVICE_KEYS)
     sub = S.take(first)
     st = stages_of(model, sub)
     params = unit_params(model, sub)
-    acts = per_combination(lambda b: unit_activations(model, train, b, selective, logits_bytes, sp_gathered_input),
-                           sub, ACTIVATION_KEYS)
+    acts = per_combination(lambda b: unit_activations(model, train, b, selective, logits_bytes, sp_gathered_input,
+                                                      unfused), sub, ACTIVATION_KEYS)
     kinds = [u for u in (Unit.DENSE, Unit.MOE) if st.whole[u] > 0]  # the transformer-layer kinds the model has
     layer_mask = np.isin(np.arange(len(UNITS)), LAYER_UNITS).astype(float)
     dense_p, expert_p, kept, once, tensors, offloaded = st.per_device(params.dense, params.expert, acts.kept,

@@ -138,9 +138,9 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                                            for s in strategies]) if recompute_choice else base)
     t_base = unit_times(job, base).parts if ut is None else {k: ut.rows(v) for k, v in ut.parts.items()}
     t_full = unit_times(job, full).parts if recompute_choice else t_base
-    logits = stack_logits_bytes(fw, train)
-    a_base = unit_activations(model, train, base, fw.selective, logits, fw.sp_gathered_input)
-    a_full = (unit_activations(model, train, full, fw.selective, logits, fw.sp_gathered_input)
+    logits, unfused = stack_logits_bytes(fw, train), fw.elementwise_traffic_for(train.fused_elementwise)
+    a_base = unit_activations(model, train, base, fw.selective, logits, fw.sp_gathered_input, unfused)
+    a_full = (unit_activations(model, train, full, fw.selective, logits, fw.sp_gathered_input, unfused)
               if recompute_choice else a_base)
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
