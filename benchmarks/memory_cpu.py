@@ -36,7 +36,10 @@ workers are forked from one interpreter (``asap.runners.torch.elastic``) their r
 0.40 GiB; with the allowance set from it (0.355 GiB): dp=2 zero 0 1.675 / 1.668 (-0.4%), zero 1 1.421 / 1.414
 (-0.5%), zero 2 1.249 / 1.248 (-0.1%), zero 3 1.170 / 1.152 (-1.5%), tp=2 0.911 / 0.892 (-2.0%), pp=2 0.931 / 0.895
 (-3.9%); torchtitan (runtime 0.560 GiB, +0.205) 1.900 / 1.873 (-1.4%), 1.440 / 1.453 (+0.9%), 1.290 / 1.326
-(+2.8%), 1.120 / 1.141 (+1.9%), 1.120 / 1.100 (-1.8%).
+(+2.8%), 1.120 / 1.141 (+1.9%), 1.120 / 1.100 (-1.8%). With eager SwiGLU's fourth saved tensor priced (below):
+runtime 0.354 GiB; dp=2 zero 0 1.670 / 1.674 (+0.2%), zero 1 1.420 / 1.420 (-0.0%), zero 2 1.248 / 1.252 (+0.4%),
+zero 3 1.170 / 1.156 (-1.1%), tp=2 0.909 / 0.895 (-1.6%), pp=2 0.910 / 0.900 (-1.1%); torchtitan 1.900 / 1.879
+(-1.1%), 1.440 / 1.457 (+1.2%), 1.280 / 1.330 (+3.9%), 1.120 / 1.144 (+2.1%), 1.110 / 1.105 (-0.5%).
 With ``--seq 2048`` (activations outweigh the states: 0.78 of 2.4 GiB), measured / predicted, once eager SwiGLU's
 fourth saved tensor is priced (``layer_ops.mlp_ops``; before it, in brackets): reference trainer dp=2 zero 0 2.243 /
 2.406 (+7.2%; +3.5%), zero 1 1.989 / 2.152 (+8.2%; +3.8%), zero 2 1.992 / 1.946 (-2.3%; -6.7%), zero 3 1.778 / 1.850
