@@ -313,6 +313,7 @@ def test_asap_read_prints_one_json_document_and_refuses_in_one_line(cli):
     assert d["format"] == "torchtitan" and d["train"]["precision"] == "fp8" and d["devices"] == 64
     assert d["strategy"].startswith("dp=8,tp=8,") and d["strategy_compact"] and d["cluster"]["nodes"] == 8
     assert d["model"]["num_layers"] == 126
+    assert (d["train"]["fused_kernels"], d["train"]["compiled_loss"]) == (True, True)  # [compile] model and loss
     bad = cli("read", str(DATA / "megatron" / "train_gpt3_175b_distributed.sh"))
     assert_one_line_error(bad, "--step-batch-size-schedule")
     no_cluster = cli("read", str(DATA / "torchtitan" / "llama3_8b.toml"))

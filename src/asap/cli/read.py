@@ -43,7 +43,10 @@ def read_command(
     out_console.print(f"{job.format} config {job.source} ({job.framework}):")
     out_console.print(f"  model     {m.name}: {m.num_layers} layers, hidden {m.hidden_size}, "
                       f"{m.num_params() / 1e9:.2f}B parameters{', MoE' if m.moe else ''}")
-    out_console.print(f"  train     global batch {t.global_batch}, seq {t.seq_len}, {t.precision}")
+    compiled = [name for name, on in (("the model", t.fused_elementwise), ("the loss", t.compiled_loss)) if on]
+    kernels = f", torch.compile of {' and '.join(compiled)}" if compiled else ""
+    out_console.print(f"  train     global batch {t.global_batch}, seq {t.seq_len}, {t.precision}{kernels}",
+                      markup=False, highlight=False)
     out_console.print(f"  strategy  {d['strategy_compact']}  ({job.devices} devices)", markup=False)
     out_console.print(f"            {d['strategy']}", markup=False)
     where = d["cluster"]["name"] if d["cluster"] else "no cluster given"

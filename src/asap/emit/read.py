@@ -63,7 +63,9 @@ class ReadJob:
         return {"source": self.source, "format": self.format, "framework": self.framework,
                 "model": self.model.to_dict(),
                 "train": {"global_batch": self.train.global_batch, "seq_len": self.train.seq_len,
-                          "precision": self.train.precision, "framework": self.train.framework},
+                          "precision": self.train.precision, "framework": self.train.framework,
+                          # the kernels the file compiles (None: the stack's default; asap estimate --fused-kernels)
+                          "fused_kernels": self.train.fused_elementwise, "compiled_loss": self.train.compiled_loss},
                 "strategy": self.strategy_string,
                 "strategy_compact": format_compact(self.strategy, self.devices, self.model.moe is not None, fw),
                 "devices": self.devices, "nodes": self.nodes, "devices_per_node": self.devices_per_node,
