@@ -12,8 +12,8 @@ schedule (1F1B, Interleaved1F1B, InterleavedZeroBubble, GPipe) with pipeline_par
 module_fqns_per_model_part (the layer split) or pipeline_parallel_layers_per_stage, expert_parallel_comm_backend
 (``deepep``: the deduplicated dispatcher); ``[activation_checkpoint]`` mode (selective by default) none | full |
 selective with ``selective_ac_option = "op"`` (the default "2", every second layer, is refused: asap recomputes
-every layer or none); ``[compile] enable`` with ``components`` (fused elementwise
-kernels where the model is compiled; the loss's own bytes where it is: ``TrainSpec.compiled_loss``).
+every layer or none); ``[compile] enable`` with ``components`` (fused elementwise kernels where the model is
+compiled; the compiled loss's bytes where the loss is: ``TrainSpec.compiled_loss``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ take pp * vpp stages), pipeline_parallel_microbatch_size, module_fqns_per_model_
 chunk), context_parallel_degree, expert_parallel_degree, expert_tensor_parallel_degree; ``[training]``
 local_batch_size, global_batch_size, seq_len, mixed_precision_param; ``[activation_checkpoint]`` mode none |
 selective (``selective_ac_option = "op"``, the op-level policy asap prices) | full; ``[compile]`` enable (on where
-the job prices fused kernels, ``--fused-kernels``: the model and the loss, torchtitan's default components); ``[model]`` name and flavor (``asap.emit.torchtitan_model``: a registered flavor, or
-one the trainer registers from the emitted arguments) and converters ``quantize.linear.float8`` for fp8.
+the job prices fused kernels, ``--fused-kernels``: the model and the loss, torchtitan's default components);
+``[model]`` name and flavor (``asap.emit.torchtitan_model``: a registered flavor, or one the trainer registers
+from the emitted arguments) and converters ``quantize.linear.float8`` for fp8.
 Refused: zero 1 (no distributed optimizer), recompute module sets, dispatchers other than all-to-all, the
 expert all-to-all overlap, tensor parallelism without sequence parallelism, zero-bubble without virtual stages,
 fp16.
