@@ -76,12 +76,13 @@ def test_megatron_lm_parser_takes_the_emitted_strategy(tmp_path):
                                                                                           True, "full")
 
 
-def titan_case(tmp_path, model, strategy, cluster="dgx-h100-8", b=256, s=4096, precision="bf16"):
+def titan_case(tmp_path, model, strategy, cluster="dgx-h100-8", b=256, s=4096, precision="bf16", fused=None):
     from dataclasses import replace
 
     from asap.emit.torchtitan_model import model_args_json
 
     j = job(cluster=cluster, b=b, s=s, precision=precision)
+    j = replace(j, train=replace(j.train, fused_elementwise=fused))
     toml, args = tmp_path / f"{model.name}.toml", tmp_path / f"{model.name}.json"
     toml.write_text(emit_strategy("torchtitan", replace(j, model=model), strategy))
     args.write_text(model_args_json(model, s))
@@ -92,7 +93,8 @@ def test_torchtitan_builds_the_emitted_model(tmp_path):
     """torchtitan 0.2.2's ConfigManager loads the emitted TOML; the model its train spec builds from [model]
     name and flavor (a custom flavor registered from the emitted arguments first) has asap's parameter count:
     llama3-8b a custom llama3 flavor (torchtitan's 8B is Llama 3.1's, with RoPE scaling), tiny-dense a custom llama3 flavor, mixtral-8x7b a qwen3 MoE flavor
-    (no q/k norms), deepseek-v3 (without MTP, which torchtitan 0.2.2 lacks) a deepseek_v3 flavor."""
+    (no q/k norms), deepseek-v3 (without MTP, which torchtitan 0.2.2 lacks) a deepseek_v3 flavor; tiny-dense
+    emitted with fused kernels loads with torch.compile on for the model and the loss, the others with it off."""
     installed("torchtitan")
     from dataclasses import replace
 
@@ -106,8 +108,8 @@ def test_torchtitan_builds_the_emitted_model(tmp_path):
         if m.moe is not None:  # torchtitan 0.2.2 balances experts by the expert bias only (no balancing loss)
             m = replace(m, moe=replace(m.moe, expert_bias=True, aux_loss_coef=0.0))
         models.append(m)
-    files = [f for (_, strategy, _), m in zip(cases, models, strict=True)
-             for f in titan_case(tmp_path, m, strategy)]  # one torchtitan process loads every case
+    files = [f for (name, strategy, _), m in zip(cases, models, strict=True)  # tiny-dense with --fused-kernels
+             for f in titan_case(tmp_path, m, strategy, fused=True if name == "tiny-dense" else None)]
     loaded = run_loader("torchtitan_load.py", *files, timeout=600)
     for (name, _, (family, flavor)), m, got in zip(cases, models, loaded, strict=True):
         assert (got["name"], got["flavor"]) == (family, flavor)
@@ -120,6 +122,9 @@ def test_torchtitan_builds_the_emitted_model(tmp_path):
             assert [len(part) for part in got["fqns"]] == [9, 8, 8, 10]  # embedding + 8 layers, ..., 8 + norm, output
         if name == "tiny-dense":
             assert (got["dp_replicate"], got["dp_shard"], got["tp"], got["local_batch"]) == (32, 1, 2, 1)
+            assert got["compile"] == [True, ["loss", "model"]]  # torch.compile of the model and the loss
+        else:
+            assert got["compile"][0] is False
         if name == "deepseek-v3":
             assert got["ep"] == 8 and got["pp"] == 4
 

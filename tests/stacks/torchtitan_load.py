@@ -54,7 +54,7 @@ def main(toml_path, args_path):
             "mixed_precision_param": cfg.training.mixed_precision_param, "ac": cfg.activation_checkpoint.mode,
             "steps": cfg.training.steps, "warmup_steps": cfg.lr_scheduler.warmup_steps,
             "decay_type": cfg.lr_scheduler.decay_type, "checkpoint": [cfg.checkpoint.enable, cfg.checkpoint.interval],
-            "converters": cfg.model.converters, "modules": sorted({n.split(".")[0] for n, _ in model.named_children()}),
+            "converters": cfg.model.converters, "compile": [cfg.compile.enable, sorted(cfg.compile.components)], "modules": sorted({n.split(".")[0] for n, _ in model.named_children()}),
             "layer_names": sorted(model.layers.keys(), key=int),
             "model_args": json.loads(json.dumps(dataclasses.asdict(model_args), default=str))}
 
