@@ -190,3 +190,30 @@ def test_asap_learn_job_reads_the_stacks_config_and_its_log(tmp_path):
                           "local-cpu", "--memory", db], capture_output=True, text=True)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
     assert "is not a torchtitan training log" in bad.stderr
+
+
+def test_a_stored_run_keeps_the_kernels_its_config_compiled(tmp_path):
+    """A torchtitan config that compiles the loss alone (its DeepSeek-V3 16B example's ``components = ["loss"]``)
+    learned with a real log: the stored job keeps ``fused_elementwise`` false and ``compiled_loss`` true, and reads
+    back into the same train spec, so the learned run is re-priced with the kernels it ran; a default job stores
+    neither key. A non-boolean is refused naming the field."""
+    from asap.memory.runs import job_document
+
+    cfg = tmp_path / "tt.toml"
+    emitted = subprocess.run([*ASAP, "emit", "-f", "torchtitan", "-m", "tiny-dense", "-c", "local-cpu", "--devices",
+                              "2", "-b", "8", "-s", "64", "--precision", "fp32", "-S", "dp=2,zero=3"],
+                             capture_output=True, text=True, check=True)
+    cfg.write_text(emitted.stdout.replace("[compile]\nenable = false", '[compile]\nenable = true\ncomponents = ["loss"]'))
+    db = str(tmp_path / "m.sqlite")
+    subprocess.run([*ASAP, "learn", "--job", str(cfg), "--log", str(LOGS / "torchtitan-0.2.2-cpu-fsdp.log"),
+                    "--cluster", "local-cpu", "--memory", db, "--json"], capture_output=True, text=True, check=True)
+    with Memory.open(db) as mem:
+        row = mem.measured_runs()[0]
+    assert (row.job["train"]["fused_elementwise"], row.job["train"]["compiled_loss"]) == (False, True)
+    train = job_of(row.job).train
+    assert (train.fused_elementwise, train.compiled_loss) == (False, True)
+    plain = Job.from_names("tiny-dense", "local-cpu", 8, 64, "fp32", framework="torchtitan", devices=2)
+    assert not {"fused_elementwise", "compiled_loss"} & set(job_document(plain)["train"])
+    with pytest.raises(AsapError) as e:
+        TrainSpec.from_dict({"global_batch": 8, "seq_len": 64, "compiled_loss": "yes"})
+    assert e.value.field == "train.compiled_loss"

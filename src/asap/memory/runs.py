@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from asap.spec.strategy import Strategy
 
 SOURCE_KINDS = ("case", "log", "trial")
-TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "framework", "moe_imbalance")
+# what a stored run keeps of its train spec: the kernels it compiled too (torchtitan's [compile]: they price its
+# elementwise traffic and its loss), absent where the stack's default held
+TRAIN_FIELDS = ("global_batch", "seq_len", "precision", "framework", "moe_imbalance", "fused_elementwise",
+                "compiled_loss")
 
 
 class DuplicateRun(AsapError):

@@ -17,7 +17,8 @@ PRECISIONS = ("bf16", "fp16", "fp8", "fp32", "nvfp4", "mxfp4")
 # peak, with bf16 activations and higher-precision weights kept for the optimizer
 FP4_PRECISIONS = ("nvfp4", "mxfp4")
 LOW_PRECISIONS = ("fp8",) + FP4_PRECISIONS  # GEMMs in a quantised format, the rest of the step in bf16
-TRAIN_KEYS = {"global_batch", "seq_len", "precision", "framework", "moe_imbalance", "memory_margin_gb", "allocator"}
+TRAIN_KEYS = {"global_batch", "seq_len", "precision", "framework", "moe_imbalance", "memory_margin_gb", "allocator",
+              "fused_elementwise", "compiled_loss"}
 # PyTorch's CUDA caching allocator with its default segments, or with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 # (``asap.cost.allocator``); a stack that plans its memory statically (XLA) or a CPU ignores it
 ALLOCATORS = ("caching", "expandable")
@@ -98,7 +99,11 @@ class TrainSpec:
         margin = d.get("memory_margin_gb", 0.0)
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin <= 1e4:
             raise AsapError("train.memory_margin_gb", f"must be a number of GiB from 0 to 10000, got {margin!r}")
+        for key in ("fused_elementwise", "compiled_loss"):
+            if d.get(key) is not None and not isinstance(d[key], bool):
+                raise AsapError(f"train.{key}", f"must be true or false, got {d[key]!r}")
         return cls(int(sizes[0]), int(sizes[1]), str(d.get("precision", "bf16")),
                    None if framework is None else str(framework).lower().strip(), float(imbalance),
+                   fused_elementwise=d.get("fused_elementwise"), compiled_loss=d.get("compiled_loss"),
                    memory_margin_gb=float(margin),
                    allocator=None if d.get("allocator") is None else str(d["allocator"]).lower().strip())
