@@ -488,16 +488,13 @@ def held_at(term, which):
 
 def stack_device_figures(model: ModelSpec, train: TrainSpec, S: StrategyBatch, framework, ut=None):
     """``units.device_figures`` (with the units' times ``ut`` where given) under the stack's activation semantics
-    (its selective policy, logits bytes and sequence-parallel GEMM inputs; the defaults without a stack)."""
-    from asap.cost.units import device_figures, stack_logits_bytes
+    (``units.stack_activation_semantics``; the defaults without a stack)."""
+    from asap.cost.units import device_figures, stack_activation_semantics
     from asap.spec.framework import SelectivePolicy
 
     if framework is None:
         return device_figures(model, train, S, ut, selective=SelectivePolicy.KERNELS)
-    return device_figures(model, train, S, ut, selective=framework.selective,
-                          logits_bytes=stack_logits_bytes(framework, train),
-                          sp_gathered_input=framework.sp_gathered_input,
-                          unfused=framework.elementwise_traffic_for(train.fused_elementwise))
+    return device_figures(model, train, S, ut, **stack_activation_semantics(framework, train))
 
 
 def memory(model: ModelSpec, acc: Accelerator, train: TrainSpec, S: StrategyBatch, figures=None,

@@ -179,9 +179,7 @@ def unit_offload_s(job: Job, S: StrategyBatch, parts):
     on, policy = S.offload_act > 0, is_maxtext(S.recompute)
     if not (on.any() or policy.any()):
         return out
-    acts = unit_activations(job.model, job.train, S, job.framework.selective,
-                            sp_gathered_input=job.framework.sp_gathered_input,
-                            unfused=job.framework.elementwise_traffic_for(job.train.fused_elementwise))
+    acts = unit_activations(job.model, job.train, S, **stack_activation_semantics(job.framework, job.train))
     stored = acts.kept
     fwd = parts["compute"] / (1.0 + BWD_GEMM)
     # a MaxText remat policy copies its offloaded tensors alone (``asap.cost.remat``)
@@ -271,18 +269,20 @@ class UnitActivations:
     offloaded: np.ndarray  # [N, len(Unit)] of ``kept``, what a MaxText remat policy keeps in host memory
 
 
-def stack_logits_bytes(framework, train: TrainSpec) -> LogitsBytes:
-    """How ``framework`` holds each logit for the loss as ``train`` runs its kernels (``Framework.logits_bytes``):
-    a stack whose torch.compile covers its loss (``compile_covers_loss``), compiled with the kernels or as
-    ``train.compiled_loss`` says, holds COMPILED_LOGITS_PER_ACT_BYTE x the activation bytes without tensor
+def stack_activation_semantics(framework, train: TrainSpec) -> dict[str, Any]:
+    """``unit_activations``' (and ``device_figures``') keyword arguments for ``framework`` as ``train`` runs its
+    kernels (fused or eager: ``TrainSpec.fused_elementwise``, else the stack's default): its selective policy, its
+    sequence-parallel GEMM inputs, its elementwise traffic (eager kernels save more) and its bytes per logit. A
+    stack whose torch.compile covers its loss (``compile_covers_loss``), compiled with the kernels or as
+    ``train.compiled_loss`` says, holds COMPILED_LOGITS_PER_ACT_BYTE x the activation bytes a logit without tensor
     parallelism; its vocabulary-parallel loss keeps the eager figure."""
     fused = framework.fused_elementwise if train.fused_elementwise is None else train.fused_elementwise
-    compiled = fused if train.compiled_loss is None else train.compiled_loss
-    if not (framework.compile_covers_loss and compiled):
-        return framework.logits_bytes
-    per_logit = COMPILED_LOGITS_PER_ACT_BYTE * act_bytes(train.precision)
-    tp = framework.logits_bytes[1] if isinstance(framework.logits_bytes, tuple) else per_logit
-    return per_logit, tp
+    logits: LogitsBytes = framework.logits_bytes
+    if framework.compile_covers_loss and (fused if train.compiled_loss is None else train.compiled_loss):
+        per_logit = COMPILED_LOGITS_PER_ACT_BYTE * act_bytes(train.precision)
+        logits = (per_logit, logits[1] if isinstance(logits, tuple) else per_logit)
+    return {"selective": framework.selective, "logits_bytes": logits,
+            "sp_gathered_input": framework.sp_gathered_input, "unfused": framework.elementwise_traffic_for(fused)}
 
 
 def unit_activations(model: ModelSpec, train: TrainSpec, S: StrategyBatch,

@@ -27,7 +27,7 @@ from asap.cost.device_memory import (GB, comm_buffer_bytes, dense_and_expert_sha
                                      state_bytes_per_param, usable_hbm_gb)
 from asap.cost.estimate import paired_hidden_s
 from asap.cost.pipeline import simulated_pipeline_time_s
-from asap.cost.units import UnitTimes, stack_logits_bytes, unit_activations, unit_params, unit_times
+from asap.cost.units import UnitTimes, stack_activation_semantics, unit_activations, unit_params, unit_times
 from asap.errors import AsapError
 from asap.spec.job import Job
 from asap.spec.layout import Unit, layout
@@ -138,10 +138,9 @@ def build_problems(job: Job, strategies: list[Strategy], recompute_choice: bool 
                                            for s in strategies]) if recompute_choice else base)
     t_base = unit_times(job, base).parts if ut is None else {k: ut.rows(v) for k, v in ut.parts.items()}
     t_full = unit_times(job, full).parts if recompute_choice else t_base
-    logits, unfused = stack_logits_bytes(fw, train), fw.elementwise_traffic_for(train.fused_elementwise)
-    a_base = unit_activations(model, train, base, fw.selective, logits, fw.sp_gathered_input, unfused)
-    a_full = (unit_activations(model, train, full, fw.selective, logits, fw.sp_gathered_input, unfused)
-              if recompute_choice else a_base)
+    semantics = stack_activation_semantics(fw, train)
+    a_base = unit_activations(model, train, base, **semantics)
+    a_full = unit_activations(model, train, full, **semantics) if recompute_choice else a_base
     params = unit_params(model, base)
     dense_shard, edp = dense_and_expert_shards(base)
     g = fw.grad_bytes(train.precision, base.zero, base.grad_bf16)
